@@ -1,0 +1,36 @@
+#pragma once
+// Position-wise feed-forward network (paper §3.3), mirrors the reference `FeedForward`:
+// linear1 -> activation (ReLU as in the paper, or GELU as in the reference code) -> dropout -> linear2.
+#include <string>
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+namespace torchmt {
+
+struct FeedForwardOptions {
+  FeedForwardOptions(int64_t embed_dim, int64_t ff_dim) : embed_dim_(embed_dim), ff_dim_(ff_dim) {}
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, ff_dim);
+  TORCH_ARG(double, dropout) = 0.1;
+  TORCH_ARG(std::string, activation) = "relu";
+};
+
+class FeedForwardImpl : public torch::nn::Cloneable<FeedForwardImpl> {
+ public:
+  explicit FeedForwardImpl(const FeedForwardOptions& options);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);  // [B, T, D] -> [B, T, D]
+
+  FeedForwardOptions options;
+  torch::nn::Linear linear1{nullptr}, linear2{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  bool use_gelu_ = false;
+};
+TORCH_MODULE(FeedForward);
+
+}  // namespace torchmt

@@ -1,0 +1,26 @@
+#pragma once
+// Decoding state for incremental decoding, owned by the caller (never hidden in modules).
+// Per decoder layer: self-attention K/V that grow by one position per step, and the
+// cross-attention K/V computed once from the encoder output. All [B, H, T, d_k].
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchmt {
+
+struct LayerKVCache {
+  at::Tensor self_k, self_v;    // [B, H, t, d_k], t = positions decoded so far
+  at::Tensor cross_k, cross_v;  // [B, H, S, d_k]
+};
+
+struct DecoderCache {
+  std::vector<LayerKVCache> layers;
+  at::Tensor src_mask;  // [B, 1, 1, S]
+  int64_t length = 0;   // target positions already in the cache
+
+  int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) : 0; }
+  // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences.
+  void select(const at::Tensor& batch_index);
+};
+
+}  // namespace torchmt

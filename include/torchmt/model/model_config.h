@@ -1,0 +1,34 @@
+#pragma once
+// ModelConfig: every hyper-parameter that decides the shape of a Transformer, with the
+// paper's presets. Serialised as flat JSON so a checkpoint and an export carry it.
+#include <cstdint>
+#include <string>
+
+namespace torchmt {
+
+struct ModelConfig {
+  int64_t src_vocab_size = 8000;
+  int64_t tgt_vocab_size = 8000;
+  int64_t d_model = 512;
+  int64_t num_heads = 8;
+  int64_t num_encoder_layers = 6;
+  int64_t num_decoder_layers = 6;
+  int64_t d_ff = 2048;
+  double dropout = 0.1;
+  // Rows of the sinusoidal table (buffer `pe`); also the longest sequence the model accepts.
+  int64_t max_len = 1024;
+  // "relu" as in the paper, "gelu" as in the reference code.
+  std::string activation = "relu";
+  // Share source, target and output embeddings (needs one joint vocabulary).
+  bool tie_embeddings = false;
+  int64_t pad_id = 0;
+
+  // "base" (paper), "big" (paper), "small" (CPU-sized for Multi30k), "tiny" (tests).
+  static ModelConfig preset(const std::string& name);
+  // Throws std::invalid_argument naming the offending field.
+  void validate() const;
+  std::string to_json() const;
+  static ModelConfig from_json(const std::string& json);
+};
+
+}  // namespace torchmt

@@ -1,0 +1,57 @@
+#pragma once
+// Multi-head attention (paper §3.2.2), mirrors the reference `MultiHeadAttention`:
+// projections W_q, W_k, W_v, W_o and dropout on the attention weights.
+//
+// Two paths compute the same function:
+//  - fused: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA),
+//    used whenever the weights are not requested;
+//  - explicit: softmax(QK^T / sqrt(d_k)) V, which also returns the weights (pictures).
+// Masks follow torchmt/model/masks.h (bool, true = may attend). A query whose keys are all
+// masked attends to all of them instead of producing NaN.
+#include <tuple>
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+namespace torchmt {
+
+struct MultiHeadAttentionOptions {
+  MultiHeadAttentionOptions(int64_t embed_dim, int64_t num_heads) : embed_dim_(embed_dim), num_heads_(num_heads) {}
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, num_heads);
+  TORCH_ARG(double, dropout) = 0.1;
+};
+
+class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImpl> {
+ public:
+  explicit MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options);
+  void reset() override;
+
+  // query [B, Tq, D], key/value [B, Tk, D] -> [B, Tq, D].
+  torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                        const torch::Tensor& mask = {});
+  // Explicit path; returns (output [B, Tq, D], weights [B, H, Tq, Tk]).
+  std::tuple<torch::Tensor, torch::Tensor> forward_with_weights(const torch::Tensor& query, const torch::Tensor& key,
+                                                                const torch::Tensor& value,
+                                                                const torch::Tensor& mask = {});
+
+  // Building blocks for incremental decoding (the cache holds projected heads).
+  // x [B, T, D] -> [B, H, T, d_k] through the given projection.
+  torch::Tensor split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const;
+  // q [B, H, Tq, d_k], k/v [B, H, Tk, d_k] -> [B, Tq, D] after W_o.
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& mask);
+
+  MultiHeadAttentionOptions options;
+  int64_t head_dim = 0;
+  torch::nn::Linear W_q{nullptr}, W_k{nullptr}, W_v{nullptr}, W_o{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+
+ private:
+  torch::Tensor merge_heads(const torch::Tensor& x) const;
+};
+TORCH_MODULE(MultiHeadAttention);
+
+}  // namespace torchmt

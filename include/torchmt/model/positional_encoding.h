@@ -1,0 +1,30 @@
+#pragma once
+// Sinusoidal positional encoding (paper §3.5), mirrors the reference `PositionalEncoding`:
+// buffer `pe` [1, max_len, d_model] and a dropout applied after adding it.
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/pimpl.h>
+
+namespace torchmt {
+
+struct PositionalEncodingOptions {
+  PositionalEncodingOptions(int64_t embed_dim) : embed_dim_(embed_dim) {}
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, max_len) = 5000;
+  TORCH_ARG(double, dropout) = 0.1;
+};
+
+class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImpl> {
+ public:
+  explicit PositionalEncodingImpl(const PositionalEncodingOptions& options);
+  void reset() override;
+  // x [B, T, D]; `offset` is the position of x's first row (incremental decoding).
+  torch::Tensor forward(const torch::Tensor& x, int64_t offset = 0);
+
+  PositionalEncodingOptions options;
+  torch::Tensor pe;
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(PositionalEncoding);
+
+}  // namespace torchmt

@@ -1,0 +1,60 @@
+#pragma once
+// The encoder-decoder Transformer, mirrors the reference `Transformer`: src_embedding,
+// tgt_embedding, pos_encoding, encoder_layers, decoder_layers, fc_out; embeddings are
+// scaled by sqrt(d_model). State-dict keys and shapes equal the reference's.
+#include <vector>
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "torchmt/model/kv_cache.h"
+#include "torchmt/model/model_config.h"
+#include "torchmt/model/positional_encoding.h"
+#include "torchmt/model/transformer_decoder_layer.h"
+#include "torchmt/model/transformer_encoder_layer.h"
+
+namespace torchmt {
+
+class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
+ public:
+  explicit TransformerImpl(const ModelConfig& config);
+  void reset() override;
+
+  // src [B, S] token ids -> memory [B, S, D].
+  torch::Tensor encode(const torch::Tensor& src, const torch::Tensor& src_mask = {});
+  // tgt [B, T] -> decoder output [B, T, D] (before fc_out). `cross_weights`, when given,
+  // receives the cross-attention weights [B, H, T, S] of every layer (explicit path).
+  torch::Tensor decode(const torch::Tensor& tgt, const torch::Tensor& memory, const torch::Tensor& src_mask = {},
+                       const torch::Tensor& tgt_mask = {}, std::vector<torch::Tensor>* cross_weights = nullptr);
+  // Logits [B, T, V] with the caller's masks (as the reference forward).
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt, const torch::Tensor& src_mask,
+                        const torch::Tensor& tgt_mask);
+  // Logits [B, T, V] with padding and causal masks built from config().pad_id.
+  torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt);
+
+  // Incremental decoding: cache for a batch of encoded sources, then one step at a time.
+  DecoderCache start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask);
+  // last_tokens [B] -> logits [B, V] for the next position; extends the cache.
+  torch::Tensor decode_step(const torch::Tensor& last_tokens, DecoderCache& cache);
+
+  const ModelConfig& config() const { return config_; }
+
+  torch::nn::Embedding src_embedding{nullptr}, tgt_embedding{nullptr};
+  PositionalEncoding pos_encoding{nullptr};
+  torch::nn::ModuleList encoder_layers{nullptr}, decoder_layers{nullptr};
+  torch::nn::Linear fc_out{nullptr};
+
+ private:
+  void tie_embeddings();
+  ModelConfig config_;
+  double embed_scale_ = 1.0;
+};
+TORCH_MODULE(Transformer);
+
+// Parameter count (tied tensors counted once).
+int64_t count_parameters(const Transformer& model);
+
+}  // namespace torchmt

@@ -1,0 +1,52 @@
+// torchmt: one binary, several subcommands (vocab, train, translate, evaluate, export, ...).
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace {
+
+void print_help(std::ostream& out) {
+  out << "torchmt " << TORCHMT_VERSION << " - Transformer machine translation on LibTorch\n\n"
+      << "usage: torchmt <command> [options]\n\ncommands:\n";
+  for (const auto& c : torchmt::cli::all_commands()) {
+    out << "  " << c.name << std::string(c.name.size() < 12 ? 12 - c.name.size() : 1, ' ') << c.summary << "\n";
+  }
+  out << "\nRun 'torchmt <command> --help' for the options of a command.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace torchmt::cli;
+  if (argc < 2) {
+    print_help(std::cerr);
+    return kExitUsage;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_help(std::cout);
+    return kExitOk;
+  }
+  if (name == "--version") {
+    std::cout << "torchmt " << TORCHMT_VERSION << "\n";
+    return kExitOk;
+  }
+  for (const auto& c : all_commands()) {
+    if (c.name != name) continue;
+    std::string program = "torchmt " + name;
+    std::vector<char*> args(argv + 1, argv + argc);
+    args[0] = program.data();
+    try {
+      return c.run(static_cast<int>(args.size()), args.data());
+    } catch (const std::exception& e) {
+      std::cerr << "torchmt " << name << ": error: " << e.what() << "\n";
+      return kExitFailure;
+    }
+  }
+  std::cerr << "torchmt: unknown command '" << name << "' (run 'torchmt --help' for the list)\n";
+  return kExitUsage;
+}

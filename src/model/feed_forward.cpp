@@ -1,0 +1,26 @@
+#include "torchmt/model/feed_forward.h"
+
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+namespace torchmt {
+
+FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options_) : options(options_) { reset(); }
+
+void FeedForwardImpl::reset() {
+  if (options.activation() != "relu" && options.activation() != "gelu")
+    throw std::invalid_argument("FeedForward activation must be relu or gelu, got " + options.activation());
+  use_gelu_ = options.activation() == "gelu";
+  linear1 = register_module("linear1", torch::nn::Linear(options.embed_dim(), options.ff_dim()));
+  linear2 = register_module("linear2", torch::nn::Linear(options.ff_dim(), options.embed_dim()));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  auto h = linear1(x);
+  h = use_gelu_ ? torch::gelu(h) : torch::relu(h);
+  return linear2(dropout(h));
+}
+
+}  // namespace torchmt

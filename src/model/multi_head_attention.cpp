@@ -1,0 +1,75 @@
+#include "torchmt/model/multi_head_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+namespace torchmt {
+namespace {
+
+// Rows whose keys are all masked would softmax over nothing (NaN); let them see every key.
+torch::Tensor without_empty_rows(const torch::Tensor& mask) {
+  return mask.logical_or(mask.logical_not().all(-1, /*keepdim=*/true));
+}
+
+}  // namespace
+
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options_) : options(options_) {
+  reset();
+}
+
+void MultiHeadAttentionImpl::reset() {
+  const int64_t d = options.embed_dim();
+  if (d % options.num_heads() != 0) throw std::invalid_argument("embed_dim must be divisible by num_heads");
+  head_dim = d / options.num_heads();
+  W_q = register_module("W_q", torch::nn::Linear(d, d));
+  W_k = register_module("W_k", torch::nn::Linear(d, d));
+  W_v = register_module("W_v", torch::nn::Linear(d, d));
+  W_o = register_module("W_o", torch::nn::Linear(d, d));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+torch::Tensor MultiHeadAttentionImpl::split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const {
+  const int64_t batch = x.size(0);
+  return projection(x).view({batch, -1, options.num_heads(), head_dim})  // [B, T, H, d_k]
+      .transpose(1, 2);                                                  // [B, H, T, d_k]
+}
+
+torch::Tensor MultiHeadAttentionImpl::merge_heads(const torch::Tensor& x) const {
+  const int64_t batch = x.size(0);
+  return x.transpose(1, 2)                              // [B, T, H, d_k]
+      .contiguous()
+      .view({batch, -1, options.embed_dim()});          // [B, T, D]
+}
+
+torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                             const torch::Tensor& mask) {
+  c10::optional<torch::Tensor> attn_mask;
+  if (mask.defined()) attn_mask = without_empty_rows(mask);
+  const double p = is_training() ? options.dropout() : 0.0;
+  auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p);  // [B, H, Tq, d_k]
+  return W_o(merge_heads(out));
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
+                                              const torch::Tensor& value, const torch::Tensor& mask) {
+  return attend(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_weights(const torch::Tensor& query,
+                                                                                      const torch::Tensor& key,
+                                                                                      const torch::Tensor& value,
+                                                                                      const torch::Tensor& mask) {
+  auto q = split_heads(W_q, query);  // [B, H, Tq, d_k]
+  auto k = split_heads(W_k, key);    // [B, H, Tk, d_k]
+  auto v = split_heads(W_v, value);  // [B, H, Tk, d_k]
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // [B, H, Tq, Tk]
+  if (mask.defined()) scores = scores.masked_fill(without_empty_rows(mask).logical_not(), -std::numeric_limits<float>::infinity());
+  auto weights = torch::softmax(scores, -1);
+  auto out = torch::matmul(dropout(weights), v);  // [B, H, Tq, d_k]
+  return {W_o(merge_heads(out)), weights};
+}
+
+}  // namespace torchmt

@@ -1,0 +1,124 @@
+#include "torchmt/model/transformer.h"
+
+#include <cmath>
+#include <unordered_set>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/masks.h"
+
+namespace torchmt {
+namespace {
+
+// LibTorch keeps parameters in Module's protected dict and offers no way to re-register
+// one. A pointer-to-member taken through a derived class reaches it legally, so several
+// modules can hold one tensor under their own names (tied embeddings).
+struct ParameterSlot : torch::nn::Module {
+  static void replace(torch::nn::Module& module, const std::string& name, const torch::Tensor& tensor) {
+    auto member = &ParameterSlot::parameters_;
+    (module.*member)[name] = tensor;
+  }
+};
+
+}  // namespace
+
+TransformerImpl::TransformerImpl(const ModelConfig& config) : config_(config) {
+  config_.validate();
+  reset();
+}
+
+void TransformerImpl::reset() {
+  const ModelConfig& c = config_;
+  embed_scale_ = std::sqrt(static_cast<double>(c.d_model));
+  src_embedding = register_module("src_embedding", torch::nn::Embedding(c.src_vocab_size, c.d_model));
+  tgt_embedding = register_module("tgt_embedding", torch::nn::Embedding(c.tgt_vocab_size, c.d_model));
+  pos_encoding = register_module(
+      "pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model).max_len(c.max_len).dropout(c.dropout)));
+  auto layer_options =
+      TransformerLayerOptions(c.d_model, c.num_heads, c.d_ff).dropout(c.dropout).activation(c.activation);
+  encoder_layers = register_module("encoder_layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_encoder_layers; ++i) encoder_layers->push_back(TransformerEncoderLayer(layer_options));
+  decoder_layers = register_module("decoder_layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_decoder_layers; ++i) decoder_layers->push_back(TransformerDecoderLayer(layer_options));
+  fc_out = register_module("fc_out", torch::nn::Linear(c.d_model, c.tgt_vocab_size));
+
+  // Initialisation for training from scratch: Xavier for matrices, N(0, d^-1/2) for
+  // embeddings so that the sqrt(d) scaling gives unit-variance inputs (fairseq, T2T).
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    if (p.key().find("embedding") != std::string::npos) {
+      torch::nn::init::normal_(p.value(), 0.0, 1.0 / embed_scale_);
+    } else if (p.value().dim() >= 2) {
+      torch::nn::init::xavier_uniform_(p.value());
+    } else if (p.key().find("norm") == std::string::npos) {
+      torch::nn::init::zeros_(p.value());
+    }
+  }
+  if (c.tie_embeddings) tie_embeddings();
+}
+
+void TransformerImpl::tie_embeddings() {
+  // fc_out.weight [V, D] and the embeddings [V, D] share one tensor.
+  torch::Tensor shared = src_embedding->weight;
+  tgt_embedding->weight = shared;
+  ParameterSlot::replace(*tgt_embedding, "weight", shared);
+  fc_out->weight = shared;
+  ParameterSlot::replace(*fc_out, "weight", shared);
+}
+
+torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Tensor& src_mask) {
+  auto x = pos_encoding(src_embedding(src) * embed_scale_);  // [B, S, D]
+  for (auto& layer : *encoder_layers) x = layer->as<TransformerEncoderLayer>()->forward(x, src_mask);
+  return x;
+}
+
+torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Tensor& memory,
+                                      const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
+                                      std::vector<torch::Tensor>* cross_weights) {
+  auto x = pos_encoding(tgt_embedding(tgt) * embed_scale_);  // [B, T, D]
+  for (auto& layer : *decoder_layers) {
+    torch::Tensor weights;
+    x = layer->as<TransformerDecoderLayer>()->forward(x, memory, src_mask, tgt_mask,
+                                                      cross_weights ? &weights : nullptr);
+    if (cross_weights) cross_weights->push_back(weights);
+  }
+  return x;
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt,
+                                       const torch::Tensor& src_mask, const torch::Tensor& tgt_mask) {
+  auto memory = encode(src, src_mask);
+  return fc_out(decode(tgt, memory, src_mask, tgt_mask));
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt) {
+  return forward(src, tgt, make_padding_mask(src, config_.pad_id), make_target_mask(tgt, config_.pad_id));
+}
+
+DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask) {
+  DecoderCache cache;
+  cache.src_mask = src_mask;
+  cache.layers.resize(decoder_layers->size());
+  for (size_t i = 0; i < decoder_layers->size(); ++i)
+    decoder_layers[i]->as<TransformerDecoderLayer>()->prepare_cache(memory, cache.layers[i]);
+  return cache;
+}
+
+torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, DecoderCache& cache) {
+  auto x = pos_encoding->forward(tgt_embedding(last_tokens.unsqueeze(1)) * embed_scale_, cache.length);  // [B, 1, D]
+  for (size_t i = 0; i < decoder_layers->size(); ++i)
+    x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask);
+  cache.length += 1;
+  return fc_out(x.squeeze(1));  // [B, V]
+}
+
+int64_t count_parameters(const Transformer& model) {
+  std::unordered_set<const void*> seen;
+  int64_t total = 0;
+  for (const auto& p : model->parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) total += p.numel();
+  }
+  return total;
+}
+
+}  // namespace torchmt

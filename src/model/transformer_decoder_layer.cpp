@@ -1,0 +1,61 @@
+#include "torchmt/model/transformer_decoder_layer.h"
+
+#include <torch/torch.h>
+
+namespace torchmt {
+
+TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerLayerOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void TransformerDecoderLayerImpl::reset() {
+  const int64_t d = options.embed_dim();
+  auto attn_options = MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout());
+  self_attn = register_module("self_attn", MultiHeadAttention(attn_options));
+  cross_attn = register_module("cross_attn", MultiHeadAttention(attn_options));
+  ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
+                                               .dropout(options.dropout())
+                                               .activation(options.activation())));
+  norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
+                                                   const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
+                                                   torch::Tensor* cross_weights) {
+  auto h = norm1(x + dropout(self_attn(x, x, x, tgt_mask)));
+  torch::Tensor cross;
+  if (cross_weights) {
+    std::tie(cross, *cross_weights) = cross_attn->forward_with_weights(h, memory, memory, src_mask);
+  } else {
+    cross = cross_attn(h, memory, memory, src_mask);
+  }
+  h = norm2(h + dropout(cross));
+  return norm3(h + dropout(ffn(h)));
+}
+
+void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, LayerKVCache& cache) {
+  cache.cross_k = cross_attn->split_heads(cross_attn->W_k, memory);  // [B, H, S, d_k]
+  cache.cross_v = cross_attn->split_heads(cross_attn->W_v, memory);  // [B, H, S, d_k]
+  cache.self_k = torch::Tensor();
+  cache.self_v = torch::Tensor();
+}
+
+torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,
+                                                        const torch::Tensor& src_mask) {
+  auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, 1, d_k]
+  auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, 1, d_k]
+  auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, 1, d_k]
+  cache.self_k = cache.self_k.defined() ? torch::cat({cache.self_k, k}, 2) : k;  // [B, H, t, d_k]
+  cache.self_v = cache.self_v.defined() ? torch::cat({cache.self_v, v}, 2) : v;  // [B, H, t, d_k]
+  // The newest position may see every cached position: no self-attention mask needed.
+  auto h = norm1(x + dropout(self_attn->attend(q, cache.self_k, cache.self_v, torch::Tensor())));
+  auto cq = cross_attn->split_heads(cross_attn->W_q, h);  // [B, H, 1, d_k]
+  h = norm2(h + dropout(cross_attn->attend(cq, cache.cross_k, cache.cross_v, src_mask)));
+  return norm3(h + dropout(ffn(h)));
+}
+
+}  // namespace torchmt

@@ -1,0 +1,29 @@
+#include "torchmt/model/transformer_encoder_layer.h"
+
+#include <torch/torch.h>
+
+namespace torchmt {
+
+TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerLayerOptions& options_)
+    : options(options_) {
+  reset();
+}
+
+void TransformerEncoderLayerImpl::reset() {
+  const int64_t d = options.embed_dim();
+  self_attn = register_module(
+      "self_attn", MultiHeadAttention(MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout())));
+  ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
+                                               .dropout(options.dropout())
+                                               .activation(options.activation())));
+  norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+}
+
+torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  auto h = norm1(x + dropout(self_attn(x, x, x, mask)));
+  return norm2(h + dropout(ffn(h)));
+}
+
+}  // namespace torchmt

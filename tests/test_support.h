@@ -1,0 +1,98 @@
+#pragma once
+// Helpers shared by the test files: devices to run on, temp dirs, running commands,
+// and exchanging tensors with the Python oracle (torch.save / torch.load format).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace torchmt::test {
+
+inline std::string source_dir() { return TORCHMT_SOURCE_DIR; }
+inline std::string torchmt_binary() { return TORCHMT_BINARY; }
+inline std::string python() { return TORCHMT_PYTHON; }
+
+// Skips the current test when CUDA is not available.
+#define TORCHMT_SKIP_WITHOUT_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine"
+
+// A fresh directory removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("torchmt_test_" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_command(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Writes a {name: tensor or string} dict that Python's torch.load reads.
+inline void save_for_python(const std::string& path, const std::map<std::string, c10::IValue>& items) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& [k, v] : items) dict.insert(k, v);
+  auto bytes = torch::pickle_save(c10::IValue(dict));
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Reads a {name: tensor} dict written by Python's torch.save.
+inline std::map<std::string, torch::Tensor> load_from_python(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto dict = torch::pickle_load(bytes).toGenericDict();
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : dict) out[item.key().toStringRef()] = item.value().toTensor();
+  return out;
+}
+
+// Every parameter and buffer, by the state-dict key.
+inline std::map<std::string, c10::IValue> state_items(const torch::nn::Module& module) {
+  std::map<std::string, c10::IValue> items;
+  for (const auto& p : module.named_parameters()) items["state." + p.key()] = p.value().detach().clone();
+  for (const auto& b : module.named_buffers()) items["state." + b.key()] = b.value().detach().clone();
+  return items;
+}
+
+}  // namespace torchmt::test

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian machine: system packages, the pinned PyTorch wheel
+# (its LibTorch is what we build against), test oracles, then configure + build into build/.
+#   TORCHMT_BUILD_DIR  build directory (default: build)
+#   TORCHMT_SKIP_INSTALL=1  only configure and build
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build_dir=${TORCHMT_BUILD_DIR:-build}
+PYTHON=${PYTHON:-python3}
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+
+apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev zlib1g-dev pkg-config ninja-build cmake g++)
+if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
+  missing=()
+  for p in "${apt_packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  # cmake and ninja may come from pip instead of Debian: accept them on PATH.
+  if [ ${#missing[@]} -gt 0 ]; then
+    filtered=()
+    for p in "${missing[@]}"; do
+      case "$p" in
+        cmake) command -v cmake >/dev/null || filtered+=("$p") ;;
+        ninja-build) command -v ninja >/dev/null || filtered+=("$p") ;;
+        g++) command -v g++ >/dev/null || filtered+=("$p") ;;
+        *) filtered+=("$p") ;;
+      esac
+    done
+    missing=("${filtered[@]+"${filtered[@]}"}")
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # Always pinned: an unpinned torch pulls several GB of CUDA packages.
+  if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] >= "2.1" else 1)' 2>/dev/null; then
+    echo "setup: installing torch==2.13.0 (CPU wheel)" >&2
+    "$PYTHON" -m pip install -q torch==2.13.0
+  fi
+  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece' 2>/dev/null; then
+    echo "setup: installing sacrebleu and sentencepiece (test oracles)" >&2
+    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece
+  fi
+fi
+
+torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
+    -DPython3_EXECUTABLE="$(command -v "$PYTHON")" >/dev/null
+fi
+# Two jobs: each LibTorch translation unit needs ~1.5 GB of RAM.
+cmake --build "$build_dir" -- -j "${TORCHMT_JOBS:-$(nproc)}"
+echo "setup: built $root/$build_dir/torchmt" >&2
