@@ -1,13 +1,24 @@
 #include "commands.h"
 
+#include <algorithm>
+
 namespace torchmt::cli {
+namespace {
 
-int run_info(int argc, char** argv);
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
 
-const std::vector<Command>& all_commands() {
-  static const std::vector<Command> commands = {
-      {"info", "print a model preset's shape and parameter count", run_info},
-  };
+}  // namespace
+
+CommandRegistration::CommandRegistration(Command command) { registry().push_back(std::move(command)); }
+
+std::vector<Command> all_commands() {
+  auto commands = registry();
+  std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) {
+    return a.order != b.order ? a.order < b.order : a.name < b.name;
+  });
   return commands;
 }
 

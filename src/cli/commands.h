@@ -1,6 +1,8 @@
 #pragma once
 // The subcommands of the `torchmt` binary. Each is a thin shell over torchmt_core:
 // parse flags, call the library, map errors to a one-line message and an exit code.
+// A command file registers itself with a file-scope `CommandRegistration`, so adding a
+// command touches no shared list.
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,9 +18,14 @@ struct Command {
   std::string name;
   std::string summary;
   std::function<int(int argc, char** argv)> run;  // argv[0] is "torchmt <name>"
+  int order = 100;                                // position in `torchmt --help`
 };
 
-// Every subcommand, in the order `torchmt --help` lists them.
-const std::vector<Command>& all_commands();
+// Every registered subcommand, sorted by `order` then name.
+std::vector<Command> all_commands();
+
+struct CommandRegistration {
+  explicit CommandRegistration(Command command);
+};
 
 }  // namespace torchmt::cli

@@ -8,6 +8,8 @@
 
 namespace torchmt::cli {
 
+namespace {
+
 int run_info(int argc, char** argv) {
   cxxopts::Options options(argv[0], "Print the configuration and parameter count of a model preset.");
   options.add_options()("preset", "tiny|small|base|big", cxxopts::value<std::string>()->default_value("base"))(
@@ -22,4 +24,7 @@ int run_info(int argc, char** argv) {
   return kExitOk;
 }
 
+const CommandRegistration registration({"info", "print a model preset's shape and parameter count", run_info, 90});
+
+}  // namespace
 }  // namespace torchmt::cli
