@@ -1,0 +1,22 @@
+#pragma once
+// The model side of decoding, as the search algorithms see it (CTranslate2's decoding.h,
+// fairseq's search.py): encode a batch once, then score one next token per live row.
+// Rows are hypotheses; `select` keeps, reorders or duplicates them (beam reordering,
+// finished sentences leaving the batch), so no compute is spent on finished rows.
+#include <ATen/core/Tensor.h>
+
+namespace torchmt {
+
+class IncrementalDecoder {
+ public:
+  virtual ~IncrementalDecoder() = default;
+  // src [B, S] token ids (padded with the model's pad id). Resets the state to B rows.
+  virtual void start(const at::Tensor& src) = 0;
+  // last_tokens [N] (the newest token of each row) -> log-probabilities [N, V], float32.
+  virtual at::Tensor step(const at::Tensor& last_tokens) = 0;
+  // New row i is old row index[i]; index [N'] int64 on the decoder's device.
+  virtual void select(const at::Tensor& index) = 0;
+  virtual at::Device device() const = 0;
+};
+
+}  // namespace torchmt

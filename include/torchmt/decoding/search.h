@@ -1,0 +1,41 @@
+#pragma once
+// Greedy and beam search behind one entry point, over any IncrementalDecoder.
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "torchmt/decoding/incremental_decoder.h"
+
+namespace torchmt {
+
+struct SearchOptions {
+  int64_t beam_size = 1;          // 1 = greedy
+  double length_penalty = 0.6;    // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-prob
+  double max_len_a = 1.2;         // max target length = a * source length + b ...
+  int64_t max_len_b = 10;
+  int64_t max_len_cap = 1024;     // ... and never more than this (the model's max_len)
+  int64_t nbest = 1;              // hypotheses returned per sentence (<= beam_size)
+  int64_t bos_id = 2;
+  int64_t eos_id = 3;
+  int64_t pad_id = 0;
+};
+
+struct Hypothesis {
+  std::vector<int64_t> tokens;  // without bos and eos
+  double score = 0.0;           // length-normalised log-probability
+  double log_prob = 0.0;        // raw sum of token log-probabilities (eos included)
+};
+
+// One list per source sentence, best first, at most options.nbest long.
+using SearchResult = std::vector<std::vector<Hypothesis>>;
+
+// src [B, S] on the decoder's device; source lengths are counted from non-pad tokens.
+SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
+SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
+// beam_size 1 -> greedy_search, otherwise beam_search.
+SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
+
+// GNMT length penalty ((5 + length) / 6)^alpha.
+double length_penalty(int64_t length, double alpha);
+
+}  // namespace torchmt

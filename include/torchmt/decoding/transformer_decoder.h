@@ -1,0 +1,28 @@
+#pragma once
+// IncrementalDecoder over a torchmt Transformer. With the cache (default) each step runs
+// the decoder on the newest position only, reading past self-attention K/V and the
+// once-computed cross-attention K/V from an explicit DecoderCache. Without it, each step
+// recomputes the whole prefix (the reference behaviour; kept for tests and benchmarks).
+#include "torchmt/decoding/incremental_decoder.h"
+#include "torchmt/model/kv_cache.h"
+#include "torchmt/model/transformer.h"
+
+namespace torchmt {
+
+class TransformerDecoder : public IncrementalDecoder {
+ public:
+  explicit TransformerDecoder(Transformer model, bool use_cache = true);
+  void start(const at::Tensor& src) override;
+  at::Tensor step(const at::Tensor& last_tokens) override;
+  void select(const at::Tensor& index) override;
+  at::Device device() const override;
+
+ private:
+  Transformer model_;
+  bool use_cache_;
+  DecoderCache cache_;
+  // No-cache mode state.
+  at::Tensor memory_, src_mask_, prefix_;
+};
+
+}  // namespace torchmt

@@ -1,0 +1,66 @@
+#pragma once
+// Translator: the facade users and the trainer call (CTranslate2's Translator). Raw text in,
+// raw text out: tokenizes with the model's SentencePiece model(s), sorts sentences by length
+// into batches, runs greedy or beam search with the KV cache under the requested precision,
+// detokenizes and restores input order. An empty line translates to an empty line.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "torchmt/data/tokenizer.h"
+#include "torchmt/decoding/search.h"
+#include "torchmt/model/transformer.h"
+
+namespace torchmt {
+
+struct TranslationOptions {
+  SearchOptions search;
+  int64_t batch_size = 64;  // sentences per batch (used when max_tokens == 0)
+  int64_t max_tokens = 0;   // source tokens per batch incl. padding, 0 = use batch_size
+  bool use_cache = true;    // false: recompute the prefix at every step (reference/benchmark)
+};
+
+struct Translation {
+  std::vector<Hypothesis> hypotheses;  // best first, up to nbest
+  std::vector<std::string> texts;      // detokenized hypotheses
+  std::vector<std::string> source_pieces;
+  bool truncated = false;              // source longer than the model accepts
+};
+
+class Translator {
+ public:
+  Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer, c10::Device device,
+             c10::ScalarType dtype);
+  // Loads a checkpoint (with its embedded tokenizer) onto `device`.
+  static Translator from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
+
+  std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options);
+  // Best hypothesis text per line: the common case.
+  std::vector<std::string> translate_text(const std::vector<std::string>& lines, const TranslationOptions& options);
+
+  // Cross-attention weights [T, S] (target pieces x source pieces, eos included on both
+  // sides) of `layer` (-1 = last), averaged over heads or of one `head` (>= 0), for the
+  // given source line and its translation.
+  at::Tensor cross_attention(const std::string& source, const std::vector<int64_t>& target_ids, int64_t layer,
+                             int64_t head);
+
+  // Source ids as the model sees them: pieces + eos, cut to the model's max length.
+  std::vector<int64_t> encode_source(const std::string& line, bool* truncated = nullptr) const;
+
+  Transformer& model() { return model_; }
+  const Tokenizer& src_tokenizer() const { return src_tok_; }
+  const Tokenizer& tgt_tokenizer() const { return tgt_tok_; }
+  c10::Device device() const { return device_; }
+  c10::ScalarType dtype() const { return dtype_; }
+
+ private:
+  Transformer model_;
+  Tokenizer src_tok_, tgt_tok_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+}  // namespace torchmt

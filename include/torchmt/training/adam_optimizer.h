@@ -1,0 +1,38 @@
+#pragma once
+// Adam (Kingma & Ba) with the paper's betas, stepping every parameter in one fused kernel
+// call (`_fused_adam_`, LibTorch >= 2.4, CPU and CUDA) or in multi-tensor `_foreach_` ops
+// (older LibTorch) instead of a per-parameter loop. The state is plain tensors so that a
+// checkpoint stores and restores it exactly.
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchmt {
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double eps = 1e-9;
+  double weight_decay = 0.0;
+};
+
+class AdamOptimizer {
+ public:
+  // `params` must be distinct tensors (tied weights listed once: see unique_parameters).
+  AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options);
+
+  void step(double lr);  // uses each parameter's .grad()
+  void zero_grad();
+
+  const std::vector<at::Tensor>& params() const { return params_; }
+  // State for checkpoints: exp_avg, exp_avg_sq, step, one entry per parameter each.
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  std::vector<at::Tensor>& steps() { return steps_; }
+
+ private:
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_;
+  AdamOptions options_;
+};
+
+}  // namespace torchmt

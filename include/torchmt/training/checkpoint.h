@@ -1,0 +1,56 @@
+#pragma once
+// Checkpoints: one file holding the model, the optimizer state, the training position,
+// RNG states, the configuration and the tokenizer model(s), so that a run resumes exactly
+// and `translate` / `export` need nothing else. The file is the torch.save zip format
+// (torch::pickle_save), so Python's torch.load(weights_only=False) can read it too.
+// Writes go to a temporary file that is flushed, fsync'ed and renamed: a kill at any
+// moment leaves the previous checkpoint loadable.
+#include <limits>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "torchmt/model/model_config.h"
+#include "torchmt/model/transformer.h"
+
+namespace torchmt {
+
+class AdamOptimizer;
+
+struct TrainingPosition {
+  int64_t step = 0;         // optimizer updates done
+  int64_t epoch = 1;        // of the next batch
+  int64_t batch_index = 0;  // of the next batch within its epoch
+  double best_bleu = -1.0;
+  double best_loss = std::numeric_limits<double>::infinity();
+  double train_seconds = 0.0;  // wall time spent training, accumulated across resumes
+};
+
+struct CheckpointMeta {
+  ModelConfig model;
+  std::string train_config;  // the effective training configuration (YAML)
+  std::string src_spm_path, src_spm_checksum, src_spm_model;  // model = serialized SentencePiece proto
+  std::string tgt_spm_path, tgt_spm_checksum, tgt_spm_model;  // equal to src_* for a joint vocabulary
+  TrainingPosition position;
+};
+
+// Atomic write. `optimizer` may be null (averaged / exported-for-inference checkpoints).
+void save_checkpoint(const std::string& path, const Transformer& model, AdamOptimizer* optimizer,
+                     const CheckpointMeta& meta);
+
+// What a loaded checkpoint holds. Errors (missing, corrupt, truncated, not a torchmt
+// checkpoint, wrong shapes) are std::runtime_error naming the file.
+struct LoadedCheckpoint {
+  CheckpointMeta meta;
+  Transformer model{nullptr};  // built from meta.model, weights loaded, on `device`, eval mode
+};
+LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device);
+
+// Restores weights, optimizer state and RNG states into an existing training set-up.
+// Throws if the checkpoint's model shape differs from `model`'s.
+CheckpointMeta restore_training_state(const std::string& path, Transformer& model, AdamOptimizer& optimizer);
+
+// Unique parameters of a module (tied tensors once), in registration order.
+std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module);
+
+}  // namespace torchmt

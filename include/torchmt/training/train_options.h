@@ -1,0 +1,50 @@
+#pragma once
+// Everything `torchmt train` can be told, with defaults, read from a flat YAML/JSON config
+// (flags override the file) and written back as the run's effective configuration.
+#include <string>
+
+#include "torchmt/util/flat_json.h"
+
+namespace torchmt {
+
+struct TrainOptions {
+  // Data
+  std::string train_src, train_tgt, valid_src, valid_tgt;
+  std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
+  int64_t vocab_size = 8000;
+  int64_t max_len = 256;  // pairs longer than this (tokens) are skipped and counted
+  // Model: preset plus optional overrides (-1 / empty = keep the preset's value)
+  std::string preset = "small";
+  int64_t d_model = -1, num_heads = -1, encoder_layers = -1, decoder_layers = -1, d_ff = -1;
+  double dropout = -1.0;
+  std::string activation;
+  std::string tie_embeddings = "auto";  // auto (preset, when the vocabulary is joint) | true | false
+  // Optimisation (the paper's recipe)
+  int64_t max_tokens = 4096;
+  int64_t update_freq = 1;
+  int64_t max_epochs = 0;         // 0 = no limit
+  int64_t max_steps = 0;          // 0 = no limit
+  double max_minutes = 0.0;       // wall-clock budget, 0 = no limit
+  double lr_factor = 1.0;
+  int64_t warmup = 4000;
+  double label_smoothing = 0.1;
+  double clip_norm = 1.0;          // 0 = off
+  int64_t max_bad_steps = 5;       // non-finite steps in a row before giving up
+  uint64_t seed = 1;
+  // Runtime
+  std::string device = "auto";
+  std::string dtype = "auto";
+  int64_t threads = 0;  // 0 = all cores
+  std::string out = "runs/default";
+  bool resume = false;
+  int64_t validate_every = 0;  // steps; 0 = every epoch
+  int64_t log_every = 100;     // steps between log lines when stderr is not a terminal
+  int64_t keep_last = 3;       // numbered checkpoints kept
+  int64_t valid_batch_size = 128;
+
+  static TrainOptions from_config(const FlatConfig& config);  // throws on unknown keys / bad values
+  FlatConfig to_config() const;
+  void validate() const;
+};
+
+}  // namespace torchmt

@@ -1,0 +1,38 @@
+#pragma once
+// Device and precision selection shared by train, translate and the benchmarks.
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace torchmt {
+
+// "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N". Throws a one-line error
+// for a malformed spec or a CUDA device that this machine does not have.
+c10::Device resolve_device(const std::string& spec);
+
+// "fp32", "bf16", "fp16" or "auto" (bf16 where the device computes it natively: CUDA, or
+// a CPU with AMX / AVX512-BF16; fp32 otherwise).
+c10::ScalarType resolve_dtype(const std::string& spec, const c10::Device& device);
+std::string dtype_name(c10::ScalarType dtype);
+
+// True when this CPU has native bf16 matrix instructions (AMX or AVX512_BF16).
+bool cpu_has_native_bf16();
+
+// Enables autocast to `dtype` on `device` for its lifetime (no-op for fp32); restores the
+// previous state on exit. Works across LibTorch 2.1 .. 2.13 autocast APIs.
+class AutocastGuard {
+ public:
+  AutocastGuard(const c10::Device& device, c10::ScalarType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool active_ = false;
+  c10::DeviceType device_type_;
+  bool previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
+
+}  // namespace torchmt

@@ -1,0 +1,191 @@
+#include "torchmt/decoding/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+namespace torchmt {
+namespace {
+
+// Per-sentence length limits: a * |source| + b, capped, at least 1 (room for eos).
+std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o) {
+  auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);
+  std::vector<int64_t> out(src.size(0));
+  for (int64_t i = 0; i < src.size(0); ++i) {
+    auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
+    out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
+  }
+  return out;
+}
+
+at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
+  return torch::tensor(v, torch::kLong).to(device);
+}
+
+void check_options(const SearchOptions& o) {
+  if (o.beam_size < 1) throw std::invalid_argument("beam size must be at least 1");
+  if (o.nbest < 1 || o.nbest > o.beam_size)
+    throw std::invalid_argument("nbest must be between 1 and the beam size (" + std::to_string(o.beam_size) + ")");
+}
+
+}  // namespace
+
+double length_penalty(int64_t length, double alpha) {
+  return alpha == 0.0 ? 1.0 : std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
+}
+
+SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
+  check_options(options);
+  const int64_t batch = src.size(0);
+  const auto device = decoder.device();
+  const auto limits = max_lengths(src, options);
+  SearchResult result(batch, std::vector<Hypothesis>(1));
+  if (batch == 0) return result;
+  decoder.start(src);
+
+  std::vector<int64_t> live(batch);  // row -> sentence
+  for (int64_t i = 0; i < batch; ++i) live[i] = i;
+  auto last = torch::full({batch}, options.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
+  for (int64_t t = 0; !live.empty(); ++t) {
+    auto lprobs = decoder.step(last);  // [N, V]
+    auto [best_lp, best_tok] = lprobs.max(-1);
+    auto eos_lp = lprobs.select(1, options.eos_id).to(torch::kCPU);
+    best_lp = best_lp.to(torch::kCPU);
+    best_tok = best_tok.to(torch::kCPU);
+    auto* lp_ptr = best_lp.data_ptr<float>();
+    auto* tok_ptr = best_tok.data_ptr<int64_t>();
+    auto* eos_ptr = eos_lp.data_ptr<float>();
+
+    std::vector<int64_t> keep_rows, keep_live, next_tokens;
+    for (size_t r = 0; r < live.size(); ++r) {
+      Hypothesis& h = result[live[r]][0];
+      const bool forced = t + 1 >= limits[live[r]];  // out of room: only eos
+      const int64_t tok = forced ? options.eos_id : tok_ptr[r];
+      h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
+      if (tok == options.eos_id) {
+        h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
+      } else {
+        h.tokens.push_back(tok);
+        keep_rows.push_back(static_cast<int64_t>(r));
+        keep_live.push_back(live[r]);
+        next_tokens.push_back(tok);
+      }
+    }
+    if (keep_rows.empty()) break;
+    if (keep_rows.size() < live.size()) decoder.select(index_tensor(keep_rows, device));
+    live = std::move(keep_live);
+    last = index_tensor(next_tokens, device);
+  }
+  return result;
+}
+
+SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
+  check_options(options);
+  const int64_t batch = src.size(0);
+  const int64_t k = options.beam_size;
+  const auto device = decoder.device();
+  const auto limits = max_lengths(src, options);
+  SearchResult finished(batch);
+  if (batch == 0) return finished;
+  decoder.start(src);
+  // Every sentence starts with k copies of the empty prefix; only the first may expand
+  // at step 0 (the others have score -inf), so the k beams are distinct afterwards.
+  decoder.select(torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(device)).repeat_interleave(k));
+
+  std::vector<int64_t> live(batch);  // live sentence slot -> sentence
+  for (int64_t i = 0; i < batch; ++i) live[i] = i;
+  std::vector<std::vector<int64_t>> prefixes(batch * k);  // row -> tokens so far
+  std::vector<float> scores(batch * k, -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < batch; ++i) scores[i * k] = 0.0f;
+  auto last = torch::full({batch * k}, options.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
+
+  for (int64_t t = 0; !live.empty(); ++t) {
+    const int64_t n_live = static_cast<int64_t>(live.size());
+    auto lprobs = decoder.step(last);  // [N, V], N = n_live * k
+    const int64_t vocab = lprobs.size(1);
+    // Sentences at their length limit may only end.
+    std::vector<int64_t> forced_rows;
+    for (int64_t s = 0; s < n_live; ++s)
+      if (t + 1 >= limits[live[s]])
+        for (int64_t j = 0; j < k; ++j) forced_rows.push_back(s * k + j);
+    if (!forced_rows.empty()) {
+      auto rows = index_tensor(forced_rows, device);
+      auto eos_col = lprobs.index_select(0, rows).select(1, options.eos_id).clone();
+      lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
+      lprobs.index_put_({rows, torch::full_like(rows, options.eos_id)}, eos_col);
+    }
+    auto cand = lprobs + torch::tensor(scores, torch::kFloat).to(device).unsqueeze(1);  // [N, V]
+    auto [top_scores, top_index] = cand.view({n_live, k * vocab}).topk(std::min<int64_t>(2 * k, k * vocab), -1);
+    top_scores = top_scores.to(torch::kCPU).contiguous();  // [n_live, 2k]
+    top_index = top_index.to(torch::kCPU).contiguous();
+    const int64_t width = top_scores.size(1);
+    auto* sc = top_scores.data_ptr<float>();
+    auto* ix = top_index.data_ptr<int64_t>();
+
+    std::vector<int64_t> next_rows, next_live, next_tokens;
+    std::vector<float> next_scores;
+    std::vector<std::vector<int64_t>> next_prefixes;
+    for (int64_t s = 0; s < n_live; ++s) {
+      const int64_t sentence = live[s];
+      auto& done = finished[sentence];
+      std::vector<int64_t> rows, tokens;
+      std::vector<float> kept_scores;
+      for (int64_t c = 0; c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
+        const float score = sc[s * width + c];
+        if (!std::isfinite(score)) break;
+        const int64_t beam = ix[s * width + c] / vocab;
+        const int64_t token = ix[s * width + c] % vocab;
+        const int64_t row = s * k + beam;
+        if (token == options.eos_id) {
+          if (static_cast<int64_t>(done.size()) < k) {
+            Hypothesis h;
+            h.tokens = prefixes[row];
+            h.log_prob = score;
+            h.score = score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
+            done.push_back(std::move(h));
+          }
+        } else {
+          rows.push_back(row);
+          tokens.push_back(token);
+          kept_scores.push_back(score);
+        }
+      }
+      // A sentence is finished once it holds k complete hypotheses (fairseq's criterion).
+      if (static_cast<int64_t>(done.size()) >= k || rows.empty()) continue;
+      while (static_cast<int64_t>(rows.size()) < k) {  // pad the beam with a dead copy
+        rows.push_back(rows.back());
+        tokens.push_back(tokens.back());
+        kept_scores.push_back(-std::numeric_limits<float>::infinity());
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        next_rows.push_back(rows[j]);
+        next_tokens.push_back(tokens[j]);
+        next_scores.push_back(kept_scores[j]);
+        auto prefix = prefixes[rows[j]];
+        prefix.push_back(tokens[j]);
+        next_prefixes.push_back(std::move(prefix));
+      }
+      next_live.push_back(sentence);
+    }
+    if (next_live.empty()) break;
+    decoder.select(index_tensor(next_rows, device));
+    live = std::move(next_live);
+    prefixes = std::move(next_prefixes);
+    scores = std::move(next_scores);
+    last = index_tensor(next_tokens, device);
+  }
+  for (auto& hyps : finished) {
+    std::stable_sort(hyps.begin(), hyps.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+    if (static_cast<int64_t>(hyps.size()) > options.nbest) hyps.resize(options.nbest);
+  }
+  return finished;
+}
+
+SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
+  return options.beam_size == 1 ? greedy_search(decoder, src, options) : beam_search(decoder, src, options);
+}
+
+}  // namespace torchmt

@@ -1,0 +1,49 @@
+#include "torchmt/decoding/transformer_decoder.h"
+
+#include <torch/torch.h>
+
+#include "torchmt/model/masks.h"
+
+namespace torchmt {
+
+TransformerDecoder::TransformerDecoder(Transformer model, bool use_cache)
+    : model_(std::move(model)), use_cache_(use_cache) {}
+
+at::Device TransformerDecoder::device() const { return model_->fc_out->weight.device(); }
+
+void TransformerDecoder::start(const at::Tensor& src) {
+  torch::NoGradGuard no_grad;
+  src_mask_ = make_padding_mask(src, model_->config().pad_id);  // [B, 1, 1, S]
+  memory_ = model_->encode(src, src_mask_);                     // [B, S, D]
+  if (use_cache_) {
+    cache_ = model_->start_cache(memory_, src_mask_);
+    memory_ = at::Tensor();  // the cache holds the projected K/V; free the rest
+  } else {
+    prefix_ = torch::empty({src.size(0), 0}, src.options());
+  }
+}
+
+at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
+  torch::NoGradGuard no_grad;
+  at::Tensor logits;
+  if (use_cache_) {
+    logits = model_->decode_step(last_tokens, cache_);  // [N, V]
+  } else {
+    prefix_ = torch::cat({prefix_, last_tokens.unsqueeze(1)}, 1);  // [N, t]
+    auto hidden = model_->decode(prefix_, memory_, src_mask_, make_causal_mask(prefix_.size(1), prefix_.device()));
+    logits = model_->fc_out(hidden.select(1, -1));  // [N, V]
+  }
+  return torch::log_softmax(logits.to(torch::kFloat), -1);
+}
+
+void TransformerDecoder::select(const at::Tensor& index) {
+  if (use_cache_) {
+    cache_.select(index);
+  } else {
+    memory_ = memory_.index_select(0, index);
+    src_mask_ = src_mask_.index_select(0, index);
+    prefix_ = prefix_.index_select(0, index);
+  }
+}
+
+}  // namespace torchmt

@@ -1,0 +1,59 @@
+#include "torchmt/training/adam_optimizer.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#define TORCHMT_HAS_FUSED_ADAM (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+namespace torchmt {
+
+AdamOptimizer::AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options)
+    : params_(std::move(params)), options_(options) {
+  for (const auto& p : params_) {
+    exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    steps_.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
+  }
+}
+
+void AdamOptimizer::zero_grad() {
+  for (auto& p : params_) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+void AdamOptimizer::step(double lr) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> params, grads, m, v, steps;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    params.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    m.push_back(exp_avg_[i]);
+    v.push_back(exp_avg_sq_[i]);
+    steps.push_back(steps_[i]);
+  }
+  if (params.empty()) return;
+  at::_foreach_add_(steps, 1.0);  // the kernels read the already-incremented step
+#if TORCHMT_HAS_FUSED_ADAM
+  at::_fused_adam_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
+                   options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+  // Multi-tensor fallback with the same arithmetic as torch.optim.Adam(foreach=True).
+  const double step = steps[0].item<double>();
+  if (options_.weight_decay != 0.0) grads = at::_foreach_add(grads, params, options_.weight_decay);
+  at::_foreach_lerp_(m, grads, 1.0 - options_.beta1);
+  at::_foreach_mul_(v, options_.beta2);
+  at::_foreach_addcmul_(v, grads, grads, 1.0 - options_.beta2);
+  const double bias1 = 1.0 - std::pow(options_.beta1, step);
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, step));
+  auto denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, bias2_sqrt);
+  at::_foreach_add_(denom, options_.eps);
+  at::_foreach_addcdiv_(params, m, denom, -lr / bias1);
+#endif
+}
+
+}  // namespace torchmt

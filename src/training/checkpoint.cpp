@@ -1,0 +1,226 @@
+#include "torchmt/training/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <unordered_set>
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "torchmt/training/adam_optimizer.h"
+
+namespace torchmt {
+namespace {
+
+constexpr const char* kFormat = "torchmt-checkpoint";
+constexpr int64_t kFormatVersion = 1;
+
+using Dict = c10::impl::GenericDict;
+
+Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
+
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot write checkpoint " + tmp);
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("failed writing checkpoint " + tmp + " (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  // Persist the rename itself.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open checkpoint " + path);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+Dict read_checkpoint_dict(const std::string& path) {
+  auto bytes = read_file(path);
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + path + " is corrupt or truncated (" +
+                             std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")");
+  }
+  if (!value.isGenericDict()) throw std::runtime_error(path + " is not a torchmt checkpoint");
+  Dict dict = value.toGenericDict();
+  if (!dict.contains("format") || !dict.at("format").isString() || dict.at("format").toStringRef() != kFormat)
+    throw std::runtime_error(path + " is not a torchmt checkpoint");
+  if (dict.at("format_version").toInt() > kFormatVersion)
+    throw std::runtime_error(path + " was written by a newer torchmt (format version " +
+                             std::to_string(dict.at("format_version").toInt()) + ")");
+  return dict;
+}
+
+std::string get_string(const Dict& d, const std::string& key) {
+  return d.contains(key) ? d.at(key).toStringRef() : std::string();
+}
+
+CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
+  CheckpointMeta meta;
+  try {
+    meta.model = ModelConfig::from_json(get_string(dict, "model_config"));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + path + " has an invalid model config: " + e.what());
+  }
+  meta.train_config = get_string(dict, "train_config");
+  meta.src_spm_path = get_string(dict, "src_spm_path");
+  meta.src_spm_checksum = get_string(dict, "src_spm_checksum");
+  meta.src_spm_model = get_string(dict, "src_spm_model");
+  meta.tgt_spm_path = get_string(dict, "tgt_spm_path");
+  meta.tgt_spm_checksum = get_string(dict, "tgt_spm_checksum");
+  meta.tgt_spm_model = get_string(dict, "tgt_spm_model");
+  auto pos = dict.at("position").toGenericDict();
+  meta.position.step = pos.at("step").toInt();
+  meta.position.epoch = pos.at("epoch").toInt();
+  meta.position.batch_index = pos.at("batch_index").toInt();
+  meta.position.best_bleu = pos.at("best_bleu").toDouble();
+  meta.position.best_loss = pos.at("best_loss").toDouble();
+  meta.position.train_seconds = pos.at("train_seconds").toDouble();
+  return meta;
+}
+
+void load_weights(const Dict& dict, Transformer& model, const std::string& path) {
+  auto weights = dict.at("model").toGenericDict();
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    if (!weights.contains(p.key())) throw std::runtime_error("checkpoint " + path + " lacks parameter " + p.key());
+    auto t = weights.at(p.key()).toTensor();
+    if (t.sizes() != p.value().sizes()) {
+      throw std::runtime_error("checkpoint " + path + ": parameter " + p.key() + " has shape " +
+                               c10::str(t.sizes()) + " but the model expects " + c10::str(p.value().sizes()));
+    }
+    p.value().copy_(t);
+  }
+}
+
+}  // namespace
+
+std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module) {
+  std::unordered_set<const void*> seen;
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  }
+  return out;
+}
+
+void save_checkpoint(const std::string& path, const Transformer& model, AdamOptimizer* optimizer,
+                     const CheckpointMeta& meta) {
+  Dict dict = new_dict();
+  dict.insert("format", std::string(kFormat));
+  dict.insert("format_version", kFormatVersion);
+  dict.insert("model_config", meta.model.to_json());
+  dict.insert("train_config", meta.train_config);
+  dict.insert("src_spm_path", meta.src_spm_path);
+  dict.insert("src_spm_checksum", meta.src_spm_checksum);
+  dict.insert("src_spm_model", meta.src_spm_model);
+  dict.insert("tgt_spm_path", meta.tgt_spm_path);
+  dict.insert("tgt_spm_checksum", meta.tgt_spm_checksum);
+  dict.insert("tgt_spm_model", meta.tgt_spm_model);
+
+  Dict position = new_dict();
+  position.insert("step", meta.position.step);
+  position.insert("epoch", meta.position.epoch);
+  position.insert("batch_index", meta.position.batch_index);
+  position.insert("best_bleu", meta.position.best_bleu);
+  position.insert("best_loss", meta.position.best_loss);
+  position.insert("train_seconds", meta.position.train_seconds);
+  dict.insert("position", position);
+
+  c10::Dict<std::string, at::Tensor> weights;
+  for (const auto& p : model->named_parameters()) weights.insert(p.key(), p.value().detach().to(torch::kCPU));
+  dict.insert("model", weights);
+
+  if (optimizer) {
+    auto to_list = [](const std::vector<at::Tensor>& v) {
+      c10::List<at::Tensor> list;
+      for (const auto& t : v) list.push_back(t.detach().to(torch::kCPU));
+      return list;
+    };
+    Dict opt = new_dict();
+    opt.insert("exp_avg", to_list(optimizer->exp_avg()));
+    opt.insert("exp_avg_sq", to_list(optimizer->exp_avg_sq()));
+    opt.insert("steps", to_list(optimizer->steps()));
+    dict.insert("optimizer", opt);
+    // RNG states: dropout masks after a resume continue the same stream.
+    Dict rng = new_dict();
+    rng.insert("cpu", at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state());
+    if (torch::cuda::is_available()) {
+      c10::List<at::Tensor> cuda_states;
+      for (size_t i = 0; i < torch::cuda::device_count(); ++i)
+        cuda_states.push_back(
+            at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))).get_state());
+      rng.insert("cuda", cuda_states);
+    }
+    dict.insert("rng", rng);
+  }
+  write_file_atomically(path, torch::pickle_save(c10::IValue(dict)));
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device) {
+  if (!std::filesystem::exists(path)) throw std::runtime_error("checkpoint not found: " + path);
+  Dict dict = read_checkpoint_dict(path);
+  LoadedCheckpoint out;
+  out.meta = read_meta(dict, path);
+  out.model = Transformer(out.meta.model);
+  load_weights(dict, out.model, path);
+  out.model->to(device);
+  out.model->eval();
+  return out;
+}
+
+CheckpointMeta restore_training_state(const std::string& path, Transformer& model, AdamOptimizer& optimizer) {
+  Dict dict = read_checkpoint_dict(path);
+  CheckpointMeta meta = read_meta(dict, path);
+  if (meta.model.to_json() != model->config().to_json()) {
+    throw std::runtime_error("checkpoint " + path + " holds a different model shape than the one configured");
+  }
+  load_weights(dict, model, path);
+  if (!dict.contains("optimizer")) throw std::runtime_error("checkpoint " + path + " has no optimizer state to resume");
+  auto opt = dict.at("optimizer").toGenericDict();
+  torch::NoGradGuard no_grad;
+  auto restore = [&](const char* key, std::vector<at::Tensor>& into) {
+    auto list = opt.at(key).toTensorList();
+    if (list.size() != into.size()) throw std::runtime_error("checkpoint " + path + ": optimizer state does not match");
+    for (size_t i = 0; i < into.size(); ++i) into[i].copy_(list.get(i));
+  };
+  restore("exp_avg", optimizer.exp_avg());
+  restore("exp_avg_sq", optimizer.exp_avg_sq());
+  restore("steps", optimizer.steps());
+  auto rng = dict.at("rng").toGenericDict();
+  // Generators are handles: a copy sets the state of the default generator itself.
+  at::Generator cpu_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  cpu_gen.set_state(rng.at("cpu").toTensor());
+  if (rng.contains("cuda") && torch::cuda::is_available()) {
+    auto states = rng.at("cuda").toTensorList();
+    for (size_t i = 0; i < states.size() && i < torch::cuda::device_count(); ++i) {
+      at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+      gen.set_state(states.get(i));
+    }
+  }
+  return meta;
+}
+
+}  // namespace torchmt

@@ -1,0 +1,117 @@
+#include "torchmt/training/metrics_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace torchmt {
+namespace {
+
+constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds";
+
+std::string fmt(double v, int precision = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+// One polyline panel: x = step, y = each series; returns SVG elements.
+std::string panel(const std::vector<ValidationRecord>& r, double x0, double y0, double w, double h,
+                  const std::string& title, const std::vector<std::pair<std::string, std::vector<double>>>& series,
+                  const std::vector<std::string>& colors) {
+  double max_step = 1, lo = 1e300, hi = -1e300;
+  for (const auto& rec : r) max_step = std::max(max_step, static_cast<double>(rec.step));
+  for (const auto& s : series)
+    for (double v : s.second)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (lo > hi) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1;
+  const double pad = 0.05 * (hi - lo);
+  lo -= pad;
+  hi += pad;
+  auto px = [&](double step) { return x0 + 50 + (w - 60) * step / max_step; };
+  auto py = [&](double v) { return y0 + 30 + (h - 60) * (1 - (v - lo) / (hi - lo)); };
+  std::ostringstream o;
+  o << "<text x='" << x0 + w / 2 << "' y='" << y0 + 18 << "' text-anchor='middle' font-size='14'>" << title
+    << "</text>\n";
+  o << "<rect x='" << x0 + 50 << "' y='" << y0 + 30 << "' width='" << w - 60 << "' height='" << h - 60
+    << "' fill='none' stroke='#999'/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double v = lo + (hi - lo) * i / 4;
+    o << "<text x='" << x0 + 45 << "' y='" << py(v) + 4 << "' text-anchor='end' font-size='10'>" << fmt(v, 2)
+      << "</text>\n";
+    const double s = max_step * i / 4;
+    o << "<text x='" << px(s) << "' y='" << y0 + h - 15 << "' text-anchor='middle' font-size='10'>"
+      << static_cast<int64_t>(s) << "</text>\n";
+  }
+  o << "<text x='" << x0 + w / 2 << "' y='" << y0 + h - 2 << "' text-anchor='middle' font-size='11'>step</text>\n";
+  for (size_t si = 0; si < series.size(); ++si) {
+    o << "<polyline fill='none' stroke-width='2' stroke='" << colors[si] << "' points='";
+    for (size_t i = 0; i < r.size(); ++i)
+      if (std::isfinite(series[si].second[i])) o << px(static_cast<double>(r[i].step)) << "," << py(series[si].second[i]) << " ";
+    o << "'/>\n";
+    o << "<text x='" << x0 + 60 + 110 * si << "' y='" << y0 + 45 << "' font-size='11' fill='" << colors[si] << "'>"
+      << series[si].first << "</text>\n";
+  }
+  return o.str();
+}
+
+}  // namespace
+
+std::string render_curves_svg(const std::vector<ValidationRecord>& r) {
+  std::vector<double> train, valid, bleu;
+  for (const auto& rec : r) {
+    train.push_back(rec.train_loss);
+    valid.push_back(rec.valid_loss);
+    bleu.push_back(rec.valid_bleu);
+  }
+  std::ostringstream o;
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='340' font-family='sans-serif'>\n"
+    << "<rect width='100%' height='100%' fill='white'/>\n";
+  o << panel(r, 0, 0, 450, 340, "loss per target token", {{"train (smoothed)", train}, {"valid (NLL)", valid}},
+             {"#1f77b4", "#d62728"});
+  o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}}, {"#2ca02c"});
+  o << "</svg>\n";
+  return o.str();
+}
+
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t resume_step)
+    : csv_path_(run_dir + "/metrics.csv"), svg_path_(run_dir + "/curves.svg") {
+  std::ifstream in(csv_path_);
+  std::string line;
+  if (!std::getline(in, line)) return;
+  while (std::getline(in, line)) {
+    ValidationRecord rec;
+    char comma;
+    std::istringstream ls(line);
+    ls >> rec.step >> comma >> rec.epoch >> comma >> rec.train_loss >> comma >> rec.valid_loss >> comma >>
+        rec.valid_ppl >> comma >> rec.valid_bleu >> comma >> rec.tokens_per_sec >> comma >> rec.wall_seconds;
+    if (ls && rec.step <= resume_step) records_.push_back(rec);
+  }
+}
+
+void MetricsLog::add(const ValidationRecord& record) {
+  records_.push_back(record);
+  std::ostringstream csv;
+  csv << kHeader << "\n";
+  for (const auto& r : records_) {
+    csv << r.step << "," << r.epoch << "," << fmt(r.train_loss) << "," << fmt(r.valid_loss) << "," << fmt(r.valid_ppl)
+        << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "\n";
+  }
+  write_atomically(csv_path_, csv.str());
+  write_atomically(svg_path_, render_curves_svg(records_));
+}
+
+}  // namespace torchmt
