@@ -1,0 +1,45 @@
+#pragma once
+// Line-oriented reading of plain or gzip-compressed UTF-8 text (zlib reads both
+// transparently, so `.gz` needs no special casing by the caller).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torchmt {
+
+// Streams lines one at a time, so that a large corpus need not fit in memory (the vocab
+// trainer samples from it). Strips the trailing "\n" and "\r\n".
+class LineReader {
+ public:
+  // Throws std::runtime_error naming the file when it is missing or unreadable.
+  explicit LineReader(const std::string& path);
+  ~LineReader();
+  LineReader(LineReader&&) noexcept;
+  LineReader& operator=(LineReader&&) noexcept;
+
+  // Reads the next line into `line`; false at end of file. Throws on a read error.
+  bool next(std::string& line);
+  int64_t line_number() const { return line_number_; }  // lines returned so far
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Handle;
+  std::unique_ptr<Handle> handle_;
+  std::string path_;
+  int64_t line_number_ = 0;
+};
+
+// Every line of a plain or .gz file.
+std::vector<std::string> read_lines(const std::string& path);
+
+// Number of lines, without keeping them.
+int64_t count_lines(const std::string& path);
+
+// Strict UTF-8 check: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool is_valid_utf8(const std::string& text);
+
+// Writes `lines` (each followed by "\n"), gzip-compressed when `path` ends in ".gz".
+void write_lines(const std::string& path, const std::vector<std::string>& lines);
+
+}  // namespace torchmt

@@ -1,0 +1,62 @@
+#pragma once
+// SentencePiece BPE: training a vocabulary and the Tokenizer that wraps a trained model.
+// The SentencePiece headers stay in src/data/tokenizer.cpp (pimpl).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "torchmt/data/special_ids.h"
+
+namespace torchmt {
+
+struct VocabTrainingOptions {
+  std::vector<std::string> inputs;  // plain or .gz text files, one sentence per line
+  std::string model_prefix;         // writes <prefix>.model and <prefix>.vocab
+  int vocab_size = 8000;
+  // Sentences sampled from the inputs (reservoir sampling), so a large corpus does not
+  // exhaust memory; sampling is seeded, so training stays deterministic.
+  int64_t input_sentence_size = 2000000;
+  uint32_t seed = 1;
+  double character_coverage = 1.0;  // 1.0: every character of the input gets a piece
+  std::string model_type = "bpe";
+  int num_threads = 0;  // 0: hardware concurrency
+};
+
+// Trains with the SentencePiece C++ trainer API, special ids pad 0, unk 1, bos 2, eos 3.
+// Same options and inputs -> byte-identical model. Throws std::runtime_error naming the
+// input or output file on failure.
+void train_bpe_vocab(const VocabTrainingOptions& options);
+
+class Tokenizer {
+ public:
+  // Throws std::runtime_error naming the file when it is missing, not a SentencePiece
+  // model, or its special ids are not pad 0, unk 1, bos 2, eos 3.
+  static Tokenizer load(const std::string& model_path);
+  // For models embedded in checkpoints and exports.
+  static Tokenizer from_serialized(const std::string& model_proto);
+
+  // Ids without bos/eos.
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::vector<std::string> encode_pieces(const std::string& text) const;
+  // pad, bos and eos are skipped, so a padded or complete hypothesis decodes as is.
+  std::string decode(const std::vector<int64_t>& ids) const;
+  std::string id_to_piece(int64_t id) const;
+  int64_t piece_to_id(const std::string& piece) const;  // kUnkId when absent
+  float piece_score(int64_t id) const;
+  int64_t vocab_size() const;
+
+  const std::string& serialized() const;  // the model proto bytes
+  std::string checksum() const;           // 16 hex digits, FNV-1a 64 of serialized()
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  static std::shared_ptr<const Impl> make_impl(const std::string& proto, const std::string& what);
+  std::shared_ptr<const Impl> impl_;  // shared: copies are cheap, the model is immutable
+};
+
+// 64-bit FNV-1a, as 16 lowercase hex digits.
+std::string fnv1a_hex(const std::string& bytes);
+
+}  // namespace torchmt

@@ -1,0 +1,221 @@
+#include "torchmt/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "torchmt/data/text_file.h"
+
+namespace torchmt {
+
+std::string fnv1a_hex(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+namespace {
+
+// Feeds the trainer every line of every input in turn, streaming, so that SentencePiece's own
+// reservoir sampling (input_sentence_size) bounds the memory, and .gz needs no temp file.
+class FileSentenceIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit FileSentenceIterator(std::vector<std::string> paths) : paths_(std::move(paths)) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return status_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  void advance() {
+    try {
+      while (true) {
+        if (!reader_) {
+          if (next_path_ >= paths_.size()) {
+            done_ = true;
+            return;
+          }
+          reader_ = std::make_unique<LineReader>(paths_[next_path_++]);
+        }
+        if (reader_->next(line_)) {
+          if (!line_.empty()) return;  // empty lines carry nothing to learn from
+          continue;
+        }
+        reader_.reset();
+      }
+    } catch (const std::exception& e) {
+      // Exceptions must not cross SentencePiece's frames: report through status().
+      error_ = e.what();
+      status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, error_);
+      done_ = true;
+    }
+  }
+
+  std::vector<std::string> paths_;
+  size_t next_path_ = 0;
+  std::unique_ptr<LineReader> reader_;
+  std::string line_;
+  bool done_ = false;
+  std::string error_;
+  sentencepiece::util::Status status_;
+};
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+  std::string serialized;
+  std::string checksum;
+};
+
+void train_bpe_vocab(const VocabTrainingOptions& options) {
+  if (options.inputs.empty()) throw std::runtime_error("no input files to train a vocabulary on");
+  if (options.model_prefix.empty()) throw std::runtime_error("no output prefix for the vocabulary");
+  for (const auto& path : options.inputs) {
+    if (!std::filesystem::exists(path)) throw std::runtime_error("input file '" + path + "' not found");
+  }
+  int threads = options.num_threads > 0 ? options.num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  std::unordered_map<std::string, std::string> args = {
+      {"model_type", options.model_type},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"character_coverage", std::to_string(options.character_coverage)},
+      {"input_sentence_size", std::to_string(options.input_sentence_size)},
+      {"shuffle_input_sentence", "true"},
+      {"pad_id", std::to_string(kPadId)},
+      {"unk_id", std::to_string(kUnkId)},
+      {"bos_id", std::to_string(kBosId)},
+      {"eos_id", std::to_string(kEosId)},
+      {"pad_piece", "<pad>"},
+      {"unk_piece", "<unk>"},
+      {"bos_piece", "<s>"},
+      {"eos_piece", "</s>"},
+      {"num_threads", std::to_string(std::max(1, threads))},
+      {"minloglevel", "1"},  // SentencePiece's INFO lines would drown the CLI's output
+  };
+  // Seeds the sampling of input_sentence_size sentences: same seed and input -> same model.
+  sentencepiece::SetRandomGeneratorSeed(options.seed);
+  FileSentenceIterator sentences(options.inputs);
+  // No model_prefix: the trainer hands back the proto, which then records no output path,
+  // so the same data gives byte-identical models (and checksums) wherever they are written.
+  std::string proto;
+  auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &proto);
+  if (!sentences.error().empty()) throw std::runtime_error(sentences.error());
+  if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + std::string(status.message()));
+
+  Tokenizer tok = Tokenizer::from_serialized(proto);
+  std::filesystem::path prefix(options.model_prefix);
+  if (prefix.has_parent_path()) std::filesystem::create_directories(prefix.parent_path());
+  write_file(options.model_prefix + ".model", proto);
+  // The .vocab file is for people: piece <tab> score, as spm_train writes it.
+  std::ostringstream vocab;
+  for (int64_t id = 0; id < tok.vocab_size(); ++id) {
+    vocab << tok.id_to_piece(id) << "\t" << tok.piece_score(id) << "\n";
+  }
+  write_file(options.model_prefix + ".vocab", vocab.str());
+}
+
+Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+std::shared_ptr<const Tokenizer::Impl> Tokenizer::make_impl(const std::string& proto, const std::string& what) {
+  auto impl = std::make_shared<Tokenizer::Impl>();
+  auto status = impl->sp.LoadFromSerializedProto(proto);
+  if (!status.ok()) throw std::runtime_error(what + " is not a SentencePiece model (" + status.message() + ")");
+  auto& sp = impl->sp;
+  if (sp.pad_id() != kPadId || sp.unk_id() != kUnkId || sp.bos_id() != kBosId || sp.eos_id() != kEosId) {
+    throw std::runtime_error(what + " has special ids pad " + std::to_string(sp.pad_id()) + ", unk " +
+                             std::to_string(sp.unk_id()) + ", bos " + std::to_string(sp.bos_id()) + ", eos " +
+                             std::to_string(sp.eos_id()) +
+                             "; torchmt needs pad 0, unk 1, bos 2, eos 3 (train it with 'torchmt vocab')");
+  }
+  impl->serialized = proto;
+  impl->checksum = fnv1a_hex(proto);
+  return impl;
+}
+
+Tokenizer Tokenizer::load(const std::string& model_path) {
+  std::ifstream in(model_path, std::ios::binary);
+  if (!in) throw std::runtime_error("tokenizer model '" + model_path + "' not found or unreadable");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) throw std::runtime_error("tokenizer model '" + model_path + "' is empty");
+  return Tokenizer(make_impl(bytes, "'" + model_path + "'"));
+}
+
+Tokenizer Tokenizer::from_serialized(const std::string& model_proto) {
+  return Tokenizer(make_impl(model_proto, "the embedded tokenizer model"));
+}
+
+std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+  std::vector<int> ids;
+  auto status = impl_->sp.Encode(text, &ids);
+  if (!status.ok()) throw std::runtime_error("cannot encode text: " + std::string(status.message()));
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+std::vector<std::string> Tokenizer::encode_pieces(const std::string& text) const {
+  std::vector<std::string> pieces;
+  auto status = impl_->sp.Encode(text, &pieces);
+  if (!status.ok()) throw std::runtime_error("cannot encode text: " + std::string(status.message()));
+  return pieces;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::vector<int> kept;
+  kept.reserve(ids.size());
+  const int64_t size = vocab_size();
+  for (int64_t id : ids) {
+    if (id == kPadId || id == kBosId || id == kEosId) continue;
+    // An id outside the vocabulary (a model trained on another one) decodes as unknown
+    // rather than crashing the decoder.
+    kept.push_back(static_cast<int>(id >= 0 && id < size ? id : kUnkId));
+  }
+  std::string text;
+  auto status = impl_->sp.Decode(kept, &text);
+  if (!status.ok()) throw std::runtime_error("cannot decode ids: " + std::string(status.message()));
+  return text;
+}
+
+std::string Tokenizer::id_to_piece(int64_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
+                            std::to_string(vocab_size()));
+  }
+  return impl_->sp.IdToPiece(static_cast<int>(id));
+}
+
+int64_t Tokenizer::piece_to_id(const std::string& piece) const { return impl_->sp.PieceToId(piece); }
+
+float Tokenizer::piece_score(int64_t id) const {
+  if (id < 0 || id >= vocab_size()) throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
+  return impl_->sp.GetScore(static_cast<int>(id));
+}
+
+int64_t Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
+
+const std::string& Tokenizer::serialized() const { return impl_->serialized; }
+
+std::string Tokenizer::checksum() const { return impl_->checksum; }
+
+}  // namespace torchmt
