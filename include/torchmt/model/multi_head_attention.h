@@ -4,7 +4,8 @@
 //
 // Two paths compute the same function:
 //  - fused: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA),
-//    used whenever the weights are not requested;
+//    used whenever the weights are not requested, except on CPU where it is slower (bf16,
+//    or training with dropout: see use_fused_kernel);
 //  - explicit: softmax(QK^T / sqrt(d_k)) V, which also returns the weights (pictures).
 // Masks follow torchmt/model/masks.h (bool, true = may attend). A query whose keys are all
 // masked attends to all of them instead of producing NaN.
@@ -51,6 +52,10 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
 
  private:
   torch::Tensor merge_heads(const torch::Tensor& x) const;
+  bool use_fused_kernel(const torch::Tensor& q) const;
+  // softmax(QK^T / sqrt(d_k)) V on heads -> [B, H, Tq, d_k]; stores the weights if asked.
+  torch::Tensor attend_explicit(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const torch::Tensor& mask, torch::Tensor* weights_out);
 };
 TORCH_MODULE(MultiHeadAttention);
 
