@@ -121,6 +121,7 @@ TrainSummary Trainer::run() {
   const TrainOptions& o = options_;
   using Clock = std::chrono::steady_clock;
   Progress progress(o.log_every);
+  StopSignals signals;  // from here on SIGINT/SIGTERM end the run with a checkpoint
   fs::create_directories(o.out);
   const std::string run_dir = o.out;
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
@@ -211,7 +212,6 @@ TrainSummary Trainer::run() {
 
   MetricsLog metrics(run_dir, meta.position.step);
   TrainSummary summary;
-  StopSignals signals;
   const double seconds_before = meta.position.train_seconds;
   double train_seconds = 0;  // this process, training steps only
   double window_loss = 0;
@@ -369,6 +369,7 @@ TrainSummary Trainer::run() {
     total_tokens += step_tokens;
     window_loss += loss;
     window_tokens += step_tokens;
+    summary.last_train_loss = loss / static_cast<double>(std::max<int64_t>(1, step_tokens));
     window_steps += 1;
 
     char buf[256];

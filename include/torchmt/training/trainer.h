@@ -14,6 +14,7 @@ struct TrainSummary {
   int64_t steps = 0;
   int64_t epochs_completed = 0;
   double best_bleu = -1, last_bleu = -1, last_valid_loss = 0;
+  double last_train_loss = 0;  // label-smoothed loss per target token of the last update
   double train_seconds = 0;
   double tokens_per_sec = 0;
   bool interrupted = false;  // stopped by SIGINT/SIGTERM (checkpoint saved)

@@ -1,0 +1,102 @@
+// torchmt translate: raw sentences in (stdin or -i), translations out (stdout or -o), one
+// line per input line in input order. Progress and timing go to stderr.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "cli_options.h"
+#include "torchmt/decoding/attention_svg.h"
+#include "translation_session.h"
+
+namespace torchmt::cli {
+namespace {
+
+void write_attention_picture(Translator& translator, const std::string& source, const Translation& translation,
+                             const std::string& path, int64_t layer, int64_t head) {
+  if (translation.hypotheses.empty()) throw std::runtime_error("--attention-svg: the first input line is empty");
+  const auto& ids = translation.hypotheses.front().tokens;
+  auto weights = translator.cross_attention(source, ids, layer, head);  // [T, S]
+  std::vector<std::string> target_labels;
+  for (auto id : ids) target_labels.push_back(translator.tgt_tokenizer().id_to_piece(id));
+  target_labels.push_back("</s>");
+  std::vector<std::string> source_labels;
+  for (auto id : translator.encode_source(source)) source_labels.push_back(translator.src_tokenizer().id_to_piece(id));
+  // Row t of the weights is the decoder input at t (bos + prefix), predicting target t.
+  std::string title = "cross-attention, decoder layer " + (layer < 0 ? std::string("last") : std::to_string(layer)) +
+                      ", " + (head < 0 ? std::string("mean of heads") : "head " + std::to_string(head));
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << render_attention_svg(weights, target_labels, source_labels, title);
+}
+
+int run_translate(int argc, char** argv) {
+  cxxopts::Options options(argv[0], "Translate sentences with a trained model (checkpoint or TorchScript export).");
+  add_translation_flags(options);
+  options.add_options("io")("i,input", "input file (plain or .gz), - for stdin",
+                            cxxopts::value<std::string>()->default_value("-"))(
+      "o,output", "output file, - for stdout", cxxopts::value<std::string>()->default_value("-"))(
+      "attention-svg", "write the cross-attention heatmap of the first sentence to this SVG file",
+      cxxopts::value<std::string>())("attention-layer", "decoder layer for the picture (-1 = last)",
+                                     cxxopts::value<int64_t>()->default_value("-1"))(
+      "attention-head", "head for the picture (-1 = mean over heads)", cxxopts::value<int64_t>()->default_value("-1"));
+  int code = kExitOk;
+  auto r = parse_flags(options, argc, argv, code);
+  if (!r) return code;
+  std::unique_ptr<TranslationSession> session;
+  try {
+    session = std::make_unique<TranslationSession>(*r);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
+    return kExitUsage;
+  }
+  const std::string input = (*r)["input"].as<std::string>();
+  auto lines = read_input_lines(input);
+
+  const auto start = std::chrono::steady_clock::now();
+  auto translations = session->translate(lines);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const std::string output = (*r)["output"].as<std::string>();
+  std::ofstream file;
+  if (output != "-") {
+    file.open(output);
+    if (!file) throw std::runtime_error("cannot write " + output);
+  }
+  std::ostream& out = output == "-" ? std::cout : file;
+  const bool nbest = session->options().search.nbest > 1;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < translations.size(); ++i) {
+    const auto& t = translations[i];
+    for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
+    if (!nbest) {
+      out << t.texts.front() << "\n";
+      continue;
+    }
+    // Moses n-best format: index ||| hypothesis ||| score
+    for (size_t j = 0; j < t.texts.size(); ++j)
+      out << i << " ||| " << t.texts[j] << " ||| " << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
+  }
+  out.flush();
+  size_t truncated = 0;
+  for (const auto& t : translations) truncated += t.truncated ? 1 : 0;
+  if (truncated > 0)
+    std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
+  std::cerr << "translated " << lines.size() << " lines in " << seconds << " s ("
+            << static_cast<int64_t>(lines.size() / std::max(seconds, 1e-9)) << " sentences/s, "
+            << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s)\n";
+
+  if (r->count("attention-svg")) {
+    if (!session->native()) throw std::runtime_error("--attention-svg needs a checkpoint, not an export");
+    if (lines.empty()) throw std::runtime_error("--attention-svg: no input");
+    write_attention_picture(*session->native(), lines[0], translations[0], (*r)["attention-svg"].as<std::string>(),
+                            (*r)["attention-layer"].as<int64_t>(), (*r)["attention-head"].as<int64_t>());
+  }
+  return kExitOk;
+}
+
+const CommandRegistration registration({"translate", "translate sentences (greedy or beam search)", run_translate, 30});
+
+}  // namespace
+}  // namespace torchmt::cli

@@ -1,0 +1,210 @@
+// Greedy and beam search over a scripted fake decoder whose next-token probabilities the
+// test chooses (fairseq tests/utils.py style), then over a real (random) Transformer.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <random>
+
+#include <torch/torch.h>
+
+#include "torchmt/decoding/search.h"
+#include "torchmt/decoding/transformer_decoder.h"
+
+namespace torchmt {
+namespace {
+
+constexpr int64_t kVocab = 6;  // 0 pad, 1 unk, 2 bos, 3 eos, 4 "a", 5 "b"
+constexpr int64_t A = 4, B = 5, EOS = 3;
+
+// Probabilities as a function of (sentence id, prefix so far). The sentence id is the
+// first source token, so one batch can mix scripted scenarios.
+using Script = std::function<std::vector<double>(int64_t sentence, const std::vector<int64_t>& prefix)>;
+
+class ScriptedDecoder : public IncrementalDecoder {
+ public:
+  explicit ScriptedDecoder(Script script) : script_(std::move(script)) {}
+  void start(const at::Tensor& src) override {
+    rows_.clear();
+    for (int64_t i = 0; i < src.size(0); ++i) rows_.push_back({src[i][0].item<int64_t>(), {}});
+    started_ = true;
+  }
+  at::Tensor step(const at::Tensor& last_tokens) override {
+    EXPECT_EQ(last_tokens.size(0), static_cast<int64_t>(rows_.size()));
+    auto out = torch::empty({static_cast<int64_t>(rows_.size()), kVocab});
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      const int64_t tok = last_tokens[static_cast<int64_t>(r)].item<int64_t>();
+      if (tok != 2) rows_[r].prefix.push_back(tok);
+      auto p = script_(rows_[r].sentence, rows_[r].prefix);
+      for (int64_t v = 0; v < kVocab; ++v) out[static_cast<int64_t>(r)][v] = std::log(std::max(p[v], 1e-30));
+    }
+    steps_ += 1;
+    rows_stepped_ += static_cast<int64_t>(rows_.size());
+    return out;
+  }
+  void select(const at::Tensor& index) override {
+    std::vector<Row> next;
+    for (int64_t i = 0; i < index.size(0); ++i) next.push_back(rows_[index[i].item<int64_t>()]);
+    rows_ = std::move(next);
+  }
+  at::Device device() const override { return torch::kCPU; }
+  int64_t rows_stepped() const { return rows_stepped_; }
+
+ private:
+  struct Row {
+    int64_t sentence;
+    std::vector<int64_t> prefix;
+  };
+  Script script_;
+  std::vector<Row> rows_;
+  bool started_ = false;
+  int64_t steps_ = 0, rows_stepped_ = 0;
+};
+
+std::vector<double> dist(double a, double b, double eos) { return {0, 0, 0, eos, a, b}; }
+
+// Greedy takes "a" (0.6) and then can only end badly; the best sequence starts with "b".
+std::vector<double> garden_path(int64_t, const std::vector<int64_t>& prefix) {
+  if (prefix.empty()) return dist(0.6, 0.4, 0.0);
+  if (prefix == std::vector<int64_t>{A}) return dist(0.34, 0.33, 0.33);
+  if (prefix == std::vector<int64_t>{B}) return dist(0.05, 0.05, 0.9);
+  return dist(0.0, 0.0, 1.0);
+}
+
+SearchOptions options(int64_t beam, int64_t nbest = 1) {
+  SearchOptions o;
+  o.beam_size = beam;
+  o.nbest = nbest;
+  o.length_penalty = 0.0;  // raw log-probabilities: easy to check by hand
+  o.max_len_a = 0;
+  o.max_len_b = 10;
+  return o;
+}
+
+at::Tensor sources(std::vector<int64_t> ids) { return torch::tensor(ids, torch::kLong).unsqueeze(1); }  // [B, 1]
+
+TEST(BeamSearch, FindsTheSequenceGreedyMisses) {
+  ScriptedDecoder decoder(garden_path);
+  auto greedy = greedy_search(decoder, sources({7}), options(1));
+  EXPECT_EQ(greedy[0][0].tokens, (std::vector<int64_t>{A, A}));
+  auto beam = beam_search(decoder, sources({7}), options(2));
+  EXPECT_EQ(beam[0][0].tokens, (std::vector<int64_t>{B}));
+  EXPECT_NEAR(beam[0][0].log_prob, std::log(0.4) + std::log(0.9), 1e-5);
+}
+
+TEST(BeamSearch, NbestIsSortedAndScoresAreTheSequenceLogProbs) {
+  ScriptedDecoder decoder(garden_path);
+  auto result = beam_search(decoder, sources({7}), options(3, 3));
+  ASSERT_EQ(result[0].size(), 3u);
+  for (size_t i = 1; i < result[0].size(); ++i) EXPECT_GE(result[0][i - 1].score, result[0][i].score);
+  // Second best: "a" then eos = 0.6 * 0.33.
+  EXPECT_EQ(result[0][1].tokens, (std::vector<int64_t>{A}));
+  EXPECT_NEAR(result[0][1].log_prob, std::log(0.6 * 0.33), 1e-5);
+}
+
+TEST(BeamSearch, LengthPenaltyFavoursLongerHypotheses) {
+  // "b eos" (0.45 * 1.0) against "a a eos" (0.55 * 0.9 * 1.0): raw log-prob prefers the
+  // short one, a strong GNMT penalty the long one.
+  Script script = [](int64_t, const std::vector<int64_t>& p) {
+    if (p.empty()) return dist(0.55, 0.45, 0.0);
+    if (p == std::vector<int64_t>{A}) return dist(0.9, 0.0, 0.1);
+    return dist(0.0, 0.0, 1.0);
+  };
+  ScriptedDecoder decoder(script);
+  auto raw = beam_search(decoder, sources({1}), options(2));
+  EXPECT_EQ(raw[0][0].tokens, (std::vector<int64_t>{B}));
+  auto o = options(2);
+  o.length_penalty = 2.0;
+  auto penalised = beam_search(decoder, sources({1}), o);
+  EXPECT_EQ(penalised[0][0].tokens, (std::vector<int64_t>{A, A}));
+}
+
+TEST(BeamSearch, BeamOfOneIsGreedy) {
+  // Random scripted distributions, several sentences in one batch.
+  Script script = [](int64_t sentence, const std::vector<int64_t>& p) {
+    uint64_t h = static_cast<uint64_t>(sentence) * 1000003u;
+    for (auto t : p) h = h * 31 + static_cast<uint64_t>(t);
+    std::mt19937_64 rng(h);
+    std::uniform_real_distribution<double> u(0.05, 1.0);
+    double a = u(rng), b = u(rng), e = u(rng) * 0.6;
+    double s = a + b + e;
+    return dist(a / s, b / s, e / s);
+  };
+  ScriptedDecoder decoder(script);
+  auto src = sources({1, 2, 3, 4, 5, 6, 7, 8});
+  auto greedy = greedy_search(decoder, src, options(1));
+  auto beam = beam_search(decoder, src, options(1));
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    EXPECT_EQ(greedy[i][0].tokens, beam[i][0].tokens) << "sentence " << i;
+    EXPECT_NEAR(greedy[i][0].score, beam[i][0].score, 1e-5);
+  }
+}
+
+TEST(BeamSearch, MaxLengthEndsHypothesesThatNeverEmitEos) {
+  ScriptedDecoder decoder([](int64_t, const std::vector<int64_t>&) { return dist(0.7, 0.3, 0.0); });
+  auto o = options(2);
+  o.max_len_b = 5;  // max length 5 positions: 4 tokens + forced eos
+  auto beam = beam_search(decoder, sources({1}), o);
+  EXPECT_EQ(beam[0][0].tokens.size(), 4u);
+  auto greedy = greedy_search(decoder, sources({1}), o);
+  EXPECT_EQ(greedy[0][0].tokens, (std::vector<int64_t>{A, A, A, A}));
+}
+
+TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
+  // Sentence 1 ends at once; sentence 2 runs for 6 steps. Rows stepped must reflect that
+  // only sentence 2 stays in the batch.
+  Script script = [](int64_t sentence, const std::vector<int64_t>& p) {
+    if (sentence == 1) return dist(0.0, 0.0, 1.0);
+    return p.size() < 5 ? dist(1.0, 0.0, 0.0) : dist(0.0, 0.0, 1.0);
+  };
+  ScriptedDecoder greedy_decoder(script);
+  greedy_search(greedy_decoder, sources({1, 2}), options(1));
+  EXPECT_EQ(greedy_decoder.rows_stepped(), 2 + 5);
+  ScriptedDecoder beam_decoder(script);
+  auto result = beam_search(beam_decoder, sources({1, 2}), options(2));
+  EXPECT_EQ(result[1][0].tokens.size(), 5u);
+  EXPECT_EQ(beam_decoder.rows_stepped(), 2 * 2 + 5 * 2);
+}
+
+TEST(BeamSearch, BatchedEqualsOneByOne) {
+  Script script = [](int64_t sentence, const std::vector<int64_t>& p) {
+    double bias = 0.1 * static_cast<double>(sentence % 5);
+    if (p.size() >= static_cast<size_t>(2 + sentence % 3)) return dist(0.1, 0.1, 0.8);
+    return dist(0.5 + bias / 2, 0.5 - bias / 2, 0.05);
+  };
+  ScriptedDecoder decoder(script);
+  auto batch = beam_search(decoder, sources({1, 2, 3, 4}), options(3, 2));
+  for (int64_t s = 1; s <= 4; ++s) {
+    auto alone = beam_search(decoder, sources({s}), options(3, 2));
+    ASSERT_EQ(alone[0].size(), batch[static_cast<size_t>(s - 1)].size());
+    for (size_t i = 0; i < alone[0].size(); ++i)
+      EXPECT_EQ(alone[0][i].tokens, batch[static_cast<size_t>(s - 1)][i].tokens);
+  }
+}
+
+// The real decoder: the cached path and full recomputation produce the same tokens.
+TEST(BeamSearch, CachedDecodingEqualsRecomputationOnARealModel) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 30;
+  torch::manual_seed(4);
+  Transformer model(c);
+  model->eval();
+  auto src = torch::randint(4, 30, {5, 7}, torch::kLong);
+  src.index_put_({1, torch::indexing::Slice(4)}, 0);
+  src.index_put_({3, torch::indexing::Slice(2)}, 0);
+  for (int64_t beam : {1, 5}) {
+    auto o = options(beam, beam);
+    o.length_penalty = 0.6;
+    TransformerDecoder cached(model, true), uncached(model, false);
+    auto a = search(cached, src, o);
+    auto b = search(uncached, src, o);
+    for (size_t i = 0; i < a.size(); ++i)
+      for (size_t j = 0; j < a[i].size(); ++j) {
+        EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "beam " << beam << " sentence " << i;
+        EXPECT_NEAR(a[i][j].score, b[i][j].score, 1e-4);
+      }
+  }
+}
+
+}  // namespace
+}  // namespace torchmt

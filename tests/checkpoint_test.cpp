@@ -1,0 +1,96 @@
+// Checkpoints: round trip, clear errors on corrupt / truncated / foreign files and on a
+// model-shape mismatch.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "torchmt/training/adam_optimizer.h"
+#include "torchmt/training/checkpoint.h"
+
+namespace torchmt {
+namespace {
+
+ModelConfig tiny_config(int64_t vocab = 50) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = vocab;
+  c.tie_embeddings = true;
+  return c;
+}
+
+std::string saved_checkpoint(const test::TempDir& dir, const ModelConfig& config) {
+  torch::manual_seed(2);
+  Transformer model(config);
+  AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
+  CheckpointMeta meta;
+  meta.model = config;
+  meta.position.step = 17;
+  meta.position.epoch = 3;
+  meta.src_spm_model = "not-a-real-proto";
+  const std::string path = dir.file("ck.pt");
+  save_checkpoint(path, model, &optimizer, meta);
+  return path;
+}
+
+TEST(Checkpoint, RoundTripsWeightsAndPosition) {
+  test::TempDir dir;
+  auto config = tiny_config();
+  auto path = saved_checkpoint(dir, config);
+  torch::manual_seed(2);
+  Transformer original(config);
+  auto loaded = load_checkpoint(path, torch::kCPU);
+  EXPECT_EQ(loaded.meta.position.step, 17);
+  EXPECT_EQ(loaded.meta.position.epoch, 3);
+  EXPECT_EQ(loaded.meta.src_spm_model, "not-a-real-proto");
+  auto a = original->named_parameters();
+  auto b = loaded.model->named_parameters();
+  for (const auto& p : a) EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << p.key();
+  // Tied embeddings stay tied after loading.
+  EXPECT_TRUE(b["src_embedding.weight"].is_same(b["fc_out.weight"]));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
+  test::TempDir dir;
+  auto path = saved_checkpoint(dir, tiny_config());
+  auto expect_error = [](const std::string& file, const std::string& fragment) {
+    try {
+      load_checkpoint(file, torch::kCPU);
+      ADD_FAILURE() << "no error for " << file;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    }
+  };
+  expect_error(dir.file("absent.pt"), "not found");
+  test::write_text(dir.file("garbage.pt"), "this is not a checkpoint at all");
+  expect_error(dir.file("garbage.pt"), "corrupt");
+  auto bytes = test::read_text(path);
+  test::write_text(dir.file("truncated.pt"), bytes.substr(0, bytes.size() / 2));
+  expect_error(dir.file("truncated.pt"), "corrupt");
+  // A valid torch.save file that is not ours.
+  c10::impl::GenericDict foreign(c10::StringType::get(), c10::AnyType::get());
+  foreign.insert("weights", torch::ones({2}));
+  auto foreign_bytes = torch::pickle_save(c10::IValue(foreign));
+  test::write_text(dir.file("foreign.pt"), std::string(foreign_bytes.begin(), foreign_bytes.end()));
+  expect_error(dir.file("foreign.pt"), "not a torchmt checkpoint");
+}
+
+TEST(Checkpoint, ResumingIntoAnotherModelShapeIsRefused) {
+  test::TempDir dir;
+  auto path = saved_checkpoint(dir, tiny_config(50));
+  Transformer other(tiny_config(60));
+  AdamOptimizer optimizer(unique_parameters(*other), AdamOptions{});
+  EXPECT_THROW(restore_training_state(path, other, optimizer), std::runtime_error);
+}
+
+TEST(Checkpoint, UniqueParametersListTiedTensorsOnce) {
+  Transformer tied(tiny_config());
+  auto config = tiny_config();
+  config.tie_embeddings = false;
+  Transformer untied(config);
+  EXPECT_EQ(unique_parameters(*tied).size() + 2, unique_parameters(*untied).size());
+}
+
+}  // namespace
+}  // namespace torchmt

@@ -1,0 +1,179 @@
+// End-to-end training: overfitting a tiny corpus, exact resume, crash safety, signals.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "data_test_support.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/training/checkpoint.h"
+#include "torchmt/training/trainer.h"
+
+namespace torchmt {
+namespace {
+
+TrainOptions tiny_run(const std::string& out, const std::string& src, const std::string& tgt) {
+  TrainOptions o;
+  o.train_src = src;
+  o.train_tgt = tgt;
+  o.spm = test::sample_spm_path();
+  o.preset = "tiny";
+  o.out = out;
+  o.dtype = "fp32";
+  o.device = "cpu";
+  o.max_tokens = 600;
+  o.lr_factor = 1.0;
+  o.warmup = 50;
+  o.log_every = 1000;
+  o.keep_last = 0;
+  return o;
+}
+
+TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
+  test::TempDir dir;
+  auto de = read_lines(test::sample_de());
+  auto en = read_lines(test::sample_en());
+  de.resize(30);
+  en.resize(30);
+  write_lines(dir.file("s.de"), de);
+  write_lines(dir.file("s.en"), en);
+  TrainOptions o = tiny_run(dir.file("run"), dir.file("s.de"), dir.file("s.en"));
+  o.label_smoothing = 0.0;
+  o.max_steps = 200;
+  o.dropout = 0.0;
+  o.max_tokens = 2000;  // the whole corpus in one batch
+  auto summary = Trainer(o).run();
+  EXPECT_LT(summary.last_train_loss, 0.1);
+  auto translator = Translator::from_checkpoint(dir.file("run/checkpoint_last.pt"), torch::kCPU, torch::kFloat);
+  TranslationOptions greedy;
+  auto out = translator.translate_text(de, greedy);
+  for (size_t i = 0; i < de.size(); ++i) EXPECT_EQ(out[i], en[i]) << "pair " << i << ": " << de[i];
+}
+
+TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  test::TempDir dir;
+  TrainOptions straight = tiny_run(dir.file("straight"), test::sample_de(), test::sample_en());
+  straight.dropout = 0.1;  // so the RNG state matters
+  straight.max_steps = 12;
+  Trainer(straight).run();
+
+  TrainOptions first = straight;
+  first.out = dir.file("resumed");
+  first.max_steps = 6;
+  Trainer(first).run();
+  TrainOptions second = first;
+  second.max_steps = 12;
+  second.resume = true;
+  Trainer(second).run();
+
+  auto a = load_checkpoint(dir.file("straight/checkpoint_last.pt"), torch::kCPU);
+  auto b = load_checkpoint(dir.file("resumed/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_EQ(a.meta.position.step, 12);
+  EXPECT_EQ(b.meta.position.step, 12);
+  EXPECT_EQ(a.meta.position.batch_index, b.meta.position.batch_index);
+  auto pb = b.model->named_parameters();
+  for (const auto& p : a.model->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+}
+
+TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {
+  test::TempDir dir;
+  TrainOptions o = tiny_run(dir.file("run"), test::sample_de(), test::sample_en());
+  o.max_steps = 1;
+  Trainer(o).run();
+  EXPECT_THROW(Trainer(o).run(), std::runtime_error);  // checkpoint exists, no --resume
+  TrainOptions nothing = o;
+  nothing.out = dir.file("empty");
+  nothing.resume = true;
+  EXPECT_THROW(Trainer(nothing).run(), std::runtime_error);
+}
+
+// Runs `torchmt train` as a child process; returns its pid.
+pid_t spawn_train(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    std::vector<char*> argv;
+    static std::string binary = test::torchmt_binary();
+    argv.push_back(binary.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::vector<std::string> train_args(const std::string& out, const std::string& validate_every) {
+  return {"train", "--train-src", test::sample_de(), "--train-tgt", test::sample_en(), "--spm", test::sample_spm_path(),
+          "--preset", "tiny", "--dtype", "fp32", "--max-tokens", "300", "--max-steps", "100000",
+          "--validate-every", validate_every, "--keep-last", "0", "--threads", "1", "--out", out};
+}
+
+bool wait_for_file(const std::string& path, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+TEST(Trainer, KillDuringCheckpointWritesLeavesALoadableCheckpoint) {
+  test::TempDir dir;
+  const std::string out = dir.file("run");
+  pid_t pid = spawn_train(train_args(out, "1"), dir.file("log"));
+  ASSERT_TRUE(wait_for_file(out + "/checkpoint_last.pt", 120)) << test::read_text(dir.file("log"));
+  // A checkpoint is written after every step: kill at several moments, mostly mid-write.
+  for (int delay_ms : {3, 17, 41, 90}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    auto loaded = load_checkpoint(out + "/checkpoint_last.pt", torch::kCPU);  // readable while running
+    EXPECT_GE(loaded.meta.position.step, 1);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto loaded = load_checkpoint(out + "/checkpoint_last.pt", torch::kCPU);
+  EXPECT_GE(loaded.meta.position.step, 1);
+}
+
+TEST(Trainer, SigintSavesACheckpointAndExitsZero) {
+  test::TempDir dir;
+  const std::string out = dir.file("run");
+  pid_t pid = spawn_train(train_args(out, "0"), dir.file("log"));
+  ASSERT_TRUE(wait_for_file(out + "/config.yaml", 120)) << test::read_text(dir.file("log"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << test::read_text(dir.file("log"));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << test::read_text(dir.file("log"));
+  EXPECT_NE(test::read_text(dir.file("log")).find("interrupted"), std::string::npos);
+  auto loaded = load_checkpoint(out + "/checkpoint_last.pt", torch::kCPU);
+  EXPECT_GE(loaded.meta.position.step, 1);
+}
+
+TEST(TrainCommand, BadFlagsAndInputsAreOneLineErrors) {
+  test::TempDir dir;
+  auto r = test::run_command(test::torchmt_binary() + " train --no-such-flag 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(test::torchmt_binary() + " train --out " + dir.file("x"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // no training files
+  EXPECT_NE(r.output.find("--train-src"), std::string::npos) << r.output;
+  test::write_text(dir.file("a.de"), "eins\nzwei\n");
+  test::write_text(dir.file("a.en"), "one\n");
+  r = test::run_command(test::torchmt_binary() + " train --train-src " + dir.file("a.de") + " --train-tgt " +
+                        dir.file("a.en") + " --spm " + test::sample_spm_path() + " --out " + dir.file("run"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("a.de"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a.en"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace torchmt
