@@ -26,6 +26,7 @@
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/label_smoothed_cross_entropy.h"
 #include "torchmt/training/metrics_log.h"
+#include "torchmt/training/training_step.h"
 #include "torchmt/util/device.h"
 
 namespace fs = std::filesystem;
@@ -163,6 +164,7 @@ TrainSummary Trainer::run() {
   const bool has_valid = !o.valid_src.empty();
   EncodedCorpus valid;
   std::vector<std::string> valid_sources, valid_refs;
+  std::vector<Batch> valid_batches;
   if (has_valid) {
     CorpusOptions valid_options = corpus_options;
     valid_options.max_len = std::max<int64_t>(o.max_len, 1000);  // score every validation pair
@@ -170,6 +172,11 @@ TrainSummary Trainer::run() {
     valid_sources = read_lines(o.valid_src);
     valid_refs = read_lines(o.valid_tgt);
     progress.line("valid: " + valid.stats.summary());
+    BatcherOptions vb;
+    vb.max_tokens = o.max_tokens;
+    vb.shuffle = false;
+    TokenBatcher valid_batcher(valid, vb);
+    for (int64_t i = 0; i < valid_batcher.batches_per_epoch(); ++i) valid_batches.push_back(valid_batcher.next(device));
   }
 
   // Model, optimiser, schedule.
@@ -229,25 +236,8 @@ TrainSummary Trainer::run() {
     bool best = false;
     if (validate && has_valid) {
       auto v0 = Clock::now();
-      model->eval();
-      {
-        torch::NoGradGuard no_grad;
-        AutocastGuard autocast(device, dtype);
-        BatcherOptions vb;
-        vb.max_tokens = o.max_tokens;
-        vb.shuffle = false;
-        TokenBatcher valid_batches(valid, vb);
-        double nll = 0;
-        int64_t tokens = 0;
-        for (int64_t i = 0; i < valid_batches.batches_per_epoch(); ++i) {
-          Batch b = valid_batches.next(device);
-          auto out = criterion(model->forward(b.src, b.tgt_in), b.tgt_out);
-          nll += out.nll.item<double>();
-          tokens += out.tokens;
-        }
-        rec.valid_loss = tokens > 0 ? nll / tokens : 0;
-        rec.valid_ppl = std::exp(rec.valid_loss);
-      }
+      rec.valid_loss = evaluate_nll(model, valid_batches, device, dtype);
+      rec.valid_ppl = std::exp(rec.valid_loss);
       Translator translator(model, tokenizer, tokenizer, device, dtype);
       TranslationOptions topts;
       topts.batch_size = o.valid_batch_size;
@@ -319,36 +309,17 @@ TrainSummary Trainer::run() {
     return eta;
   };
 
-  model->train();
-  const auto params = optimizer.params();
+  TrainingStep step(model, optimizer, criterion, device, dtype, o.clip_norm);
   while (!limit_reached() && !g_stop.load()) {
     const auto step_start = Clock::now();
     const int64_t epoch_before = batcher.epoch();
-    at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
-    int64_t step_tokens = 0;
-    for (int64_t micro = 0; micro < o.update_freq; ++micro) {
-      Batch batch = batcher.next(device);
-      at::Tensor logits;
-      {
-        AutocastGuard autocast(device, dtype);
-        logits = model->forward(batch.src, batch.tgt_in);  // [B, T, V]
-      }
-      auto out = criterion(logits, batch.tgt_out);
-      out.loss.backward();
-      loss_sum += out.loss.detach();
-      step_tokens += batch.tgt_tokens;
-    }
-    // Gradients of the summed loss, normalised per target token over the whole update.
-    std::vector<at::Tensor> grads;
-    for (const auto& p : params)
-      if (p.grad().defined()) grads.push_back(p.grad());
-    torch::NoGradGuard no_grad;
-    at::_foreach_mul_(grads, 1.0 / static_cast<double>(std::max<int64_t>(1, step_tokens)));
-    const double grad_norm = o.clip_norm > 0 ? torch::nn::utils::clip_grad_norm_(params, o.clip_norm)
-                                             : torch::nn::utils::clip_grad_norm_(params, 1e30);
-    const double loss = loss_sum.item<double>();
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      optimizer.zero_grad();
+    std::vector<Batch> batches;
+    for (int64_t micro = 0; micro < o.update_freq; ++micro) batches.push_back(batcher.next(device));
+    const double lr = schedule.lr(meta.position.step + 1);
+    const StepResult result = step.run(batches, lr);
+    const double loss = result.loss;
+    const int64_t step_tokens = result.tokens;
+    if (!result.applied) {
       ++bad_steps;
       progress.line("step " + std::to_string(meta.position.step + 1) + " skipped: non-finite " +
                     (std::isfinite(loss) ? "gradient" : "loss") + " (" + std::to_string(bad_steps) + " in a row)");
@@ -358,9 +329,6 @@ TrainSummary Trainer::run() {
       continue;
     }
     bad_steps = 0;
-    const double lr = schedule.lr(meta.position.step + 1);
-    optimizer.step(lr);
-    optimizer.zero_grad();
     meta.position.step += 1;
     meta.position.epoch = batcher.epoch();
     meta.position.batch_index = batcher.batch_index();

@@ -1,0 +1,43 @@
+#pragma once
+// One optimizer update (forward under autocast, label-smoothed loss, backward over the
+// micro-batches, per-token gradient normalisation, clipping, finiteness check, Adam step),
+// shared by the Trainer and the training benchmark so both measure the same code.
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "torchmt/data/token_batcher.h"
+#include "torchmt/model/transformer.h"
+#include "torchmt/training/adam_optimizer.h"
+#include "torchmt/training/label_smoothed_cross_entropy.h"
+
+namespace torchmt {
+
+struct StepResult {
+  double loss = 0;        // label-smoothed loss, summed over target tokens
+  int64_t tokens = 0;     // non-pad target tokens
+  double grad_norm = 0;   // before clipping
+  bool applied = false;   // false: non-finite loss or gradient, update skipped
+};
+
+class TrainingStep {
+ public:
+  TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmoothedCrossEntropy criterion, c10::Device device,
+               c10::ScalarType dtype, double clip_norm);
+  // Accumulates gradients over `batches` and applies one update with learning rate `lr`.
+  StepResult run(const std::vector<Batch>& batches, double lr);
+
+ private:
+  Transformer model_;
+  AdamOptimizer& optimizer_;
+  LabelSmoothedCrossEntropy criterion_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+  double clip_norm_;
+};
+
+// Mean NLL per target token of `batches` in eval mode (restores train mode after).
+double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::Device device, c10::ScalarType dtype);
+
+}  // namespace torchmt
