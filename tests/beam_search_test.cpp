@@ -36,7 +36,7 @@ class ScriptedDecoder : public IncrementalDecoder {
       const int64_t tok = last_tokens[static_cast<int64_t>(r)].item<int64_t>();
       if (tok != 2) rows_[r].prefix.push_back(tok);
       auto p = script_(rows_[r].sentence, rows_[r].prefix);
-      for (int64_t v = 0; v < kVocab; ++v) out[static_cast<int64_t>(r)][v] = std::log(std::max(p[v], 1e-30));
+      for (int64_t v = 0; v < kVocab; ++v) out[static_cast<int64_t>(r)][v] = std::log(p[v]);  // log 0 = -inf
     }
     steps_ += 1;
     rows_stepped_ += static_cast<int64_t>(rows_.size());
@@ -66,7 +66,7 @@ std::vector<double> dist(double a, double b, double eos) { return {0, 0, 0, eos,
 // Greedy takes "a" (0.6) and then can only end badly; the best sequence starts with "b".
 std::vector<double> garden_path(int64_t, const std::vector<int64_t>& prefix) {
   if (prefix.empty()) return dist(0.6, 0.4, 0.0);
-  if (prefix == std::vector<int64_t>{A}) return dist(0.34, 0.33, 0.33);
+  if (prefix == std::vector<int64_t>{A}) return dist(0.35, 0.31, 0.34);
   if (prefix == std::vector<int64_t>{B}) return dist(0.05, 0.05, 0.9);
   return dist(0.0, 0.0, 1.0);
 }
@@ -97,17 +97,20 @@ TEST(BeamSearch, NbestIsSortedAndScoresAreTheSequenceLogProbs) {
   auto result = beam_search(decoder, sources({7}), options(3, 3));
   ASSERT_EQ(result[0].size(), 3u);
   for (size_t i = 1; i < result[0].size(); ++i) EXPECT_GE(result[0][i - 1].score, result[0][i].score);
-  // Second best: "a" then eos = 0.6 * 0.33.
-  EXPECT_EQ(result[0][1].tokens, (std::vector<int64_t>{A}));
-  EXPECT_NEAR(result[0][1].log_prob, std::log(0.6 * 0.33), 1e-5);
+  // Then "a a" (0.6 * 0.35, eos certain after it) and "a" (0.6 * 0.34).
+  EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{B}));
+  EXPECT_EQ(result[0][1].tokens, (std::vector<int64_t>{A, A}));
+  EXPECT_NEAR(result[0][1].log_prob, std::log(0.6 * 0.35), 1e-5);
+  EXPECT_EQ(result[0][2].tokens, (std::vector<int64_t>{A}));
+  EXPECT_NEAR(result[0][2].log_prob, std::log(0.6 * 0.34), 1e-5);
 }
 
 TEST(BeamSearch, LengthPenaltyFavoursLongerHypotheses) {
-  // "b eos" (0.45 * 1.0) against "a a eos" (0.55 * 0.9 * 1.0): raw log-prob prefers the
-  // short one, a strong GNMT penalty the long one.
+  // "b eos" (0.4) against "a a eos" (0.6 * 0.6 = 0.36): raw log-prob prefers the short
+  // one, a strong GNMT penalty (alpha 2) the long one.
   Script script = [](int64_t, const std::vector<int64_t>& p) {
-    if (p.empty()) return dist(0.55, 0.45, 0.0);
-    if (p == std::vector<int64_t>{A}) return dist(0.9, 0.0, 0.1);
+    if (p.empty()) return dist(0.6, 0.4, 0.0);
+    if (p == std::vector<int64_t>{A}) return dist(0.6, 0.0, 0.4);
     return dist(0.0, 0.0, 1.0);
   };
   ScriptedDecoder decoder(script);
@@ -136,7 +139,7 @@ TEST(BeamSearch, BeamOfOneIsGreedy) {
   auto beam = beam_search(decoder, src, options(1));
   for (size_t i = 0; i < greedy.size(); ++i) {
     EXPECT_EQ(greedy[i][0].tokens, beam[i][0].tokens) << "sentence " << i;
-    EXPECT_NEAR(greedy[i][0].score, beam[i][0].score, 1e-5);
+    EXPECT_NEAR(greedy[i][0].score, beam[i][0].score, 1e-5) << greedy[i][0].log_prob << " " << beam[i][0].log_prob << " len " << greedy[i][0].tokens.size();
   }
 }
 

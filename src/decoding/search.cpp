@@ -52,7 +52,7 @@ SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, c
   for (int64_t t = 0; !live.empty(); ++t) {
     auto lprobs = decoder.step(last);  // [N, V]
     auto [best_lp, best_tok] = lprobs.max(-1);
-    auto eos_lp = lprobs.select(1, options.eos_id).to(torch::kCPU);
+    auto eos_lp = lprobs.select(1, options.eos_id).to(torch::kCPU).contiguous();  // a strided view otherwise
     best_lp = best_lp.to(torch::kCPU);
     best_tok = best_tok.to(torch::kCPU);
     auto* lp_ptr = best_lp.data_ptr<float>();
@@ -140,7 +140,9 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         const int64_t token = ix[s * width + c] % vocab;
         const int64_t row = s * k + beam;
         if (token == options.eos_id) {
-          if (static_cast<int64_t>(done.size()) < k) {
+          // As fairseq: only an eos among the k best candidates ends a hypothesis, so a
+          // beam of one is exactly greedy search.
+          if (c < k && static_cast<int64_t>(done.size()) < k) {
             Hypothesis h;
             h.tokens = prefixes[row];
             h.log_prob = score;
