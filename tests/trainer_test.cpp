@@ -32,6 +32,7 @@ TrainOptions tiny_run(const std::string& out, const std::string& src, const std:
   o.warmup = 50;
   o.log_every = 1000;
   o.keep_last = 0;
+  o.threads = 1;  // a tiny model gains nothing from more, and a loaded CI machine hurts OpenMP
   return o;
 }
 
