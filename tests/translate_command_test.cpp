@@ -1,0 +1,100 @@
+// `torchmt translate` and `torchmt evaluate -m` as a user runs them.
+#include <gtest/gtest.h>
+
+#include "data_test_support.h"
+#include "torchmt/training/checkpoint.h"
+
+namespace torchmt {
+namespace {
+
+// A random tiny model with the sample tokenizer embedded: enough to exercise the CLI.
+const std::string& tiny_checkpoint() {
+  static test::TempDir dir;
+  static const std::string path = [] {
+    ModelConfig c = ModelConfig::preset("tiny");
+    c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
+    c.max_len = 64;
+    torch::manual_seed(3);
+    Transformer model(c);
+    CheckpointMeta meta;
+    meta.model = c;
+    meta.src_spm_model = meta.tgt_spm_model = test::sample_tokenizer().serialized();
+    meta.src_spm_checksum = meta.tgt_spm_checksum = test::sample_tokenizer().checksum();
+    save_checkpoint(dir.file("tiny.pt"), model, nullptr, meta);
+    return dir.file("tiny.pt");
+  }();
+  return path;
+}
+
+std::string tm() { return test::torchmt_binary(); }
+
+size_t count_lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+TEST(TranslateCommand, StdinToStdoutOneLinePerInputLine) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\n");
+  // stdout only: progress and timing must stay on stderr.
+  auto r = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " < " + dir.file("in.de") + " 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines(r.output), 3u) << r.output;
+  EXPECT_EQ(r.output.substr(r.output.find('\n') + 1, 1), "\n");  // the empty line stays empty
+  // Files in and out, beam search and n-best.
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " -o " +
+                        dir.file("out.en") + " --beam 3 --nbest 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = test::read_text(dir.file("out.en"));
+  EXPECT_EQ(count_lines(out), 5u) << out;  // two per sentence, one for the empty line
+  EXPECT_NE(out.find("0 ||| "), std::string::npos);
+  EXPECT_NE(r.output.find("translated 3 lines"), std::string::npos) << r.output;  // timing on stderr
+}
+
+TEST(TranslateCommand, AttentionPictureIsAnSvg) {
+  test::TempDir dir;
+  auto r = test::run_command("echo 'Guten Morgen.' | " + tm() + " translate -m " + tiny_checkpoint() +
+                             " --attention-svg " + dir.file("att.svg") + " --attention-head 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto svg = test::read_text(dir.file("att.svg"));
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("head 1"), std::string::npos);
+}
+
+TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
+  test::TempDir dir;
+  auto r = test::run_command(tm() + " translate -m " + dir.file("missing.pt") + " < /dev/null");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("missing.pt"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --beam 0 < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --bogus < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command("printf 'ok\\n\\377\\376\\n' | " + tm() + " translate -m " + tiny_checkpoint());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("line 2"), std::string::npos) << r.output;
+  test::write_text(dir.file("corrupt.pt"), "PK\x03\x04 definitely not a checkpoint");
+  r = test::run_command(tm() + " translate -m " + dir.file("corrupt.pt") + " < /dev/null");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("corrupt.pt"), std::string::npos) << r.output;
+}
+
+TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {
+  test::TempDir dir;
+  test::write_text(dir.file("src.de"), "Guten Morgen.\nDanke schön.\n");
+  test::write_text(dir.file("ref.en"), "Good morning.\nThank you very much.\n");
+  auto r = test::run_command("(" + tm() + " evaluate -m " + tiny_checkpoint() + " --src " + dir.file("src.de") +
+                             " --ref " + dir.file("ref.en") + " --save-hyp " + dir.file("hyp.en") + " 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("BLEU = ", 0), 0u) << r.output;
+  EXPECT_EQ(count_lines(test::read_text(dir.file("hyp.en"))), 2u);
+  test::write_text(dir.file("ref3.en"), "a\nb\nc\n");
+  r = test::run_command(tm() + " evaluate -m " + tiny_checkpoint() + " --src " + dir.file("src.de") + " --ref " +
+                        dir.file("ref3.en"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("line counts differ"), std::string::npos) << r.output;
+  r = test::run_command(tm() + " evaluate --ref " + dir.file("ref.en"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+}  // namespace
+}  // namespace torchmt
