@@ -1,0 +1,412 @@
+// bench_translate: decoding speed on test_2016_flickr (tools/get_data.sh first).
+//   target tokens/s and sentences/s for greedy and beam search, batch sizes, fp32 / bf16,
+//   with the KV cache and with full recomputation of the prefix at every step, and for the
+//   Python reference model (tests/reference/transformer_reference.py, same weights) decoding
+//   the same way (tools/bench/translate_reference.py, recomputing the prefix: it has no cache).
+//   Prints a table and the ratios: cache vs no-cache (goal >= 3x at beam 5), ours vs Python
+//   (goal >= 1.5x at batch 1), bf16 vs fp32, and how often the outputs agree.
+// Target tokens = hypothesis tokens + eos. Our timings go through Translator::translate
+// (tokenization, length sorting, batching, search, detokenization); the Python side gets the
+// encoded source ids from us, so its timings exclude tokenization.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include <unistd.h>
+
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "torchmt/data/text_file.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/training/checkpoint.h"
+#include "torchmt/util/device.h"
+
+namespace fs = std::filesystem;
+using namespace torchmt;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ids = std::vector<int64_t>;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int64_t> parse_ints(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (const auto& item : split(s, ',')) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1) throw std::invalid_argument("--" + flag + ": bad value '" + item + "'");
+    out.push_back(v);
+  }
+  if (out.empty()) throw std::invalid_argument("--" + flag + " is empty");
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string search_name(int64_t beam) { return beam == 1 ? "greedy" : "beam " + std::to_string(beam); }
+
+// One measured configuration.
+struct Key {
+  std::string impl;  // "torchmt" or "python"
+  int64_t beam, batch;
+  std::string dtype;
+  bool cache;
+  bool operator<(const Key& o) const {
+    return std::tie(impl, beam, batch, dtype, cache) < std::tie(o.impl, o.beam, o.batch, o.dtype, o.cache);
+  }
+};
+
+struct Measure {
+  double seconds = 0;
+  int64_t sentences = 0, tokens = 0;
+  std::vector<Ids> hyps;  // best hypothesis per input sentence (no bos / eos)
+  double sent_per_s() const { return seconds > 0 ? static_cast<double>(sentences) / seconds : 0; }
+  double tok_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
+};
+
+// Fraction of sentences with identical best hypotheses.
+std::optional<double> agreement(const Measure& a, const Measure& b) {
+  if (a.hyps.size() != b.hyps.size() || a.hyps.empty()) return std::nullopt;
+  size_t same = 0;
+  for (size_t i = 0; i < a.hyps.size(); ++i) same += a.hyps[i] == b.hyps[i];
+  return static_cast<double>(same) / static_cast<double>(a.hyps.size());
+}
+
+Measure run_ours(Translator& translator, const std::vector<std::string>& lines, int64_t beam, int64_t batch,
+                 bool cache) {
+  TranslationOptions options;
+  options.search.beam_size = beam;
+  options.batch_size = batch;
+  options.use_cache = cache;
+  // Warm-up (allocator, oneDNN primitives, autocast caches) on a few sentences.
+  std::vector<std::string> warm(lines.begin(), lines.begin() + std::min<size_t>(lines.size(), 4));
+  translator.translate(warm, options);
+
+  Measure m;
+  const auto start = Clock::now();
+  auto out = translator.translate(lines, options);
+  m.seconds = seconds_since(start);
+  for (const auto& t : out) {
+    if (t.hypotheses.empty()) {  // empty source line
+      m.hyps.emplace_back();
+      continue;
+    }
+    m.hyps.push_back(t.hypotheses.front().tokens);
+    m.tokens += static_cast<int64_t>(t.hypotheses.front().tokens.size()) + 1;
+    ++m.sentences;
+  }
+  return m;
+}
+
+// Reads the results file written by translate_reference.py:
+//   config BEAM BATCH DTYPE SECONDS SENTENCES TOKENS
+//   hyp INDEX id id ...          (for the config above, one line per input sentence)
+void read_python_results(const std::string& path, size_t n_lines, std::map<Key, Measure>& results) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read the Python results '" + path + "'");
+  std::string line;
+  Measure* current = nullptr;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string kind;
+    fields >> kind;
+    if (kind == "config") {
+      Key key{"python", 0, 0, "", false};
+      Measure m;
+      fields >> key.beam >> key.batch >> key.dtype >> m.seconds >> m.sentences >> m.tokens;
+      if (!fields) throw std::runtime_error("malformed Python results line: " + line);
+      m.hyps.assign(n_lines, Ids{});
+      current = &(results[key] = std::move(m));
+    } else if (kind == "hyp" && current) {
+      size_t index = 0;
+      fields >> index;
+      if (index >= n_lines) throw std::runtime_error("Python results: sentence index out of range");
+      int64_t id;
+      while (fields >> id) current->hyps[index].push_back(id);
+    }
+  }
+}
+
+std::string fmt(double v, int precision) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << v;
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options options("bench_translate",
+                           "Decoding speed: greedy / beam, batch sizes, fp32 / bf16, KV cache vs recomputation, "
+                           "vs the Python reference model.");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  options.add_options()("m,model", "torchmt checkpoint",
+                        cxxopts::value<std::string>()->default_value("runs/small_m30k/checkpoint_best.pt"))(
+      "src", "source sentences (plain or .gz)",
+      cxxopts::value<std::string>()->default_value("data/multi30k/test_2016_flickr.de.gz"))(
+      "sentences", "first N source lines (0 = all)", cxxopts::value<int64_t>()->default_value("200"))(
+      "beams", "beam sizes (1 = greedy)", cxxopts::value<std::string>()->default_value("1,4,5"))(
+      "batch-sizes", "sentences per batch", cxxopts::value<std::string>()->default_value("1,64"))(
+      "dtypes", "fp32 and/or bf16 (autocast)", cxxopts::value<std::string>()->default_value("fp32,bf16"))(
+      "threads", "intra-op threads (torch::set_num_threads)",
+      cxxopts::value<int>()->default_value(std::to_string(cores)))(
+      "device", "cpu, cuda, cuda:N", cxxopts::value<std::string>()->default_value("cpu"))(
+      "no-uncached", "skip the runs without KV cache")("no-python", "skip the Python reference")(
+      "python-beams", "beam sizes also run by the Python reference (those in --beams)",
+      cxxopts::value<std::string>()->default_value("1,5"))(
+      "python", "Python interpreter", cxxopts::value<std::string>()->default_value("python3"))(
+      "reference", "the Python reference decoder",
+      cxxopts::value<std::string>()->default_value("tools/bench/translate_reference.py"))("h,help", "show this help");
+  cxxopts::ParseResult r;
+  try {
+    r = options.parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_translate: " << e.what() << "\n";
+    return 2;
+  }
+  if (r.count("help")) {
+    std::cout << options.help() << "\n";
+    return 0;
+  }
+  std::vector<int64_t> beams, batches, python_beams;
+  std::vector<std::string> dtypes;
+  c10::Device device(c10::kCPU);
+  try {
+    beams = parse_ints(r["beams"].as<std::string>(), "beams");
+    batches = parse_ints(r["batch-sizes"].as<std::string>(), "batch-sizes");
+    for (int64_t b : parse_ints(r["python-beams"].as<std::string>(), "python-beams"))
+      if (std::count(beams.begin(), beams.end(), b)) python_beams.push_back(b);
+    dtypes = split(r["dtypes"].as<std::string>(), ',');
+    for (const auto& d : dtypes)
+      if (d != "fp32" && d != "bf16") throw std::invalid_argument("--dtypes: expected fp32 and/or bf16, got '" + d + "'");
+    if (dtypes.empty()) throw std::invalid_argument("--dtypes is empty");
+    if (r["threads"].as<int>() < 1) throw std::invalid_argument("--threads must be at least 1");
+    if (r["sentences"].as<int64_t>() < 0) throw std::invalid_argument("--sentences must be >= 0");
+    device = resolve_device(r["device"].as<std::string>());
+  } catch (const std::exception& e) {
+    std::cerr << "bench_translate: " << e.what() << "\n";
+    return 2;
+  }
+  const bool uncached = !r.count("no-uncached");
+  const bool python = !r.count("no-python") && !python_beams.empty();
+  const int threads = r["threads"].as<int>();
+  const std::string model_path = r["model"].as<std::string>();
+  const std::string src_path = r["src"].as<std::string>();
+  fs::path work;
+
+  try {
+    torch::set_num_threads(threads);
+    if (!fs::exists(model_path))
+      throw std::runtime_error("checkpoint '" + model_path + "' not found (train one, or pass --model)");
+    if (!fs::exists(src_path)) throw std::runtime_error("'" + src_path + "' not found: run tools/get_data.sh first");
+    auto lines = read_lines(src_path);
+    const auto n = r["sentences"].as<int64_t>();
+    if (n > 0 && static_cast<size_t>(n) < lines.size()) lines.resize(static_cast<size_t>(n));
+    if (lines.empty()) throw std::runtime_error("'" + src_path + "' has no lines");
+
+    Translator fp32 = Translator::from_checkpoint(model_path, device, torch::kFloat);
+    Translator bf16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kBFloat16);
+    const auto& cfg = fp32.model()->config();
+    int64_t params = 0;
+    for (const auto& p : unique_parameters(*fp32.model())) params += p.numel();
+    int64_t src_tokens = 0;
+    std::vector<Ids> sources;
+    for (const auto& line : lines) {
+      sources.push_back(line.find_first_not_of(" \t\r") == std::string::npos ? Ids{} : fp32.encode_source(line));
+      src_tokens += static_cast<int64_t>(sources.back().size());
+    }
+
+    std::cout << "bench_translate: " << model_path << " (d_model " << cfg.d_model << ", " << cfg.num_encoder_layers
+              << "+" << cfg.num_decoder_layers << " layers, " << cfg.num_heads << " heads, d_ff " << cfg.d_ff
+              << ", vocab " << cfg.tgt_vocab_size << ", " << fmt(static_cast<double>(params) / 1e6, 2)
+              << "M parameters)\n"
+              << "source: " << src_path << ", first " << lines.size() << " sentences (" << src_tokens
+              << " source tokens incl. eos)\n"
+              << "device " << device.str() << ", " << threads << " threads (" << cores << " hardware threads), "
+              << "native CPU bf16: " << (cpu_has_native_bf16() ? "yes" : "no") << ", LibTorch " << TORCH_VERSION
+              << "\n"
+              << "length penalty 0.6, max length 1.2 * source length + 10; tokens = hypothesis tokens + eos\n\n"
+              << std::flush;
+
+    std::map<Key, Measure> results;
+    std::vector<Key> order;
+    for (const auto& dtype : dtypes)
+      for (int64_t beam : beams)
+        for (int64_t batch : batches)
+          for (bool cache : {true, false}) {
+            if (!cache && !uncached) continue;
+            Key key{"torchmt", beam, batch, dtype, cache};
+            std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
+                      << (cache ? "cache" : "no cache") << " ..." << std::flush;
+            Translator& translator = dtype == "bf16" ? bf16 : fp32;
+            results[key] = run_ours(translator, lines, beam, batch, cache);
+            std::cerr << " " << fmt(results[key].seconds, 2) << " s\n";
+            order.push_back(key);
+          }
+
+    if (python) {
+      work = fs::temp_directory_path() / ("torchmt_bench_translate_" + std::to_string(::getpid()));
+      fs::create_directories(work);
+      const auto ids_path = (work / "source_ids.txt").string();
+      const auto out_path = (work / "python_results.txt").string();
+      {
+        std::ofstream ids(ids_path);
+        for (const auto& s : sources) {
+          for (size_t j = 0; j < s.size(); ++j) ids << (j ? " " : "") << s[j];
+          ids << "\n";
+        }
+        if (!ids) throw std::runtime_error("cannot write " + ids_path);
+      }
+      std::vector<std::string> beam_s, batch_s;
+      for (auto b : python_beams) beam_s.push_back(std::to_string(b));
+      for (auto b : batches) batch_s.push_back(std::to_string(b));
+      auto join = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+        return s;
+      };
+      const std::string command =
+          shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["reference"].as<std::string>()) +
+          " --model " + shell_quote(model_path) + " --ids " + shell_quote(ids_path) + " --out " +
+          shell_quote(out_path) + " --beams " + join(beam_s) + " --batch-sizes " + join(batch_s) + " --dtypes " +
+          join(dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str());
+      std::cerr << "python: " << command << "\n" << std::flush;
+      std::cout << std::flush;
+      const int rc = std::system(command.c_str());
+      if (rc != 0) throw std::runtime_error("the Python reference failed (exit status " + std::to_string(rc) + ")");
+      read_python_results(out_path, lines.size(), results);
+      for (const auto& dtype : dtypes)
+        for (int64_t beam : python_beams)
+          for (int64_t batch : batches) {
+            Key key{"python", beam, batch, dtype, false};
+            if (!results.count(key)) throw std::runtime_error("the Python reference did not report " +
+                                                              search_name(beam) + " batch " + std::to_string(batch) +
+                                                              " " + dtype);
+            order.push_back(key);
+          }
+      fs::remove_all(work);
+      work.clear();
+    }
+
+    // ---- table --------------------------------------------------------------------
+    // "agree": sentences whose best hypothesis equals torchmt's cached run of the same
+    // search / batch / dtype (a check that all implementations decode the same way).
+    std::cout << std::left << std::setw(9) << "impl" << std::setw(8) << "search" << std::right << std::setw(6)
+              << "batch" << std::setw(6) << "dtype" << std::setw(10) << "cache" << std::setw(10) << "seconds"
+              << std::setw(10) << "sent/s" << std::setw(10) << "tok/s" << std::setw(8) << "tokens" << std::setw(8)
+              << "agree" << "\n";
+    for (const auto& key : order) {
+      const Measure& m = results.at(key);
+      std::string agree = "-";
+      if (key.impl != "torchmt" || !key.cache) {
+        auto it = results.find(Key{"torchmt", key.beam, key.batch, key.dtype, true});
+        if (it != results.end())
+          if (auto a = agreement(m, it->second)) agree = fmt(100.0 * *a, 1) + "%";
+      }
+      std::cout << std::left << std::setw(9) << key.impl << std::setw(8) << search_name(key.beam) << std::right
+                << std::setw(6) << key.batch << std::setw(6) << key.dtype << std::setw(10)
+                << (key.impl == "python" ? "recompute" : key.cache ? "kv" : "recompute") << std::setw(10)
+                << fmt(m.seconds, 2) << std::setw(10) << fmt(m.sent_per_s(), 2) << std::setw(10)
+                << fmt(m.tok_per_s(), 1) << std::setw(8) << m.tokens << std::setw(8) << agree << "\n";
+    }
+
+    // ---- ratios (wall-time speed-ups on the same sentences) -------------------------
+    auto speedup = [&](const Key& fast, const Key& slow) -> std::optional<double> {
+      auto a = results.find(fast), b = results.find(slow);
+      if (a == results.end() || b == results.end() || a->second.seconds <= 0) return std::nullopt;
+      return b->second.seconds / a->second.seconds;
+    };
+    auto verdict = [](double v, double goal) { return v >= goal ? "  [goal met]" : "  [goal NOT met]"; };
+
+    std::cout << "\nratios are wall-time speed-ups on the same " << lines.size() << " sentences\n";
+    if (uncached) {
+      std::cout << "KV cache vs recomputation (goal >= 3x at beam 5):\n";
+      for (const auto& dtype : dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches)
+            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, {"torchmt", beam, batch, dtype, false}))
+              std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch "
+                        << std::setw(3) << batch << " " << dtype << ": " << fmt(*s, 2) << "x"
+                        << (beam == 5 ? verdict(*s, 3.0) : "") << "\n";
+    }
+    if (python) {
+      std::cout << "torchmt (KV cache) vs Python reference (goal >= 1.5x at batch 1):\n";
+      for (const auto& dtype : dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches)
+            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, {"python", beam, batch, dtype, false})) {
+              std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch "
+                        << std::setw(3) << batch << " " << dtype << ": " << fmt(*s, 2) << "x"
+                        << (batch == 1 ? verdict(*s, 1.5) : "");
+              if (uncached)
+                if (auto u = speedup({"torchmt", beam, batch, dtype, false}, {"python", beam, batch, dtype, false}))
+                  std::cout << "   (torchmt recompute vs Python: " << fmt(*u, 2) << "x)";
+              std::cout << "\n";
+            }
+    }
+    if (std::count(dtypes.begin(), dtypes.end(), "fp32") && std::count(dtypes.begin(), dtypes.end(), "bf16")) {
+      std::cout << "bf16 vs fp32 (> 1 = bf16 faster; same-output agreement in brackets):\n";
+      for (const std::string impl : {"torchmt", "python"})
+        for (int64_t beam : beams)
+          for (int64_t batch : batches)
+            for (bool cache : {true, false}) {
+              if (impl == "python" && cache) continue;
+              const Key b{impl, beam, batch, "bf16", cache}, f{impl, beam, batch, "fp32", cache};
+              if (auto s = speedup(b, f)) {
+                auto a = agreement(results.at(b), results.at(f));
+                std::cout << "  " << std::left << std::setw(8) << impl << std::setw(8) << search_name(beam)
+                          << std::right << " batch " << std::setw(3) << batch << " "
+                          << (impl == "python" ? "recompute" : cache ? "kv       " : "recompute") << ": "
+                          << fmt(*s, 2) << "x  [" << (a ? fmt(100.0 * *a, 1) + "% same" : "-") << "]\n";
+              }
+            }
+    }
+    if (python) {
+      // The sanity check: greedy fp32 must give the same token ids in C++ and Python.
+      for (int64_t batch : batches) {
+        auto ours = results.find({"torchmt", 1, batch, "fp32", true});
+        auto ref = results.find({"python", 1, batch, "fp32", false});
+        if (ours == results.end() || ref == results.end()) continue;
+        auto a = agreement(ours->second, ref->second);
+        std::cout << "greedy fp32 batch " << batch << ": torchmt and Python produce identical token ids for "
+                  << (a ? fmt(100.0 * *a, 1) : "-") << "% of sentences\n";
+      }
+    }
+  } catch (const std::exception& e) {
+    if (!work.empty()) fs::remove_all(work);
+    std::cerr << "bench_translate: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
