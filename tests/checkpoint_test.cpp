@@ -26,7 +26,7 @@ std::string saved_checkpoint(const test::TempDir& dir, const ModelConfig& config
   meta.model = config;
   meta.position.step = 17;
   meta.position.epoch = 3;
-  meta.src_spm_model = "not-a-real-proto";
+  meta.src_spm_model = std::string("\xff\xfenot-utf8-proto", 16);
   const std::string path = dir.file("ck.pt");
   save_checkpoint(path, model, &optimizer, meta);
   return path;
@@ -41,7 +41,7 @@ TEST(Checkpoint, RoundTripsWeightsAndPosition) {
   auto loaded = load_checkpoint(path, torch::kCPU);
   EXPECT_EQ(loaded.meta.position.step, 17);
   EXPECT_EQ(loaded.meta.position.epoch, 3);
-  EXPECT_EQ(loaded.meta.src_spm_model, "not-a-real-proto");
+  EXPECT_EQ(loaded.meta.src_spm_model, std::string("\xff\xfenot-utf8-proto", 16));
   auto a = original->named_parameters();
   auto b = loaded.model->named_parameters();
   for (const auto& p : a) EXPECT_TRUE(torch::equal(p.value(), b[p.key()])) << p.key();
@@ -82,6 +82,14 @@ TEST(Checkpoint, ResumingIntoAnotherModelShapeIsRefused) {
   Transformer other(tiny_config(60));
   AdamOptimizer optimizer(unique_parameters(*other), AdamOptions{});
   EXPECT_THROW(restore_training_state(path, other, optimizer), std::runtime_error);
+}
+
+TEST(Checkpoint, PythonTorchLoadReadsItIntoTheReferenceModel) {
+  test::TempDir dir;
+  auto path = saved_checkpoint(dir, tiny_config());
+  auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/reference/parity.py checkpoint " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "torchmt-checkpoint 17 16\n");  // format, step, bytes of the (fake) spm proto
 }
 
 TEST(Checkpoint, UniqueParametersListTiedTensorsOnce) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -77,6 +78,21 @@ std::string get_string(const Dict& d, const std::string& key) {
   return d.contains(key) ? d.at(key).toStringRef() : std::string();
 }
 
+// Binary blobs (SentencePiece protos) go in as uint8 tensors: a pickled str must be UTF-8
+// for Python's torch.load to read the file.
+at::Tensor bytes_to_tensor(const std::string& bytes) {
+  auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string get_bytes(const Dict& d, const std::string& key) {
+  if (!d.contains(key)) return std::string();
+  if (d.at(key).isString()) return d.at(key).toStringRef();  // written by torchmt before 0.1.0 final
+  auto t = d.at(key).toTensor().contiguous();
+  return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), static_cast<size_t>(t.numel()));
+}
+
 CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   CheckpointMeta meta;
   try {
@@ -87,10 +103,10 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   meta.train_config = get_string(dict, "train_config");
   meta.src_spm_path = get_string(dict, "src_spm_path");
   meta.src_spm_checksum = get_string(dict, "src_spm_checksum");
-  meta.src_spm_model = get_string(dict, "src_spm_model");
+  meta.src_spm_model = get_bytes(dict, "src_spm_model");
   meta.tgt_spm_path = get_string(dict, "tgt_spm_path");
   meta.tgt_spm_checksum = get_string(dict, "tgt_spm_checksum");
-  meta.tgt_spm_model = get_string(dict, "tgt_spm_model");
+  meta.tgt_spm_model = get_bytes(dict, "tgt_spm_model");
   auto pos = dict.at("position").toGenericDict();
   meta.position.step = pos.at("step").toInt();
   meta.position.epoch = pos.at("epoch").toInt();
@@ -135,10 +151,10 @@ void save_checkpoint(const std::string& path, const Transformer& model, AdamOpti
   dict.insert("train_config", meta.train_config);
   dict.insert("src_spm_path", meta.src_spm_path);
   dict.insert("src_spm_checksum", meta.src_spm_checksum);
-  dict.insert("src_spm_model", meta.src_spm_model);
+  dict.insert("src_spm_model", bytes_to_tensor(meta.src_spm_model));
   dict.insert("tgt_spm_path", meta.tgt_spm_path);
   dict.insert("tgt_spm_checksum", meta.tgt_spm_checksum);
-  dict.insert("tgt_spm_model", meta.tgt_spm_model);
+  dict.insert("tgt_spm_model", bytes_to_tensor(meta.tgt_spm_model));
 
   Dict position = new_dict();
   position.insert("step", meta.position.step);

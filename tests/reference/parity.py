@@ -3,6 +3,8 @@
   parity.py model IN.pt OUT.pt   IN holds config_json, state.<key> tensors, src, tgt
   parity.py mha IN.pt OUT.pt     IN holds config_json, state.<key>, query, key, mask
   parity.py count CONFIG_JSON    prints the reference parameter count
+  parity.py checkpoint CKPT      loads a torchmt checkpoint into the reference model, prints its
+                                 SentencePiece model size
 
 Exits 1 with a message when the state dict keys or shapes differ from the reference's.
 """
@@ -38,6 +40,15 @@ def main():
         print(sum(p.numel() for p in model.parameters()))
         return
     # Written by the C++ test (torch::pickle_save tags its dict types): trusted, not weights-only.
+    if mode == "checkpoint":
+        ck = torch.load(sys.argv[2], weights_only=False)
+        model = ref.from_config(json.loads(ck["model_config"]))
+        missing, unexpected = model.load_state_dict(ck["model"], strict=False)
+        if unexpected or [k for k in missing if k != "pos_encoding.pe"]:
+            print("checkpoint does not fit the reference: missing %s unexpected %s" % (missing, unexpected))
+            sys.exit(1)
+        print(ck["format"], ck["position"]["step"], int(ck["src_spm_model"].numel()))
+        return
     blob = torch.load(sys.argv[2], weights_only=False)
     cfg = json.loads(blob["config_json"])
     if mode == "model":
