@@ -1,0 +1,47 @@
+#pragma once
+// Deployment export: one file that holds a trained model, its SentencePiece model and its
+// configuration. Every format sits behind ModelExporter, so a successor of TorchScript
+// (e.g. an AOTInductor package) is a new implementation plus a line in make_exporter().
+//
+//   auto exporter = make_exporter("torchscript");
+//   exporter->write(load_checkpoint(ckpt, torch::kCPU), ExportOptions{}, "model.ts");
+//
+// Formats today: "torchscript" (TorchScriptExporter, torchmt/export/torchscript_exporter.h;
+// read back with ScriptedTranslator, torchmt/export/scripted_translator.h).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+
+namespace torchmt {
+
+struct LoadedCheckpoint;
+
+struct ExportOptions {
+  // Floating-point type of the stored weights: kFloat, kBFloat16 or kHalf. Log-probabilities
+  // in search are always computed in fp32.
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  // Fold the weights into the graphs and run the inference optimisations the format offers
+  // (TorchScript: torch::jit::freeze + optimize_for_inference). A frozen export has no state
+  // dict (the weights are constants of the code).
+  bool freeze = false;
+};
+
+class ModelExporter {
+ public:
+  virtual ~ModelExporter() = default;
+  virtual std::string format() const = 0;
+  // Writes `checkpoint` (weights, meta.model, meta.*_spm_model) to `path`, atomically
+  // (temp file + rename). Throws std::runtime_error naming the file on failure.
+  virtual void write(const LoadedCheckpoint& checkpoint, const ExportOptions& options, const std::string& path) = 0;
+};
+
+// "torchscript" (also "ts"). Throws std::invalid_argument for an unknown format.
+std::unique_ptr<ModelExporter> make_exporter(const std::string& format);
+std::vector<std::string> export_formats();
+
+// "fp32" | "bf16" | "fp16" -> scalar type; throws std::invalid_argument otherwise.
+c10::ScalarType parse_export_dtype(const std::string& name);
+
+}  // namespace torchmt

@@ -1,0 +1,274 @@
+#include "torchmt/export/torchscript_exporter.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "torchmt/data/special_ids.h"
+#include "torchmt/data/tokenizer.h"
+#include "torchmt/training/checkpoint.h"
+#include "torchmt/util/device.h"
+#include "torchmt/util/flat_json.h"
+#include "torchscript_source.h"
+
+namespace torchmt {
+namespace {
+
+using torch::jit::Module;
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Builds the module tree. Module types are shared between instances of one kind (all
+// encoder layers are one class), so each kind's methods are compiled once.
+class ScriptBuilder {
+ public:
+  explicit ScriptBuilder(c10::ScalarType dtype) : cu_(std::make_shared<torch::jit::CompilationUnit>()), dtype_(dtype) {}
+
+  Module make(const std::string& kind) {
+    auto it = types_.find(kind);
+    Module m = it == types_.end() ? Module(c10::QualifiedName("__torch__.torchmt." + kind), cu_)
+                                  : Module(cu_, it->second);
+    types_.emplace(kind, m.type());
+    m.register_attribute("training", c10::BoolType::get(), false);
+    return m;
+  }
+
+  // Compiles `source` into the type of `m` the first time a module of this kind is defined.
+  void define(Module& m, const std::string& kind, const std::string& source) {
+    if (!defined_.insert(kind).second) return;
+    try {
+      m.define(source);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("internal error compiling the TorchScript of " + kind + ": " + e.what());
+    }
+  }
+
+  // Weights as stored: detached, in the export dtype; one stored tensor per native tensor
+  // (tied embeddings stay one tensor under several names).
+  at::Tensor weight(const at::Tensor& t) {
+    auto it = converted_.find(t.unsafeGetTensorImpl());
+    if (it != converted_.end()) return it->second;
+    auto out = t.detach().to(torch::kCPU, t.is_floating_point() ? dtype_ : t.scalar_type()).clone();
+    converted_.emplace(t.unsafeGetTensorImpl(), out);
+    return out;
+  }
+
+  Module linear(const torch::nn::Linear& l) {
+    Module m = make("Linear");
+    m.register_parameter("weight", weight(l->weight), false);
+    m.register_parameter("bias", weight(l->bias), false);
+    define(m, "Linear", ts_source::kLinear);
+    return m;
+  }
+
+  Module layer_norm(const torch::nn::LayerNorm& l) {
+    Module m = make("LayerNorm");
+    m.register_parameter("weight", weight(l->weight), false);
+    m.register_parameter("bias", weight(l->bias), false);
+    define(m, "LayerNorm", ts_source::kLayerNorm);
+    return m;
+  }
+
+  Module embedding(const torch::nn::Embedding& e) {
+    Module m = make("Embedding");
+    m.register_parameter("weight", weight(e->weight), false);
+    define(m, "Embedding", ts_source::kEmbedding);
+    return m;
+  }
+
+  Module positional_encoding(const PositionalEncoding& p) {
+    Module m = make("PositionalEncoding");
+    m.register_buffer("pe", weight(p->pe));
+    define(m, "PositionalEncoding", ts_source::kPositionalEncoding);
+    return m;
+  }
+
+  Module attention(MultiHeadAttention& a) {
+    Module m = make("MultiHeadAttention");
+    m.register_module("W_q", linear(a->W_q));
+    m.register_module("W_k", linear(a->W_k));
+    m.register_module("W_v", linear(a->W_v));
+    m.register_module("W_o", linear(a->W_o));
+    m.register_attribute("num_heads", c10::IntType::get(), a->options.num_heads());
+    m.register_attribute("head_dim", c10::IntType::get(), a->head_dim);
+    m.register_attribute("embed_dim", c10::IntType::get(), a->options.embed_dim());
+    m.register_attribute("scale", c10::FloatType::get(), std::sqrt(static_cast<double>(a->head_dim)));
+    define(m, "MultiHeadAttention", ts_source::kMultiHeadAttention);
+    return m;
+  }
+
+  Module feed_forward(FeedForward& f) {
+    Module m = make("FeedForward");
+    m.register_module("linear1", linear(f->linear1));
+    m.register_module("linear2", linear(f->linear2));
+    m.register_attribute("use_gelu", c10::BoolType::get(), f->options.activation() == "gelu");
+    define(m, "FeedForward", ts_source::kFeedForward);
+    return m;
+  }
+
+  Module encoder_layer(TransformerEncoderLayer& l) {
+    Module m = make("TransformerEncoderLayer");
+    m.register_module("self_attn", attention(l->self_attn));
+    m.register_module("ffn", feed_forward(l->ffn));
+    m.register_module("norm1", layer_norm(l->norm1));
+    m.register_module("norm2", layer_norm(l->norm2));
+    define(m, "TransformerEncoderLayer", ts_source::kEncoderLayer);
+    return m;
+  }
+
+  Module decoder_layer(TransformerDecoderLayer& l) {
+    Module m = make("TransformerDecoderLayer");
+    m.register_module("self_attn", attention(l->self_attn));
+    m.register_module("cross_attn", attention(l->cross_attn));
+    m.register_module("ffn", feed_forward(l->ffn));
+    m.register_module("norm1", layer_norm(l->norm1));
+    m.register_module("norm2", layer_norm(l->norm2));
+    m.register_module("norm3", layer_norm(l->norm3));
+    define(m, "TransformerDecoderLayer", ts_source::kDecoderLayer);
+    return m;
+  }
+
+  // Layer lists: children "0".."N-1" (the native state-dict names); TorchScript cannot
+  // iterate a C++-built module, so the methods are unrolled for the layer count.
+  Module encoder_layers(torch::nn::ModuleList& layers) {
+    Module m = make("EncoderLayers");
+    std::string src = "def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:\n";
+    for (size_t i = 0; i < layers->size(); ++i) {
+      TransformerEncoderLayer layer(layers->ptr<TransformerEncoderLayerImpl>(i));
+      m.register_module(std::to_string(i), encoder_layer(layer));
+      src += "    x = getattr(self, \"" + std::to_string(i) + "\").forward(x, mask)\n";
+    }
+    src += "    return x\n";
+    define(m, "EncoderLayers", src);
+    return m;
+  }
+
+  Module decoder_layers(torch::nn::ModuleList& layers) {
+    Module m = make("DecoderLayers");
+    std::string fwd =
+        "def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor]) -> "
+        "Tensor:\n";
+    std::string start =
+        "def start(self, memory: Tensor) -> Tuple[List[Tensor], List[Tensor]]:\n"
+        "    ks: List[Tensor] = []\n"
+        "    vs: List[Tensor] = []\n";
+    std::string step =
+        "def step(self, x: Tensor, t: int, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], "
+        "cross_v: List[Tensor], src_mask: Tensor) -> Tensor:\n";
+    for (size_t i = 0; i < layers->size(); ++i) {
+      const std::string n = std::to_string(i);
+      const std::string layer = "getattr(self, \"" + n + "\")";
+      TransformerDecoderLayer native(layers->ptr<TransformerDecoderLayerImpl>(i));
+      m.register_module(n, decoder_layer(native));
+      fwd += "    x = " + layer + ".forward(x, memory, src_mask, tgt_mask)\n";
+      start += "    kv" + n + " = " + layer + ".cross_kv(memory)\n    ks.append(kv" + n + "[0])\n    vs.append(kv" + n +
+               "[1])\n";
+      step += "    out" + n + " = " + layer + ".step(x, t, self_k[" + n + "], self_v[" + n + "], cross_k[" + n +
+              "], cross_v[" + n + "], src_mask)\n    x = out" + n + "[0]\n    self_k[" + n + "] = out" + n +
+              "[1]\n    self_v[" + n + "] = out" + n + "[2]\n";
+    }
+    fwd += "    return x\n";
+    start += "    return (ks, vs)\n";
+    step += "    return x\n";
+    define(m, "DecoderLayers", fwd + "\n" + start + "\n" + step);
+    return m;
+  }
+
+  Module transformer(Transformer& model) {
+    const ModelConfig& c = model->config();
+    Module m = make("Transformer");
+    m.register_module("src_embedding", embedding(model->src_embedding));
+    m.register_module("tgt_embedding", embedding(model->tgt_embedding));
+    m.register_module("pos_encoding", positional_encoding(model->pos_encoding));
+    m.register_module("encoder_layers", encoder_layers(model->encoder_layers));
+    m.register_module("decoder_layers", decoder_layers(model->decoder_layers));
+    m.register_module("fc_out", linear(model->fc_out));
+    m.register_attribute("embed_scale", c10::FloatType::get(), std::sqrt(static_cast<double>(c.d_model)));
+    m.register_attribute("pad_id", c10::IntType::get(), c.pad_id);
+    m.register_attribute("bos_id", c10::IntType::get(), kBosId);
+    m.register_attribute("eos_id", c10::IntType::get(), kEosId);
+    m.register_attribute("max_len", c10::IntType::get(), c.max_len);
+    define(m, "Transformer", ts_source::kTransformer);
+    return m;
+  }
+
+ private:
+  std::shared_ptr<torch::jit::CompilationUnit> cu_;
+  c10::ScalarType dtype_;
+  std::map<std::string, c10::ClassTypePtr> types_;
+  std::set<std::string> defined_;
+  std::unordered_map<const void*, at::Tensor> converted_;
+};
+
+const std::vector<std::string> kPreservedMethods = {"encode", "translate", "translate_with_scores"};
+
+}  // namespace
+
+void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions& options,
+                                const std::string& path) {
+  if (!checkpoint.model) throw std::runtime_error("nothing to export: the checkpoint holds no model");
+  if (options.dtype != c10::ScalarType::Float && options.dtype != c10::ScalarType::BFloat16 &&
+      options.dtype != c10::ScalarType::Half)
+    throw std::invalid_argument("export dtype must be fp32, bf16 or fp16");
+  if (checkpoint.meta.src_spm_model.empty())
+    throw std::runtime_error("the checkpoint carries no SentencePiece model; an export must embed one");
+
+  torch::NoGradGuard no_grad;
+  Transformer model = checkpoint.model;
+  ScriptBuilder builder(options.dtype);
+  Module module = builder.transformer(model);
+  module.eval();
+  if (options.freeze) {
+    try {
+      module = torch::jit::freeze(module, kPreservedMethods, /*optimize_numerics=*/true);
+      module = torch::jit::optimize_for_inference(module, kPreservedMethods);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("freezing the TorchScript module failed: " + first_line(e.what()));
+    }
+  }
+
+  FlatConfig marker;
+  marker.set("format", kTorchScriptFormat);
+  marker.set("format_version", std::to_string(kTorchScriptFormatVersion));
+  marker.set("dtype", dtype_name(options.dtype));
+  marker.set("frozen", options.freeze ? "true" : "false");
+  marker.set("torchmt_version", TORCHMT_VERSION);
+  marker.set("torch_version", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                                  std::to_string(TORCH_VERSION_PATCH));
+  marker.set("step", std::to_string(checkpoint.meta.position.step));
+  marker.set("spm_checksum", "fnv1a:" + fnv1a_hex(checkpoint.meta.src_spm_model));
+  marker.set("pad_id", std::to_string(checkpoint.meta.model.pad_id));
+  marker.set("bos_id", std::to_string(kBosId));
+  marker.set("eos_id", std::to_string(kEosId));
+
+  torch::jit::ExtraFilesMap extra;
+  extra["torchmt.json"] = marker.to_json();
+  extra["config.json"] = checkpoint.meta.model.to_json();
+  extra["spm.model"] = checkpoint.meta.src_spm_model;
+  if (!checkpoint.meta.tgt_spm_model.empty() && checkpoint.meta.tgt_spm_model != checkpoint.meta.src_spm_model)
+    extra["tgt_spm.model"] = checkpoint.meta.tgt_spm_model;
+
+  const std::string tmp = path + ".tmp";
+  try {
+    module.save(tmp, extra);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write export " + path + ": " + first_line(e.what()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  }
+}
+
+}  // namespace torchmt

@@ -1,0 +1,372 @@
+#pragma once
+// TorchScript source of the exported Transformer, one block per module type. Each block
+// mirrors the native C++ module op for op (same ops, same order, same shapes), so the
+// exported model computes bit-identical results on the same device and the searches pick
+// the same tokens as src/decoding/search.cpp.
+//
+// Written for Module::define() with LibTorch's native resolver: `torch.` means aten, and
+// dtypes are ScalarType integers (4 = int64, 6 = float32, 11 = bool) because `torch.bool`
+// and friends are Python objects the C++ frontend does not know; so are exception classes,
+// hence `assert` for errors.
+#include <string>
+
+namespace torchmt::ts_source {
+
+// Attributes: weight [out, in], bias [out].
+inline const char* kLinear = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    return torch.linear(x, self.weight, self.bias)
+)TS";
+
+// Attributes: weight, bias [D]; eps 1e-5 as torch::nn::LayerNorm.
+inline const char* kLayerNorm = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    return torch.layer_norm(x, [self.weight.size(0)], self.weight, self.bias, 1e-05)
+)TS";
+
+// Attribute: weight [V, D].
+inline const char* kEmbedding = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    return torch.embedding(self.weight, x)
+)TS";
+
+// Buffer: pe [1, max_len, D]. `offset`: position of x's first row.
+inline const char* kPositionalEncoding = R"TS(
+def forward(self, x: Tensor, offset: int) -> Tensor:
+    length = x.size(1)
+    assert offset + length <= self.pe.size(1), "sequence of " + str(offset + length) + " positions exceeds the model's max_len " + str(self.pe.size(1))
+    return x + self.pe.narrow(1, offset, length).to(x.dtype)
+)TS";
+
+// Submodules W_q W_k W_v W_o; attributes num_heads, head_dim, embed_dim, scale (= sqrt(head_dim)).
+// attend(): the fused kernel where the native module uses it (CUDA, or fp32 in eval), the
+// explicit softmax(QK^T / sqrt(d_k)) V otherwise; a query whose keys are all masked
+// attends to all of them.
+inline const char* kMultiHeadAttention = R"TS(
+def split_heads(self, y: Tensor) -> Tensor:
+    return y.view([y.size(0), -1, self.num_heads, self.head_dim]).transpose(1, 2)
+
+def merge_heads(self, x: Tensor) -> Tensor:
+    return x.transpose(1, 2).contiguous().view([x.size(0), -1, self.embed_dim])
+
+def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+    if q.is_cuda or q.element_size() == 4:
+        if mask is None:
+            out = torch.scaled_dot_product_attention(q, k, v, None, 0.0)
+        else:
+            full = torch.logical_or(mask, torch.logical_not(mask).all(-1, True))
+            out = torch.scaled_dot_product_attention(q, k, v, full, 0.0)
+    else:
+        scores = torch.matmul(q, k.transpose(-2, -1)) / self.scale
+        if mask is not None:
+            full = torch.logical_or(mask, torch.logical_not(mask).all(-1, True))
+            scores = scores.masked_fill(torch.logical_not(full), float("-inf"))
+        out = torch.matmul(torch.softmax(scores, -1), v)
+    return self.W_o.forward(self.merge_heads(out))
+
+def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
+    q = self.split_heads(self.W_q.forward(query))
+    k = self.split_heads(self.W_k.forward(key))
+    v = self.split_heads(self.W_v.forward(value))
+    return self.attend(q, k, v, mask)
+)TS";
+
+// Submodules linear1, linear2; attribute use_gelu.
+inline const char* kFeedForward = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    h = self.linear1.forward(x)
+    if self.use_gelu:
+        h = torch.gelu(h)
+    else:
+        h = torch.relu(h)
+    return self.linear2.forward(h)
+)TS";
+
+inline const char* kEncoderLayer = R"TS(
+def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
+    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, mask))
+    return self.norm2.forward(h + self.ffn.forward(h))
+)TS";
+
+// step(): x [B, 1, D] is the newest target position t; self_k/self_v hold positions < t
+// (ignored when t == 0) and come back extended by position t.
+inline const char* kDecoderLayer = R"TS(
+def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor]) -> Tensor:
+    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, tgt_mask))
+    h = self.norm2.forward(h + self.cross_attn.forward(h, memory, memory, src_mask))
+    return self.norm3.forward(h + self.ffn.forward(h))
+
+def cross_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
+    k = self.cross_attn.split_heads(self.cross_attn.W_k.forward(memory))
+    v = self.cross_attn.split_heads(self.cross_attn.W_v.forward(memory))
+    return (k, v)
+
+def step(self, x: Tensor, t: int, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    q = self.self_attn.split_heads(self.self_attn.W_q.forward(x))
+    k = self.self_attn.split_heads(self.self_attn.W_k.forward(x))
+    v = self.self_attn.split_heads(self.self_attn.W_v.forward(x))
+    if t > 0:
+        k = torch.cat([self_k, k], 2)
+        v = torch.cat([self_v, v], 2)
+    h = self.norm1.forward(x + self.self_attn.attend(q, k, v, None))
+    cq = self.cross_attn.split_heads(self.cross_attn.W_q.forward(h))
+    h = self.norm2.forward(h + self.cross_attn.attend(cq, cross_k, cross_v, src_mask))
+    return (self.norm3.forward(h + self.ffn.forward(h)), k, v)
+)TS";
+
+// The top-level module: submodules src_embedding, tgt_embedding, pos_encoding,
+// encoder_layers, decoder_layers (containers whose methods are generated per layer count,
+// see torchscript_exporter.cpp), fc_out; attributes embed_scale, pad_id, bos_id, eos_id,
+// max_len.
+inline const char* kTransformer = R"TS(
+def padding_mask(self, tokens: Tensor) -> Tensor:
+    return tokens.ne(self.pad_id).unsqueeze(1).unsqueeze(2)
+
+def target_mask(self, tgt: Tensor) -> Tensor:
+    n = tgt.size(1)
+    causal = torch.tril(torch.ones([n, n], dtype=11, device=tgt.device)).view([1, 1, n, n])
+    return self.padding_mask(tgt) & causal
+
+def encode_masked(self, src: Tensor, src_mask: Tensor) -> Tensor:
+    x = self.pos_encoding.forward(self.src_embedding.forward(src) * self.embed_scale, 0)
+    return self.encoder_layers.forward(x, src_mask)
+
+def encode(self, src: Tensor) -> Tensor:
+    src = src.to(self.fc_out.weight.device)
+    return self.encode_masked(src, self.padding_mask(src))
+
+def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+    src = src.to(self.fc_out.weight.device)
+    tgt_in = tgt_in.to(self.fc_out.weight.device)
+    src_mask = self.padding_mask(src)
+    tgt_mask = self.target_mask(tgt_in)
+    memory = self.encode_masked(src, src_mask)
+    x = self.pos_encoding.forward(self.tgt_embedding.forward(tgt_in) * self.embed_scale, 0)
+    return self.fc_out.forward(self.decoder_layers.forward(x, memory, src_mask, tgt_mask))
+
+def decode_step(self, last: Tensor, t: int, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], cross_v: List[Tensor], src_mask: Tensor) -> Tensor:
+    x = self.pos_encoding.forward(self.tgt_embedding.forward(last.unsqueeze(1)) * self.embed_scale, t)
+    x = self.decoder_layers.step(x, t, self_k, self_v, cross_k, cross_v, src_mask)
+    return torch.log_softmax(self.fc_out.forward(x.squeeze(1)).to(6), -1)
+
+def select_rows(self, index: Tensor, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], cross_v: List[Tensor], src_mask: Tensor) -> Tensor:
+    for i in range(len(cross_k)):
+        self_k[i] = self_k[i].index_select(0, index)
+        self_v[i] = self_v[i].index_select(0, index)
+        cross_k[i] = cross_k[i].index_select(0, index)
+        cross_v[i] = cross_v[i].index_select(0, index)
+    return src_mask.index_select(0, index)
+
+def length_penalty(self, length: int, alpha: float) -> float:
+    if alpha == 0.0:
+        return 1.0
+    return ((5.0 + float(length)) / 6.0) ** alpha
+
+def length_limits(self, src: Tensor, cap: int, max_len_a: float, max_len_b: int) -> List[int]:
+    lengths: List[int] = src.ne(self.pad_id).sum(1).cpu().tolist()
+    out: List[int] = []
+    for n in lengths:
+        limit = int(max_len_a * float(n) + float(max_len_b))
+        out.append(max(1, min(limit, cap)))
+    return out
+
+def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len_b: int) -> Tuple[List[List[int]], List[float]]:
+    batch = src.size(0)
+    device = src.device
+    limits = self.length_limits(src, cap, max_len_a, max_len_b)
+    tokens: List[List[int]] = []
+    log_probs: List[float] = []
+    scores: List[float] = []
+    live: List[int] = []
+    for i in range(batch):
+        empty: List[int] = []
+        tokens.append(empty)
+        log_probs.append(0.0)
+        scores.append(0.0)
+        live.append(i)
+    if batch == 0:
+        return (tokens, scores)
+    src_mask = self.padding_mask(src)
+    memory = self.encode_masked(src, src_mask)
+    cross = self.decoder_layers.start(memory)
+    cross_k = cross[0]
+    cross_v = cross[1]
+    self_k: List[Tensor] = []
+    self_v: List[Tensor] = []
+    for i in range(len(cross_k)):
+        self_k.append(cross_k[i])
+        self_v.append(cross_v[i])
+    last = torch.full([batch], self.bos_id, dtype=4, device=device)
+    t = 0
+    while len(live) > 0:
+        lprobs = self.decode_step(last, t, self_k, self_v, cross_k, cross_v, src_mask)
+        best = lprobs.max(-1)
+        best_lp: List[float] = best[0].cpu().tolist()
+        best_tok: List[int] = best[1].cpu().tolist()
+        eos_lp: List[float] = lprobs.select(1, self.eos_id).cpu().tolist()
+        keep_rows: List[int] = []
+        keep_live: List[int] = []
+        next_tokens: List[int] = []
+        for r in range(len(live)):
+            s = live[r]
+            forced = t + 1 >= limits[s]
+            tok = best_tok[r]
+            if forced:
+                tok = self.eos_id
+                log_probs[s] = log_probs[s] + eos_lp[r]
+            else:
+                log_probs[s] = log_probs[s] + best_lp[r]
+            if tok == self.eos_id:
+                scores[s] = log_probs[s] / self.length_penalty(len(tokens[s]) + 1, lenpen)
+            else:
+                tokens[s].append(tok)
+                keep_rows.append(r)
+                keep_live.append(s)
+                next_tokens.append(tok)
+        if len(keep_rows) == 0:
+            break
+        if len(keep_rows) < len(live):
+            index = torch.tensor(keep_rows, dtype=4, device=device)
+            src_mask = self.select_rows(index, self_k, self_v, cross_k, cross_v, src_mask)
+        live = keep_live
+        last = torch.tensor(next_tokens, dtype=4, device=device)
+        t += 1
+    return (tokens, scores)
+
+def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: float, max_len_b: int) -> Tuple[List[List[int]], List[float]]:
+    batch = src.size(0)
+    device = src.device
+    limits = self.length_limits(src, cap, max_len_a, max_len_b)
+    neg_inf = float("-inf")
+    best_tokens: List[List[int]] = []
+    best_scores: List[float] = []
+    has_best: List[bool] = []
+    done: List[int] = []
+    live: List[int] = []
+    for i in range(batch):
+        empty: List[int] = []
+        best_tokens.append(empty)
+        best_scores.append(neg_inf)
+        has_best.append(False)
+        done.append(0)
+        live.append(i)
+    if batch == 0:
+        return (best_tokens, best_scores)
+    src_mask = self.padding_mask(src)
+    memory = self.encode_masked(src, src_mask)
+    cross = self.decoder_layers.start(memory)
+    cross_k = cross[0]
+    cross_v = cross[1]
+    self_k: List[Tensor] = []
+    self_v: List[Tensor] = []
+    for i in range(len(cross_k)):
+        self_k.append(cross_k[i])
+        self_v.append(cross_v[i])
+    # k copies of every sentence; only the first may expand at step 0 (the others score -inf).
+    expand = torch.arange(batch, dtype=4, device=device).repeat_interleave(k)
+    src_mask = self.select_rows(expand, self_k, self_v, cross_k, cross_v, src_mask)
+    prefixes: List[List[int]] = []
+    scores: List[float] = []
+    for i in range(batch * k):
+        no_tokens: List[int] = []
+        prefixes.append(no_tokens)
+        if i % k == 0:
+            scores.append(0.0)
+        else:
+            scores.append(neg_inf)
+    last = torch.full([batch * k], self.bos_id, dtype=4, device=device)
+    t = 0
+    while len(live) > 0:
+        n_live = len(live)
+        lprobs = self.decode_step(last, t, self_k, self_v, cross_k, cross_v, src_mask)
+        vocab = lprobs.size(1)
+        # Sentences at their length limit may only end.
+        forced_rows: List[int] = []
+        for s in range(n_live):
+            if t + 1 >= limits[live[s]]:
+                for j in range(k):
+                    forced_rows.append(s * k + j)
+        if len(forced_rows) > 0:
+            rows_t = torch.tensor(forced_rows, dtype=4, device=device)
+            eos_col = lprobs.index_select(0, rows_t).select(1, self.eos_id).clone()
+            lprobs.index_fill_(0, rows_t, neg_inf)
+            indices: List[Optional[Tensor]] = [rows_t, torch.full_like(rows_t, self.eos_id)]
+            lprobs.index_put_(indices, eos_col)
+        cand = lprobs + torch.tensor(scores, dtype=6, device=device).unsqueeze(1)
+        width = min(2 * k, k * vocab)
+        top = cand.view([n_live, k * vocab]).topk(width, -1)
+        top_scores: List[List[float]] = top[0].cpu().tolist()
+        top_index: List[List[int]] = top[1].cpu().tolist()
+        next_rows: List[int] = []
+        next_live: List[int] = []
+        next_tokens: List[int] = []
+        next_scores: List[float] = []
+        next_prefixes: List[List[int]] = []
+        for s in range(n_live):
+            sentence = live[s]
+            rows: List[int] = []
+            toks: List[int] = []
+            kept: List[float] = []
+            for c in range(width):
+                if len(rows) >= k:
+                    break
+                score = top_scores[s][c]
+                if score != score or score == neg_inf or score == -neg_inf:
+                    break
+                beam = top_index[s][c] // vocab
+                token = top_index[s][c] % vocab
+                row = s * k + beam
+                if token == self.eos_id:
+                    if done[sentence] < k:
+                        done[sentence] = done[sentence] + 1
+                        normalised = score / self.length_penalty(len(prefixes[row]) + 1, lenpen)
+                        if (not has_best[sentence]) or normalised > best_scores[sentence]:
+                            has_best[sentence] = True
+                            best_scores[sentence] = normalised
+                            best_tokens[sentence] = prefixes[row]
+                else:
+                    rows.append(row)
+                    toks.append(token)
+                    kept.append(score)
+            # A sentence is finished once it holds k complete hypotheses (fairseq's criterion).
+            if done[sentence] >= k or len(rows) == 0:
+                continue
+            while len(rows) < k:
+                rows.append(rows[-1])
+                toks.append(toks[-1])
+                kept.append(neg_inf)
+            for j in range(k):
+                next_rows.append(rows[j])
+                next_tokens.append(toks[j])
+                next_scores.append(kept[j])
+                prefix = prefixes[rows[j]].copy()
+                prefix.append(toks[j])
+                next_prefixes.append(prefix)
+            next_live.append(sentence)
+        if len(next_live) == 0:
+            break
+        index = torch.tensor(next_rows, dtype=4, device=device)
+        src_mask = self.select_rows(index, self_k, self_v, cross_k, cross_v, src_mask)
+        live = next_live
+        prefixes = next_prefixes
+        scores = next_scores
+        last = torch.tensor(next_tokens, dtype=4, device=device)
+        t += 1
+    return (best_tokens, best_scores)
+
+def translate_with_scores(self, src: Tensor, max_len: int = 1024, beam: int = 1, lenpen: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10) -> Tuple[List[List[int]], List[float]]:
+    assert beam >= 1, "beam size must be at least 1, got " + str(beam)
+    assert src.dim() == 2, "src must be [batch, length] token ids"
+    cap = self.max_len
+    if max_len > 0 and max_len < cap:
+        cap = max_len
+    src = src.to(self.fc_out.weight.device)
+    if beam == 1:
+        return self.greedy(src, cap, lenpen, max_len_a, max_len_b)
+    return self.beam_search(src, beam, cap, lenpen, max_len_a, max_len_b)
+
+def translate(self, src: Tensor, max_len: int = 1024, beam: int = 1, lenpen: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10) -> List[List[int]]:
+    return self.translate_with_scores(src, max_len, beam, lenpen, max_len_a, max_len_b)[0]
+)TS";
+
+}  // namespace torchmt::ts_source

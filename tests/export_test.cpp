@@ -1,0 +1,417 @@
+// TorchScript export: the archive computes what the native model computes (logits to 1e-5,
+// greedy and beam-5 ids exactly), carries its SentencePiece model and configuration, loads
+// in Python with no torchmt code, and fails clearly on bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "data_test_support.h"
+#include "test_support.h"
+#include "torchmt/data/special_ids.h"
+#include "torchmt/decoding/search.h"
+#include "torchmt/decoding/transformer_decoder.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/export/exporter.h"
+#include "torchmt/export/script_call.h"
+#include "torchmt/export/scripted_translator.h"
+#include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/model/transformer.h"
+#include "torchmt/training/checkpoint.h"
+
+namespace torchmt {
+namespace {
+
+std::vector<std::string> read_lines(const std::string& path, size_t limit) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; lines.size() < limit && std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// [B, S] padded with kPadId.
+torch::Tensor pad_batch(const std::vector<std::vector<int64_t>>& rows) {
+  size_t longest = 0;
+  for (const auto& r : rows) longest = std::max(longest, r.size());
+  auto out = torch::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, kPadId, torch::kLong);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t j = 0; j < rows[i].size(); ++j) out[i][j] = rows[i][j];
+  return out;
+}
+
+// A tiny model trained briefly on the bundled sample (so translations end with eos rather
+// than repeating to the length limit), saved as a checkpoint and exported once per run.
+struct Fixture {
+  test::TempDir dir;
+  std::string checkpoint, exported, frozen, bf16;
+  LoadedCheckpoint native;
+  std::vector<std::string> sentences;           // 8 German lines
+  std::vector<std::vector<int64_t>> sources;    // their ids + eos
+  torch::Tensor src;                            // [8, S] padded
+  torch::Tensor tgt_in;                         // [8, T] bos + English ids, padded
+};
+
+void train_briefly(Transformer& model, const Tokenizer& tok, int steps) {
+  auto de = read_lines(test::sample_de(), 1000), en = read_lines(test::sample_en(), 1000);
+  std::vector<std::vector<int64_t>> src_rows, tgt_rows;
+  for (size_t i = 0; i < de.size() && i < en.size(); ++i) {
+    auto s = tok.encode(de[i]), t = tok.encode(en[i]);
+    s.push_back(kEosId);
+    t.insert(t.begin(), kBosId);
+    t.push_back(kEosId);
+    src_rows.push_back(s);
+    tgt_rows.push_back(t);
+  }
+  // One thread: this runs beside other jobs on small machines, where OpenMP barriers of a
+  // tiny model's ops would spin most of the time.
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(3e-3));
+  model->train();
+  const size_t batch = 32;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<int64_t>> s, t;
+    for (size_t j = 0; j < batch; ++j) {
+      const size_t i = (static_cast<size_t>(step) * batch + j) % src_rows.size();
+      s.push_back(src_rows[i]);
+      t.push_back(tgt_rows[i]);
+    }
+    auto src = pad_batch(s), tgt = pad_batch(t);
+    auto in = tgt.narrow(1, 0, tgt.size(1) - 1), out = tgt.narrow(1, 1, tgt.size(1) - 1);
+    auto logits = model->forward(src, in.masked_fill(in.eq(kEosId), kPadId));
+    auto loss = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), out.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kPadId));
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+  }
+  torch::set_num_threads(threads);
+  model->eval();
+}
+
+Fixture& fixture() {
+  static const std::unique_ptr<Fixture> f = [] {
+    auto f = std::make_unique<Fixture>();
+    const Tokenizer& tok = test::sample_tokenizer();
+    torch::manual_seed(7);
+    ModelConfig config = ModelConfig::preset("tiny");
+    config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
+    Transformer model(config);
+    train_briefly(model, tok, 80);
+
+    CheckpointMeta meta;
+    meta.model = config;
+    meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
+    meta.src_spm_checksum = meta.tgt_spm_checksum = tok.checksum();
+    meta.position.step = 80;
+    f->checkpoint = f->dir.file("checkpoint.pt");
+    save_checkpoint(f->checkpoint, model, nullptr, meta);
+    f->native = load_checkpoint(f->checkpoint, torch::kCPU);
+
+    f->exported = f->dir.file("model.ts");
+    f->frozen = f->dir.file("model_frozen.ts");
+    f->bf16 = f->dir.file("model_bf16.ts");
+    auto exporter = make_exporter("torchscript");
+    exporter->write(f->native, ExportOptions{}, f->exported);
+    ExportOptions frozen;
+    frozen.freeze = true;
+    exporter->write(f->native, frozen, f->frozen);
+    ExportOptions bf16;
+    bf16.dtype = torch::kBFloat16;
+    exporter->write(f->native, bf16, f->bf16);
+
+    f->sentences = read_lines(test::sample_de(), 40);
+    f->sentences.erase(f->sentences.begin(), f->sentences.begin() + 32);  // 8 lines of varied length
+    auto en = read_lines(test::sample_en(), 40);
+    std::vector<std::vector<int64_t>> targets;
+    for (size_t i = 0; i < f->sentences.size(); ++i) {
+      auto ids = tok.encode(f->sentences[i]);
+      ids.push_back(kEosId);
+      f->sources.push_back(ids);
+      auto t = tok.encode(en[32 + i]);
+      t.insert(t.begin(), kBosId);
+      targets.push_back(t);
+    }
+    f->src = pad_batch(f->sources);
+    f->tgt_in = pad_batch(targets);
+    return f;
+  }();
+  return *f;
+}
+
+torch::jit::Module load_export(const std::string& path, torch::jit::ExtraFilesMap* extra = nullptr) {
+  torch::jit::ExtraFilesMap files{{"torchmt.json", ""}, {"config.json", ""}, {"spm.model", ""}};
+  auto m = torch::jit::load(path, torch::kCPU, extra ? *extra : files);
+  m.eval();
+  return m;
+}
+
+SearchOptions native_options(int64_t beam, const ModelConfig& config) {
+  SearchOptions o;
+  o.beam_size = beam;
+  o.max_len_cap = std::min<int64_t>(o.max_len_cap, config.max_len);
+  return o;
+}
+
+// Best hypothesis ids per sentence from the native search over the KV-cached decoder.
+std::vector<std::vector<int64_t>> native_ids(const Fixture& f, int64_t beam, std::vector<double>* scores = nullptr) {
+  torch::NoGradGuard no_grad;
+  TransformerDecoder decoder(f.native.model);
+  auto result = search(decoder, f.src, native_options(beam, f.native.meta.model));
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& hyps : result) {
+    out.push_back(hyps.empty() ? std::vector<int64_t>{} : hyps.front().tokens);
+    if (scores) scores->push_back(hyps.empty() ? -INFINITY : hyps.front().score);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> script_ids(torch::jit::Module& m, const torch::Tensor& src, int64_t beam,
+                                             std::vector<double>* scores = nullptr) {
+  torch::NoGradGuard no_grad;
+  auto result = run_script_method(m, "translate_with_scores", {src, int64_t{1024}, beam, 0.6, 1.2, int64_t{10}}).toTuple();
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& row : result->elements()[0].toList()) out.push_back(row.get().toIntVector());
+  if (scores)
+    for (const auto& s : result->elements()[1].toList()) scores->push_back(s.get().toDouble());
+  return out;
+}
+
+std::string ids_json(const std::vector<std::vector<int64_t>>& rows) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out << (i ? ", " : "") << "[";
+    for (size_t j = 0; j < rows[i].size(); ++j) out << (j ? ", " : "") << rows[i][j];
+    out << "]";
+  }
+  out << "]";
+  return out.str();
+}
+
+std::vector<std::string> native_state_keys(const Transformer& model) {
+  std::vector<std::string> keys;
+  for (const auto& p : model->named_parameters()) keys.push_back(p.key());
+  for (const auto& b : model->named_buffers()) keys.push_back(b.key());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+TEST(ExportTorchScript, ForwardLogitsEqualNativeOnPaddedBatch) {
+  auto& f = fixture();
+  auto m = load_export(f.exported);
+  torch::NoGradGuard no_grad;
+  auto expected = f.native.model->forward(f.src, f.tgt_in);
+  auto logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
+  ASSERT_EQ(logits.sizes(), expected.sizes());
+  EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-5);
+
+  auto memory = run_script_method(m, "encode", {f.src}).toTensor();
+  auto native_memory = f.native.model->encode(f.src, f.src.ne(kPadId).unsqueeze(1).unsqueeze(2));
+  EXPECT_LT((memory - native_memory).abs().max().item<double>(), 1e-5);
+}
+
+TEST(ExportTorchScript, StateDictHasNativeNamesAndValues) {
+  auto& f = fixture();
+  auto m = load_export(f.exported);
+  std::map<std::string, torch::Tensor> script;
+  for (const auto& p : m.named_parameters()) script[p.name] = p.value;
+  for (const auto& b : m.named_buffers()) script[b.name] = b.value;
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : script) keys.push_back(k);
+  EXPECT_EQ(keys, native_state_keys(f.native.model));
+  for (const auto& p : f.native.model->named_parameters()) {
+    ASSERT_TRUE(script.count(p.key())) << p.key();
+    EXPECT_TRUE(torch::equal(script[p.key()], p.value())) << p.key();
+  }
+}
+
+TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
+  auto& f = fixture();
+  auto m = load_export(f.exported);
+  for (int64_t beam : {1, 5}) {
+    std::vector<double> native_scores, script_scores;
+    auto expected = native_ids(f, beam, &native_scores);
+    auto got = script_ids(m, f.src, beam, &script_scores);
+    EXPECT_EQ(got, expected) << "beam " << beam;
+    ASSERT_EQ(script_scores.size(), native_scores.size());
+    for (size_t i = 0; i < native_scores.size(); ++i) EXPECT_DOUBLE_EQ(script_scores[i], native_scores[i]);
+    // Not all degenerate: the briefly trained model ends most sentences before the limit.
+    size_t ended = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      ended += static_cast<int64_t>(got[i].size()) + 1 < static_cast<int64_t>(1.2 * f.sources[i].size() + 10);
+    EXPECT_GE(ended, 1u) << "beam " << beam;
+  }
+  // The plain `translate` method and its defaults (max_len 1024, beam 1).
+  auto plain = run_script_method(m, "translate", {f.src}).toList();
+  auto greedy = native_ids(f, 1);
+  ASSERT_EQ(plain.size(), greedy.size());
+  for (size_t i = 0; i < greedy.size(); ++i) EXPECT_EQ(plain.get(i).toIntVector(), greedy[i]);
+}
+
+TEST(ExportTorchScript, ScriptedTranslatorEqualsNativeTranslator) {
+  auto& f = fixture();
+  ScriptedTranslator scripted(f.exported, torch::kCPU);
+  EXPECT_EQ(scripted.config().to_json(), f.native.meta.model.to_json());
+  EXPECT_EQ(scripted.tokenizer().serialized(), test::sample_tokenizer().serialized());
+  EXPECT_EQ(scripted.dtype(), "fp32");
+  EXPECT_FALSE(scripted.frozen());
+  Translator native(f.native.model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+  auto lines = read_lines(test::sample_de(), 24);
+  lines.push_back("");  // empty in, empty out
+  std::vector<std::vector<int64_t>> sources;
+  for (const auto& line : lines) sources.push_back(line.empty() ? std::vector<int64_t>{} : scripted.encode_source(line));
+  for (int64_t beam : {1, 5}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.batch_size = 10;  // several batches, sorted by length
+    auto expected = native.translate(lines, options);
+    auto got = scripted.translate_ids(sources, beam, 0.6, 1.2, 10, 10);
+    auto texts = scripted.translate_text(lines, beam, 0.6, 1.2, 10, 10);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto want = expected[i].hypotheses.empty() ? std::vector<int64_t>{} : expected[i].hypotheses[0].tokens;
+      EXPECT_EQ(got[i], want) << "beam " << beam << " line " << i;
+      EXPECT_EQ(texts[i], expected[i].texts[0]) << "beam " << beam << " line " << i;
+    }
+  }
+}
+
+TEST(ExportTorchScript, EmbedsSentencePieceModelAndConfig) {
+  auto& f = fixture();
+  torch::jit::ExtraFilesMap extra{{"torchmt.json", ""}, {"config.json", ""}, {"spm.model", ""}, {"tgt_spm.model", ""}};
+  load_export(f.exported, &extra);
+  EXPECT_EQ(extra["spm.model"], test::sample_tokenizer().serialized());
+  EXPECT_EQ(ModelConfig::from_json(extra["config.json"]).to_json(), f.native.meta.model.to_json());
+  EXPECT_NE(extra["torchmt.json"].find(kTorchScriptFormat), std::string::npos) << extra["torchmt.json"];
+  EXPECT_TRUE(extra["tgt_spm.model"].empty());  // joint vocabulary: stored once
+  EXPECT_TRUE(is_torchscript_export(f.exported));
+  EXPECT_FALSE(is_torchscript_export(f.checkpoint));  // a zip too, but no marker
+  EXPECT_FALSE(is_torchscript_export(test::sample_de()));
+  EXPECT_FALSE(is_torchscript_export(f.dir.file("missing.ts")));
+}
+
+TEST(ExportTorchScript, FrozenExportKeepsMethodsAndMatches) {
+  auto& f = fixture();
+  auto m = load_export(f.frozen);
+  for (const char* method : {"forward", "encode", "translate", "translate_with_scores"})
+    EXPECT_TRUE(m.find_method(method).has_value()) << method;
+  torch::NoGradGuard no_grad;
+  auto expected = f.native.model->forward(f.src, f.tgt_in);
+  auto logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
+  EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4);
+  EXPECT_EQ(script_ids(m, f.src, 1), native_ids(f, 1));
+  ScriptedTranslator scripted(f.frozen, torch::kCPU);
+  EXPECT_TRUE(scripted.frozen());
+}
+
+TEST(ExportTorchScript, Bf16ExportIsSmallerAndTranslates) {
+  auto& f = fixture();
+  // Half the weight bytes; the code (~100 KB) is the same in both.
+  EXPECT_LT(std::filesystem::file_size(f.bf16), std::filesystem::file_size(f.exported) * 7 / 10);
+  auto m = load_export(f.bf16);
+  for (const auto& p : m.named_parameters()) EXPECT_EQ(p.value.scalar_type(), torch::kBFloat16) << p.name;
+  torch::NoGradGuard no_grad;
+  auto logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor().to(torch::kFloat);
+  auto expected = f.native.model->forward(f.src, f.tgt_in);
+  // bf16 keeps ~3 significant digits: the predictions agree almost everywhere.
+  auto agree = logits.argmax(-1).eq(expected.argmax(-1)).to(torch::kFloat).mean().item<double>();
+  EXPECT_GT(agree, 0.9);
+  EXPECT_EQ(script_ids(m, f.src, 5).size(), f.sources.size());
+  EXPECT_EQ(ScriptedTranslator(f.bf16, torch::kCPU).dtype(), "bf16");
+}
+
+TEST(ExportTorchScript, CorruptCheckpointFailsClearly) {
+  auto& f = fixture();
+  const std::string corrupt = f.dir.file("corrupt.pt");
+  auto bytes = test::read_text(f.checkpoint);
+  test::write_text(corrupt, bytes.substr(0, bytes.size() / 2));
+  auto run = test::run_command(test::torchmt_binary() + " export -m " + corrupt + " -o " + f.dir.file("x.ts"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("corrupt or truncated"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(f.dir.file("x.ts")));
+
+  auto missing = test::run_command(test::torchmt_binary() + " export -m " + f.dir.file("none.pt") + " -o x.ts");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find("not found"), std::string::npos) << missing.output;
+  auto bad_dtype = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " +
+                                     f.dir.file("y.ts") + " --dtype int8");
+  EXPECT_EQ(bad_dtype.exit_code, 2) << bad_dtype.output;
+  auto no_output = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint);
+  EXPECT_EQ(no_output.exit_code, 2) << no_output.output;
+}
+
+TEST(ExportTorchScript, CommandWritesALoadableExport) {
+  auto& f = fixture();
+  const std::string out = f.dir.file("cli.ts");
+  auto run = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("exported"), std::string::npos) << run.output;
+  ScriptedTranslator scripted(out, torch::kCPU);
+  EXPECT_EQ(scripted.translate_ids(f.sources, 5), native_ids(f, 5));
+}
+
+TEST(ExportTorchScript, LoadingANonExportFailsClearly) {
+  auto& f = fixture();
+  auto expect_error = [](const std::string& path, const std::string& needle) {
+    try {
+      ScriptedTranslator t(path, torch::kCPU);
+      ADD_FAILURE() << "loading " << path << " should fail";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(f.checkpoint, "is not a torchmt export");
+  expect_error(test::sample_de(), "is not a torchmt export");
+  expect_error(f.dir.file("missing.ts"), "not found");
+  // A TorchScript archive of someone else's model: loads in torch, but is no torchmt export.
+  torch::jit::Module other("__torch__.Other");
+  other.define("def forward(self, x: Tensor) -> Tensor:\n    return x\n");
+  other.save(f.dir.file("other.ts"));
+  expect_error(f.dir.file("other.ts"), "is not a torchmt export");
+}
+
+TEST(ExportTorchScript, PythonLoadsTheFileWithoutTorchmt) {
+  auto& f = fixture();
+  if (test::run_command(test::python() + " -c 'import torch, sentencepiece'").exit_code != 0)
+    GTEST_SKIP() << "Python torch + sentencepiece not installed";
+  const std::string expected = f.dir.file("expected.json");
+  std::ostringstream json;
+  json << "{\"src\": " << ids_json(f.sources) << ",\n \"sentences\": [";
+  for (size_t i = 0; i < f.sentences.size(); ++i) {
+    json << (i ? ", " : "") << "\"";
+    for (char c : f.sentences[i]) json << (c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c));
+    json << "\"";
+  }
+  json << "],\n \"greedy\": " << ids_json(native_ids(f, 1)) << ",\n \"beam5\": " << ids_json(native_ids(f, 5))
+       << ",\n \"keys\": [";
+  auto keys = native_state_keys(f.native.model);
+  for (size_t i = 0; i < keys.size(); ++i) json << (i ? ", " : "") << "\"" << keys[i] << "\"";
+  json << "]}\n";
+  test::write_text(expected, json.str());
+  {
+    torch::NoGradGuard no_grad;
+    test::save_for_python(f.dir.file("logits.pt"), {{"src", f.src},
+                                                    {"tgt_in", f.tgt_in},
+                                                    {"logits", f.native.model->forward(f.src, f.tgt_in)}});
+  }
+  const std::string script = test::source_dir() + "/tests/export_python_test.py";
+  auto run = test::run_command(test::python() + " " + script + " " + f.exported + " " + expected + " " +
+                               f.dir.file("logits.pt"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  auto example = test::run_command(test::python() + " " + test::source_dir() + "/tools/ts_translate.py " +
+                                   f.exported + " --beam 5 '" + f.sentences[0] + "'");
+  EXPECT_EQ(example.exit_code, 0) << example.output;
+  EXPECT_EQ(example.output, ScriptedTranslator(f.exported, torch::kCPU).translate_text({f.sentences[0]}, 5)[0] + "\n");
+}
+
+}  // namespace
+}  // namespace torchmt

@@ -1,0 +1,147 @@
+// bench_export: what `torchmt export` produces and what it costs to load.
+//   checkpoint size (training, with optimizer state; and weights-only) vs the .ts size
+//   for fp32, bf16 and frozen fp32; load time of checkpoint vs .ts (median of --repeats);
+//   translation time of N sample sentences, native Translator vs ScriptedTranslator.
+// Reads --checkpoint (copied to a temp dir first, so a training run may keep writing it);
+// without one, a fresh `small` model with the sample BPE vocabulary.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <cxxopts.hpp>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "torchmt/data/tokenizer.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/export/exporter.h"
+#include "torchmt/export/scripted_translator.h"
+#include "torchmt/training/checkpoint.h"
+
+namespace fs = std::filesystem;
+using namespace torchmt;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <typename F>
+double median_seconds(int repeats, F&& f) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    f();
+    times.push_back(seconds_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::string mib(const std::string& path) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2) << static_cast<double>(fs::file_size(path)) / (1024.0 * 1024.0) << " MiB";
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options options("bench_export", "Export size and load time");
+  options.add_options()("checkpoint", "checkpoint to export (copied first)",
+                        cxxopts::value<std::string>()->default_value(""))(
+      "repeats", "load repetitions", cxxopts::value<int>()->default_value("5"))(
+      "sentences", "sample sentences to translate", cxxopts::value<int>()->default_value("50"))(
+      "source", "source sentences", cxxopts::value<std::string>()->default_value("data/sample.de"))(
+      "threads", "torch intra-op threads (0 = default)", cxxopts::value<int>()->default_value("0"));
+  auto args = options.parse(argc, argv);
+  if (args["threads"].as<int>() > 0) torch::set_num_threads(args["threads"].as<int>());
+  const int repeats = args["repeats"].as<int>();
+
+  const fs::path dir = fs::temp_directory_path() / ("torchmt_bench_export_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string checkpoint = args["checkpoint"].as<std::string>();
+  if (!checkpoint.empty() && fs::exists(checkpoint)) {
+    fs::copy_file(checkpoint, dir / "checkpoint.pt", fs::copy_options::overwrite_existing);
+    std::cout << "checkpoint: " << checkpoint << " (copied)\n";
+  } else {
+    std::cout << "checkpoint: fresh `small` model, sample vocabulary\n";
+    VocabTrainingOptions vo;
+    vo.inputs = {"data/sample.de", "data/sample.en"};
+    vo.model_prefix = (dir / "spm").string();
+    vo.vocab_size = 1000;
+    train_bpe_vocab(vo);
+    Tokenizer tok = Tokenizer::load(vo.model_prefix + ".model");
+    ModelConfig config = ModelConfig::preset("small");
+    config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
+    CheckpointMeta meta;
+    meta.model = config;
+    meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
+    save_checkpoint((dir / "checkpoint.pt").string(), Transformer(config), nullptr, meta);
+  }
+  checkpoint = (dir / "checkpoint.pt").string();
+
+  auto loaded = load_checkpoint(checkpoint, torch::kCPU);
+  const std::string weights_only = (dir / "weights_only.pt").string();
+  save_checkpoint(weights_only, loaded.model, nullptr, loaded.meta);
+  auto exporter = make_exporter("torchscript");
+  const std::string fp32 = (dir / "model.ts").string(), bf16 = (dir / "model_bf16.ts").string(),
+                    frozen = (dir / "model_frozen.ts").string();
+  ExportOptions o;
+  double export_s = median_seconds(1, [&] { exporter->write(loaded, o, fp32); });
+  o.dtype = torch::kBFloat16;
+  exporter->write(loaded, o, bf16);
+  o.dtype = torch::kFloat;
+  o.freeze = true;
+  exporter->write(loaded, o, frozen);
+
+  const auto& c = loaded.meta.model;
+  std::cout << "model: d_model " << c.d_model << ", " << c.num_encoder_layers << "+" << c.num_decoder_layers
+            << " layers, vocab " << c.src_vocab_size << ", " << count_parameters(loaded.model) << " parameters, step "
+            << loaded.meta.position.step << "\n"
+            << "size: checkpoint " << mib(checkpoint) << " | weights-only checkpoint " << mib(weights_only)
+            << " | .ts fp32 " << mib(fp32) << " | .ts bf16 " << mib(bf16) << " | .ts fp32 frozen " << mib(frozen)
+            << "\n"
+            << "export time (fp32): " << std::fixed << std::setprecision(3) << export_s << " s\n";
+
+  auto load_ckpt = median_seconds(repeats, [&] { load_checkpoint(checkpoint, torch::kCPU); });
+  auto load_ts = median_seconds(repeats, [&] { torch::jit::load(fp32, torch::kCPU); });
+  auto load_bf16 = median_seconds(repeats, [&] { torch::jit::load(bf16, torch::kCPU); });
+  auto load_frozen = median_seconds(repeats, [&] { torch::jit::load(frozen, torch::kCPU); });
+  auto load_st = median_seconds(repeats, [&] { ScriptedTranslator(fp32, torch::kCPU); });
+  std::cout << "load (median of " << repeats << "): checkpoint " << load_ckpt << " s | torch::jit::load fp32 "
+            << load_ts << " s | bf16 " << load_bf16 << " s | frozen " << load_frozen
+            << " s | ScriptedTranslator (load + tokenizer) " << load_st << " s\n";
+
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(args["source"].as<std::string>());
+    for (std::string line; static_cast<int>(lines.size()) < args["sentences"].as<int>() && std::getline(in, line);)
+      lines.push_back(line);
+  }
+  if (!lines.empty()) {
+    Translator native = Translator::from_checkpoint(checkpoint, torch::kCPU, torch::kFloat);
+    ScriptedTranslator scripted(fp32, torch::kCPU);
+    for (int64_t beam : {1, 5}) {
+      TranslationOptions to;
+      to.search.beam_size = beam;
+      std::vector<std::string> a, b;
+      auto native_s = median_seconds(1, [&] { a = native.translate_text(lines, to); });
+      auto script_s = median_seconds(1, [&] { b = scripted.translate_text(lines, beam); });
+      int same = 0;
+      for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+      std::cout << "translate " << lines.size() << " sentences, beam " << beam << ": native " << native_s
+                << " s | TorchScript " << script_s << " s | identical outputs " << same << "/" << lines.size()
+                << "\n";
+    }
+  }
+  fs::remove_all(dir);
+  return 0;
+}
