@@ -156,7 +156,19 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         }
       }
       // A sentence is finished once it holds k complete hypotheses (fairseq's criterion).
-      if (static_cast<int64_t>(done.size()) >= k || rows.empty()) continue;
+      if (static_cast<int64_t>(done.size()) >= k) continue;
+      if (rows.empty()) {
+        // Every continuation is impossible (-inf, e.g. eos forced at the length limit with
+        // zero probability): return the best prefix rather than nothing.
+        if (done.empty()) {
+          Hypothesis h;
+          h.tokens = prefixes[s * k];
+          h.log_prob = scores[s * k];
+          h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
+          done.push_back(std::move(h));
+        }
+        continue;
+      }
       while (static_cast<int64_t>(rows.size()) < k) {  // pad the beam with a dead copy
         rows.push_back(rows.back());
         tokens.push_back(tokens.back());
