@@ -48,6 +48,23 @@ TEST(TranslateCommand, StdinToStdoutOneLinePerInputLine) {
   EXPECT_NE(r.output.find("translated 3 lines"), std::string::npos) << r.output;  // timing on stderr
 }
 
+TEST(TranslateCommand, AnExportTranslatesLikeItsCheckpoint) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\nIch habe Hunger.\n");
+  auto r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* beam : {"1", "5"}) {
+    auto native = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " --dtype fp32 --beam " + beam +
+                                    " -i " + dir.file("in.de") + " 2>/dev/null)");
+    auto scripted = test::run_command("(" + tm() + " translate -m " + dir.file("model.ts") + " --beam " + beam + " -i " +
+                                      dir.file("in.de") + " 2>/dev/null)");
+    ASSERT_EQ(native.exit_code, 0) << native.output;
+    ASSERT_EQ(scripted.exit_code, 0) << scripted.output;
+    EXPECT_EQ(count_lines(scripted.output), 4u);
+    EXPECT_EQ(scripted.output, native.output) << "beam " << beam;
+  }
+}
+
 TEST(TranslateCommand, AttentionPictureIsAnSvg) {
   test::TempDir dir;
   auto r = test::run_command("echo 'Guten Morgen.' | " + tm() + " translate -m " + tiny_checkpoint() +
