@@ -185,7 +185,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, AdamOpti
     rng.insert("cpu", at::globalContext().defaultGenerator(c10::Device(c10::kCPU)).get_state());
     if (torch::cuda::is_available()) {
       c10::List<at::Tensor> cuda_states;
-      for (size_t i = 0; i < torch::cuda::device_count(); ++i)
+      for (size_t i = 0; i < static_cast<size_t>(torch::cuda::device_count()); ++i)
         cuda_states.push_back(
             at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))).get_state());
       rng.insert("cuda", cuda_states);
@@ -231,7 +231,7 @@ CheckpointMeta restore_training_state(const std::string& path, Transformer& mode
   cpu_gen.set_state(rng.at("cpu").toTensor());
   if (rng.contains("cuda") && torch::cuda::is_available()) {
     auto states = rng.at("cuda").toTensorList();
-    for (size_t i = 0; i < states.size() && i < torch::cuda::device_count(); ++i) {
+    for (size_t i = 0; i < states.size() && i < static_cast<size_t>(torch::cuda::device_count()); ++i) {
       at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
       gen.set_state(states.get(i));
     }
