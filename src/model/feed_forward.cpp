@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/linear.h"
+
 namespace torchmt {
 
 FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options_) : options(options_) { reset(); }
@@ -14,13 +16,13 @@ void FeedForwardImpl::reset() {
   use_gelu_ = options.activation() == "gelu";
   linear1 = register_module("linear1", torch::nn::Linear(options.embed_dim(), options.ff_dim()));
   linear2 = register_module("linear2", torch::nn::Linear(options.ff_dim(), options.embed_dim()));
-  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+  dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  auto h = linear1(x);
+  auto h = apply_linear(linear1, x);
   h = use_gelu_ ? torch::gelu(h) : torch::relu(h);
-  return linear2(dropout(h));
+  return apply_linear(linear2, dropout(h));
 }
 
 }  // namespace torchmt

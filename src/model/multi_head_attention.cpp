@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/linear.h"
+
 namespace torchmt {
 namespace {
 
@@ -28,12 +30,12 @@ void MultiHeadAttentionImpl::reset() {
   W_k = register_module("W_k", torch::nn::Linear(d, d));
   W_v = register_module("W_v", torch::nn::Linear(d, d));
   W_o = register_module("W_o", torch::nn::Linear(d, d));
-  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+  dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
 torch::Tensor MultiHeadAttentionImpl::split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const {
   const int64_t batch = x.size(0);
-  return projection(x).view({batch, -1, options.num_heads(), head_dim})  // [B, T, H, d_k]
+  return apply_linear(projection, x).view({batch, -1, options.num_heads(), head_dim})  // [B, T, H, d_k]
       .transpose(1, 2);                                                  // [B, H, T, d_k]
 }
 
@@ -65,12 +67,12 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              const torch::Tensor& mask) {
-  if (!use_fused_kernel(q)) return W_o(merge_heads(attend_explicit(q, k, v, mask, nullptr)));
+  if (!use_fused_kernel(q)) return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr)));
   c10::optional<torch::Tensor> attn_mask;
   if (mask.defined()) attn_mask = without_empty_rows(mask);
   const double p = is_training() ? options.dropout() : 0.0;
   auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p);  // [B, H, Tq, d_k]
-  return W_o(merge_heads(out));
+  return apply_linear(W_o, merge_heads(out));
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
@@ -84,7 +86,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
                                                                                       const torch::Tensor& mask) {
   torch::Tensor weights;
   auto out = attend_explicit(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask, &weights);
-  return {W_o(merge_heads(out)), weights};
+  return {apply_linear(W_o, merge_heads(out)), weights};
 }
 
 }  // namespace torchmt

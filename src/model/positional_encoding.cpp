@@ -22,7 +22,7 @@ void PositionalEncodingImpl::reset() {
   table.index_put_({torch::indexing::Slice(), torch::indexing::Slice(1, torch::indexing::None, 2)},
                    torch::cos(position * div_term).narrow(1, 0, d / 2));
   pe = register_buffer("pe", table.unsqueeze(0));  // [1, L, D]
-  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+  dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
 torch::Tensor PositionalEncodingImpl::forward(const torch::Tensor& x, int64_t offset) {

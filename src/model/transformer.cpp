@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/linear.h"
+
 #include "torchmt/model/masks.h"
 
 namespace torchmt {
@@ -88,7 +90,7 @@ torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Ten
 torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt,
                                        const torch::Tensor& src_mask, const torch::Tensor& tgt_mask) {
   auto memory = encode(src, src_mask);
-  return fc_out(decode(tgt, memory, src_mask, tgt_mask));
+  return apply_linear(fc_out, decode(tgt, memory, src_mask, tgt_mask));
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt) {
@@ -109,7 +111,7 @@ torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, Dec
   for (size_t i = 0; i < decoder_layers->size(); ++i)
     x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask);
   cache.length += 1;
-  return fc_out(x.squeeze(1));  // [B, V]
+  return apply_linear(fc_out, x.squeeze(1));  // [B, V]
 }
 
 int64_t count_parameters(const Transformer& model) {

@@ -18,7 +18,7 @@ void TransformerEncoderLayerImpl::reset() {
                                                .activation(options.activation())));
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
-  dropout = register_module("dropout", torch::nn::Dropout(options.dropout()));
+  dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
 torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {

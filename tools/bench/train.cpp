@@ -4,6 +4,8 @@
 // number of steps (bf16 must stay within 2% of fp32).
 //
 //   bench_train [--presets small,base] [--dtypes fp32,bf16] [--steps 20] [--base-steps 6]
+//               [--profile DIR]   (a Chrome trace of 3 more updates per run; summarise it with
+//                                  tools/bench/profile_summary.py)
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include <cxxopts.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include "torchmt/data/parallel_corpus.h"
@@ -47,8 +50,19 @@ std::vector<Batch> take(TokenBatcher& batcher, int64_t n) {
   return out;
 }
 
+// Runs `batches` through `step` under LibTorch's (Kineto) profiler and writes a Chrome trace.
+void profile_updates(TrainingStep& step, const std::vector<Batch>& batches, const std::string& trace_path) {
+  namespace prof = torch::profiler::impl;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+  const std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  for (const Batch& b : batches) step.run({b}, 1e-4);
+  torch::autograd::profiler::disableProfiler()->save(trace_path);
+}
+
 Measured run_ours(const ModelConfig& config, const std::vector<Batch>& batches, int64_t warmup,
-                  const std::vector<Batch>& valid, c10::ScalarType dtype) {
+                  const std::vector<Batch>& valid, c10::ScalarType dtype, const std::string& trace_path) {
   torch::manual_seed(1);
   Transformer model(config);
   AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
@@ -64,7 +78,12 @@ Measured run_ours(const ModelConfig& config, const std::vector<Batch>& batches, 
       tokens += r.tokens;
     }
   }
-  return {tokens / seconds, evaluate_nll(model, valid, torch::kCPU, dtype)};
+  Measured measured{tokens / seconds, evaluate_nll(model, valid, torch::kCPU, dtype)};
+  if (!trace_path.empty()) {
+    const size_t n = std::min<size_t>(3, batches.size());
+    profile_updates(step, std::vector<Batch>(batches.end() - static_cast<std::ptrdiff_t>(n), batches.end()), trace_path);
+  }
+  return measured;
 }
 
 void save_for_python(const std::string& path, const ModelConfig& config, const std::vector<Batch>& batches,
@@ -119,7 +138,8 @@ int main(int argc, char** argv) {
       "max-tokens", "tokens per batch", cxxopts::value<int64_t>()->default_value("4096"))(
       "threads", "CPU threads (0 = all)", cxxopts::value<int64_t>()->default_value("0"))(
       "work-dir", "scratch directory", cxxopts::value<std::string>()->default_value("/tmp/torchmt_bench_train"))(
-      "no-python", "skip the Python reference")("h,help", "help");
+      "profile", "write a Chrome trace of 3 extra updates per run into this directory",
+      cxxopts::value<std::string>()->default_value(""))("no-python", "skip the Python reference")("h,help", "help");
   auto r = options.parse(argc, argv);
   if (r.count("help")) {
     std::cout << options.help() << "\n";
@@ -169,7 +189,11 @@ int main(int argc, char** argv) {
     double fp32_rate = 0, fp32_loss = 0;
     for (const auto& dtype_name : split(r["dtypes"].as<std::string>())) {
       const auto dtype = resolve_dtype(dtype_name, torch::kCPU);
-      Measured ours = run_ours(config, batches, warmup, valid, dtype);
+      const std::string profile_dir = r["profile"].as<std::string>();
+      if (!profile_dir.empty()) fs::create_directories(profile_dir);
+      const std::string trace =
+          profile_dir.empty() ? "" : profile_dir + "/" + preset + "_" + dtype_name + ".trace.json";
+      Measured ours = run_ours(config, batches, warmup, valid, dtype, trace);
       Measured py;
       if (!r.count("no-python")) py = run_python(py_script, blob, dtype_name, warmup, threads);
       std::printf("%-6s %-5s %6lld %14.0f %14.0f %6.2fx %12.4f %12.4f\n", preset.c_str(), dtype_name.c_str(),

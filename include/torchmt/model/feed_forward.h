@@ -4,7 +4,7 @@
 #include <string>
 
 #include <torch/nn/cloneable.h>
-#include <torch/nn/modules/dropout.h>
+#include "torchmt/model/dropout.h"
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -26,7 +26,7 @@ class FeedForwardImpl : public torch::nn::Cloneable<FeedForwardImpl> {
 
   FeedForwardOptions options;
   torch::nn::Linear linear1{nullptr}, linear2{nullptr};
-  torch::nn::Dropout dropout{nullptr};
+  Dropout dropout{nullptr};
 
  private:
   bool use_gelu_ = false;

@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include <torch/nn/cloneable.h>
-#include <torch/nn/modules/dropout.h>
+#include "torchmt/model/dropout.h"
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
@@ -48,7 +48,7 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   MultiHeadAttentionOptions options;
   int64_t head_dim = 0;
   torch::nn::Linear W_q{nullptr}, W_k{nullptr}, W_v{nullptr}, W_o{nullptr};
-  torch::nn::Dropout dropout{nullptr};
+  Dropout dropout{nullptr};
 
  private:
   torch::Tensor merge_heads(const torch::Tensor& x) const;

@@ -2,7 +2,7 @@
 // Sinusoidal positional encoding (paper §3.5), mirrors the reference `PositionalEncoding`:
 // buffer `pe` [1, max_len, d_model] and a dropout applied after adding it.
 #include <torch/nn/cloneable.h>
-#include <torch/nn/modules/dropout.h>
+#include "torchmt/model/dropout.h"
 #include <torch/nn/pimpl.h>
 
 namespace torchmt {
@@ -23,7 +23,7 @@ class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImp
 
   PositionalEncodingOptions options;
   torch::Tensor pe;
-  torch::nn::Dropout dropout{nullptr};
+  Dropout dropout{nullptr};
 };
 TORCH_MODULE(PositionalEncoding);
 

@@ -2,7 +2,7 @@
 // One decoder layer (paper §3.1, post-norm), mirrors the reference `TransformerDecoderLayer`:
 // self_attn (masked), cross_attn over the encoder output, ffn, norm1..norm3, dropout.
 #include <torch/nn/cloneable.h>
-#include <torch/nn/modules/dropout.h>
+#include "torchmt/model/dropout.h"
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
@@ -32,7 +32,7 @@ class TransformerDecoderLayerImpl : public torch::nn::Cloneable<TransformerDecod
   MultiHeadAttention self_attn{nullptr}, cross_attn{nullptr};
   FeedForward ffn{nullptr};
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
-  torch::nn::Dropout dropout{nullptr};
+  Dropout dropout{nullptr};
 };
 TORCH_MODULE(TransformerDecoderLayer);
 

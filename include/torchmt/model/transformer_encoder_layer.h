@@ -4,7 +4,7 @@
 #include <string>
 
 #include <torch/nn/cloneable.h>
-#include <torch/nn/modules/dropout.h>
+#include "torchmt/model/dropout.h"
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
@@ -34,7 +34,7 @@ class TransformerEncoderLayerImpl : public torch::nn::Cloneable<TransformerEncod
   MultiHeadAttention self_attn{nullptr};
   FeedForward ffn{nullptr};
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
-  torch::nn::Dropout dropout{nullptr};
+  Dropout dropout{nullptr};
 };
 TORCH_MODULE(TransformerEncoderLayer);
 

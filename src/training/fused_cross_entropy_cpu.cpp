@@ -1,0 +1,206 @@
+#include "fused_cross_entropy_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include "../util/cpu_vector_kernels.h"
+
+namespace torchmt {
+namespace {
+
+using namespace cpu_kernels;
+
+struct RowParams {
+  int64_t vocab;
+  double smoothing;
+  bool want_grad;
+};
+
+struct RowResult {
+  double loss = 0, nll = 0;
+};
+
+// Loads one row into fp32 scratch `x` and returns its max and sum.
+template <typename Load16, typename Load1>
+TORCHMT_VECTOR_INLINE void load_row(Load16 load16, Load1 load1, int64_t vocab, float* x, float* max_out,
+                                    float* sum_out) {
+  f32x16 lane_max = splat(-3.4e38f), lane_sum = splat(0.0f);
+  int64_t j = 0;
+  for (; j + kLanes <= vocab; j += kLanes) {
+    const f32x16 v = load16(j);
+    store16(x + j, v);
+    lane_max = max16(v, lane_max);
+    lane_sum += v;
+  }
+  float max = max_of16(lane_max), sum = sum16(lane_sum);
+  for (; j < vocab; ++j) {
+    x[j] = load1(j);
+    max = x[j] > max ? x[j] : max;
+    sum += x[j];
+  }
+  *max_out = max;
+  *sum_out = sum;
+}
+
+// x[j] <- exp(x[j] - max); returns the sum.
+TORCHMT_VECTOR_INLINE float exponentiate_row(float* x, int64_t vocab, float max) {
+  f32x16 lane_sum = splat(0.0f);
+  int64_t j = 0;
+  for (; j + kLanes <= vocab; j += kLanes) {
+    const f32x16 e = exp16_nonpositive(load16(x + j) - max);
+    store16(x + j, e);
+    lane_sum += e;
+  }
+  float sum = sum16(lane_sum);
+  for (; j < vocab; ++j) sum += x[j] = exp_nonpositive(x[j] - max);
+  return sum;
+}
+
+// loss = (1 - eps) (log Z - x_gold) + eps / V (V log Z - sum_j x_j), the smoothed
+// cross-entropy written with log Z = max + log sum exp(x - max).
+TORCHMT_VECTOR_INLINE RowResult row_loss(float max, float sum, float sum_exp, float gold_logit, const RowParams& p) {
+  const double log_z = static_cast<double>(max) + std::log(static_cast<double>(sum_exp));
+  RowResult r;
+  r.nll = log_z - static_cast<double>(gold_logit);
+  r.loss = (1.0 - p.smoothing) * r.nll +
+           p.smoothing / static_cast<double>(p.vocab) * (static_cast<double>(p.vocab) * log_z - sum);
+  return r;
+}
+
+// One row of logits [V] (fp32 or bf16 bits): loss, nll, and when wanted
+// d loss / d logits = softmax - eps / V - (1 - eps) [j == gold], written in the same dtype.
+TORCHMT_VECTOR_CLONES
+RowResult row_f32(const float* row, int64_t gold, float* grad, float* x, RowParams p) {
+  float max, sum;
+  auto load_vector = [row](int64_t j) __attribute__((always_inline)) { return load16(row + j); };
+  auto load_scalar = [row](int64_t j) __attribute__((always_inline)) { return row[j]; };
+  load_row(load_vector, load_scalar, p.vocab, x, &max, &sum);
+  const float sum_exp = exponentiate_row(x, p.vocab, max);
+  const RowResult r = row_loss(max, sum, sum_exp, row[gold], p);
+  if (p.want_grad) {
+    const float inv = 1.0f / sum_exp, spread = static_cast<float>(p.smoothing / static_cast<double>(p.vocab));
+    int64_t j = 0;
+    for (; j + kLanes <= p.vocab; j += kLanes) store16(grad + j, load16(x + j) * inv - spread);
+    for (; j < p.vocab; ++j) grad[j] = x[j] * inv - spread;
+    grad[gold] -= static_cast<float>(1.0 - p.smoothing);
+  }
+  return r;
+}
+
+TORCHMT_VECTOR_CLONES
+RowResult row_bf16(const uint16_t* row, int64_t gold, uint16_t* grad, float* x, RowParams p) {
+  float max, sum;
+  auto load_vector = [row](int64_t j) __attribute__((always_inline)) { return load16_bf16(row + j); };
+  auto load_scalar = [row](int64_t j) __attribute__((always_inline)) { return bf16_to_float(row[j]); };
+  load_row(load_vector, load_scalar, p.vocab, x, &max, &sum);
+  const float sum_exp = exponentiate_row(x, p.vocab, max);
+  const RowResult r = row_loss(max, sum, sum_exp, bf16_to_float(row[gold]), p);
+  if (p.want_grad) {
+    const float inv = 1.0f / sum_exp, spread = static_cast<float>(p.smoothing / static_cast<double>(p.vocab));
+    int64_t j = 0;
+    for (; j + kLanes <= p.vocab; j += kLanes) store16_bf16(grad + j, load16(x + j) * inv - spread);
+    for (; j < p.vocab; ++j) grad[j] = float_to_bf16(x[j] * inv - spread);
+    grad[gold] = float_to_bf16(x[gold] * inv - spread - static_cast<float>(1.0 - p.smoothing));
+  }
+  return r;
+}
+
+// Rows are independent: split them over threads; padding rows give 0 and a zero gradient.
+template <typename scalar_t, typename RowFn>
+void rows_kernel(const scalar_t* logits, const int64_t* target, scalar_t* grad, int64_t rows, RowParams p,
+                 int64_t pad_id, double* row_loss_out, double* row_nll_out, RowFn row_fn) {
+  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> x(static_cast<size_t>(p.vocab));
+    for (int64_t r = begin; r < end; ++r) {
+      scalar_t* g = p.want_grad ? grad + r * p.vocab : nullptr;
+      if (target[r] == pad_id) {
+        row_loss_out[r] = row_nll_out[r] = 0.0;
+        if (g) std::memset(static_cast<void*>(g), 0, sizeof(scalar_t) * static_cast<size_t>(p.vocab));
+        continue;
+      }
+      const RowResult result = row_fn(logits + r * p.vocab, target[r], g, x.data(), p);
+      row_loss_out[r] = result.loss;
+      row_nll_out[r] = result.nll;
+    }
+  });
+}
+
+class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEntropyFunction> {
+ public:
+  // Returns {loss, nll}; the gradient is computed here and only scaled in backward.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                                                const at::Tensor& target, double smoothing, int64_t pad_id) {
+    RECORD_FUNCTION("torchmt::fused_label_smoothed_cross_entropy", std::vector<c10::IValue>{});
+    const bool want_grad = ctx != nullptr;
+    const int64_t vocab = logits.size(-1);
+    auto flat = logits.reshape({-1, vocab}).contiguous();  // [N, V]
+    auto gold = target.reshape({-1}).to(at::kLong).contiguous();  // [N]
+    const int64_t rows = flat.size(0);
+    auto loss_rows = at::empty({rows}, at::kDouble);
+    auto nll_rows = at::empty({rows}, at::kDouble);
+    at::Tensor grad = want_grad ? at::empty_like(flat) : at::Tensor();
+    const RowParams params{vocab, smoothing, want_grad};
+    if (flat.scalar_type() == at::kBFloat16) {
+      rows_kernel(reinterpret_cast<const uint16_t*>(flat.data_ptr<at::BFloat16>()), gold.data_ptr<int64_t>(),
+                  want_grad ? reinterpret_cast<uint16_t*>(grad.data_ptr<at::BFloat16>()) : nullptr, rows, params, pad_id,
+                  loss_rows.data_ptr<double>(), nll_rows.data_ptr<double>(), row_bf16);
+    } else {
+      TORCH_CHECK(flat.scalar_type() == at::kFloat, "fused_label_smoothed_cross_entropy takes fp32 or bf16 logits");
+      rows_kernel(flat.data_ptr<float>(), gold.data_ptr<int64_t>(), want_grad ? grad.data_ptr<float>() : nullptr, rows,
+                  params, pad_id, loss_rows.data_ptr<double>(), nll_rows.data_ptr<double>(), row_f32);
+    }
+    if (want_grad) {
+      ctx->save_for_backward({grad.view(logits.sizes())});
+      ctx->saved_data["handed_over"] = false;
+    }
+    auto nll = nll_rows.sum().to(at::kFloat);
+    if (want_grad) ctx->mark_non_differentiable({nll});
+    return {loss_rows.sum().to(at::kFloat), nll};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto& scale = grads[0];
+    if (!scale.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto grad = ctx->get_saved_variables()[0];
+    // The common case is one loss.backward() with a gradient of exactly 1: hand the buffer
+    // over instead of copying it. A second backward (retain_graph) may find that buffer
+    // accumulated into, so it never gets it again.
+    if (scale.item<float>() == 1.0f && !ctx->saved_data["handed_over"].toBool()) {
+      ctx->saved_data["handed_over"] = true;
+      return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    ctx->saved_data["handed_over"] = true;
+    return {grad * scale.to(grad.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+FusedCrossEntropyResult fused_label_smoothed_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                                           double smoothing, int64_t pad_id) {
+  TORCH_CHECK(logits.device().is_cpu(), "fused_label_smoothed_cross_entropy runs on CPU tensors");
+  const auto dtype = logits.scalar_type();
+  at::Tensor scored = dtype == at::kFloat || dtype == at::kBFloat16 ? logits : logits.to(at::kFloat);
+  FusedCrossEntropyResult out;
+  torch::autograd::variable_list parts;
+  if (torch::GradMode::is_enabled() && scored.requires_grad()) {
+    parts = FusedCrossEntropyFunction::apply(scored, target, smoothing, pad_id);
+  } else {
+    at::NoGradGuard no_grad;
+    parts = FusedCrossEntropyFunction::forward(nullptr, scored.detach(), target, smoothing, pad_id);
+  }
+  out.loss = parts[0];
+  out.nll = parts[1].detach();
+  out.tokens = target.ne(pad_id).sum().item<int64_t>();
+  return out;
+}
+
+}  // namespace torchmt

@@ -1,0 +1,143 @@
+#pragma once
+// Building blocks of the hand-written CPU kernels (dropout, fused cross-entropy): 16-lane
+// GCC/Clang vector types, so the arithmetic is SIMD by construction (auto-vectorisation
+// without -ffast-math left the reductions and the bf16 conversions scalar), compiled per
+// instruction set by TORCHMT_VECTOR_CLONES.
+#include <cstdint>
+#include <cstring>
+
+// GCC notes that passing 64-byte vectors by value would change the calling convention
+// between clones; every helper taking or returning one is forced inline, so none is passed.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+// Function multi-versioning: an AVX-512, an AVX2 and a baseline copy of the function,
+// chosen once at load time by the CPU, so one binary runs everywhere and uses the
+// widest vectors available (the build itself stays baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define TORCHMT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef TORCHMT_VECTOR_CLONES
+#define TORCHMT_VECTOR_CLONES
+#endif
+
+// Helpers are forced inline: a call to an out-of-line copy would run baseline code with
+// 64-byte vectors split into SSE pieces, whatever clone it was called from.
+#if defined(__GNUC__)
+#define TORCHMT_VECTOR_INLINE __attribute__((always_inline)) inline
+#else
+#define TORCHMT_VECTOR_INLINE inline
+#endif
+
+namespace torchmt {
+namespace cpu_kernels {
+
+constexpr int kLanes = 16;  // one 512-bit register; two AVX2 or four SSE registers otherwise
+
+using f32x16 = float __attribute__((vector_size(64)));
+using i32x16 = int32_t __attribute__((vector_size(64)));
+using u32x16 = uint32_t __attribute__((vector_size(64)));
+using u16x16 = uint16_t __attribute__((vector_size(32)));
+
+TORCHMT_VECTOR_INLINE f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+TORCHMT_VECTOR_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+TORCHMT_VECTOR_INLINE f32x16 splat(float x) { return f32x16{} + x; }
+
+// bf16 <-> fp32 for 16 values; rounding to nearest even by the carry trick (a NaN from a
+// bf16 input or from arithmetic has zero low bits, so it stays a NaN).
+TORCHMT_VECTOR_INLINE f32x16 load16_bf16(const uint16_t* p) {
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<f32x16>(__builtin_convertvector(h, u32x16) << 16);
+}
+TORCHMT_VECTOR_INLINE void store16_bf16(uint16_t* p, f32x16 v) {
+  u32x16 bits = reinterpret_cast<u32x16>(v);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  const u16x16 h = __builtin_convertvector(bits >> 16, u16x16);
+  std::memcpy(p, &h, sizeof h);
+}
+
+// Lane-wise a > b ? a : b and mask ? a : b without relying on vector ?: support.
+TORCHMT_VECTOR_INLINE f32x16 select(i32x16 mask, f32x16 a, f32x16 b) {
+  return reinterpret_cast<f32x16>((mask & reinterpret_cast<i32x16>(a)) | (~mask & reinterpret_cast<i32x16>(b)));
+}
+TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return select(a > b, a, b); }
+
+// exp(x) for x <= 0 on 16 lanes, as exp_nonpositive below.
+TORCHMT_VECTOR_INLINE f32x16 exp16_nonpositive(f32x16 x) {
+  x = max16(x, splat(-87.0f));
+  const f32x16 t = x * 1.44269504088896341f;
+  const f32x16 k = (t + 12582912.0f) - 12582912.0f;
+  const f32x16 f = t - k;
+  f32x16 p = splat(1.5403530393381609e-4f);
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  const i32x16 exponent = (__builtin_convertvector(k, i32x16) + 127) << 23;
+  return p * reinterpret_cast<f32x16>(exponent);
+}
+
+TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
+  float s = 0.0f;
+  for (int l = 0; l < kLanes; ++l) s += v[l];
+  return s;
+}
+TORCHMT_VECTOR_INLINE float max_of16(f32x16 v) {
+  float m = v[0];
+  for (int l = 1; l < kLanes; ++l) m = v[l] > m ? v[l] : m;
+  return m;
+}
+
+TORCHMT_VECTOR_INLINE float float_from_bits(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+TORCHMT_VECTOR_INLINE uint32_t bits_from_float(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+TORCHMT_VECTOR_INLINE float bf16_to_float(uint16_t bits) { return float_from_bits(static_cast<uint32_t>(bits) << 16); }
+
+// Round to nearest even by the carry trick. c10::BFloat16's constructor branches on NaN
+// and keeps loops scalar; here a NaN stays a NaN as long as its low 16 bits are zero,
+// which holds for every NaN these kernels can produce (they come from bf16 inputs or from
+// arithmetic, whose default NaN is 0x7FC00000).
+TORCHMT_VECTOR_INLINE uint16_t float_to_bf16(float value) {
+  uint32_t bits = bits_from_float(value);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// exp(x) for x <= 0, relative error ~2e-7: 2^k through the exponent bits and 2^f,
+// |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below -87 give exp(-87).
+TORCHMT_VECTOR_INLINE float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.44269504088896341f;
+  const float k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
+  const float f = t - k;
+  float p = 1.5403530393381609e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  return p * float_from_bits(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
+}
+
+}  // namespace cpu_kernels
+}  // namespace torchmt

@@ -1,0 +1,79 @@
+// torchmt::Dropout: the hashed CPU mask (rate, scaling, determinism, gradient) and its
+// contract with the rest of the model (identity in eval mode).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/dropout.h"
+
+namespace torchmt {
+namespace {
+
+TEST(Dropout, IsTheIdentityInEvalModeAndForZeroRate) {
+  Dropout dropout(0.3);
+  dropout->eval();
+  auto x = torch::randn({4, 5});
+  EXPECT_TRUE(torch::equal(dropout(x), x));
+  Dropout none(0.0);
+  none->train();
+  EXPECT_TRUE(torch::equal(none(x), x));
+}
+
+TEST(Dropout, DropsAboutPAndScalesTheRestByOneOverOneMinusP) {
+  const double p = 0.1;
+  auto x = torch::rand({1000, 1000}) + 1.0f;  // no zeros of its own
+  auto y = hashed_dropout(x, p, 12345);
+  const double dropped = y.eq(0).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(dropped, p, 0.002);  // 1e6 draws: sd 3e-4
+  auto kept = y.ne(0);
+  EXPECT_TRUE(torch::allclose(y.masked_select(kept), x.masked_select(kept) / (1.0 - p), 1e-6, 0));
+  // Each row and each column sees about the same rate: no pattern tied to the index.
+  auto per_row = y.eq(0).to(torch::kDouble).mean(1);
+  EXPECT_LT((per_row - p).abs().max().item<double>(), 0.05);
+}
+
+TEST(Dropout, SameSeedSameMaskAnyThreadCountDifferentSeedDifferentMask) {
+  auto x = torch::randn({300, 257});  // not a multiple of the vector width
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  auto one_thread = hashed_dropout(x, 0.25, 7);
+  torch::set_num_threads(2);
+  auto two_threads = hashed_dropout(x, 0.25, 7);
+  torch::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(one_thread, two_threads));
+  auto other_seed = hashed_dropout(x, 0.25, 8);
+  EXPECT_FALSE(torch::equal(one_thread.eq(0), other_seed.eq(0)));
+}
+
+TEST(Dropout, ModuleFollowsTorchManualSeed) {
+  Dropout dropout(0.5);
+  dropout->train();
+  auto x = torch::ones({64, 64});
+  torch::manual_seed(3);
+  auto a = dropout(x);
+  auto b = dropout(x);
+  torch::manual_seed(3);
+  auto a_again = dropout(x);
+  EXPECT_TRUE(torch::equal(a, a_again));
+  EXPECT_FALSE(torch::equal(a, b));  // each call draws a fresh seed
+}
+
+TEST(Dropout, GradientIsTheSameMaskTimesTheScale) {
+  auto x = torch::randn({37, 53}, torch::requires_grad());
+  auto y = hashed_dropout(x, 0.2, 99);
+  auto upstream = torch::randn({37, 53});
+  (y * upstream).sum().backward();
+  auto expected = upstream * y.detach().ne(0).to(torch::kFloat) / 0.8;
+  EXPECT_TRUE(torch::allclose(x.grad(), expected, 1e-6, 1e-6));
+}
+
+TEST(Dropout, Bf16MatchesFp32RoundedOnce) {
+  auto x = torch::randn({129, 65}).to(torch::kBFloat16);
+  auto y16 = hashed_dropout(x, 0.1, 5);
+  auto y32 = hashed_dropout(x.to(torch::kFloat), 0.1, 5);
+  ASSERT_EQ(y16.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y16, y32.to(torch::kBFloat16)));
+}
+
+}  // namespace
+}  // namespace torchmt
