@@ -185,7 +185,12 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       next_live.push_back(sentence);
     }
     if (next_live.empty()) break;
-    decoder.select(index_tensor(next_rows, device));
+    // Beam j of sentence slot s is row s * k + j before and after; when no sentence left,
+    // every row keeps its sentence and only the target side needs reordering.
+    if (next_live.size() == live.size())
+      decoder.reorder_within_sentences(index_tensor(next_rows, device));
+    else
+      decoder.select(index_tensor(next_rows, device));
     live = std::move(next_live);
     prefixes = std::move(next_prefixes);
     scores = std::move(next_scores);

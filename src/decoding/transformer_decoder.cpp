@@ -46,4 +46,12 @@ void TransformerDecoder::select(const at::Tensor& index) {
   }
 }
 
+void TransformerDecoder::reorder_within_sentences(const at::Tensor& index) {
+  if (use_cache_) {
+    cache_.select_target_side(index);
+  } else {
+    prefix_ = prefix_.index_select(0, index);  // memory and mask rows stay with their sentence
+  }
+}
+
 }  // namespace torchmt

@@ -17,4 +17,11 @@ void DecoderCache::select(const at::Tensor& batch_index) {
   pick(src_mask);
 }
 
+void DecoderCache::select_target_side(const at::Tensor& batch_index) {
+  for (auto& layer : layers) {
+    if (layer.self_k.defined()) layer.self_k = layer.self_k.index_select(0, batch_index);
+    if (layer.self_v.defined()) layer.self_v = layer.self_v.index_select(0, batch_index);
+  }
+}
+
 }  // namespace torchmt

@@ -17,4 +17,8 @@ at::Tensor make_target_mask(const at::Tensor& tgt, int64_t pad_id) {
   return make_padding_mask(tgt, pad_id) & make_causal_mask(tgt.size(1), tgt.device());  // [B, 1, T, T]
 }
 
+at::Tensor without_empty_rows(const at::Tensor& mask) {
+  return mask.logical_or(mask.logical_not().all(-1, /*keepdim=*/true));
+}
+
 }  // namespace torchmt

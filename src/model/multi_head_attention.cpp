@@ -7,16 +7,9 @@
 #include <torch/torch.h>
 
 #include "torchmt/model/linear.h"
+#include "torchmt/model/masks.h"
 
 namespace torchmt {
-namespace {
-
-// Rows whose keys are all masked would softmax over nothing (NaN); let them see every key.
-torch::Tensor without_empty_rows(const torch::Tensor& mask) {
-  return mask.logical_or(mask.logical_not().all(-1, /*keepdim=*/true));
-}
-
-}  // namespace
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options_) : options(options_) {
   reset();
@@ -56,20 +49,22 @@ bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q) const {
 
 torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, const torch::Tensor& k,
                                                       const torch::Tensor& v, const torch::Tensor& mask,
-                                                      torch::Tensor* weights_out) {
+                                                      torch::Tensor* weights_out, bool mask_sanitized) {
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // [B, H, Tq, Tk]
   if (mask.defined())
-    scores = scores.masked_fill(without_empty_rows(mask).logical_not(), -std::numeric_limits<float>::infinity());
+    scores = scores.masked_fill((mask_sanitized ? mask : without_empty_rows(mask)).logical_not(),
+                                -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1);
   if (weights_out) *weights_out = weights;
   return torch::matmul(dropout(weights), v);  // [B, H, Tq, d_k]
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                             const torch::Tensor& mask) {
-  if (!use_fused_kernel(q)) return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr)));
+                                             const torch::Tensor& mask, bool mask_sanitized) {
+  if (!use_fused_kernel(q))
+    return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr, mask_sanitized)));
   c10::optional<torch::Tensor> attn_mask;
-  if (mask.defined()) attn_mask = without_empty_rows(mask);
+  if (mask.defined()) attn_mask = mask_sanitized ? mask : without_empty_rows(mask);
   const double p = is_training() ? options.dropout() : 0.0;
   auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p);  // [B, H, Tq, d_k]
   return apply_linear(W_o, merge_heads(out));
@@ -85,7 +80,8 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
                                                                                       const torch::Tensor& value,
                                                                                       const torch::Tensor& mask) {
   torch::Tensor weights;
-  auto out = attend_explicit(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask, &weights);
+  auto out = attend_explicit(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask, &weights,
+                             /*mask_sanitized=*/false);
   return {apply_linear(W_o, merge_heads(out)), weights};
 }
 

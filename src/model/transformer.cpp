@@ -99,7 +99,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Te
 
 DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask) {
   DecoderCache cache;
-  cache.src_mask = src_mask;
+  cache.src_mask = without_empty_rows(src_mask);  // once, not at every step
   cache.layers.resize(decoder_layers->size());
   for (size_t i = 0; i < decoder_layers->size(); ++i)
     decoder_layers[i]->as<TransformerDecoderLayer>()->prepare_cache(memory, cache.layers[i]);

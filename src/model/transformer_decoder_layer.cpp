@@ -54,7 +54,8 @@ torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, 
   // The newest position may see every cached position: no self-attention mask needed.
   auto h = norm1(x + dropout(self_attn->attend(q, cache.self_k, cache.self_v, torch::Tensor())));
   auto cq = cross_attn->split_heads(cross_attn->W_q, h);  // [B, H, 1, d_k]
-  h = norm2(h + dropout(cross_attn->attend(cq, cache.cross_k, cache.cross_v, src_mask)));
+  // start_cache sanitised the source mask once for all steps.
+  h = norm2(h + dropout(cross_attn->attend(cq, cache.cross_k, cache.cross_v, src_mask, /*mask_sanitized=*/true)));
   return norm3(h + dropout(ffn(h)));
 }
 

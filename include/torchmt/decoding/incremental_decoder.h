@@ -16,6 +16,10 @@ class IncrementalDecoder {
   virtual at::Tensor step(const at::Tensor& last_tokens) = 0;
   // New row i is old row index[i]; index [N'] int64 on the decoder's device.
   virtual void select(const at::Tensor& index) = 0;
+  // A select in which new row i takes an old row of the same source sentence as old row i
+  // (beam reordering while no sentence leaves the batch). Decoders may keep their
+  // source-side state as it is; the default is a full select.
+  virtual void reorder_within_sentences(const at::Tensor& index) { select(index); }
   virtual at::Device device() const = 0;
 };
 

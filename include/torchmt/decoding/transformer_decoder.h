@@ -15,6 +15,7 @@ class TransformerDecoder : public IncrementalDecoder {
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
   void select(const at::Tensor& index) override;
+  void reorder_within_sentences(const at::Tensor& index) override;
   at::Device device() const override;
 
  private:

@@ -21,6 +21,10 @@ struct DecoderCache {
   int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) : 0; }
   // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences.
   void select(const at::Tensor& batch_index);
+  // The same for a reorder in which every new row i takes an old row of the same source
+  // sentence as old row i (beams reordered, no sentence left): the source side (cross K/V,
+  // mask) is identical across those rows, so only the self-attention K/V are gathered.
+  void select_target_side(const at::Tensor& batch_index);
 };
 
 }  // namespace torchmt

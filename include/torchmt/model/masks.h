@@ -15,4 +15,9 @@ at::Tensor make_causal_mask(int64_t length, const at::Device& device);
 // tgt [B, T] -> [B, 1, T, T]: causal AND target key not padding.
 at::Tensor make_target_mask(const at::Tensor& tgt, int64_t pad_id);
 
+// A query whose keys are all masked would softmax over nothing (NaN): such rows are opened
+// to every key instead. Attention applies this to each mask it is given; a mask that is
+// reused at every decoding step is sanitised once (see MultiHeadAttention::attend).
+at::Tensor without_empty_rows(const at::Tensor& mask);
+
 }  // namespace torchmt

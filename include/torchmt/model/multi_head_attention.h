@@ -41,9 +41,10 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   // Building blocks for incremental decoding (the cache holds projected heads).
   // x [B, T, D] -> [B, H, T, d_k] through the given projection.
   torch::Tensor split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const;
-  // q [B, H, Tq, d_k], k/v [B, H, Tk, d_k] -> [B, Tq, D] after W_o.
+  // q [B, H, Tq, d_k], k/v [B, H, Tk, d_k] -> [B, Tq, D] after W_o. `mask_sanitized`:
+  // the caller already applied without_empty_rows (decoding reuses one source mask per step).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const torch::Tensor& mask);
+                       const torch::Tensor& mask, bool mask_sanitized = false);
 
   MultiHeadAttentionOptions options;
   int64_t head_dim = 0;
@@ -55,7 +56,7 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   bool use_fused_kernel(const torch::Tensor& q) const;
   // softmax(QK^T / sqrt(d_k)) V on heads -> [B, H, Tq, d_k]; stores the weights if asked.
   torch::Tensor attend_explicit(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const torch::Tensor& mask, torch::Tensor* weights_out);
+                                const torch::Tensor& mask, torch::Tensor* weights_out, bool mask_sanitized);
 };
 TORCH_MODULE(MultiHeadAttention);
 
