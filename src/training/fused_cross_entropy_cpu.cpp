@@ -58,9 +58,14 @@ TORCHMT_VECTOR_INLINE float exponentiate_row(float* x, int64_t vocab, float max)
     store16(x + j, e);
     lane_sum += e;
   }
-  float sum = sum16(lane_sum);
-  for (; j < vocab; ++j) sum += x[j] = exp_nonpositive(x[j] - max);
-  return sum;
+  if (j < vocab) {  // the tail through one padded vector
+    float tail[kLanes];
+    const int64_t n = vocab - j;
+    for (int l = 0; l < kLanes; ++l) tail[l] = l < n ? x[j + l] - max : -87.0f;
+    const f32x16 e = exp16_nonpositive(load16(tail));
+    for (int64_t l = 0; l < n; ++l) lane_sum[l] += x[j + l] = e[l];
+  }
+  return sum16(lane_sum);
 }
 
 // loss = (1 - eps) (log Z - x_gold) + eps / V (V log Z - sum_j x_j), the smoothed

@@ -70,11 +70,12 @@ TORCHMT_VECTOR_INLINE f32x16 select(i32x16 mask, f32x16 a, f32x16 b) {
 }
 TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return select(a > b, a, b); }
 
-// exp(x) for x <= 0 on 16 lanes, as exp_nonpositive below.
+// exp(x) for x <= 0 on 16 lanes, relative error ~2e-7: 2^k through the exponent bits and
+// 2^f, |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below -87 give exp(-87).
 TORCHMT_VECTOR_INLINE f32x16 exp16_nonpositive(f32x16 x) {
   x = max16(x, splat(-87.0f));
   const f32x16 t = x * 1.44269504088896341f;
-  const f32x16 k = (t + 12582912.0f) - 12582912.0f;
+  const f32x16 k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
   const f32x16 f = t - k;
   f32x16 p = splat(1.5403530393381609e-4f);
   p = p * f + 1.3333558146428443e-3f;
@@ -120,23 +121,6 @@ TORCHMT_VECTOR_INLINE uint16_t float_to_bf16(float value) {
   uint32_t bits = bits_from_float(value);
   bits += 0x7FFFu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
-}
-
-// exp(x) for x <= 0, relative error ~2e-7: 2^k through the exponent bits and 2^f,
-// |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below -87 give exp(-87).
-TORCHMT_VECTOR_INLINE float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;
-  const float k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
-  const float f = t - k;
-  float p = 1.5403530393381609e-4f;
-  p = p * f + 1.3333558146428443e-3f;
-  p = p * f + 9.6181291076284772e-3f;
-  p = p * f + 5.5504108664821580e-2f;
-  p = p * f + 2.4022650695910071e-1f;
-  p = p * f + 6.9314718055994531e-1f;
-  p = p * f + 1.0f;
-  return p * float_from_bits(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
 }
 
 }  // namespace cpu_kernels

@@ -50,6 +50,18 @@ std::vector<Batch> take(TokenBatcher& batcher, int64_t n) {
   return out;
 }
 
+// GFLOP/s of a [2048, 512] x [512, 2048] matmul in `dtype`: the ceiling a training step's
+// matmuls can reach here, so that the bf16 / fp32 step ratio can be read against it.
+double matmul_gflops(c10::ScalarType dtype) {
+  auto a = torch::randn({2048, 512}).to(dtype), b = torch::randn({512, 2048}).to(dtype);
+  for (int i = 0; i < 3; ++i) torch::mm(a, b);
+  const int repeats = 20;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i) torch::mm(a, b);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * 2048 * 512 * 2048 * repeats / seconds / 1e9;
+}
+
 // Runs `batches` through `step` under LibTorch's (Kineto) profiler and writes a Chrome trace.
 void profile_updates(TrainingStep& step, const std::vector<Batch>& batches, const std::string& trace_path) {
   namespace prof = torch::profiler::impl;
@@ -177,6 +189,9 @@ int main(int argc, char** argv) {
 
   std::printf("bench_train: %s, %d threads, max_tokens %lld, bf16 native: %s\n", src.c_str(), torch::get_num_threads(),
               static_cast<long long>(bo.max_tokens), cpu_has_native_bf16() ? "yes" : "no");
+  const double fp32_gflops = matmul_gflops(torch::kFloat), bf16_gflops = matmul_gflops(torch::kBFloat16);
+  std::printf("matmul ceiling (2048x512x2048): fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s = %.2fx\n", fp32_gflops,
+              bf16_gflops, bf16_gflops / fp32_gflops);
   std::printf("%-6s %-5s %6s %14s %14s %7s %12s %12s\n", "preset", "dtype", "steps", "ours tok/s", "python tok/s",
               "ratio", "ours vloss", "py vloss");
   for (const auto& preset : split(r["presets"].as<std::string>())) {
