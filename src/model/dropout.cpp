@@ -1,9 +1,9 @@
 #include "torchmt/model/dropout.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>

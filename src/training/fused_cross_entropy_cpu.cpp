@@ -189,12 +189,12 @@ class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEnt
 
 }  // namespace
 
-FusedCrossEntropyResult fused_label_smoothed_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                                           double smoothing, int64_t pad_id) {
+CriterionOutput fused_label_smoothed_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                                   double smoothing, int64_t pad_id) {
   TORCH_CHECK(logits.device().is_cpu(), "fused_label_smoothed_cross_entropy runs on CPU tensors");
   const auto dtype = logits.scalar_type();
   at::Tensor scored = dtype == at::kFloat || dtype == at::kBFloat16 ? logits : logits.to(at::kFloat);
-  FusedCrossEntropyResult out;
+  CriterionOutput out;
   torch::autograd::variable_list parts;
   if (torch::GradMode::is_enabled() && scored.requires_grad()) {
     parts = FusedCrossEntropyFunction::apply(scored, target, smoothing, pad_id);

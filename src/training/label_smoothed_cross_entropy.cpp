@@ -7,14 +7,8 @@
 namespace torchmt {
 
 CriterionOutput LabelSmoothedCrossEntropy::operator()(const at::Tensor& logits, const at::Tensor& target) const {
+  if (logits.device().is_cpu()) return fused_label_smoothed_cross_entropy(logits, target, smoothing_, pad_id_);
   CriterionOutput out;
-  if (logits.device().is_cpu()) {
-    auto fused = fused_label_smoothed_cross_entropy(logits, target, smoothing_, pad_id_);
-    out.loss = fused.loss;
-    out.nll = fused.nll;
-    out.tokens = fused.tokens;
-    return out;
-  }
   // Elsewhere (CUDA) ATen's kernels are fast enough; the same formula in tensor ops.
   const int64_t vocab = logits.size(-1);
   auto lprobs = torch::log_softmax(logits.to(torch::kFloat), -1).view({-1, vocab});  // [B*T, V]
