@@ -81,6 +81,12 @@ TEST(LabelSmoothedCrossEntropy, FusedCpuKernelMatchesAtenFormulaAndAutograd) {
   }
 }
 
+TEST(LabelSmoothedCrossEntropy, TargetOutsideTheVocabularyIsAnError) {
+  auto logits = torch::randn({1, 2, 10});
+  EXPECT_THROW(LabelSmoothedCrossEntropy(0.1, 0)(logits, torch::tensor({{3, 10}}, torch::kLong)), c10::Error);
+  EXPECT_THROW(LabelSmoothedCrossEntropy(0.1, 0)(logits, torch::tensor({{-1, 3}}, torch::kLong)), c10::Error);
+}
+
 TEST(LabelSmoothedCrossEntropy, WithoutGradientModeComputesTheSameLoss) {
   auto logits = torch::randn({2, 5, 40});
   auto target = torch::randint(1, 40, {2, 5}, torch::kLong);

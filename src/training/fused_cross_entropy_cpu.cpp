@@ -148,6 +148,9 @@ class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEnt
     auto flat = logits.reshape({-1, vocab}).contiguous();  // [N, V]
     auto gold = target.reshape({-1}).to(at::kLong).contiguous();  // [N]
     const int64_t rows = flat.size(0);
+    // The kernel indexes each row by its target: out-of-range ids must fail here, as gather would.
+    TORCH_CHECK(rows == 0 || (gold.min().item<int64_t>() >= 0 && gold.max().item<int64_t>() < vocab),
+                "label-smoothed cross-entropy: a target id is outside the vocabulary of ", vocab);
     auto loss_rows = at::empty({rows}, at::kDouble);
     auto nll_rows = at::empty({rows}, at::kDouble);
     at::Tensor grad = want_grad ? at::empty_like(flat) : at::Tensor();
