@@ -61,19 +61,18 @@ class ScriptBuilder {
     return out;
   }
 
-  Module linear(const torch::nn::Linear& l) {
-    Module m = make("Linear");
-    m.register_parameter("weight", weight(l->weight), false);
-    m.register_parameter("bias", weight(l->bias), false);
-    define(m, "Linear", ts_source::kLinear);
-    return m;
-  }
+  Module linear(const torch::nn::Linear& l) { return weight_and_bias("Linear", l->weight, l->bias, ts_source::kLinear); }
 
   Module layer_norm(const torch::nn::LayerNorm& l) {
-    Module m = make("LayerNorm");
-    m.register_parameter("weight", weight(l->weight), false);
-    m.register_parameter("bias", weight(l->bias), false);
-    define(m, "LayerNorm", ts_source::kLayerNorm);
+    return weight_and_bias("LayerNorm", l->weight, l->bias, ts_source::kLayerNorm);
+  }
+
+  // A leaf module with parameters `weight` and `bias` and the given TorchScript source.
+  Module weight_and_bias(const std::string& kind, const at::Tensor& w, const at::Tensor& b, const std::string& source) {
+    Module m = make(kind);
+    m.register_parameter("weight", weight(w), false);
+    m.register_parameter("bias", weight(b), false);
+    define(m, kind, source);
     return m;
   }
 

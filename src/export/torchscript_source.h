@@ -170,6 +170,22 @@ def length_limits(self, src: Tensor, cap: int, max_len_a: float, max_len_b: int)
         out.append(max(1, min(limit, cap)))
     return out
 
+# Encodes src and returns (src_mask, self_k, self_v, cross_k, cross_v): the decoding state that
+# greedy and beam search both start from. Self K/V start as placeholders (decode_step at t = 0
+# replaces them).
+def start_decoding(self, src: Tensor) -> Tuple[Tensor, List[Tensor], List[Tensor], List[Tensor], List[Tensor]]:
+    src_mask = self.padding_mask(src)
+    memory = self.encode_masked(src, src_mask)
+    cross = self.decoder_layers.start(memory)
+    cross_k = cross[0]
+    cross_v = cross[1]
+    self_k: List[Tensor] = []
+    self_v: List[Tensor] = []
+    for i in range(len(cross_k)):
+        self_k.append(cross_k[i])
+        self_v.append(cross_v[i])
+    return (src_mask, self_k, self_v, cross_k, cross_v)
+
 def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len_b: int) -> Tuple[List[List[int]], List[float]]:
     batch = src.size(0)
     device = src.device
@@ -186,16 +202,12 @@ def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len
         live.append(i)
     if batch == 0:
         return (tokens, scores)
-    src_mask = self.padding_mask(src)
-    memory = self.encode_masked(src, src_mask)
-    cross = self.decoder_layers.start(memory)
-    cross_k = cross[0]
-    cross_v = cross[1]
-    self_k: List[Tensor] = []
-    self_v: List[Tensor] = []
-    for i in range(len(cross_k)):
-        self_k.append(cross_k[i])
-        self_v.append(cross_v[i])
+    state = self.start_decoding(src)
+    src_mask = state[0]
+    self_k = state[1]
+    self_v = state[2]
+    cross_k = state[3]
+    cross_v = state[4]
     last = torch.full([batch], self.bos_id, dtype=4, device=device)
     t = 0
     while len(live) > 0:
@@ -252,16 +264,12 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
         live.append(i)
     if batch == 0:
         return (best_tokens, best_scores)
-    src_mask = self.padding_mask(src)
-    memory = self.encode_masked(src, src_mask)
-    cross = self.decoder_layers.start(memory)
-    cross_k = cross[0]
-    cross_v = cross[1]
-    self_k: List[Tensor] = []
-    self_v: List[Tensor] = []
-    for i in range(len(cross_k)):
-        self_k.append(cross_k[i])
-        self_v.append(cross_v[i])
+    state = self.start_decoding(src)
+    src_mask = state[0]
+    self_k = state[1]
+    self_v = state[2]
+    cross_k = state[3]
+    cross_v = state[4]
     # k copies of every sentence; only the first may expand at step 0 (the others score -inf).
     expand = torch.arange(batch, dtype=4, device=device).repeat_interleave(k)
     src_mask = self.select_rows(expand, self_k, self_v, cross_k, cross_v, src_mask)
