@@ -202,12 +202,7 @@ def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len
         live.append(i)
     if batch == 0:
         return (tokens, scores)
-    state = self.start_decoding(src)
-    src_mask = state[0]
-    self_k = state[1]
-    self_v = state[2]
-    cross_k = state[3]
-    cross_v = state[4]
+    src_mask, self_k, self_v, cross_k, cross_v = self.start_decoding(src)
     last = torch.full([batch], self.bos_id, dtype=4, device=device)
     t = 0
     while len(live) > 0:
@@ -264,12 +259,7 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
         live.append(i)
     if batch == 0:
         return (best_tokens, best_scores)
-    state = self.start_decoding(src)
-    src_mask = state[0]
-    self_k = state[1]
-    self_v = state[2]
-    cross_k = state[3]
-    cross_v = state[4]
+    src_mask, self_k, self_v, cross_k, cross_v = self.start_decoding(src)
     # k copies of every sentence; only the first may expand at step 0 (the others score -inf).
     expand = torch.arange(batch, dtype=4, device=device).repeat_interleave(k)
     src_mask = self.select_rows(expand, self_k, self_v, cross_k, cross_v, src_mask)
