@@ -243,7 +243,10 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
     auto got = script_ids(m, f.src, beam, &script_scores);
     EXPECT_EQ(got, expected) << "beam " << beam;
     ASSERT_EQ(script_scores.size(), native_scores.size());
-    for (size_t i = 0; i < native_scores.size(); ++i) EXPECT_DOUBLE_EQ(script_scores[i], native_scores[i]);
+    // Same to fp32 rounding: native decoding multiplies few-row steps with its own kernel
+    // (small_batch_linear.h), the exported model with aten::linear.
+    for (size_t i = 0; i < native_scores.size(); ++i)
+      EXPECT_NEAR(script_scores[i], native_scores[i], 1e-5 * std::abs(native_scores[i]) + 1e-6);
     // Not all degenerate: the briefly trained model ends most sentences before the limit.
     size_t ended = 0;
     for (size_t i = 0; i < got.size(); ++i)

@@ -31,6 +31,33 @@ void check_options(const SearchOptions& o) {
     throw std::invalid_argument("nbest must be between 1 and the beam size (" + std::to_string(o.beam_size) + ")");
 }
 
+// Per sentence, the `width` best of its k beam rows' candidates (each row's `row_width`
+// best, from topk), best first; equal scores in order of beam then token, so the search
+// is deterministic. Writes scores and flat indices beam * vocab + token.
+void merge_row_candidates(const float* row_scores, const int64_t* row_tokens, int64_t sentences, int64_t k,
+                          int64_t row_width, int64_t vocab, int64_t width, float* scores_out, int64_t* index_out) {
+  struct Candidate {
+    float score;
+    int64_t index;
+  };
+  std::vector<Candidate> pool(static_cast<size_t>(k * row_width));
+  for (int64_t s = 0; s < sentences; ++s) {
+    for (int64_t beam = 0; beam < k; ++beam)
+      for (int64_t c = 0; c < row_width; ++c) {
+        const int64_t at = (s * k + beam) * row_width + c;
+        const float score = std::isnan(row_scores[at]) ? -std::numeric_limits<float>::infinity() : row_scores[at];
+        pool[static_cast<size_t>(beam * row_width + c)] = {score, beam * vocab + row_tokens[at]};
+      }
+    std::partial_sort(pool.begin(), pool.begin() + width, pool.end(), [](const Candidate& a, const Candidate& b) {
+      return a.score > b.score || (a.score == b.score && a.index < b.index);
+    });
+    for (int64_t c = 0; c < width; ++c) {
+      scores_out[s * width + c] = pool[static_cast<size_t>(c)].score;
+      index_out[s * width + c] = pool[static_cast<size_t>(c)].index;
+    }
+  }
+}
+
 }  // namespace
 
 double length_penalty(int64_t length, double alpha) {
@@ -118,12 +145,18 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       lprobs.index_put_({rows, torch::full_like(rows, options.eos_id)}, eos_col);
     }
     auto cand = lprobs + torch::tensor(scores, torch::kFloat).to(device).unsqueeze(1);  // [N, V]
-    auto [top_scores, top_index] = cand.view({n_live, k * vocab}).topk(std::min<int64_t>(2 * k, k * vocab), -1);
-    top_scores = top_scores.to(torch::kCPU).contiguous();  // [n_live, 2k]
-    top_index = top_index.to(torch::kCPU).contiguous();
-    const int64_t width = top_scores.size(1);
-    auto* sc = top_scores.data_ptr<float>();
-    auto* ix = top_index.data_ptr<int64_t>();
+    // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
+    // one topk per row on the device, then a merge of k x 2k on the host (a single topk
+    // over k x V took ~150 us per step on the CPU for an 8k vocabulary, the rows ~10 us).
+    const int64_t width = std::min<int64_t>(2 * k, k * vocab);
+    const int64_t row_width = std::min<int64_t>(width, vocab);
+    auto [row_top, row_index] = cand.topk(row_width, -1);  // [N, row_width]
+    row_top = row_top.to(torch::kCPU).contiguous();
+    row_index = row_index.to(torch::kCPU).contiguous();
+    std::vector<float> sc(static_cast<size_t>(n_live * width));
+    std::vector<int64_t> ix(sc.size());  // flat index beam * V + token, as into [k, V]
+    merge_row_candidates(row_top.data_ptr<float>(), row_index.data_ptr<int64_t>(), n_live, k, row_width, vocab,
+                         width, sc.data(), ix.data());
 
     std::vector<int64_t> next_rows, next_live, next_tokens;
     std::vector<float> next_scores;

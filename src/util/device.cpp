@@ -64,6 +64,16 @@ std::string dtype_name(c10::ScalarType dtype) {
   }
 }
 
+c10::ScalarType active_cpu_autocast_dtype() {
+#if TORCHMT_DEVICE_GENERIC_AUTOCAST
+  if (!at::autocast::is_autocast_enabled(c10::kCPU)) return c10::ScalarType::Float;
+  return at::autocast::get_autocast_dtype(c10::kCPU);
+#else
+  if (!at::autocast::is_cpu_enabled()) return c10::ScalarType::Float;
+  return at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
 AutocastGuard::AutocastGuard(const c10::Device& device, c10::ScalarType dtype) : device_type_(device.type()) {
   if (dtype == c10::ScalarType::Float) return;
   active_ = true;

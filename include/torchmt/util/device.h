@@ -19,6 +19,10 @@ std::string dtype_name(c10::ScalarType dtype);
 // True when this CPU has native bf16 matrix instructions (AMX or AVX512_BF16).
 bool cpu_has_native_bf16();
 
+// The lower-precision dtype CPU autocast is casting matmul inputs to right now, or Float
+// when CPU autocast is off (for code that computes a linear layer outside the dispatcher).
+c10::ScalarType active_cpu_autocast_dtype();
+
 // Enables autocast to `dtype` on `device` for its lifetime (no-op for fp32); restores the
 // previous state on exit. Works across LibTorch 2.1 .. 2.13 autocast APIs.
 class AutocastGuard {

@@ -1,0 +1,232 @@
+#include "torchmt/model/small_batch_linear.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include "../util/cpu_vector_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+// AVX512-BF16's dot product (two bf16 products per fp32 lane and instruction) when the CPU
+// has it: half the instructions of converting to fp32 and no conversion work.
+#define TORCHMT_HAVE_BF16_DOT 1
+#define TORCHMT_BF16_DOT_TARGET __attribute__((always_inline, target("avx512f,avx512bf16"))) inline
+#else
+#define TORCHMT_HAVE_BF16_DOT 0
+#endif
+#include "torchmt/util/device.h"
+
+namespace torchmt {
+namespace {
+
+using namespace cpu_kernels;
+
+constexpr int kRowTile = 4;     // rows of x per block: 4 x kWeightTile accumulators stay in registers
+constexpr int kWeightTile = 4;  // weight rows (output features) per block
+
+TORCHMT_VECTOR_INLINE f32x16 load_weights16(const float* p) { return load16(p); }
+TORCHMT_VECTOR_INLINE f32x16 load_weights16(const uint16_t* p) { return load16_bf16(p); }
+TORCHMT_VECTOR_INLINE float load_weight(const float* p) { return *p; }
+TORCHMT_VECTOR_INLINE float load_weight(const uint16_t* p) { return bf16_to_float(*p); }
+TORCHMT_VECTOR_INLINE void store_output(float* p, float v) { *p = v; }
+TORCHMT_VECTOR_INLINE void store_output(uint16_t* p, float v) { *p = float_to_bf16(v); }
+
+// Sum of the 16 lanes as a tree of half-width adds (the lane-by-lane loop of sum16 costs
+// as much as the dot product itself when K is 256).
+TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
+  using f32x8 = float __attribute__((vector_size(32)));
+  using f32x4 = float __attribute__((vector_size(16)));
+  f32x8 lo8, hi8;
+  std::memcpy(&lo8, &v, sizeof lo8);
+  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
+  const f32x8 s8 = lo8 + hi8;
+  f32x4 lo4, hi4;
+  std::memcpy(&lo4, &s8, sizeof lo4);
+  std::memcpy(&hi4, reinterpret_cast<const char*>(&s8) + sizeof lo4, sizeof hi4);
+  const f32x4 s4 = lo4 + hi4;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+// out[m, n + r] = x[m] . w[n + r] + bias[n + r] for m < ROWS, r < COLS; x is fp32 [ROWS, K],
+// the weight rows are K apart, out rows are ldo apart.
+template <int ROWS, int COLS, typename T>
+TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, int64_t K, T* out, int64_t ldo) {
+  f32x16 acc[ROWS][COLS];
+  for (int m = 0; m < ROWS; ++m)
+    for (int r = 0; r < COLS; ++r) acc[m][r] = splat(0.0f);
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    f32x16 wv[COLS];
+    for (int r = 0; r < COLS; ++r) wv[r] = load_weights16(w + r * K + k);
+    for (int m = 0; m < ROWS; ++m) {
+      const f32x16 xv = load16(x + m * K + k);
+      for (int r = 0; r < COLS; ++r) acc[m][r] += xv * wv[r];
+    }
+  }
+  for (int m = 0; m < ROWS; ++m)
+    for (int r = 0; r < COLS; ++r) {
+      float s = tree_sum16(acc[m][r]);
+      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_weight(w + r * K + kk);
+      if (bias) s += load_weight(bias + r);
+      store_output(out + m * ldo + r, s);
+    }
+}
+
+template <int COLS, typename T>
+TORCHMT_VECTOR_INLINE void dot_columns(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, T* out,
+                                       int64_t ldo) {
+  // The weight block (COLS rows of K) stays in L1 across the row tiles.
+  for (int64_t m = 0; m < rows; m += kRowTile) {
+    const float* xm = x + m * K;
+    T* om = out + m * ldo;
+    switch (std::min<int64_t>(kRowTile, rows - m)) {
+      case 1: dot_block<1, COLS>(xm, w, bias, K, om, ldo); break;
+      case 2: dot_block<2, COLS>(xm, w, bias, K, om, ldo); break;
+      case 3: dot_block<3, COLS>(xm, w, bias, K, om, ldo); break;
+      default: dot_block<4, COLS>(xm, w, bias, K, om, ldo); break;
+    }
+  }
+}
+
+// Output features [n_begin, n_end) of out [rows, N].
+template <typename T>
+TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,
+                                          int64_t N, int64_t n_begin, int64_t n_end, T* out) {
+  int64_t n = n_begin;
+  for (; n + kWeightTile <= n_end; n += kWeightTile)
+    dot_columns<kWeightTile>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+  for (; n < n_end; ++n) dot_columns<1>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+}
+
+TORCHMT_VECTOR_CLONES void linear_columns_fp32(const float* x, int64_t rows, const float* w, const float* bias,
+                                               int64_t K, int64_t N, int64_t n_begin, int64_t n_end, float* out) {
+  linear_columns(x, rows, w, bias, K, N, n_begin, n_end, out);
+}
+
+TORCHMT_VECTOR_CLONES void linear_columns_bf16(const float* x, int64_t rows, const uint16_t* w, const uint16_t* bias,
+                                               int64_t K, int64_t N, int64_t n_begin, int64_t n_end, uint16_t* out) {
+  linear_columns(x, rows, w, bias, K, N, n_begin, n_end, out);
+}
+
+#if TORCHMT_HAVE_BF16_DOT
+// As dot_block, x and the weights bf16, pairs of K multiplied and added by vdpbf16ps.
+template <int ROWS, int COLS>
+TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint16_t* w, const uint16_t* bias,
+                                                  int64_t K, uint16_t* out, int64_t ldo) {
+  constexpr int64_t kStep = 32;  // bf16 values per 512-bit register
+  __m512 acc[ROWS][COLS];
+  for (int m = 0; m < ROWS; ++m)
+    for (int r = 0; r < COLS; ++r) acc[m][r] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + kStep <= K; k += kStep) {
+    __m512bh wv[COLS];
+    for (int r = 0; r < COLS; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(w + r * K + k);
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + m * K + k);
+      for (int r = 0; r < COLS; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, wv[r]);
+    }
+  }
+  for (int m = 0; m < ROWS; ++m)
+    for (int r = 0; r < COLS; ++r) {
+      float s = tree_sum16(reinterpret_cast<const f32x16&>(acc[m][r]));
+      for (int64_t kk = k; kk < K; ++kk) s += bf16_to_float(x[m * K + kk]) * bf16_to_float(w[r * K + kk]);
+      if (bias) s += bf16_to_float(bias[r]);
+      out[m * ldo + r] = float_to_bf16(s);
+    }
+}
+
+template <int COLS>
+TORCHMT_BF16_DOT_TARGET void dot_columns_bf16_pairs(const uint16_t* x, int64_t rows, const uint16_t* w,
+                                                    const uint16_t* bias, int64_t K, uint16_t* out, int64_t ldo) {
+  for (int64_t m = 0; m < rows; m += kRowTile) {
+    const uint16_t* xm = x + m * K;
+    uint16_t* om = out + m * ldo;
+    switch (std::min<int64_t>(kRowTile, rows - m)) {
+      case 1: dot_block_bf16_pairs<1, COLS>(xm, w, bias, K, om, ldo); break;
+      case 2: dot_block_bf16_pairs<2, COLS>(xm, w, bias, K, om, ldo); break;
+      case 3: dot_block_bf16_pairs<3, COLS>(xm, w, bias, K, om, ldo); break;
+      default: dot_block_bf16_pairs<4, COLS>(xm, w, bias, K, om, ldo); break;
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void linear_columns_bf16_pairs(
+    const uint16_t* x, int64_t rows, const uint16_t* w, const uint16_t* bias, int64_t K, int64_t N, int64_t n_begin,
+    int64_t n_end, uint16_t* out) {
+  int64_t n = n_begin;
+  for (; n + kWeightTile <= n_end; n += kWeightTile)
+    dot_columns_bf16_pairs<kWeightTile>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+  for (; n < n_end; ++n) dot_columns_bf16_pairs<1>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+}
+
+bool cpu_has_bf16_dot() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#endif
+
+}  // namespace
+
+at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                      bool use_bf16_dot) {
+  if (!x.defined() || !x.device().is_cpu() || at::GradMode::is_enabled() || x.dim() < 1 || weight.dim() != 2 ||
+      !weight.device().is_cpu())
+    return {};
+  const int64_t K = x.size(-1), N = weight.size(0);
+  if (weight.size(1) != K || K == 0 || N == 0) return {};
+  const int64_t rows = x.numel() / K;
+  if (rows < 1 || rows > kSmallBatchLinearMaxRows) return {};
+
+  // Under CPU autocast at::linear computes in the autocast dtype; do the same casts, with
+  // parameters through autocast's cache so a weight is converted once per autocast region.
+  at::ScalarType dtype = x.scalar_type();
+  at::Tensor w = weight, b = bias;
+  const at::ScalarType autocast_dtype = active_cpu_autocast_dtype();
+  if (autocast_dtype != at::kFloat) {
+    if (autocast_dtype != at::kBFloat16) return {};
+    dtype = at::kBFloat16;
+    w = at::autocast::cached_cast(dtype, weight, c10::DeviceType::CPU);
+    if (b.defined()) b = at::autocast::cached_cast(dtype, bias, c10::DeviceType::CPU);
+  }
+  if ((dtype != at::kFloat && dtype != at::kBFloat16) || w.scalar_type() != dtype ||
+      (b.defined() && (b.scalar_type() != dtype || b.numel() != N || !b.device().is_cpu())))
+    return {};
+  RECORD_FUNCTION("torchmt::small_batch_linear", std::vector<c10::IValue>());
+  w = w.contiguous();
+  if (b.defined()) b = b.contiguous();
+  // x rounded to the compute dtype first, as at::linear sees it.
+  const at::Tensor x_rows = x.reshape({rows, K}).to(dtype).contiguous();  // [rows, K]
+
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = N;
+  at::Tensor out = at::empty({rows, N}, x.options().dtype(dtype));  // [rows, N]
+  // Each thread's share at least ~64 KB of weights, so a fork is worth it.
+  const int64_t grain = std::max<int64_t>(kWeightTile, (int64_t{1} << 16) / (K * w.element_size()));
+  if (dtype == at::kFloat) {
+    const float* xp = x_rows.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { linear_columns_fp32(xp, rows, wp, bp, K, N, n0, n1, op); });
+  } else {
+    const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+    const auto* bp = b.defined() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
+    auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+#if TORCHMT_HAVE_BF16_DOT
+    if (use_bf16_dot && cpu_has_bf16_dot()) {
+      const auto* xp = reinterpret_cast<const uint16_t*>(x_rows.data_ptr<at::BFloat16>());
+      at::parallel_for(0, N, grain,
+                       [&](int64_t n0, int64_t n1) { linear_columns_bf16_pairs(xp, rows, wp, bp, K, N, n0, n1, op); });
+      return out.view(out_sizes);
+    }
+#endif
+    const at::Tensor x_fp32 = x_rows.to(at::kFloat);
+    const float* xp = x_fp32.data_ptr<float>();
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { linear_columns_bf16(xp, rows, wp, bp, K, N, n0, n1, op); });
+  }
+  return out.view(out_sizes);
+}
+
+}  // namespace torchmt

@@ -1,0 +1,96 @@
+// The few-row linear kernel used by decoding: same results as at::linear (fp32, bf16, CPU
+// bf16 autocast), and it steps aside where it does not apply.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/small_batch_linear.h"
+#include "torchmt/util/device.h"
+
+namespace torchmt {
+namespace {
+
+struct Shape {
+  int64_t rows, in, out;
+};
+
+// Sizes around the kernel's tiles: 4 rows x 4 outputs per block, 16 (fp32) or 32 (bf16)
+// inputs per vector, with remainders everywhere.
+const Shape kShapes[] = {{1, 256, 8000}, {5, 256, 768}, {8, 1024, 256}, {3, 40, 67}, {7, 16, 5}, {2, 33, 1}, {4, 7, 9}};
+
+TEST(SmallBatchLinearTest, Fp32MatchesAtenLinear) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  for (const Shape& s : kShapes)
+    for (bool with_bias : {true, false}) {
+      auto x = torch::randn({s.rows, s.in}), w = torch::randn({s.out, s.in});
+      auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
+      auto ours = try_small_batch_linear_cpu(x, w, b);
+      ASSERT_TRUE(ours.defined()) << s.rows << "x" << s.in << "x" << s.out;
+      EXPECT_EQ(ours.scalar_type(), torch::kFloat);
+      EXPECT_TRUE(torch::allclose(ours, torch::linear(x, w, b), 1e-5, 1e-4)) << s.rows << "x" << s.in << "x" << s.out;
+    }
+}
+
+TEST(SmallBatchLinearTest, Bf16EqualsFp32ResultRoundedOnce) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  for (const Shape& s : kShapes) {
+    auto x = torch::randn({s.rows, s.in}).to(torch::kBFloat16), w = torch::randn({s.out, s.in}).to(torch::kBFloat16);
+    auto b = torch::randn({s.out}).to(torch::kBFloat16);
+    // AVX512-BF16 dot products where this CPU has them, the fp32 FMA path in any case.
+    for (bool use_bf16_dot : {true, false}) {
+      auto ours = try_small_batch_linear_cpu(x, w, b, use_bf16_dot);
+      ASSERT_TRUE(ours.defined());
+      EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+      // The exact product of the bf16 inputs, rounded to bf16 once: at most one bf16 step
+      // (relative 2^-8) apart, plus fp32 accumulation-order noise near zero.
+      auto exact = torch::linear(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+      EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), exact, 1.0 / 128, 1e-3))
+          << s.rows << "x" << s.in << "x" << s.out << (use_bf16_dot ? " dot" : " fma");
+    }
+  }
+}
+
+TEST(SmallBatchLinearTest, HonoursCpuBf16AutocastLikeAtenLinear) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  auto x = torch::randn({5, 1, 256}), w = torch::randn({300, 256}), b = torch::randn({300});
+  torch::Tensor ours, aten;
+  {
+    AutocastGuard autocast(torch::Device(torch::kCPU), torch::kBFloat16);
+    ours = try_small_batch_linear_cpu(x, w, b);
+    aten = torch::linear(x, w, b);
+  }
+  ASSERT_TRUE(ours.defined());
+  EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(ours.sizes(), aten.sizes());  // [5, 1, 300]
+  EXPECT_TRUE(torch::allclose(ours.to(torch::kFloat), aten.to(torch::kFloat), 1.0 / 128, 1e-2));
+}
+
+TEST(SmallBatchLinearTest, KeepsLeadingDimensionsAndReadsStridedInput) {
+  torch::NoGradGuard no_grad;
+  auto wide = torch::randn({64, 6});
+  auto x = wide.t().slice(0, 0, 4).view({2, 2, 64}).contiguous().transpose(0, 1);  // strided [2, 2, 64]
+  auto w = torch::randn({10, 64}), b = torch::randn({10});
+  auto ours = try_small_batch_linear_cpu(x, w, b);
+  ASSERT_TRUE(ours.defined());
+  EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{2, 2, 10}));
+  EXPECT_TRUE(torch::allclose(ours, torch::linear(x, w, b), 1e-5, 1e-4));
+}
+
+TEST(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
+  auto w = torch::randn({6, 8}), b = torch::randn({6});
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(try_small_batch_linear_cpu(torch::randn({kSmallBatchLinearMaxRows + 1, 8}), w, b).defined());
+    EXPECT_FALSE(try_small_batch_linear_cpu(torch::randn({2, 7}), w, b).defined());  // wrong width
+    EXPECT_FALSE(try_small_batch_linear_cpu(torch::randn({2, 8}).to(torch::kDouble), w, b).defined());
+    EXPECT_TRUE(try_small_batch_linear_cpu(torch::randn({kSmallBatchLinearMaxRows, 8}), w, b).defined());
+  }
+  // Training needs autograd: with grad mode on, at::linear does the work.
+  EXPECT_FALSE(try_small_batch_linear_cpu(torch::randn({2, 8}), w.requires_grad_(), b).defined());
+}
+
+}  // namespace
+}  // namespace torchmt
