@@ -8,6 +8,7 @@
 
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
+#include "torchmt/model/single_query_attention.h"
 
 namespace torchmt {
 
@@ -61,6 +62,8 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              const torch::Tensor& mask, bool mask_sanitized) {
+  if (auto merged = try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
+    return apply_linear(W_o, merged);
   if (!use_fused_kernel(q))
     return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr, mask_sanitized)));
   c10::optional<torch::Tensor> attn_mask;
