@@ -1,0 +1,79 @@
+// The one-query attention kernel of CPU decoding steps equals softmax(q k^T / sqrt(d) + mask) v.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/single_query_attention.h"
+
+namespace torchmt {
+namespace {
+
+// The textbook formula in double, heads merged: [B, 1, H * d].
+torch::Tensor reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask) {
+  auto qd = q.to(torch::kDouble), kd = k.to(torch::kDouble), vd = v.to(torch::kDouble);
+  auto scores = torch::matmul(qd, kd.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, 1, T]
+  if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  auto out = torch::matmul(torch::softmax(scores, -1), vd);  // [B, H, 1, d]
+  return out.transpose(1, 2).reshape({q.size(0), 1, -1});  // [B, 1, H * d]
+}
+
+TEST(SingleQueryAttentionTest, Fp32MatchesFormulaWithMaskAndStridedKeys) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  for (int64_t dim : {64, 20}) {  // 20: a partial vector per row
+    const int64_t B = 3, H = 4, T = 11;
+    auto q = torch::randn({B, H, 1, dim});
+    // k, v as split_heads makes them: [B, T, H, d] viewed as [B, H, T, d]
+    auto k = torch::randn({B, T, H, dim}).transpose(1, 2), v = torch::randn({B, T, H, dim}).transpose(1, 2);
+    auto mask = torch::rand({B, 1, 1, T}) > 0.3;
+    mask.index_put_({torch::indexing::Slice(), 0, 0, 0}, true);
+    auto ours = try_single_query_attention_cpu(q, k, v, mask);
+    ASSERT_TRUE(ours.defined());
+    EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{B, 1, H * dim}));
+    EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), reference(q, k, v, mask), 1e-5, 1e-6)) << "d " << dim;
+    auto unmasked = try_single_query_attention_cpu(q, k, v, torch::Tensor());
+    EXPECT_TRUE(torch::allclose(unmasked.to(torch::kDouble), reference(q, k, v, torch::Tensor()), 1e-5, 1e-6));
+  }
+}
+
+TEST(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
+  torch::NoGradGuard no_grad;
+  auto q = torch::randn({2, 2, 1, 16}), k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});
+  auto mask = torch::ones({2, 1, 1, 5}, torch::kBool);
+  mask[1].fill_(false);  // sentence 1 has no key it may attend to
+  auto ours = try_single_query_attention_cpu(q, k, v, mask);
+  ASSERT_TRUE(ours.defined());
+  EXPECT_FALSE(ours.isnan().any().item<bool>());
+  EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), reference(q, k, v, torch::Tensor()), 1e-5, 1e-6));
+}
+
+TEST(SingleQueryAttentionTest, Bf16IsTheFormulaOnBf16ValuesRoundedOnce) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(8);
+  auto q = torch::randn({5, 4, 1, 64}).to(torch::kBFloat16);
+  auto k = torch::randn({5, 4, 17, 64}).to(torch::kBFloat16), v = torch::randn({5, 4, 17, 64}).to(torch::kBFloat16);
+  auto ours = try_single_query_attention_cpu(q, k, v, torch::Tensor());
+  ASSERT_TRUE(ours.defined());
+  EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), reference(q, k, v, torch::Tensor()), 1.0 / 128, 1e-3));
+}
+
+TEST(SingleQueryAttentionTest, StepsAsideWhereItDoesNotApply) {
+  auto k = torch::randn({1, 2, 3, 8}), v = torch::randn({1, 2, 3, 8});
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(try_single_query_attention_cpu(torch::randn({1, 2, 2, 8}), k, v, {}).defined());  // two queries
+    EXPECT_FALSE(try_single_query_attention_cpu(torch::randn({1, 2, 1, 8}).to(torch::kDouble), k, v, {}).defined());
+    EXPECT_FALSE(try_single_query_attention_cpu(torch::randn({1, 2, 1, 8}), k, v, torch::ones({1, 1, 1, 4}, torch::kBool))
+                     .defined());  // mask of another length
+    EXPECT_TRUE(try_single_query_attention_cpu(torch::randn({1, 2, 1, 8}), k, v, {}).defined());
+  }
+  EXPECT_FALSE(try_single_query_attention_cpu(torch::randn({1, 2, 1, 8}), k, v, {}).defined());  // grad mode on
+}
+
+}  // namespace
+}  // namespace torchmt
