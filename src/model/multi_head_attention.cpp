@@ -43,8 +43,8 @@ torch::Tensor MultiHeadAttentionImpl::merge_heads(const torch::Tensor& x) const 
 bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q) const {
   if (q.is_cuda()) return true;  // flash / memory-efficient kernels
   // On CPU the fused kernel is only the faster choice in fp32 without dropout (measured on
-  // this project's 2-core Xeon: with dropout it is 25x slower than the explicit path in
-  // training, and under bf16 autocast the explicit matmuls use AMX and win).
+  // this project's 2-core CPU: with dropout it is 25x slower than the explicit path in
+  // training, and under bf16 autocast the explicit bf16 matmuls win).
   return q.scalar_type() == torch::kFloat && !(is_training() && options.dropout() > 0.0);
 }
 

@@ -2,11 +2,13 @@
 // Multi-head attention (paper §3.2.2), mirrors the reference `MultiHeadAttention`:
 // projections W_q, W_k, W_v, W_o and dropout on the attention weights.
 //
-// Two paths compute the same function:
+// Three paths compute the same function:
 //  - fused: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA),
 //    used whenever the weights are not requested, except on CPU where it is slower (bf16,
 //    or training with dropout: see use_fused_kernel);
-//  - explicit: softmax(QK^T / sqrt(d_k)) V, which also returns the weights (pictures).
+//  - explicit: softmax(QK^T / sqrt(d_k)) V, which also returns the weights (pictures);
+//  - single query on the CPU in inference (a decoding step): one pass per head
+//    (single_query_attention.h), ahead of both.
 // Masks follow torchmt/model/masks.h (bool, true = may attend). A query whose keys are all
 // masked attends to all of them instead of producing NaN.
 #include <tuple>
