@@ -15,13 +15,6 @@ namespace {
 
 using namespace cpu_kernels;
 
-TORCHMT_VECTOR_INLINE f32x16 load_values16(const float* p) { return load16(p); }
-TORCHMT_VECTOR_INLINE f32x16 load_values16(const uint16_t* p) { return load16_bf16(p); }
-TORCHMT_VECTOR_INLINE float load_value(const float* p) { return *p; }
-TORCHMT_VECTOR_INLINE float load_value(const uint16_t* p) { return bf16_to_float(*p); }
-TORCHMT_VECTOR_INLINE void store_value(float* p, float v) { *p = v; }
-TORCHMT_VECTOR_INLINE void store_value(uint16_t* p, float v) { *p = float_to_bf16(v); }
-
 struct HeadView {
   int64_t heads, keys, dim;
   int64_t q_stride_b, q_stride_h;                       // q [B, H, 1, d], last dim contiguous
@@ -41,7 +34,7 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
   for (int64_t bh = begin; bh < end; ++bh) {
     const int64_t b = bh / s.heads, h = bh % s.heads;
     const T* qh = q + b * s.q_stride_b + h * s.q_stride_h;
-    for (int64_t j = 0; j < s.dim; ++j) query[j] = load_value(qh + j) * s.scale;
+    for (int64_t j = 0; j < s.dim; ++j) query[j] = load_as_float(qh + j) * s.scale;
     const bool* mh = mask ? mask + b * s.m_stride_b + h * s.m_stride_h : nullptr;
     bool any_allowed = mh == nullptr;
     for (int64_t t = 0; mh && t < s.keys && !any_allowed; ++t) any_allowed = mh[t * s.m_stride_t];
@@ -53,9 +46,9 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
       }
       const T* kt = k + b * s.k_stride_b + h * s.k_stride_h + t * s.k_stride_t;
       f32x16 lanes = splat(0.0f);
-      for (int64_t j = 0; j < vec_end; j += kLanes) lanes += load16(query.data() + j) * load_values16(kt + j);
-      float dot = sum16(lanes);
-      for (int64_t j = vec_end; j < s.dim; ++j) dot += query[j] * load_value(kt + j);
+      for (int64_t j = 0; j < vec_end; j += kLanes) lanes += load16(query.data() + j) * load16_as_float(kt + j);
+      float dot = tree_sum16(lanes);
+      for (int64_t j = vec_end; j < s.dim; ++j) dot += query[j] * load_as_float(kt + j);
       scores[t] = dot;
       max = dot > max ? dot : max;
     }
@@ -67,11 +60,11 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
       const float w = scores[t] * inv_total;
       if (w == 0.0f) continue;
       const T* vt = v + b * s.v_stride_b + h * s.v_stride_h + t * s.v_stride_t;
-      for (int64_t j = 0; j < vec_end; j += kLanes) store16(acc.data() + j, load16(acc.data() + j) + w * load_values16(vt + j));
-      for (int64_t j = vec_end; j < s.dim; ++j) acc[j] += w * load_value(vt + j);
+      for (int64_t j = 0; j < vec_end; j += kLanes) store16(acc.data() + j, load16(acc.data() + j) + w * load16_as_float(vt + j));
+      for (int64_t j = vec_end; j < s.dim; ++j) acc[j] += w * load_as_float(vt + j);
     }
     T* oh = out + (b * s.heads + h) * s.dim;  // [B, 1, H, d] = [B, 1, D]
-    for (int64_t j = 0; j < s.dim; ++j) store_value(oh + j, acc[j]);
+    for (int64_t j = 0; j < s.dim; ++j) store_from_float(oh + j, acc[j]);
   }
 }
 

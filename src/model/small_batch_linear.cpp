@@ -26,29 +26,6 @@ using namespace cpu_kernels;
 constexpr int kRowTile = 4;     // rows of x per block: 4 x kWeightTile accumulators stay in registers
 constexpr int kWeightTile = 4;  // weight rows (output features) per block
 
-TORCHMT_VECTOR_INLINE f32x16 load_weights16(const float* p) { return load16(p); }
-TORCHMT_VECTOR_INLINE f32x16 load_weights16(const uint16_t* p) { return load16_bf16(p); }
-TORCHMT_VECTOR_INLINE float load_weight(const float* p) { return *p; }
-TORCHMT_VECTOR_INLINE float load_weight(const uint16_t* p) { return bf16_to_float(*p); }
-TORCHMT_VECTOR_INLINE void store_output(float* p, float v) { *p = v; }
-TORCHMT_VECTOR_INLINE void store_output(uint16_t* p, float v) { *p = float_to_bf16(v); }
-
-// Sum of the 16 lanes as a tree of half-width adds (the lane-by-lane loop of sum16 costs
-// as much as the dot product itself when K is 256).
-TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
-  using f32x8 = float __attribute__((vector_size(32)));
-  using f32x4 = float __attribute__((vector_size(16)));
-  f32x8 lo8, hi8;
-  std::memcpy(&lo8, &v, sizeof lo8);
-  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
-  const f32x8 s8 = lo8 + hi8;
-  f32x4 lo4, hi4;
-  std::memcpy(&lo4, &s8, sizeof lo4);
-  std::memcpy(&hi4, reinterpret_cast<const char*>(&s8) + sizeof lo4, sizeof hi4);
-  const f32x4 s4 = lo4 + hi4;
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-
 // out[m, n + r] = x[m] . w[n + r] + bias[n + r] for m < ROWS, r < COLS; x is fp32 [ROWS, K],
 // the weight rows are K apart, out rows are ldo apart.
 template <int ROWS, int COLS, typename T>
@@ -59,7 +36,7 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
     f32x16 wv[COLS];
-    for (int r = 0; r < COLS; ++r) wv[r] = load_weights16(w + r * K + k);
+    for (int r = 0; r < COLS; ++r) wv[r] = load16_as_float(w + r * K + k);
     for (int m = 0; m < ROWS; ++m) {
       const f32x16 xv = load16(x + m * K + k);
       for (int r = 0; r < COLS; ++r) acc[m][r] += xv * wv[r];
@@ -68,9 +45,9 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
   for (int m = 0; m < ROWS; ++m)
     for (int r = 0; r < COLS; ++r) {
       float s = tree_sum16(acc[m][r]);
-      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_weight(w + r * K + kk);
-      if (bias) s += load_weight(bias + r);
-      store_output(out + m * ldo + r, s);
+      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_as_float(w + r * K + kk);
+      if (bias) s += load_as_float(bias + r);
+      store_from_float(out + m * ldo + r, s);
     }
 }
 

@@ -93,6 +93,23 @@ TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
   for (int l = 0; l < kLanes; ++l) s += v[l];
   return s;
 }
+
+// Sum of the 16 lanes as a tree of half-width adds (the lane-by-lane loop of sum16 costs as
+// much as a 256-long dot product in the linear kernel).
+TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
+  using f32x8 = float __attribute__((vector_size(32)));
+  using f32x4 = float __attribute__((vector_size(16)));
+  f32x8 lo8, hi8;
+  std::memcpy(&lo8, &v, sizeof lo8);
+  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
+  const f32x8 s8 = lo8 + hi8;
+  f32x4 lo4, hi4;
+  std::memcpy(&lo4, &s8, sizeof lo4);
+  std::memcpy(&hi4, reinterpret_cast<const char*>(&s8) + sizeof lo4, sizeof hi4);
+  const f32x4 s4 = lo4 + hi4;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 TORCHMT_VECTOR_INLINE float max_of16(f32x16 v) {
   float m = v[0];
   for (int l = 1; l < kLanes; ++l) m = v[l] > m ? v[l] : m;
@@ -122,6 +139,15 @@ TORCHMT_VECTOR_INLINE uint16_t float_to_bf16(float value) {
   bits += 0x7FFFu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
 }
+
+// Element access for kernels templated on fp32 or bf16 (bf16 held as its uint16_t bits):
+// values are read widened to fp32 and written back rounded to the element type.
+TORCHMT_VECTOR_INLINE f32x16 load16_as_float(const float* p) { return load16(p); }
+TORCHMT_VECTOR_INLINE f32x16 load16_as_float(const uint16_t* p) { return load16_bf16(p); }
+TORCHMT_VECTOR_INLINE float load_as_float(const float* p) { return *p; }
+TORCHMT_VECTOR_INLINE float load_as_float(const uint16_t* p) { return bf16_to_float(*p); }
+TORCHMT_VECTOR_INLINE void store_from_float(float* p, float v) { *p = v; }
+TORCHMT_VECTOR_INLINE void store_from_float(uint16_t* p, float v) { *p = float_to_bf16(v); }
 
 }  // namespace cpu_kernels
 }  // namespace torchmt
