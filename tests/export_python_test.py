@@ -30,7 +30,7 @@ def main():
 
     marker = json.loads(files["torchmt.json"])
     check(marker["format"] == "torchmt-torchscript", f"marker {marker}")
-    check(marker["format_version"] == 1, f"marker {marker}")
+    check(marker["format_version"] == 2, f"marker {marker}")
     config = json.loads(files["config.json"])
     check(config["d_model"] > 0 and config["num_heads"] > 0, f"config {config}")
 

@@ -1,6 +1,8 @@
 // TorchScript export: the archive computes what the native model computes (logits to 1e-5,
-// greedy and beam-5 ids exactly), carries its SentencePiece model and configuration, loads
-// in Python with no torchmt code, and fails clearly on bad input.
+// greedy and beam-5 ids exactly), translates through the same Translator and search as a
+// checkpoint, carries an in-archive search that equals the native one (ids and scores, on
+// Multi30k and on scripted decoders), its SentencePiece model and configuration, loads in
+// Python with no torchmt code, and fails clearly on bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,10 +23,11 @@
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/export/script_call.h"
-#include "torchmt/export/scripted_translator.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/export/exported_model.h"
 #include "torchmt/export/torchscript_exporter.h"
 #include "torchmt/model/transformer.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 
 namespace torchmt {
 namespace {
@@ -260,32 +263,208 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
   for (size_t i = 0; i < greedy.size(); ++i) EXPECT_EQ(plain.get(i).toIntVector(), greedy[i]);
 }
 
-TEST(ExportTorchScript, ScriptedTranslatorEqualsNativeTranslator) {
+TEST(ExportTorchScript, ExportTranslatesThroughTheCheckpointsTranslator) {
   auto& f = fixture();
-  ScriptedTranslator scripted(f.exported, torch::kCPU);
-  EXPECT_EQ(scripted.config().to_json(), f.native.meta.model.to_json());
-  EXPECT_EQ(scripted.tokenizer().serialized(), test::sample_tokenizer().serialized());
-  EXPECT_EQ(scripted.dtype(), "fp32");
-  EXPECT_FALSE(scripted.frozen());
+  ExportedModel exported(f.exported, torch::kCPU);
+  EXPECT_EQ(exported.config().to_json(), f.native.meta.model.to_json());
+  EXPECT_EQ(exported.tokenizer().serialized(), test::sample_tokenizer().serialized());
+  EXPECT_EQ(exported.dtype(), "fp32");
+  EXPECT_FALSE(exported.frozen());
   Translator native(f.native.model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+  Translator scripted = load_translator(f.exported, torch::kCPU, torch::kFloat);
+  EXPECT_FALSE(scripted.model());  // no native model behind it: the export's step methods decode
   auto lines = read_lines(test::sample_de(), 24);
   lines.push_back("");  // empty in, empty out
-  std::vector<std::vector<int64_t>> sources;
-  for (const auto& line : lines) sources.push_back(line.empty() ? std::vector<int64_t>{} : scripted.encode_source(line));
   for (int64_t beam : {1, 5}) {
     TranslationOptions options;
     options.search.beam_size = beam;
-    options.batch_size = 10;  // several batches, sorted by length
+    options.search.nbest = beam == 5 ? 3 : 1;  // n-best works for exports too
+    options.max_tokens = 120;                   // and token-budget batches
     auto expected = native.translate(lines, options);
-    auto got = scripted.translate_ids(sources, beam, 0.6, 1.2, 10, 10);
-    auto texts = scripted.translate_text(lines, beam, 0.6, 1.2, 10, 10);
+    auto got = scripted.translate(lines, options);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      const auto want = expected[i].hypotheses.empty() ? std::vector<int64_t>{} : expected[i].hypotheses[0].tokens;
-      EXPECT_EQ(got[i], want) << "beam " << beam << " line " << i;
-      EXPECT_EQ(texts[i], expected[i].texts[0]) << "beam " << beam << " line " << i;
+      ASSERT_EQ(got[i].hypotheses.size(), expected[i].hypotheses.size()) << "beam " << beam << " line " << i;
+      EXPECT_EQ(got[i].texts, expected[i].texts) << "beam " << beam << " line " << i;
+      for (size_t j = 0; j < got[i].hypotheses.size(); ++j) {
+        EXPECT_EQ(got[i].hypotheses[j].tokens, expected[i].hypotheses[j].tokens) << "beam " << beam << " line " << i;
+        // fp32 rounding: native steps run torchmt's CPU kernels, the export aten's.
+        EXPECT_NEAR(got[i].hypotheses[j].score, expected[i].hypotheses[j].score, 1e-4);
+      }
     }
   }
+  // Long input is cut and reported as for a checkpoint.
+  std::string long_line;
+  for (int i = 0; i < 300; ++i) long_line += "Hund ";
+  EXPECT_TRUE(scripted.translate({long_line}, TranslationOptions{})[0].truncated);
+}
+
+// The decoder interface of torchmt::IncrementalDecoder, scripted in TorchScript: next-token
+// probabilities over {0 pad, 1 unk, 2 bos, 3 eos, 4 "a", 5 "b"} chosen per scenario (the
+// first source token) and prefix. The in-archive search (define_archive_search) and the
+// native search (over make_script_decoder) both run on it.
+const char* kScriptedScenarios = R"TS(
+def probs(self, scenario: int, prefix: List[int]) -> List[float]:
+    n = len(prefix)
+    if scenario == 0:
+        # garden path: greedy takes "a", the best sequence starts with "b"
+        if n == 0:
+            return [0.0, 0.0, 0.0, 0.0, 0.6, 0.4]
+        if prefix == [4]:
+            return [0.0, 0.0, 0.0, 0.34, 0.35, 0.31]
+        if prefix == [5]:
+            return [0.0, 0.0, 0.0, 0.9, 0.05, 0.05]
+        return [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    if scenario == 1:
+        # every continuation impossible after "a": the best prefix, not nothing
+        if n == 0:
+            return [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+        return [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    if scenario == 2:
+        # ties everywhere: the order (beam, then token) decides
+        return [0.0, 0.0, 0.0, 0.2, 0.4, 0.4]
+    if scenario == 3:
+        # eos third best at the first step: it must not end a hypothesis when k = 2
+        if n == 0:
+            return [0.0, 0.0, 0.0, 0.2, 0.5, 0.3]
+        if n < 3:
+            return [0.0, 0.0, 0.0, 0.1, 0.5, 0.4]
+        return [0.0, 0.0, 0.0, 0.9, 0.05, 0.05]
+    # never ends by itself: the length limit forces eos
+    return [0.0, 0.0, 0.0, 0.01, 0.5, 0.49]
+
+def start(self, src: Tensor) -> List[Tensor]:
+    return [src.select(1, 0).clone(), torch.zeros([src.size(0), 0], dtype=4)]
+
+def step(self, last: Tensor, t: int, state: List[Tensor]) -> Tensor:
+    if t > 0:
+        state[1] = torch.cat([state[1], last.unsqueeze(1)], 1)
+    scenarios: List[int] = state[0].tolist()
+    prefixes: List[List[int]] = state[1].tolist()
+    rows: List[List[float]] = []
+    for r in range(len(scenarios)):
+        rows.append(self.probs(scenarios[r], prefixes[r]))
+    return torch.log(torch.tensor(rows, dtype=6))
+
+def select(self, index: Tensor, state: List[Tensor]) -> None:
+    for i in range(len(state)):
+        state[i] = state[i].index_select(0, index)
+
+def reorder(self, index: Tensor, state: List[Tensor]) -> None:
+    state[1] = state[1].index_select(0, index)
+)TS";
+
+torch::jit::Module scripted_scenarios() {
+  torch::jit::Module m("__torch__.ScriptedScenarios");
+  m.register_attribute("pad_id", c10::IntType::get(), kPadId);
+  m.register_attribute("bos_id", c10::IntType::get(), kBosId);
+  m.register_attribute("eos_id", c10::IntType::get(), kEosId);
+  m.register_attribute("max_len", c10::IntType::get(), int64_t{1024});
+  m.define(kScriptedScenarios);
+  define_archive_search(m);
+  return m;
+}
+
+// Ids and scores of the native search and the in-archive search, row by row.
+void expect_same_search(const torch::jit::Module& module, const torch::Tensor& src, const SearchOptions& options,
+                        const std::string& what) {
+  auto decoder = make_script_decoder(module, torch::kCPU);
+  auto native = search(*decoder, src, options);
+  auto archive = run_archive_search(module, src, options);
+  ASSERT_EQ(native.size(), archive.size()) << what;
+  for (size_t i = 0; i < native.size(); ++i) {
+    ASSERT_FALSE(native[i].empty()) << what << " row " << i;
+    EXPECT_EQ(archive[i][0].tokens, native[i][0].tokens) << what << " row " << i;
+    EXPECT_EQ(archive[i][0].score, native[i][0].score) << what << " row " << i;
+  }
+}
+
+TEST(ExportTorchScript, ArchiveSearchEqualsNativeSearchOnScriptedDecoders) {
+  auto module = scripted_scenarios();
+  // Each scenario twice in the batch, and one batch per scenario alone.
+  auto src = torch::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4}, torch::kLong).unsqueeze(1);  // [B, 1]
+  for (int64_t beam : {1, 2, 3, 5})
+    for (double lenpen : {0.0, 0.6})
+      for (int64_t max_len_b : {2, 4, 10}) {
+        SearchOptions o;
+        o.beam_size = beam;
+        o.length_penalty = lenpen;
+        o.max_len_a = 0;
+        o.max_len_b = max_len_b;
+        const std::string what =
+            "beam " + std::to_string(beam) + " lenpen " + std::to_string(lenpen) + " max_len " + std::to_string(max_len_b);
+        expect_same_search(module, src, o, what);
+        for (int64_t scenario = 0; scenario < 5; ++scenario)
+          expect_same_search(module, torch::full({1, 1}, scenario, torch::kLong), o,
+                             what + " scenario " + std::to_string(scenario));
+      }
+  // The cases are what they claim to be (native search, checked by hand).
+  SearchOptions o;
+  o.beam_size = 2;
+  o.length_penalty = 0.0;
+  o.max_len_a = 0;
+  o.max_len_b = 10;
+  auto decoder = make_script_decoder(module, torch::kCPU);
+  auto result = search(*decoder, src, o);
+  EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{5}));           // garden path: beam finds "b"
+  EXPECT_EQ(result[1][0].tokens, (std::vector<int64_t>{4}));           // impossible: the best prefix
+  EXPECT_EQ(result[3][0].tokens, (std::vector<int64_t>{4, 4, 4}));     // eos among the second k ignored
+  EXPECT_EQ(result[4][0].tokens.size(), 9u);                           // forced eos at the limit
+}
+
+// Multi30k's test sets when tools/get_data.sh ran or ../shared holds them.
+std::string multi30k_file(const std::string& name) {
+  for (const auto& dir : {test::source_dir() + "/data/multi30k", test::source_dir() + "/../shared/data/multi30k"})
+    if (std::filesystem::exists(dir + "/" + name)) return dir + "/" + name;
+  return "";
+}
+
+TEST(ExportTorchScript, ArchiveSearchEqualsNativeSearchOnMulti30k) {
+  auto& f = fixture();
+  std::vector<std::string> lines;
+  for (const char* name : {"test_2016_flickr.de.gz", "test_2017_flickr.de.gz"}) {
+    const auto path = multi30k_file(name);
+    if (path.empty()) GTEST_SKIP() << name << " not found (run tools/get_data.sh)";
+    auto more = torchmt::read_lines(path);
+    lines.insert(lines.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(lines.size(), 2000u);
+  ExportedModel exported(f.exported, torch::kCPU);
+  auto module = torch::jit::load(f.exported, torch::kCPU);
+  module.eval();
+  Translator translator = make_translator(exported, torch::kFloat);
+  std::vector<std::vector<int64_t>> sources;
+  for (const auto& line : lines) sources.push_back(translator.encode_source(line));
+  // Longest first in batches of 64, as Translator batches.
+  std::vector<size_t> order(sources.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  size_t ended = 0, compared = 0;
+  for (int64_t beam : {1, 4, 5}) {
+    SearchOptions o;
+    o.beam_size = beam;
+    o.max_len_cap = std::min<int64_t>(o.max_len_cap, exported.config().max_len);
+    for (size_t begin = 0; begin < order.size(); begin += 64) {
+      std::vector<std::vector<int64_t>> rows;
+      for (size_t r = begin; r < std::min(order.size(), begin + 64); ++r) rows.push_back(sources[order[r]]);
+      auto src = pad_batch(rows);
+      auto decoder = exported.decoder();
+      auto native = search(*decoder, src, o);
+      auto archive = exported.translate_in_archive(src, o);
+      ASSERT_EQ(native.size(), archive.size());
+      for (size_t i = 0; i < native.size(); ++i) {
+        ASSERT_EQ(archive[i][0].tokens, native[i][0].tokens) << "beam " << beam << " line " << order[begin + i];
+        ASSERT_EQ(archive[i][0].score, native[i][0].score) << "beam " << beam << " line " << order[begin + i];
+        ended += static_cast<double>(native[i][0].tokens.size() + 1) < 1.2 * rows[i].size() + 10;
+        compared += 1;
+      }
+    }
+  }
+  torch::set_num_threads(threads);
+  EXPECT_EQ(compared, 6000u);
+  EXPECT_GT(ended, 100u);  // not only length-limited hypotheses
 }
 
 TEST(ExportTorchScript, EmbedsSentencePieceModelAndConfig) {
@@ -305,15 +484,20 @@ TEST(ExportTorchScript, EmbedsSentencePieceModelAndConfig) {
 TEST(ExportTorchScript, FrozenExportKeepsMethodsAndMatches) {
   auto& f = fixture();
   auto m = load_export(f.frozen);
-  for (const char* method : {"forward", "encode", "translate", "translate_with_scores"})
+  for (const char* method : {"forward", "encode", "translate", "translate_with_scores", "start", "step", "select", "reorder"})
     EXPECT_TRUE(m.find_method(method).has_value()) << method;
   torch::NoGradGuard no_grad;
   auto expected = f.native.model->forward(f.src, f.tgt_in);
   auto logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
   EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-4);
   EXPECT_EQ(script_ids(m, f.src, 1), native_ids(f, 1));
-  ScriptedTranslator scripted(f.frozen, torch::kCPU);
-  EXPECT_TRUE(scripted.frozen());
+  ExportedModel frozen(f.frozen, torch::kCPU);
+  EXPECT_TRUE(frozen.frozen());
+  Translator translator = make_translator(frozen, torch::kFloat);
+  std::vector<std::string> texts;
+  for (const auto& t : translator.translate(f.sentences, TranslationOptions{})) texts.push_back(t.texts[0]);
+  Translator native(f.native.model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+  EXPECT_EQ(texts, native.translate_text(f.sentences, TranslationOptions{}));
 }
 
 TEST(ExportTorchScript, Bf16ExportIsSmallerAndTranslates) {
@@ -329,7 +513,10 @@ TEST(ExportTorchScript, Bf16ExportIsSmallerAndTranslates) {
   auto agree = logits.argmax(-1).eq(expected.argmax(-1)).to(torch::kFloat).mean().item<double>();
   EXPECT_GT(agree, 0.9);
   EXPECT_EQ(script_ids(m, f.src, 5).size(), f.sources.size());
-  EXPECT_EQ(ScriptedTranslator(f.bf16, torch::kCPU).dtype(), "bf16");
+  ExportedModel bf16(f.bf16, torch::kCPU);
+  EXPECT_EQ(bf16.dtype(), "bf16");
+  EXPECT_EQ(make_translator(bf16, torch::kFloat).translate_text(f.sentences, TranslationOptions{}).size(),
+            f.sentences.size());
 }
 
 TEST(ExportTorchScript, CorruptCheckpointFailsClearly) {
@@ -358,15 +545,18 @@ TEST(ExportTorchScript, CommandWritesALoadableExport) {
   auto run = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("exported"), std::string::npos) << run.output;
-  ScriptedTranslator scripted(out, torch::kCPU);
-  EXPECT_EQ(scripted.translate_ids(f.sources, 5), native_ids(f, 5));
+  auto decoder = ExportedModel(out, torch::kCPU).decoder();
+  auto result = search(*decoder, f.src, native_options(5, f.native.meta.model));
+  std::vector<std::vector<int64_t>> ids;
+  for (const auto& hyps : result) ids.push_back(hyps.front().tokens);
+  EXPECT_EQ(ids, native_ids(f, 5));
 }
 
 TEST(ExportTorchScript, LoadingANonExportFailsClearly) {
   auto& f = fixture();
   auto expect_error = [](const std::string& path, const std::string& needle) {
     try {
-      ScriptedTranslator t(path, torch::kCPU);
+      ExportedModel t(path, torch::kCPU);
       ADD_FAILURE() << "loading " << path << " should fail";
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -413,7 +603,9 @@ TEST(ExportTorchScript, PythonLoadsTheFileWithoutTorchmt) {
   auto example = test::run_command(test::python() + " " + test::source_dir() + "/tools/ts_translate.py " +
                                    f.exported + " --beam 5 '" + f.sentences[0] + "'");
   EXPECT_EQ(example.exit_code, 0) << example.output;
-  EXPECT_EQ(example.output, ScriptedTranslator(f.exported, torch::kCPU).translate_text({f.sentences[0]}, 5)[0] + "\n");
+  TranslationOptions beam5;
+  beam5.search.beam_size = 5;
+  EXPECT_EQ(example.output, load_translator(f.exported, torch::kCPU, torch::kFloat).translate_text({f.sentences[0]}, beam5)[0] + "\n");
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ ModelConfig parity_config(const std::string& activation) {
   c.num_heads = 4;
   c.d_ff = 48;
   c.max_len = 40;
-  c.activation = activation;
+  c.activation = parse_activation(activation);
   return c;
 }
 

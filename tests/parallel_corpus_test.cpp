@@ -9,6 +9,8 @@
 #include "test_support.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/utf8.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 namespace {

@@ -12,7 +12,7 @@
 #include "data_test_support.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/training/trainer.h"
 
 namespace torchmt {

@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-"$root/tools/setup.sh"
+TORCHMT_TARGETS=torchmt "$root/tools/setup.sh"  # only what this script runs
 tm="$root/${TORCHMT_BUILD_DIR:-build}/torchmt"
 "$root/tools/get_data.sh"
 d=data/multi30k

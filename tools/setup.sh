@@ -3,6 +3,7 @@
 # (its LibTorch is what we build against), test oracles, then configure + build into build/.
 #   TORCHMT_BUILD_DIR  build directory (default: build)
 #   TORCHMT_SKIP_INSTALL=1  only configure and build
+#   TORCHMT_TARGETS      build only these targets (e.g. "torchmt"; default: everything)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -11,7 +12,7 @@ PYTHON=${PYTHON:-python3}
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 
-apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev zlib1g-dev pkg-config ninja-build cmake g++)
+apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev pkg-config ninja-build cmake g++)
 if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
   missing=()
   for p in "${apt_packages[@]}"; do
@@ -53,5 +54,6 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DPython3_EXECUTABLE="$(command -v "$PYTHON")" >/dev/null
 fi
 # Two jobs: each LibTorch translation unit needs ~1.5 GB of RAM.
-cmake --build "$build_dir" -- -j "${TORCHMT_JOBS:-$(nproc)}"
+# shellcheck disable=SC2086
+cmake --build "$build_dir" ${TORCHMT_TARGETS:+--target $TORCHMT_TARGETS} -- -j "${TORCHMT_JOBS:-$(nproc)}"
 echo "setup: built $root/$build_dir/torchmt" >&2

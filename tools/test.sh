@@ -7,3 +7,19 @@ cd "$root/${TORCHMT_BUILD_DIR:-build}"
 # Tests run in parallel processes: one intra-op thread each avoids OpenMP oversubscription.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+
+# The installed package as another CMake project uses it: find_package(torchmt) and the
+# Translator API (tools/example/), built against `cmake --install`'s output.
+prefix="$root/${TORCHMT_BUILD_DIR:-build}/install"
+cmake --install . --prefix "$prefix" >/dev/null
+torch_prefix=$("${PYTHON:-python3}" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S "$root/tools/example" -B "$root/${TORCHMT_BUILD_DIR:-build}/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" >/dev/null
+cmake --build "$root/${TORCHMT_BUILD_DIR:-build}/example"
+example="$root/${TORCHMT_BUILD_DIR:-build}/example/translate_batch"
+set +e
+"$example" "$root/data/no-such-model.pt" "Hallo." 2>/dev/null
+code=$?
+set -e
+[ "$code" -eq 1 ] || { echo "test.sh: the installed-package example exited $code on a missing model (expected 1)" >&2; exit 1; }
+echo "test.sh: tools/example built against the installed package and runs" >&2

@@ -1,10 +1,8 @@
 // torchmt average: parameter averaging of checkpoints (Vaswani et al. average the last 5/20).
 #include <iostream>
 
-#include <torch/torch.h>
-
 #include "cli_options.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 
 namespace torchmt::cli {
 namespace {
@@ -24,18 +22,8 @@ int run_average(int argc, char** argv) {
     return kExitUsage;
   }
   const auto inputs = (*r)["inputs"].as<std::vector<std::string>>();
-  auto first = load_checkpoint(inputs[0], torch::kCPU);
-  torch::NoGradGuard no_grad;
-  auto params = unique_parameters(*first.model);
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    auto other = load_checkpoint(inputs[i], torch::kCPU);
-    if (other.meta.model.to_json() != first.meta.model.to_json())
-      throw std::runtime_error(inputs[i] + " has a different model shape than " + inputs[0]);
-    auto other_params = unique_parameters(*other.model);
-    for (size_t j = 0; j < params.size(); ++j) params[j].add_(other_params[j]);
-  }
-  for (auto& p : params) p.div_(static_cast<double>(inputs.size()));
-  save_checkpoint((*r)["output"].as<std::string>(), first.model, nullptr, first.meta);
+  auto averaged = average_checkpoints(inputs);
+  save_checkpoint((*r)["output"].as<std::string>(), averaged.model, nullptr, averaged.meta);
   std::cerr << "averaged " << inputs.size() << " checkpoints into " << (*r)["output"].as<std::string>() << "\n";
   return kExitOk;
 }

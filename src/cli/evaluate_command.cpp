@@ -7,6 +7,7 @@
 #include "cli_options.h"
 #include "torchmt/evaluation/report.h"
 #include "torchmt/evaluation/utf8_line_reader.h"
+#include "torchmt/util/atomic_file.h"
 #include "translation_session.h"
 
 namespace torchmt::cli {
@@ -62,8 +63,9 @@ int run_evaluate(int argc, char** argv) {
     for (auto& t : session->translate(hyps)) translated.push_back(std::move(t.texts.front()));
     hyps = std::move(translated);
     if (r->count("save-hyp")) {
-      std::ofstream out((*r)["save-hyp"].as<std::string>());
-      for (const auto& h : hyps) out << h << "\n";
+      std::string text;
+      for (const auto& h : hyps) text += h + "\n";
+      atomic_write((*r)["save-hyp"].as<std::string>(), text);
     }
   }
   return evaluation::score_and_print(hyps, refs, std::cout);

@@ -7,7 +7,7 @@
 
 #include "cli_options.h"
 #include "torchmt/export/exporter.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 
 namespace torchmt::cli {
 namespace {

@@ -1,13 +1,14 @@
 // torchmt translate: raw sentences in (stdin or -i), translations out (stdout or -o), one
 // line per input line in input order. Progress and timing go to stderr.
 #include <chrono>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include <torch/torch.h>
 
 #include "cli_options.h"
 #include "torchmt/decoding/attention_svg.h"
+#include "torchmt/util/atomic_file.h"
 #include "translation_session.h"
 
 namespace torchmt::cli {
@@ -26,9 +27,7 @@ void write_attention_picture(Translator& translator, const std::string& source, 
   // Row t of the weights is the decoder input at t (bos + prefix), predicting target t.
   std::string title = "cross-attention, decoder layer " + (layer < 0 ? std::string("last") : std::to_string(layer)) +
                       ", " + (head < 0 ? std::string("mean of heads") : "head " + std::to_string(head));
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write " + path);
-  out << render_attention_svg(weights, target_labels, source_labels, title);
+  atomic_write(path, render_attention_svg(weights, target_labels, source_labels, title));
 }
 
 int run_translate(int argc, char** argv) {
@@ -51,6 +50,10 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
     return kExitUsage;
   }
+  if (r->count("attention-svg") && !session->translator().model()) {
+    std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
+    return kExitUsage;
+  }
   const std::string input = (*r)["input"].as<std::string>();
   auto lines = read_input_lines(input);
 
@@ -59,11 +62,7 @@ int run_translate(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const std::string output = (*r)["output"].as<std::string>();
-  std::ofstream file;
-  if (output != "-") {
-    file.open(output);
-    if (!file) throw std::runtime_error("cannot write " + output);
-  }
+  std::ostringstream file;  // -o FILE: written at once by atomic_write, never half
   std::ostream& out = output == "-" ? std::cout : file;
   const bool nbest = session->options().search.nbest > 1;
   int64_t tokens = 0;
@@ -79,6 +78,7 @@ int run_translate(int argc, char** argv) {
       out << i << " ||| " << t.texts[j] << " ||| " << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
   }
   out.flush();
+  if (output != "-") atomic_write(output, file.str());
   size_t truncated = 0;
   for (const auto& t : translations) truncated += t.truncated ? 1 : 0;
   if (truncated > 0)
@@ -88,9 +88,8 @@ int run_translate(int argc, char** argv) {
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s)\n";
 
   if (r->count("attention-svg")) {
-    if (!session->native()) throw std::runtime_error("--attention-svg needs a checkpoint, not an export");
     if (lines.empty()) throw std::runtime_error("--attention-svg: no input");
-    write_attention_picture(*session->native(), lines[0], translations[0], (*r)["attention-svg"].as<std::string>(),
+    write_attention_picture(session->translator(), lines[0], translations[0], (*r)["attention-svg"].as<std::string>(),
                             (*r)["attention-layer"].as<int64_t>(), (*r)["attention-head"].as<int64_t>());
   }
   return kExitOk;

@@ -6,8 +6,9 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/utf8.h"
 #include "torchmt/evaluation/utf8_line_reader.h"
-#include "torchmt/export/scripted_translator.h"
+#include "torchmt/export/exported_model.h"
 #include "torchmt/util/device.h"
 
 namespace torchmt::cli {
@@ -48,26 +49,16 @@ TranslationSession::TranslationSession(const cxxopts::ParseResult& r) {
 
   const std::string path = r["model"].as<std::string>();
   const c10::Device device = resolve_device(r["device"].as<std::string>());
-  if (is_torchscript_export(path)) {
-    if (s.nbest > 1) throw std::invalid_argument("--nbest is not available for TorchScript exports");
-    if (!options_.use_cache) throw std::invalid_argument("--no-cache is not available for TorchScript exports");
-    scripted_ = std::make_unique<ScriptedTranslator>(path, device);
-  } else {
-    native_ = std::make_unique<Translator>(
-        Translator::from_checkpoint(path, device, resolve_dtype(r["dtype"].as<std::string>(), device)));
-  }
+  if (!options_.use_cache && is_torchscript_export(path))
+    throw std::invalid_argument("--no-cache is not available for TorchScript exports");
+  translator_ = std::make_unique<Translator>(
+      load_translator(path, device, resolve_dtype(r["dtype"].as<std::string>(), device)));
 }
 
 TranslationSession::~TranslationSession() = default;
 
 std::vector<Translation> TranslationSession::translate(const std::vector<std::string>& lines) {
-  if (native_) return native_->translate(lines, options_);
-  const SearchOptions& s = options_.search;
-  auto texts = scripted_->translate_text(lines, s.beam_size, s.length_penalty, s.max_len_a, s.max_len_b,
-                                         options_.batch_size);
-  std::vector<Translation> out(texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) out[i].texts.push_back(std::move(texts[i]));
-  return out;
+  return translator_->translate(lines, options_);
 }
 
 std::vector<std::string> read_input_lines(const std::string& path) {

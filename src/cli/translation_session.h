@@ -9,10 +9,6 @@
 
 #include "torchmt/decoding/translator.h"
 
-namespace torchmt {
-class ScriptedTranslator;
-}
-
 namespace torchmt::cli {
 
 void add_translation_flags(cxxopts::Options& options);
@@ -25,13 +21,12 @@ class TranslationSession {
   ~TranslationSession();
 
   std::vector<Translation> translate(const std::vector<std::string>& lines);
-  Translator* native() { return native_.get(); }  // null for a TorchScript export
+  Translator& translator() { return *translator_; }
   const TranslationOptions& options() const { return options_; }
 
  private:
   TranslationOptions options_;
-  std::unique_ptr<Translator> native_;
-  std::unique_ptr<ScriptedTranslator> scripted_;
+  std::unique_ptr<Translator> translator_;  // a checkpoint's or an export's: one search for both
 };
 
 // Lines of a file (plain or .gz), or of stdin for "-"; invalid UTF-8 is an error naming

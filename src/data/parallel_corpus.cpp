@@ -4,22 +4,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/utf8.h"
+#include "torchmt/util/strings.h"
+#include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
 
-std::string with_thousands(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
 
 std::string CorpusStats::summary() const {
   return "kept " + with_thousands(kept) + " of " + with_thousands(total) + " pairs: " + with_thousands(too_long) +
@@ -88,7 +83,7 @@ CacheKey make_key(const std::string& src, const std::string& tgt, const Tokenize
 
 class Writer {
  public:
-  explicit Writer(std::ofstream& out) : out_(out) {}
+  explicit Writer(std::ostream& out) : out_(out) {}
   template <typename T>
   void pod(const T& v) {
     out_.write(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -104,7 +99,7 @@ class Writer {
   }
 
  private:
-  std::ofstream& out_;
+  std::ostream& out_;
 };
 
 class Reader {
@@ -217,11 +212,9 @@ bool read_cache(const std::string& path, const CacheKey& key, EncodedCorpus& cor
 
 void write_cache(const std::string& path, const CacheKey& key, const EncodedCorpus& corpus) {
   fs::create_directories(fs::path(path).parent_path());
-  // Written aside and renamed: a crash mid-write leaves no half cache for the next run.
-  const std::string tmp = path + ".tmp" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  // Written aside and renamed (atomic_write): a crash mid-write leaves no half cache.
+  std::ostringstream out(std::ios::binary);
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write the corpus cache '" + tmp + "'");
     Writer w(out);
     out.write(kMagic, sizeof(kMagic));
     w.pod(kCacheVersion);
@@ -242,9 +235,8 @@ void write_cache(const std::string& path, const CacheKey& key, const EncodedCorp
     w.vec(src_lens);
     w.vec(tgt_lens);
     w.vec(ids);
-    if (!out) throw std::runtime_error("cannot write the corpus cache '" + tmp + "'");
   }
-  fs::rename(tmp, path);
+  atomic_write(path, out.str());
 }
 
 bool blank(const std::string& s) {

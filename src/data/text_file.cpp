@@ -1,5 +1,7 @@
 #include "torchmt/data/text_file.h"
 
+#include "torchmt/util/atomic_file.h"
+
 #include <zlib.h>
 
 #include <cerrno>
@@ -77,53 +79,24 @@ int64_t count_lines(const std::string& path) {
   return reader.line_number();
 }
 
-bool is_valid_utf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;  // continuation byte, C0/C1 overlong lead, or > U+10FFFF lead
-    }
-    if (i + len > n) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return false;
-    if (cp >= 0xD800 && cp <= 0xDFFF) return false;
-    i += len;
-  }
-  return true;
-}
-
 void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) text += line + "\n";
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  gzFile file = gzopen(path.c_str(), gz ? "wb6" : "wbT");  // T: plain, no gzip header
-  if (!file) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
-  bool ok = true;
-  for (const auto& line : lines) {
-    if (!line.empty() && gzwrite(file, line.data(), static_cast<unsigned>(line.size())) <= 0) ok = false;
-    if (gzputc(file, '\n') < 0) ok = false;
-  }
-  if (gzclose(file) != Z_OK) ok = false;
-  if (!ok) throw std::runtime_error("error writing '" + path + "'");
+  if (!gz) return atomic_write(path, text);
+  z_stream z{};
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16 /* gzip header */, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw std::runtime_error("cannot write '" + path + "': zlib initialisation failed");
+  std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(text.data());
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int status = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (status != Z_STREAM_END) throw std::runtime_error("cannot write '" + path + "': compression failed");
+  atomic_write(path, out);
 }
 
 }  // namespace torchmt

@@ -12,19 +12,11 @@
 #include <unordered_map>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/strings.h"
+#include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
 
-std::string fnv1a_hex(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char out[17];
-  std::snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
-  return out;
-}
 
 namespace {
 
@@ -73,16 +65,6 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
   sentencepiece::util::Status status_;
 };
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw std::runtime_error("cannot write '" + path + "'");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -128,13 +110,13 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
   Tokenizer tok = Tokenizer::from_serialized(proto);
   std::filesystem::path prefix(options.model_prefix);
   if (prefix.has_parent_path()) std::filesystem::create_directories(prefix.parent_path());
-  write_file(options.model_prefix + ".model", proto);
+  atomic_write(options.model_prefix + ".model", proto);
   // The .vocab file is for people: piece <tab> score, as spm_train writes it.
   std::ostringstream vocab;
   for (int64_t id = 0; id < tok.vocab_size(); ++id) {
     vocab << tok.id_to_piece(id) << "\t" << tok.piece_score(id) << "\n";
   }
-  write_file(options.model_prefix + ".vocab", vocab.str());
+  atomic_write(options.model_prefix + ".vocab", vocab.str());
 }
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}

@@ -8,7 +8,7 @@
 #include "torchmt/data/special_ids.h"
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/model/masks.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
 
 namespace torchmt {
@@ -16,6 +16,21 @@ namespace torchmt {
 Translator::Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer, c10::Device device,
                        c10::ScalarType dtype)
     : model_(std::move(model)),
+      config_(model_->config()),
+      src_tok_(std::move(src_tokenizer)),
+      tgt_tok_(std::move(tgt_tokenizer)),
+      device_(device),
+      dtype_(dtype) {
+  make_decoder_ = [model = model_](bool use_cache) mutable -> std::unique_ptr<IncrementalDecoder> {
+    model->eval();
+    return std::make_unique<TransformerDecoder>(model, use_cache);
+  };
+}
+
+Translator::Translator(DecoderFactory make_decoder, ModelConfig config, Tokenizer src_tokenizer,
+                       Tokenizer tgt_tokenizer, c10::Device device, c10::ScalarType dtype)
+    : make_decoder_(std::move(make_decoder)),
+      config_(std::move(config)),
       src_tok_(std::move(src_tokenizer)),
       tgt_tok_(std::move(tgt_tokenizer)),
       device_(device),
@@ -34,7 +49,7 @@ Translator Translator::from_checkpoint(const std::string& path, const c10::Devic
 
 std::vector<int64_t> Translator::encode_source(const std::string& line, bool* truncated) const {
   auto ids = src_tok_.encode(line);
-  const auto limit = static_cast<size_t>(model_->config().max_len - 1);
+  const auto limit = static_cast<size_t>(config_.max_len - 1);
   const bool cut = ids.size() > limit;
   if (cut) ids.resize(limit);
   if (truncated) *truncated = cut;
@@ -60,9 +75,8 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   search.bos_id = kBosId;
   search.eos_id = kEosId;
   search.pad_id = kPadId;
-  search.max_len_cap = std::min(search.max_len_cap, model_->config().max_len);
-  model_->eval();
-  TransformerDecoder decoder(model_, options.use_cache);
+  search.max_len_cap = std::min(search.max_len_cap, config_.max_len);
+  auto decoder = make_decoder_(options.use_cache);
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_, dtype_);
 
@@ -83,7 +97,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       const auto& ids = sources[order[r]];
       for (size_t j = 0; j < ids.size(); ++j) acc[static_cast<int64_t>(r - begin)][static_cast<int64_t>(j)] = ids[j];
     }
-    auto result = torchmt::search(decoder, src.to(device_), search);
+    auto result = torchmt::search(*decoder, src.to(device_), search);
     for (size_t r = begin; r < end; ++r) {
       Translation& t = out[order[r]];
       t.hypotheses = std::move(result[r - begin]);
@@ -107,6 +121,7 @@ std::vector<std::string> Translator::translate_text(const std::vector<std::strin
 
 at::Tensor Translator::cross_attention(const std::string& source, const std::vector<int64_t>& target_ids,
                                        int64_t layer, int64_t head) {
+  if (!model_) throw std::runtime_error("cross-attention weights need a checkpoint (not available for this model format)");
   torch::NoGradGuard no_grad;
   model_->eval();
   auto src_ids = encode_source(source);

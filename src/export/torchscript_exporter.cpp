@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -14,10 +15,13 @@
 
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/flat_json.h"
+#include "torchmt/util/flat_config.h"
+#include "torchmt/export/script_call.h"
 #include "torchscript_source.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 namespace {
@@ -108,7 +112,7 @@ class ScriptBuilder {
     Module m = make("FeedForward");
     m.register_module("linear1", linear(f->linear1));
     m.register_module("linear2", linear(f->linear2));
-    m.register_attribute("use_gelu", c10::BoolType::get(), f->options.activation() == "gelu");
+    m.register_attribute("use_gelu", c10::BoolType::get(), f->options.activation() == Activation::kGELU);
     define(m, "FeedForward", ts_source::kFeedForward);
     return m;
   }
@@ -159,10 +163,10 @@ class ScriptBuilder {
         "def start(self, memory: Tensor) -> Tuple[List[Tensor], List[Tensor]]:\n"
         "    ks: List[Tensor] = []\n"
         "    vs: List[Tensor] = []\n";
-    std::string step =
-        "def step(self, x: Tensor, t: int, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], "
-        "cross_v: List[Tensor], src_mask: Tensor) -> Tensor:\n";
-    for (size_t i = 0; i < layers->size(); ++i) {
+    // state = [src_mask, self_k[0..L), self_v[0..L), cross_k[0..L), cross_v[0..L)]
+    const size_t n_layers = layers->size();
+    std::string step = "def step(self, x: Tensor, state: List[Tensor]) -> Tensor:\n";
+    for (size_t i = 0; i < n_layers; ++i) {
       const std::string n = std::to_string(i);
       const std::string layer = "getattr(self, \"" + n + "\")";
       TransformerDecoderLayer native(layers->ptr<TransformerDecoderLayerImpl>(i));
@@ -170,9 +174,11 @@ class ScriptBuilder {
       fwd += "    x = " + layer + ".forward(x, memory, src_mask, tgt_mask)\n";
       start += "    kv" + n + " = " + layer + ".cross_kv(memory)\n    ks.append(kv" + n + "[0])\n    vs.append(kv" + n +
                "[1])\n";
-      step += "    out" + n + " = " + layer + ".step(x, t, self_k[" + n + "], self_v[" + n + "], cross_k[" + n +
-              "], cross_v[" + n + "], src_mask)\n    x = out" + n + "[0]\n    self_k[" + n + "] = out" + n +
-              "[1]\n    self_v[" + n + "] = out" + n + "[2]\n";
+      const std::string sk = std::to_string(1 + i), sv = std::to_string(1 + n_layers + i),
+                        ck = std::to_string(1 + 2 * n_layers + i), cv = std::to_string(1 + 3 * n_layers + i);
+      step += "    out" + n + " = " + layer + ".step(x, state[" + sk + "], state[" + sv + "], state[" + ck +
+              "], state[" + cv + "], state[0])\n    x = out" + n + "[0]\n    state[" + sk + "] = out" + n +
+              "[1]\n    state[" + sv + "] = out" + n + "[2]\n";
     }
     fwd += "    return x\n";
     start += "    return (ks, vs)\n";
@@ -196,6 +202,7 @@ class ScriptBuilder {
     m.register_attribute("eos_id", c10::IntType::get(), kEosId);
     m.register_attribute("max_len", c10::IntType::get(), c.max_len);
     define(m, "Transformer", ts_source::kTransformer);
+    define_archive_search(m);
     return m;
   }
 
@@ -207,7 +214,9 @@ class ScriptBuilder {
   std::unordered_map<const void*, at::Tensor> converted_;
 };
 
-const std::vector<std::string> kPreservedMethods = {"encode", "translate", "translate_with_scores"};
+// What users and ScriptedDecoder call; freezing drops every other method.
+const std::vector<std::string> kPreservedMethods = {"encode", "translate", "translate_with_scores", "start", "step",
+                                                   "select", "reorder"};
 
 }  // namespace
 
@@ -255,19 +264,13 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!checkpoint.meta.tgt_spm_model.empty() && checkpoint.meta.tgt_spm_model != checkpoint.meta.src_spm_model)
     extra["tgt_spm.model"] = checkpoint.meta.tgt_spm_model;
 
-  const std::string tmp = path + ".tmp";
+  std::ostringstream bytes;
   try {
-    module.save(tmp, extra);
+    module.save(bytes, extra);
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
     throw std::runtime_error("cannot write export " + path + ": " + first_line(e.what()));
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  }
+  atomic_write(path, bytes.str());
 }
 
 }  // namespace torchmt

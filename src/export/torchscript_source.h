@@ -1,8 +1,8 @@
 #pragma once
 // TorchScript source of the exported Transformer, one block per module type. Each block
 // mirrors the native C++ module op for op (same ops, same order, same shapes), so the
-// exported model computes bit-identical results on the same device and the searches pick
-// the same tokens as src/decoding/search.cpp.
+// exported model computes the native model's function (the native CPU inference kernels
+// round differently in the last bits) and kSearch picks tokens as src/decoding/search.cpp.
 //
 // Written for Module::define() with LibTorch's native resolver: `torch.` means aten, and
 // dtypes are ScalarType integers (4 = int64, 6 = float32, 11 = bool) because `torch.bool`
@@ -89,7 +89,7 @@ def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
 )TS";
 
 // step(): x [B, 1, D] is the newest target position t; self_k/self_v hold positions < t
-// (ignored when t == 0) and come back extended by position t.
+// ([B, H, t, d_k], empty at t = 0) and come back extended by position t.
 inline const char* kDecoderLayer = R"TS(
 def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor]) -> Tensor:
     h = self.norm1.forward(x + self.self_attn.forward(x, x, x, tgt_mask))
@@ -101,13 +101,10 @@ def cross_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
     v = self.cross_attn.split_heads(self.cross_attn.W_v.forward(memory))
     return (k, v)
 
-def step(self, x: Tensor, t: int, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def step(self, x: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     q = self.self_attn.split_heads(self.self_attn.W_q.forward(x))
-    k = self.self_attn.split_heads(self.self_attn.W_k.forward(x))
-    v = self.self_attn.split_heads(self.self_attn.W_v.forward(x))
-    if t > 0:
-        k = torch.cat([self_k, k], 2)
-        v = torch.cat([self_v, v], 2)
+    k = torch.cat([self_k, self.self_attn.split_heads(self.self_attn.W_k.forward(x))], 2)
+    v = torch.cat([self_v, self.self_attn.split_heads(self.self_attn.W_v.forward(x))], 2)
     h = self.norm1.forward(x + self.self_attn.attend(q, k, v, None))
     cq = self.cross_attn.split_heads(self.cross_attn.W_q.forward(h))
     h = self.norm2.forward(h + self.cross_attn.attend(cq, cross_k, cross_v, src_mask))
@@ -118,6 +115,16 @@ def step(self, x: Tensor, t: int, self_k: Tensor, self_v: Tensor, cross_k: Tenso
 // encoder_layers, decoder_layers (containers whose methods are generated per layer count,
 // see torchscript_exporter.cpp), fc_out; attributes embed_scale, pad_id, bos_id, eos_id,
 // max_len.
+//
+// Incremental decoding is the decoder interface of torchmt::IncrementalDecoder, with the
+// state held by the caller as one list of tensors (L = decoder layers):
+//   state = [src_mask, self_k[0..L), self_v[0..L), cross_k[0..L), cross_v[0..L)]
+//   start(src) -> state        encode; self K/V empty ([B, H, 0, d_k])
+//   step(last, t, state) -> log-probabilities [N, V] (fp32); extends self K/V in place
+//   select(index, state)       rows kept / reordered / duplicated (beams, finished rows)
+//   reorder(index, state)      a select within sentences: only the self-attention K/V move
+// torchmt's native search (src/decoding/search.cpp) drives these methods for `torchmt
+// translate -m model.ts`; kSearch below is the same search in TorchScript for Python users.
 inline const char* kTransformer = R"TS(
 def padding_mask(self, tokens: Tensor) -> Tensor:
     return tokens.ne(self.pad_id).unsqueeze(1).unsqueeze(2)
@@ -144,19 +151,45 @@ def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
     x = self.pos_encoding.forward(self.tgt_embedding.forward(tgt_in) * self.embed_scale, 0)
     return self.fc_out.forward(self.decoder_layers.forward(x, memory, src_mask, tgt_mask))
 
-def decode_step(self, last: Tensor, t: int, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], cross_v: List[Tensor], src_mask: Tensor) -> Tensor:
+def start(self, src: Tensor) -> List[Tensor]:
+    src = src.to(self.fc_out.weight.device)
+    src_mask = self.padding_mask(src)
+    memory = self.encode_masked(src, src_mask)
+    cross = self.decoder_layers.start(memory)
+    state: List[Tensor] = [src_mask]
+    for k in cross[0]:
+        state.append(k.narrow(2, 0, 0))
+    for v in cross[1]:
+        state.append(v.narrow(2, 0, 0))
+    for k in cross[0]:
+        state.append(k)
+    for v in cross[1]:
+        state.append(v)
+    return state
+
+def step(self, last: Tensor, t: int, state: List[Tensor]) -> Tensor:
     x = self.pos_encoding.forward(self.tgt_embedding.forward(last.unsqueeze(1)) * self.embed_scale, t)
-    x = self.decoder_layers.step(x, t, self_k, self_v, cross_k, cross_v, src_mask)
+    x = self.decoder_layers.step(x, state)
     return torch.log_softmax(self.fc_out.forward(x.squeeze(1)).to(6), -1)
 
-def select_rows(self, index: Tensor, self_k: List[Tensor], self_v: List[Tensor], cross_k: List[Tensor], cross_v: List[Tensor], src_mask: Tensor) -> Tensor:
-    for i in range(len(cross_k)):
-        self_k[i] = self_k[i].index_select(0, index)
-        self_v[i] = self_v[i].index_select(0, index)
-        cross_k[i] = cross_k[i].index_select(0, index)
-        cross_v[i] = cross_v[i].index_select(0, index)
-    return src_mask.index_select(0, index)
+def select(self, index: Tensor, state: List[Tensor]) -> None:
+    for i in range(len(state)):
+        state[i] = state[i].index_select(0, index)
 
+def reorder(self, index: Tensor, state: List[Tensor]) -> None:
+    layers = (len(state) - 1) // 4
+    for i in range(1, 1 + 2 * layers):
+        state[i] = state[i].index_select(0, index)
+)TS";
+
+// Greedy and beam search over the decoder interface above (start / step / select /
+// reorder and the attributes pad_id, bos_id, eos_id, max_len), step for step what
+// torchmt::greedy_search and torchmt::beam_search (src/decoding/search.cpp) do: the same
+// length limits, forced eos, per-row top-k merged with ties in (beam, token) order, eos
+// accepted only among the k best candidates, the best prefix when every continuation is
+// impossible, and the first of equally scored hypotheses. tests/export_test.cpp compares
+// the two on real data and on scripted decoders.
+inline const char* kSearch = R"TS(
 def length_penalty(self, length: int, alpha: float) -> float:
     if alpha == 0.0:
         return 1.0
@@ -170,25 +203,8 @@ def length_limits(self, src: Tensor, cap: int, max_len_a: float, max_len_b: int)
         out.append(max(1, min(limit, cap)))
     return out
 
-# Encodes src and returns (src_mask, self_k, self_v, cross_k, cross_v): the decoding state that
-# greedy and beam search both start from. Self K/V start as placeholders (decode_step at t = 0
-# replaces them).
-def start_decoding(self, src: Tensor) -> Tuple[Tensor, List[Tensor], List[Tensor], List[Tensor], List[Tensor]]:
-    src_mask = self.padding_mask(src)
-    memory = self.encode_masked(src, src_mask)
-    cross = self.decoder_layers.start(memory)
-    cross_k = cross[0]
-    cross_v = cross[1]
-    self_k: List[Tensor] = []
-    self_v: List[Tensor] = []
-    for i in range(len(cross_k)):
-        self_k.append(cross_k[i])
-        self_v.append(cross_v[i])
-    return (src_mask, self_k, self_v, cross_k, cross_v)
-
 def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len_b: int) -> Tuple[List[List[int]], List[float]]:
     batch = src.size(0)
-    device = src.device
     limits = self.length_limits(src, cap, max_len_a, max_len_b)
     tokens: List[List[int]] = []
     log_probs: List[float] = []
@@ -202,11 +218,12 @@ def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len
         live.append(i)
     if batch == 0:
         return (tokens, scores)
-    src_mask, self_k, self_v, cross_k, cross_v = self.start_decoding(src)
+    state = self.start(src)
+    device = state[0].device
     last = torch.full([batch], self.bos_id, dtype=4, device=device)
     t = 0
     while len(live) > 0:
-        lprobs = self.decode_step(last, t, self_k, self_v, cross_k, cross_v, src_mask)
+        lprobs = self.step(last, t, state)
         best = lprobs.max(-1)
         best_lp: List[float] = best[0].cpu().tolist()
         best_tok: List[int] = best[1].cpu().tolist()
@@ -216,9 +233,8 @@ def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len
         next_tokens: List[int] = []
         for r in range(len(live)):
             s = live[r]
-            forced = t + 1 >= limits[s]
             tok = best_tok[r]
-            if forced:
+            if t + 1 >= limits[s]:
                 tok = self.eos_id
                 log_probs[s] = log_probs[s] + eos_lp[r]
             else:
@@ -233,36 +249,50 @@ def greedy(self, src: Tensor, cap: int, lenpen: float, max_len_a: float, max_len
         if len(keep_rows) == 0:
             break
         if len(keep_rows) < len(live):
-            index = torch.tensor(keep_rows, dtype=4, device=device)
-            src_mask = self.select_rows(index, self_k, self_v, cross_k, cross_v, src_mask)
+            self.select(torch.tensor(keep_rows, dtype=4, device=device), state)
         live = keep_live
         last = torch.tensor(next_tokens, dtype=4, device=device)
         t += 1
     return (tokens, scores)
 
+# Per sentence, the `width` best of its k rows' candidates [N, V] (each row's best from
+# topk), best first, equal scores in order of flat index beam * V + token; NaN counts as -inf.
+def merge_candidates(self, cand: Tensor, k: int, width: int) -> Tuple[List[List[float]], List[List[int]]]:
+    vocab = cand.size(1)
+    n_live = cand.size(0) // k
+    row_width = min(width, vocab)
+    top = cand.topk(row_width, -1)
+    row_scores = top[0].cpu()
+    row_scores = row_scores.masked_fill(torch.isnan(row_scores), float("-inf")).view([n_live, k * row_width])
+    beams = torch.arange(k, dtype=4).view([1, k, 1]) * vocab
+    flat = (top[1].cpu().view([n_live, k, row_width]) + beams).view([n_live, k * row_width])
+    by_index = flat.sort(-1)
+    by_score = torch.sort(row_scores.gather(1, by_index[1]), dim=-1, descending=True, stable=True)
+    merged_index = by_index[0].gather(1, by_score[1])
+    top_scores: List[List[float]] = by_score[0].narrow(1, 0, width).tolist()
+    top_index: List[List[int]] = merged_index.narrow(1, 0, width).tolist()
+    return (top_scores, top_index)
+
 def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: float, max_len_b: int) -> Tuple[List[List[int]], List[float]]:
     batch = src.size(0)
-    device = src.device
     limits = self.length_limits(src, cap, max_len_a, max_len_b)
     neg_inf = float("-inf")
     best_tokens: List[List[int]] = []
     best_scores: List[float] = []
-    has_best: List[bool] = []
     done: List[int] = []
     live: List[int] = []
     for i in range(batch):
         empty: List[int] = []
         best_tokens.append(empty)
         best_scores.append(neg_inf)
-        has_best.append(False)
         done.append(0)
         live.append(i)
     if batch == 0:
         return (best_tokens, best_scores)
-    src_mask, self_k, self_v, cross_k, cross_v = self.start_decoding(src)
+    state = self.start(src)
+    device = state[0].device
     # k copies of every sentence; only the first may expand at step 0 (the others score -inf).
-    expand = torch.arange(batch, dtype=4, device=device).repeat_interleave(k)
-    src_mask = self.select_rows(expand, self_k, self_v, cross_k, cross_v, src_mask)
+    self.select(torch.arange(batch, dtype=4, device=device).repeat_interleave(k), state)
     prefixes: List[List[int]] = []
     scores: List[float] = []
     for i in range(batch * k):
@@ -276,7 +306,7 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
     t = 0
     while len(live) > 0:
         n_live = len(live)
-        lprobs = self.decode_step(last, t, self_k, self_v, cross_k, cross_v, src_mask)
+        lprobs = self.step(last, t, state)
         vocab = lprobs.size(1)
         # Sentences at their length limit may only end.
         forced_rows: List[int] = []
@@ -292,9 +322,9 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
             lprobs.index_put_(indices, eos_col)
         cand = lprobs + torch.tensor(scores, dtype=6, device=device).unsqueeze(1)
         width = min(2 * k, k * vocab)
-        top = cand.view([n_live, k * vocab]).topk(width, -1)
-        top_scores: List[List[float]] = top[0].cpu().tolist()
-        top_index: List[List[int]] = top[1].cpu().tolist()
+        merged = self.merge_candidates(cand, k, width)
+        top_scores = merged[0]
+        top_index = merged[1]
         next_rows: List[int] = []
         next_live: List[int] = []
         next_tokens: List[int] = []
@@ -315,19 +345,26 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
                 token = top_index[s][c] % vocab
                 row = s * k + beam
                 if token == self.eos_id:
-                    if done[sentence] < k:
-                        done[sentence] = done[sentence] + 1
+                    # Only an eos among the k best candidates ends a hypothesis (as fairseq).
+                    if c < k and done[sentence] < k:
                         normalised = score / self.length_penalty(len(prefixes[row]) + 1, lenpen)
-                        if (not has_best[sentence]) or normalised > best_scores[sentence]:
-                            has_best[sentence] = True
+                        if done[sentence] == 0 or normalised > best_scores[sentence]:
                             best_scores[sentence] = normalised
                             best_tokens[sentence] = prefixes[row]
+                        done[sentence] = done[sentence] + 1
                 else:
                     rows.append(row)
                     toks.append(token)
                     kept.append(score)
             # A sentence is finished once it holds k complete hypotheses (fairseq's criterion).
-            if done[sentence] >= k or len(rows) == 0:
+            if done[sentence] >= k:
+                continue
+            if len(rows) == 0:
+                # Every continuation is impossible: the best prefix rather than nothing.
+                if done[sentence] == 0:
+                    done[sentence] = 1
+                    best_tokens[sentence] = prefixes[s * k]
+                    best_scores[sentence] = scores[s * k] / self.length_penalty(len(prefixes[s * k]) + 1, lenpen)
                 continue
             while len(rows) < k:
                 rows.append(rows[-1])
@@ -344,7 +381,10 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
         if len(next_live) == 0:
             break
         index = torch.tensor(next_rows, dtype=4, device=device)
-        src_mask = self.select_rows(index, self_k, self_v, cross_k, cross_v, src_mask)
+        if len(next_live) == len(live):
+            self.reorder(index, state)
+        else:
+            self.select(index, state)
         live = next_live
         prefixes = next_prefixes
         scores = next_scores
@@ -358,7 +398,6 @@ def translate_with_scores(self, src: Tensor, max_len: int = 1024, beam: int = 1,
     cap = self.max_len
     if max_len > 0 and max_len < cap:
         cap = max_len
-    src = src.to(self.fc_out.weight.device)
     if beam == 1:
         return self.greedy(src, cap, lenpen, max_len_a, max_len_b)
     return self.beam_search(src, beam, cap, lenpen, max_len_a, max_len_b)

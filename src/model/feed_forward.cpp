@@ -11,9 +11,6 @@ namespace torchmt {
 FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options_) : options(options_) { reset(); }
 
 void FeedForwardImpl::reset() {
-  if (options.activation() != "relu" && options.activation() != "gelu")
-    throw std::invalid_argument("FeedForward activation must be relu or gelu, got " + options.activation());
-  use_gelu_ = options.activation() == "gelu";
   linear1 = register_module("linear1", torch::nn::Linear(options.embed_dim(), options.ff_dim()));
   linear2 = register_module("linear2", torch::nn::Linear(options.ff_dim(), options.embed_dim()));
   dropout = register_module("dropout", Dropout(options.dropout()));
@@ -21,7 +18,7 @@ void FeedForwardImpl::reset() {
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto h = apply_linear(linear1, x);
-  h = use_gelu_ ? torch::gelu(h) : torch::relu(h);
+  h = options.activation() == Activation::kGELU ? torch::gelu(h) : torch::relu(h);
   return apply_linear(linear2, dropout(h));
 }
 

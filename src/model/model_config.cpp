@@ -2,9 +2,17 @@
 
 #include <stdexcept>
 
-#include "torchmt/util/flat_json.h"
+#include "torchmt/util/flat_config.h"
 
 namespace torchmt {
+
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::kReLU;
+  if (name == "gelu") return Activation::kGELU;
+  throw std::invalid_argument("activation must be relu or gelu, got '" + name + "'");
+}
+
+std::string activation_name(Activation activation) { return activation == Activation::kGELU ? "gelu" : "relu"; }
 
 ModelConfig ModelConfig::preset(const std::string& name) {
   ModelConfig c;
@@ -36,7 +44,6 @@ void ModelConfig::validate() const {
   require(d_ff > 0, "d_ff must be positive");
   require(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1)");
   require(max_len > 0, "max_len must be positive");
-  require(activation == "relu" || activation == "gelu", "activation must be relu or gelu, got " + activation);
   require(!tie_embeddings || src_vocab_size == tgt_vocab_size,
           "tied embeddings need one joint vocabulary (src and tgt sizes differ)");
   require(pad_id >= 0 && pad_id < std::min(src_vocab_size, tgt_vocab_size), "pad_id out of range");
@@ -53,7 +60,7 @@ std::string ModelConfig::to_json() const {
   f.set("d_ff", std::to_string(d_ff));
   f.set("dropout", std::to_string(dropout));
   f.set("max_len", std::to_string(max_len));
-  f.set("activation", activation);
+  f.set("activation", activation_name(activation));
   f.set("tie_embeddings", tie_embeddings ? "true" : "false");
   f.set("pad_id", std::to_string(pad_id));
   return f.to_json();
@@ -71,7 +78,7 @@ ModelConfig ModelConfig::from_json(const std::string& json) {
   c.d_ff = f.get_int("d_ff");
   c.dropout = f.get_double("dropout");
   c.max_len = f.get_int("max_len");
-  c.activation = f.get("activation");
+  c.activation = parse_activation(f.get("activation"));
   c.tie_embeddings = f.get_bool("tie_embeddings");
   c.pad_id = f.get_int("pad_id");
   c.validate();

@@ -12,9 +12,13 @@
 namespace torchmt {
 namespace {
 
-// LibTorch keeps parameters in Module's protected dict and offers no way to re-register
-// one. A pointer-to-member taken through a derived class reaches it legally, so several
-// modules can hold one tensor under their own names (tied embeddings).
+// LibTorch keeps parameters in Module's protected dict and offers no supported way to make
+// a registered parameter share another's tensor: register_parameter refuses a name that
+// exists (OrderedDict::insert throws), there is no unregister_parameter, and while
+// EmbeddingOptions::_weight could build an embedding over a given tensor, LinearOptions has
+// no such option for fc_out (checked against LibTorch 2.1-2.13). A pointer-to-member taken
+// through a derived class reaches the dict legally, so several modules hold one tensor under
+// their own names (tied embeddings), as the reference model's state dict has them.
 struct ParameterSlot : torch::nn::Module {
   static void replace(torch::nn::Module& module, const std::string& name, const torch::Tensor& tensor) {
     auto member = &ParameterSlot::parameters_;
@@ -44,19 +48,25 @@ void TransformerImpl::reset() {
   for (int64_t i = 0; i < c.num_decoder_layers; ++i) decoder_layers->push_back(TransformerDecoderLayer(layer_options));
   fc_out = register_module("fc_out", torch::nn::Linear(c.d_model, c.tgt_vocab_size));
 
-  // Initialisation for training from scratch: Xavier for matrices, N(0, d^-1/2) for
-  // embeddings so that the sqrt(d) scaling gives unit-variance inputs (fairseq, T2T).
+  reset_parameters();
+  if (c.tie_embeddings) tie_embeddings();
+}
+
+void TransformerImpl::reset_parameters() {
+  // Initialisation for training from scratch, chosen by module type (as LibTorch's own
+  // modules do in reset_parameters): N(0, d^-1/2) for embeddings so that the sqrt(d) scaling
+  // gives unit-variance inputs (fairseq, T2T); Xavier for linear weights, zero biases;
+  // LayerNorm keeps its ones/zeros. Modules are visited in registration order, so the random
+  // draws are those of the parameter order (a seed gives the same model as before).
   torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    if (p.key().find("embedding") != std::string::npos) {
-      torch::nn::init::normal_(p.value(), 0.0, 1.0 / embed_scale_);
-    } else if (p.value().dim() >= 2) {
-      torch::nn::init::xavier_uniform_(p.value());
-    } else if (p.key().find("norm") == std::string::npos) {
-      torch::nn::init::zeros_(p.value());
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* embedding = module->as<torch::nn::Embedding>()) {
+      torch::nn::init::normal_(embedding->weight, 0.0, 1.0 / embed_scale_);
+    } else if (auto* linear = module->as<torch::nn::Linear>()) {
+      torch::nn::init::xavier_uniform_(linear->weight);
+      if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);
     }
   }
-  if (c.tie_embeddings) tie_embeddings();
 }
 
 void TransformerImpl::tie_embeddings() {

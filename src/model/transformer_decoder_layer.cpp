@@ -23,18 +23,45 @@ void TransformerDecoderLayerImpl::reset() {
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
-torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
-                                                   const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
-                                                   torch::Tensor* cross_weights) {
-  auto h = norm1(x + dropout(self_attn(x, x, x, tgt_mask)));
+namespace {
+
+// The one code path of a decoder layer, for full and incremental decoding (as CTranslate2's
+// and Marian's decoders have one): with a cache, x is the newest position, its K/V are
+// appended to the cached self-attention K/V (the newest position may see every cached one:
+// no target mask) and the cross-attention reads the K/V prepare_cache computed once.
+torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& memory,
+                        const torch::Tensor& src_mask, const torch::Tensor& tgt_mask, LayerKVCache* cache,
+                        torch::Tensor* cross_weights) {
+  auto& self_attn = layer.self_attn;
+  auto& cross_attn = layer.cross_attn;
+  auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, T, d_k]
+  auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, T, d_k]
+  auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, T, d_k]
+  if (cache) {
+    cache->self_k = k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, H, t, d_k]
+    cache->self_v = v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, H, t, d_k]
+  }
+  auto h = layer.norm1(x + layer.dropout(self_attn->attend(q, k, v, tgt_mask)));
   torch::Tensor cross;
   if (cross_weights) {
     std::tie(cross, *cross_weights) = cross_attn->forward_with_weights(h, memory, memory, src_mask);
   } else {
-    cross = cross_attn(h, memory, memory, src_mask);
+    auto cq = cross_attn->split_heads(cross_attn->W_q, h);                                   // [B, H, T, d_k]
+    auto ck = cache ? cache->cross_k : cross_attn->split_heads(cross_attn->W_k, memory);  // [B, H, S, d_k]
+    auto cv = cache ? cache->cross_v : cross_attn->split_heads(cross_attn->W_v, memory);  // [B, H, S, d_k]
+    // start_cache sanitised the source mask once for all steps.
+    cross = cross_attn->attend(cq, ck, cv, src_mask, /*mask_sanitized=*/cache != nullptr);
   }
-  h = norm2(h + dropout(cross));
-  return norm3(h + dropout(ffn(h)));
+  h = layer.norm2(h + layer.dropout(cross));
+  return layer.norm3(h + layer.dropout(layer.ffn(h)));
+}
+
+}  // namespace
+
+torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
+                                                   const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
+                                                   torch::Tensor* cross_weights) {
+  return run_layer(*this, x, memory, src_mask, tgt_mask, nullptr, cross_weights);
 }
 
 void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, LayerKVCache& cache) {
@@ -46,17 +73,7 @@ void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, Lay
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,
                                                         const torch::Tensor& src_mask) {
-  auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, 1, d_k]
-  auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, 1, d_k]
-  auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, 1, d_k]
-  cache.self_k = cache.self_k.defined() ? torch::cat({cache.self_k, k}, 2) : k;  // [B, H, t, d_k]
-  cache.self_v = cache.self_v.defined() ? torch::cat({cache.self_v, v}, 2) : v;  // [B, H, t, d_k]
-  // The newest position may see every cached position: no self-attention mask needed.
-  auto h = norm1(x + dropout(self_attn->attend(q, cache.self_k, cache.self_v, torch::Tensor())));
-  auto cq = cross_attn->split_heads(cross_attn->W_q, h);  // [B, H, 1, d_k]
-  // start_cache sanitised the source mask once for all steps.
-  h = norm2(h + dropout(cross_attn->attend(cq, cache.cross_k, cache.cross_v, src_mask, /*mask_sanitized=*/true)));
-  return norm3(h + dropout(ffn(h)));
+  return run_layer(*this, x, torch::Tensor(), src_mask, torch::Tensor(), &cache, nullptr);
 }
 
 }  // namespace torchmt

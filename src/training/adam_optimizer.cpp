@@ -12,9 +12,9 @@ namespace torchmt {
 AdamOptimizer::AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options)
     : params_(std::move(params)), options_(options) {
   for (const auto& p : params_) {
-    exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    steps_.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
+    state_.exp_avg.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    state_.exp_avg_sq.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    state_.steps.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
   }
 }
 
@@ -31,9 +31,9 @@ void AdamOptimizer::step(double lr) {
     if (!params_[i].grad().defined()) continue;
     params.push_back(params_[i]);
     grads.push_back(params_[i].grad());
-    m.push_back(exp_avg_[i]);
-    v.push_back(exp_avg_sq_[i]);
-    steps.push_back(steps_[i]);
+    m.push_back(state_.exp_avg[i]);
+    v.push_back(state_.exp_avg_sq[i]);
+    steps.push_back(state_.steps[i]);
   }
   if (params.empty()) return;
   at::_foreach_add_(steps, 1.0);  // the kernels read the already-incremented step

@@ -1,4 +1,5 @@
 #include "torchmt/training/metrics_log.h"
+#include "torchmt/util/atomic_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,15 +17,6 @@ std::string fmt(double v, int precision = 4) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
   return buf;
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 // One polyline panel: x = step, y = each series; returns SVG elements.
@@ -110,8 +102,8 @@ void MetricsLog::add(const ValidationRecord& record) {
     csv << r.step << "," << r.epoch << "," << fmt(r.train_loss) << "," << fmt(r.valid_loss) << "," << fmt(r.valid_ppl)
         << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "\n";
   }
-  write_atomically(csv_path_, csv.str());
-  write_atomically(svg_path_, render_curves_svg(records_));
+  atomic_write(csv_path_, csv.str());
+  atomic_write(svg_path_, render_curves_svg(records_));
 }
 
 }  // namespace torchmt

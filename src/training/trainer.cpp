@@ -22,12 +22,13 @@
 #include "torchmt/decoding/translator.h"
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/training/adam_optimizer.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/label_smoothed_cross_entropy.h"
 #include "torchmt/training/metrics_log.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/atomic_file.h"
 
 namespace fs = std::filesystem;
 
@@ -79,7 +80,7 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
   if (o.decoder_layers > 0) c.num_decoder_layers = o.decoder_layers;
   if (o.d_ff > 0) c.d_ff = o.d_ff;
   if (o.dropout >= 0) c.dropout = o.dropout;
-  if (!o.activation.empty()) c.activation = o.activation;
+  if (!o.activation.empty()) c.activation = parse_activation(o.activation);
   if (o.tie_embeddings == "true") c.tie_embeddings = true;
   if (o.tie_embeddings == "false") c.tie_embeddings = false;
   if (c.tie_embeddings && !joint_vocab) throw std::invalid_argument("--tie-embeddings needs a joint vocabulary");
@@ -199,7 +200,7 @@ TrainSummary Trainer::run() {
   meta.src_spm_checksum = meta.tgt_spm_checksum = tokenizer.checksum();
   meta.src_spm_model = tokenizer.serialized();
   if (o.resume) {
-    CheckpointMeta saved = restore_training_state(last_path, *&model, optimizer);
+    CheckpointMeta saved = restore_training_state(last_path, model, optimizer.state());
     if (saved.src_spm_checksum != tokenizer.checksum())
       throw std::runtime_error("--resume: tokenizer " + spm_path + " differs from the one the run started with");
     meta.position = saved.position;
@@ -207,11 +208,9 @@ TrainSummary Trainer::run() {
     progress.line("resumed " + last_path + " at step " + std::to_string(meta.position.step) + ", epoch " +
                   std::to_string(meta.position.epoch) + " batch " + std::to_string(meta.position.batch_index));
   }
-  {
-    std::ofstream cfg(run_dir + "/config.yaml");
-    cfg << "# effective configuration of this run (torchmt train --config " << run_dir << "/config.yaml)\n"
-        << meta.train_config;
-  }
+  atomic_write(run_dir + "/config.yaml",
+               "# effective configuration of this run (torchmt train --config " + run_dir + "/config.yaml)\n" +
+                   meta.train_config);
   progress.line("model " + o.preset + ": " + std::to_string(count_parameters(model)) + " parameters, " +
                 std::to_string(batcher.batches_per_epoch()) + " batches/epoch (padding " +
                 std::to_string(100 * batcher.padding_fraction()).substr(0, 4) + "%), device " + device.str() +
@@ -264,15 +263,13 @@ TrainSummary Trainer::run() {
       last_validated_step = meta.position.step;
     }
     meta.position.train_seconds = seconds_before + train_seconds;
-    save_checkpoint(last_path, model, &optimizer, meta);
+    save_checkpoint(last_path, model, &optimizer.state(), meta);
     if (best || !has_valid) {
-      fs::copy_file(last_path, best_path + ".tmp", fs::copy_options::overwrite_existing);
-      fs::rename(best_path + ".tmp", best_path);
+      atomic_copy(last_path, best_path);
     }
     if (o.keep_last > 0 && validate) {
       const std::string numbered = run_dir + "/checkpoint_" + std::to_string(meta.position.step) + ".pt";
-      fs::copy_file(last_path, numbered + ".tmp", fs::copy_options::overwrite_existing);
-      fs::rename(numbered + ".tmp", numbered);
+      atomic_copy(last_path, numbered);
       std::vector<std::pair<int64_t, fs::path>> numbered_files;
       static const std::regex pattern("checkpoint_([0-9]+)\\.pt");
       for (const auto& e : fs::directory_iterator(run_dir)) {

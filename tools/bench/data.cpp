@@ -13,6 +13,7 @@
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/util/strings.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;

@@ -1,7 +1,9 @@
 // bench_export: what `torchmt export` produces and what it costs to load.
 //   checkpoint size (training, with optimizer state; and weights-only) vs the .ts size
 //   for fp32, bf16 and frozen fp32; load time of checkpoint vs .ts (median of --repeats);
-//   translation time of N sample sentences, native Translator vs ScriptedTranslator.
+//   translation of N sentences (--source, plain or .gz): the checkpoint vs the export through
+//   the same Translator and search (what `torchmt translate` does for either file) and the
+//   export's in-archive search (what Python users call): time and identical outputs.
 // Reads --checkpoint (copied to a temp dir first, so a training run may keep writing it);
 // without one, a fresh `small` model with the sample BPE vocabulary.
 #include <algorithm>
@@ -21,8 +23,9 @@
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
-#include "torchmt/export/scripted_translator.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/export/exported_model.h"
+#include "torchmt/io/checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;
@@ -115,31 +118,54 @@ int main(int argc, char** argv) {
   auto load_ts = median_seconds(repeats, [&] { torch::jit::load(fp32, torch::kCPU); });
   auto load_bf16 = median_seconds(repeats, [&] { torch::jit::load(bf16, torch::kCPU); });
   auto load_frozen = median_seconds(repeats, [&] { torch::jit::load(frozen, torch::kCPU); });
-  auto load_st = median_seconds(repeats, [&] { ScriptedTranslator(fp32, torch::kCPU); });
+  auto load_st = median_seconds(repeats, [&] { load_translator(fp32, torch::kCPU, torch::kFloat); });
   std::cout << "load (median of " << repeats << "): checkpoint " << load_ckpt << " s | torch::jit::load fp32 "
             << load_ts << " s | bf16 " << load_bf16 << " s | frozen " << load_frozen
-            << " s | ScriptedTranslator (load + tokenizer) " << load_st << " s\n";
+            << " s | load_translator (load + tokenizer) " << load_st << " s\n";
 
-  std::vector<std::string> lines;
-  {
-    std::ifstream in(args["source"].as<std::string>());
-    for (std::string line; static_cast<int>(lines.size()) < args["sentences"].as<int>() && std::getline(in, line);)
-      lines.push_back(line);
-  }
+  std::vector<std::string> lines = read_lines(args["source"].as<std::string>());
+  if (static_cast<int>(lines.size()) > args["sentences"].as<int>()) lines.resize(args["sentences"].as<int>());
   if (!lines.empty()) {
     Translator native = Translator::from_checkpoint(checkpoint, torch::kCPU, torch::kFloat);
-    ScriptedTranslator scripted(fp32, torch::kCPU);
+    ExportedModel exported(fp32, torch::kCPU);
+    Translator scripted = make_translator(exported, torch::kFloat);
     for (int64_t beam : {1, 5}) {
       TranslationOptions to;
       to.search.beam_size = beam;
-      std::vector<std::string> a, b;
+      std::vector<std::string> a, b, c;
       auto native_s = median_seconds(1, [&] { a = native.translate_text(lines, to); });
-      auto script_s = median_seconds(1, [&] { b = scripted.translate_text(lines, beam); });
-      int same = 0;
-      for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-      std::cout << "translate " << lines.size() << " sentences, beam " << beam << ": native " << native_s
-                << " s | TorchScript " << script_s << " s | identical outputs " << same << "/" << lines.size()
-                << "\n";
+      auto script_s = median_seconds(1, [&] { b = scripted.translate_text(lines, to); });
+      // The in-archive search, batched as Translator batches (64 sentences, longest first).
+      auto archive_s = median_seconds(1, [&] {
+        std::vector<size_t> order;
+        std::vector<std::vector<int64_t>> src(lines.size());
+        for (size_t i = 0; i < lines.size(); ++i)
+          if (lines[i].find_first_not_of(" \t\r") != std::string::npos) {
+            src[i] = scripted.encode_source(lines[i]);
+            order.push_back(i);
+          }
+        std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return src[x].size() > src[y].size(); });
+        c.assign(lines.size(), "");
+        for (size_t begin = 0; begin < order.size(); begin += 64) {
+          const size_t end = std::min(order.size(), begin + 64);
+          auto batch = torch::zeros({static_cast<int64_t>(end - begin), static_cast<int64_t>(src[order[begin]].size())},
+                                    torch::kLong);  // [B, S], pad 0
+          for (size_t r = begin; r < end; ++r)
+            for (size_t j = 0; j < src[order[r]].size(); ++j)
+              batch[static_cast<int64_t>(r - begin)][static_cast<int64_t>(j)] = src[order[r]][j];
+          auto hyps = exported.translate_in_archive(batch, to.search);
+          for (size_t r = begin; r < end; ++r) c[order[r]] = exported.target_tokenizer().decode(hyps[r - begin][0].tokens);
+        }
+      });
+      int same = 0, same_archive = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        same += a[i] == b[i];
+        same_archive += b[i] == c[i];
+      }
+      std::cout << "translate " << lines.size() << " sentences, beam " << beam << ": checkpoint " << native_s
+                << " s | export " << script_s << " s | export in-archive search " << archive_s
+                << " s | checkpoint = export on " << same << "/" << lines.size() << " | export = in-archive on "
+                << same_archive << "/" << lines.size() << "\n";
     }
   }
   fs::remove_all(dir);

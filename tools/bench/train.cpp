@@ -20,11 +20,11 @@
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/flat_json.h"
+#include "torchmt/util/flat_config.h"
 
 using namespace torchmt;
 namespace fs = std::filesystem;

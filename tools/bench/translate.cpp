@@ -29,7 +29,7 @@
 
 #include "torchmt/data/text_file.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/training/checkpoint.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
 
 namespace fs = std::filesystem;

@@ -46,7 +46,5 @@ EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::strin
 std::string corpus_cache_path(const std::string& src_path, const std::string& tgt_path, const Tokenizer& src_tok,
                               const Tokenizer& tgt_tok, const CorpusOptions& options);
 
-// "29000" -> "29,000"
-std::string with_thousands(int64_t n);
 
 }  // namespace torchmt

@@ -36,8 +36,6 @@ std::vector<std::string> read_lines(const std::string& path);
 // Number of lines, without keeping them.
 int64_t count_lines(const std::string& path);
 
-// Strict UTF-8 check: no overlong forms, no surrogates, nothing above U+10FFFF.
-bool is_valid_utf8(const std::string& text);
 
 // Writes `lines` (each followed by "\n"), gzip-compressed when `path` ends in ".gz".
 void write_lines(const std::string& path, const std::vector<std::string>& lines);

@@ -56,7 +56,5 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;  // shared: copies are cheap, the model is immutable
 };
 
-// 64-bit FNV-1a, as 16 lowercase hex digits.
-std::string fnv1a_hex(const std::string& bytes);
 
 }  // namespace torchmt

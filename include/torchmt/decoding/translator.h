@@ -3,6 +3,12 @@
 // raw text out: tokenizes with the model's SentencePiece model(s), sorts sentences by length
 // into batches, runs greedy or beam search with the KV cache under the requested precision,
 // detokenizes and restores input order. An empty line translates to an empty line.
+//
+// One Translator and one search for every model format: a format provides an
+// IncrementalDecoder (TransformerDecoder for a native model, torchmt/export's decoder over
+// an exported module's step methods) and the ModelConfig; see load_translator() in
+// torchmt/export/exported_model.h for opening a file of either format.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,10 +36,17 @@ struct Translation {
   bool truncated = false;              // source longer than the model accepts
 };
 
+// Makes a decoder for one translate() call; `use_cache` false asks for prefix recomputation
+// (formats that cannot recompute throw std::invalid_argument).
+using DecoderFactory = std::function<std::unique_ptr<IncrementalDecoder>(bool use_cache)>;
+
 class Translator {
  public:
   Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer, c10::Device device,
              c10::ScalarType dtype);
+  // Any model behind the decoder interface; `config` gives max_len and pad_id.
+  Translator(DecoderFactory make_decoder, ModelConfig config, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer,
+             c10::Device device, c10::ScalarType dtype);
   // Loads a checkpoint (with its embedded tokenizer) onto `device`.
   static Translator from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
 
@@ -43,21 +56,25 @@ class Translator {
 
   // Cross-attention weights [T, S] (target pieces x source pieces, eos included on both
   // sides) of `layer` (-1 = last), averaged over heads or of one `head` (>= 0), for the
-  // given source line and its translation.
+  // given source line and its translation. Needs a native model (std::runtime_error otherwise).
   at::Tensor cross_attention(const std::string& source, const std::vector<int64_t>& target_ids, int64_t layer,
                              int64_t head);
 
   // Source ids as the model sees them: pieces + eos, cut to the model's max length.
   std::vector<int64_t> encode_source(const std::string& line, bool* truncated = nullptr) const;
 
+  // The native model, or a null Transformer for a model of another format.
   Transformer& model() { return model_; }
+  const ModelConfig& config() const { return config_; }
   const Tokenizer& src_tokenizer() const { return src_tok_; }
   const Tokenizer& tgt_tokenizer() const { return tgt_tok_; }
   c10::Device device() const { return device_; }
   c10::ScalarType dtype() const { return dtype_; }
 
  private:
-  Transformer model_;
+  Transformer model_{nullptr};
+  DecoderFactory make_decoder_;
+  ModelConfig config_;
   Tokenizer src_tok_, tgt_tok_;
   c10::Device device_;
   c10::ScalarType dtype_;

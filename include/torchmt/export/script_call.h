@@ -1,5 +1,7 @@
 #pragma once
-// Calling a method of a loaded TorchScript module from C++ in a torchmt process.
+// Calling a method of a loaded TorchScript module from C++ in a torchmt process, and the
+// two ways torchmt decodes with one: its own search over the module's decoder interface
+// (start / step / select / reorder), or the module's in-archive `translate_with_scores`.
 //
 // Why not Method::operator(): GraphFunction::run first asks c10::GetEventSampledHandler,
 // whose static mutex sits right after libc10's FLAGS_minloglevel. Debian's libsentencepiece
@@ -10,14 +12,33 @@
 // executor) without that logging hook. Python (its own sentencepiece wheel) is unaffected.
 //
 // The only torchmt header that includes TorchScript headers.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/script.h>
 
+#include "torchmt/decoding/incremental_decoder.h"
+#include "torchmt/decoding/search.h"
+
 namespace torchmt {
 
+// Throws std::runtime_error with the first line of TorchScript's message on failure.
 c10::IValue run_script_method(const torch::jit::Module& module, const std::string& name,
                               std::vector<c10::IValue> args);
+
+// IncrementalDecoder over `module`'s methods (the export's decoder interface, see
+// src/export/torchscript_source.h): start(src) -> state, step(last, t, state) -> [N, V]
+// log-probabilities, select(index, state), reorder(index, state).
+std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device);
+
+// Adds the in-archive search (greedy, beam_search, translate, translate_with_scores; the
+// TorchScript twin of torchmt::search) to `module`, which must have the decoder interface
+// above and the int attributes pad_id, bos_id, eos_id and max_len.
+void define_archive_search(torch::jit::Module& module);
+
+// `module`'s translate_with_scores on src [B, S]: one hypothesis (tokens, score) per row.
+// Uses beam_size, length_penalty, max_len_a, max_len_b and max_len_cap of `options`.
+SearchResult run_archive_search(const torch::jit::Module& module, const at::Tensor& src, const SearchOptions& options);
 
 }  // namespace torchmt

@@ -26,7 +26,8 @@
 namespace torchmt {
 
 constexpr const char* kTorchScriptFormat = "torchmt-torchscript";
-constexpr int64_t kTorchScriptFormatVersion = 1;
+// 2: the decoder interface (start / step / select / reorder) and the fixed search.
+constexpr int64_t kTorchScriptFormatVersion = 2;
 
 class TorchScriptExporter : public ModelExporter {
  public:

@@ -1,12 +1,12 @@
 #pragma once
 // Position-wise feed-forward network (paper §3.3), mirrors the reference `FeedForward`:
 // linear1 -> activation (ReLU as in the paper, or GELU as in the reference code) -> dropout -> linear2.
-#include <string>
-
 #include <torch/nn/cloneable.h>
 #include "torchmt/model/dropout.h"
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
+
+#include "torchmt/model/model_config.h"  // Activation
 
 namespace torchmt {
 
@@ -15,7 +15,7 @@ struct FeedForwardOptions {
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, ff_dim);
   TORCH_ARG(double, dropout) = 0.1;
-  TORCH_ARG(std::string, activation) = "relu";
+  TORCH_ARG(Activation, activation) = Activation::kReLU;
 };
 
 class FeedForwardImpl : public torch::nn::Cloneable<FeedForwardImpl> {
@@ -27,9 +27,6 @@ class FeedForwardImpl : public torch::nn::Cloneable<FeedForwardImpl> {
   FeedForwardOptions options;
   torch::nn::Linear linear1{nullptr}, linear2{nullptr};
   Dropout dropout{nullptr};
-
- private:
-  bool use_gelu_ = false;
 };
 TORCH_MODULE(FeedForward);
 

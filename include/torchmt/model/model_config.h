@@ -6,6 +6,12 @@
 
 namespace torchmt {
 
+// The feed-forward activation: ReLU as in the paper, GELU as in the reference code.
+enum class Activation { kReLU, kGELU };
+// "relu" | "gelu" (the names in configs and flags); throws std::invalid_argument otherwise.
+Activation parse_activation(const std::string& name);
+std::string activation_name(Activation activation);
+
 struct ModelConfig {
   int64_t src_vocab_size = 8000;
   int64_t tgt_vocab_size = 8000;
@@ -17,8 +23,7 @@ struct ModelConfig {
   double dropout = 0.1;
   // Rows of the sinusoidal table (buffer `pe`); also the longest sequence the model accepts.
   int64_t max_len = 1024;
-  // "relu" as in the paper, "gelu" as in the reference code.
-  std::string activation = "relu";
+  Activation activation = Activation::kReLU;
   // Share source, target and output embeddings (needs one joint vocabulary).
   bool tie_embeddings = false;
   int64_t pad_id = 0;

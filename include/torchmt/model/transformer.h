@@ -21,7 +21,10 @@ namespace torchmt {
 class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
  public:
   explicit TransformerImpl(const ModelConfig& config);
+  // Builds the submodules (LibTorch's reset()), then reset_parameters().
   void reset() override;
+  // Fresh weights for training from scratch; see transformer.cpp for the scheme.
+  void reset_parameters();
 
   // src [B, S] token ids -> memory [B, S, D].
   torch::Tensor encode(const torch::Tensor& src, const torch::Tensor& src_mask = {});

@@ -20,7 +20,7 @@ struct TransformerLayerOptions {
   TORCH_ARG(int64_t, num_heads);
   TORCH_ARG(int64_t, ff_dim);
   TORCH_ARG(double, dropout) = 0.1;
-  TORCH_ARG(std::string, activation) = "relu";
+  TORCH_ARG(Activation, activation) = Activation::kReLU;
 };
 
 class TransformerEncoderLayerImpl : public torch::nn::Cloneable<TransformerEncoderLayerImpl> {

@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "torchmt/io/checkpoint.h"  // OptimizerState
+
 namespace torchmt {
 
 struct AdamOptions {
@@ -26,12 +28,14 @@ class AdamOptimizer {
 
   const std::vector<at::Tensor>& params() const { return params_; }
   // State for checkpoints: exp_avg, exp_avg_sq, step, one entry per parameter each.
-  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
-  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
-  std::vector<at::Tensor>& steps() { return steps_; }
+  OptimizerState& state() { return state_; }
+  std::vector<at::Tensor>& exp_avg() { return state_.exp_avg; }
+  std::vector<at::Tensor>& exp_avg_sq() { return state_.exp_avg_sq; }
+  std::vector<at::Tensor>& steps() { return state_.steps; }
 
  private:
-  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, steps_;
+  std::vector<at::Tensor> params_;
+  OptimizerState state_;
   AdamOptions options_;
 };
 

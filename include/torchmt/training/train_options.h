@@ -3,7 +3,7 @@
 // (flags override the file) and written back as the run's effective configuration.
 #include <string>
 
-#include "torchmt/util/flat_json.h"
+#include "torchmt/util/flat_config.h"
 
 namespace torchmt {
 

@@ -1,7 +1,4 @@
-#include "torchmt/training/checkpoint.h"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "torchmt/io/checkpoint.h"
 
 #include <cstdio>
 #include <cstring>
@@ -15,7 +12,8 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
-#include "torchmt/training/adam_optimizer.h"
+#include "torchmt/util/atomic_file.h"
+
 
 namespace torchmt {
 namespace {
@@ -27,36 +25,9 @@ using Dict = c10::impl::GenericDict;
 
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
-void write_file_atomically(const std::string& path, const std::vector<char>& bytes) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot write checkpoint " + tmp);
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("failed writing checkpoint " + tmp + " (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
-  // Persist the rename itself.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::vector<char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open checkpoint " + path);
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 Dict read_checkpoint_dict(const std::string& path) {
-  auto bytes = read_file(path);
+  const std::string content = read_file(path);
+  const std::vector<char> bytes(content.begin(), content.end());
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
@@ -142,7 +113,7 @@ std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module) {
   return out;
 }
 
-void save_checkpoint(const std::string& path, const Transformer& model, AdamOptimizer* optimizer,
+void save_checkpoint(const std::string& path, const Transformer& model, const OptimizerState* optimizer,
                      const CheckpointMeta& meta) {
   Dict dict = new_dict();
   dict.insert("format", std::string(kFormat));
@@ -176,9 +147,9 @@ void save_checkpoint(const std::string& path, const Transformer& model, AdamOpti
       return list;
     };
     Dict opt = new_dict();
-    opt.insert("exp_avg", to_list(optimizer->exp_avg()));
-    opt.insert("exp_avg_sq", to_list(optimizer->exp_avg_sq()));
-    opt.insert("steps", to_list(optimizer->steps()));
+    opt.insert("exp_avg", to_list(optimizer->exp_avg));
+    opt.insert("exp_avg_sq", to_list(optimizer->exp_avg_sq));
+    opt.insert("steps", to_list(optimizer->steps));
     dict.insert("optimizer", opt);
     // RNG states: dropout masks after a resume continue the same stream.
     Dict rng = new_dict();
@@ -192,7 +163,8 @@ void save_checkpoint(const std::string& path, const Transformer& model, AdamOpti
     }
     dict.insert("rng", rng);
   }
-  write_file_atomically(path, torch::pickle_save(c10::IValue(dict)));
+  const auto bytes = torch::pickle_save(c10::IValue(dict));
+  atomic_write(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device) {
@@ -207,7 +179,26 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& dev
   return out;
 }
 
-CheckpointMeta restore_training_state(const std::string& path, Transformer& model, AdamOptimizer& optimizer) {
+LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw std::invalid_argument("no checkpoints to average");
+  auto first = load_checkpoint(paths[0], torch::kCPU);
+  torch::NoGradGuard no_grad;
+  auto params = unique_parameters(*first.model);
+  for (size_t i = 1; i < paths.size(); ++i) {
+    auto other = load_checkpoint(paths[i], torch::kCPU);
+    if (other.meta.model.to_json() != first.meta.model.to_json())
+      throw std::runtime_error(paths[i] + " has a different model shape than " + paths[0]);
+    if (other.meta.src_spm_checksum != first.meta.src_spm_checksum ||
+        other.meta.tgt_spm_checksum != first.meta.tgt_spm_checksum)
+      throw std::runtime_error(paths[i] + " was trained with a different tokenizer than " + paths[0]);
+    auto other_params = unique_parameters(*other.model);
+    for (size_t j = 0; j < params.size(); ++j) params[j].add_(other_params[j]);
+  }
+  for (auto& p : params) p.div_(static_cast<double>(paths.size()));
+  return first;
+}
+
+CheckpointMeta restore_training_state(const std::string& path, Transformer& model, OptimizerState& optimizer) {
   Dict dict = read_checkpoint_dict(path);
   CheckpointMeta meta = read_meta(dict, path);
   if (meta.model.to_json() != model->config().to_json()) {
@@ -222,9 +213,9 @@ CheckpointMeta restore_training_state(const std::string& path, Transformer& mode
     if (list.size() != into.size()) throw std::runtime_error("checkpoint " + path + ": optimizer state does not match");
     for (size_t i = 0; i < into.size(); ++i) into[i].copy_(list.get(i));
   };
-  restore("exp_avg", optimizer.exp_avg());
-  restore("exp_avg_sq", optimizer.exp_avg_sq());
-  restore("steps", optimizer.steps());
+  restore("exp_avg", optimizer.exp_avg);
+  restore("exp_avg_sq", optimizer.exp_avg_sq);
+  restore("steps", optimizer.steps);
   auto rng = dict.at("rng").toGenericDict();
   // Generators are handles: a copy sets the state of the default generator itself.
   at::Generator cpu_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));

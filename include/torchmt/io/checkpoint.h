@@ -7,6 +7,7 @@
 // moment leaves the previous checkpoint loadable.
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <c10/core/Device.h>
 
@@ -15,7 +16,11 @@
 
 namespace torchmt {
 
-class AdamOptimizer;
+// An optimizer's state as checkpoints store it: one tensor per parameter each (Adam's first
+// and second moments and step counts). Tensors are handles: restoring copies into them.
+struct OptimizerState {
+  std::vector<at::Tensor> exp_avg, exp_avg_sq, steps;
+};
 
 struct TrainingPosition {
   int64_t step = 0;         // optimizer updates done
@@ -35,7 +40,7 @@ struct CheckpointMeta {
 };
 
 // Atomic write. `optimizer` may be null (averaged / exported-for-inference checkpoints).
-void save_checkpoint(const std::string& path, const Transformer& model, AdamOptimizer* optimizer,
+void save_checkpoint(const std::string& path, const Transformer& model, const OptimizerState* optimizer,
                      const CheckpointMeta& meta);
 
 // What a loaded checkpoint holds. Errors (missing, corrupt, truncated, not a torchmt
@@ -46,9 +51,14 @@ struct LoadedCheckpoint {
 };
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device);
 
+// Parameter averaging (Vaswani et al. average the last 5 or 20 checkpoints): the mean of
+// every parameter over `paths`, on the CPU, with the first checkpoint's metadata. Throws
+// naming the file when shapes or tokenizers differ.
+LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths);
+
 // Restores weights, optimizer state and RNG states into an existing training set-up.
 // Throws if the checkpoint's model shape differs from `model`'s.
-CheckpointMeta restore_training_state(const std::string& path, Transformer& model, AdamOptimizer& optimizer);
+CheckpointMeta restore_training_state(const std::string& path, Transformer& model, OptimizerState& optimizer);
 
 // Unique parameters of a module (tied tensors once), in registration order.
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module);

@@ -1,6 +1,7 @@
 #pragma once
-// A flat key -> scalar map read from and written to JSON objects or "key: value" YAML lines.
-// Enough for configuration files; nested structures are rejected with a clear error.
+// A flat key -> scalar map read from and written to JSON objects (nlohmann/json) or YAML
+// mappings (yaml-cpp): configuration files, run configs, checkpoint and export metadata.
+// Values are kept as text; nested structures are rejected with a clear error.
 #include <map>
 #include <string>
 
@@ -8,8 +9,9 @@ namespace torchmt {
 
 class FlatConfig {
  public:
-  // Parses `{"a": 1, "b": "x"}` or YAML-style `a: 1` lines (comments with #).
-  // Throws std::runtime_error with the line/position on malformed input.
+  // Parses a JSON object (text starting with `{`) or a YAML mapping (`a: 1` lines, comments
+  // with ` #`, quoted or plain scalars, escapes as each format defines them). Throws
+  // std::runtime_error with the line/position on malformed input.
   static FlatConfig parse(const std::string& text);
   static FlatConfig load(const std::string& path);
 

@@ -1,0 +1,20 @@
+#pragma once
+// The one way torchmt writes a file: to a temporary file beside it (PATH.tmp.XXXXXX), flushed and fsync'ed,
+// renamed over the target, then the directory fsync'ed. A kill or a full disk at any moment
+// leaves either the previous file or the new one, never a partial file, and no temporary.
+#include <string>
+#include <string_view>
+
+namespace torchmt {
+
+// Throws std::runtime_error "cannot write PATH: REASON" (reason from errno: "No space left
+// on device", "Permission denied", ...) after removing the temporary file.
+void atomic_write(const std::string& path, std::string_view bytes);
+
+// atomic_write of a file's current content (checkpoint_best.pt from checkpoint_last.pt).
+void atomic_copy(const std::string& from, const std::string& to);
+
+// The whole content of a file; throws std::runtime_error "cannot read PATH: REASON".
+std::string read_file(const std::string& path);
+
+}  // namespace torchmt

@@ -1,0 +1,15 @@
+#pragma once
+// Small string helpers shared by every layer.
+#include <cstdint>
+#include <string>
+
+namespace torchmt {
+
+// 1234567 -> "1,234,567" (counts in messages).
+std::string with_thousands(int64_t n);
+
+// 64-bit FNV-1a of `bytes` as 16 hex digits: a cheap content id (tokenizer models, cache
+// keys), not a cryptographic hash.
+std::string fnv1a_hex(const std::string& bytes);
+
+}  // namespace torchmt

@@ -1,0 +1,22 @@
+#pragma once
+// The one UTF-8 validator and codec of torchmt, by the rules of Python's strict decoder (no
+// overlong forms, no surrogates, nothing above U+10FFFF): corpus reading, translate input and
+// sacreBLEU-exact scoring must agree on what valid text is.
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace torchmt {
+
+// The byte offset of the first invalid UTF-8 sequence, or nullopt when `utf8` is valid.
+std::optional<size_t> find_invalid_utf8(std::string_view utf8);
+inline bool is_valid_utf8(std::string_view utf8) { return !find_invalid_utf8(utf8).has_value(); }
+
+// Code points of `utf8`, or nullopt when it is not valid UTF-8.
+std::optional<std::u32string> decode_utf8(std::string_view utf8);
+// As `decode_utf8`, but throws std::invalid_argument naming `what` on invalid input.
+std::u32string decode_utf8_or_throw(std::string_view utf8, std::string_view what);
+
+std::string encode_utf8(std::u32string_view code_points);
+
+}  // namespace torchmt

@@ -1,0 +1,112 @@
+#include "torchmt/export/exported_model.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "torchmt/export/script_call.h"
+#include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/util/flat_config.h"
+
+namespace torchmt {
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+bool is_torchscript_export(const std::string& path) {
+  try {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return reader.hasRecord("extra/torchmt.json");
+  } catch (...) {
+    return false;
+  }
+}
+
+struct ExportedModel::Impl {
+  torch::jit::Module module;
+  ModelConfig config;
+  Tokenizer src_tok;
+  Tokenizer tgt_tok;
+  c10::Device device;
+  std::string dtype;
+  bool frozen = false;
+};
+
+ExportedModel::ExportedModel(const std::string& path, const c10::Device& device) {
+  if (!std::filesystem::exists(path)) throw std::runtime_error("model not found: " + path);
+  if (!is_torchscript_export(path))
+    throw std::runtime_error(path + " is not a torchmt export (no torchmt.json in a TorchScript archive; " +
+                             "write one with `torchmt export`)");
+  torch::jit::ExtraFilesMap extra{{"torchmt.json", ""}, {"config.json", ""}, {"spm.model", ""}, {"tgt_spm.model", ""}};
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, device, extra);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot load TorchScript export " + path + ": " + first_line(e.what()));
+  }
+  FlatConfig marker;
+  try {
+    marker = FlatConfig::parse(extra["torchmt.json"]);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + " has a malformed torchmt.json: " + e.what());
+  }
+  if (marker.get_or("format", "") != kTorchScriptFormat)
+    throw std::runtime_error(path + " is not a torchmt TorchScript export (format '" + marker.get_or("format", "") +
+                             "')");
+  if (marker.get_int("format_version") > kTorchScriptFormatVersion)
+    throw std::runtime_error(path + " was written by a newer torchmt (export format version " +
+                             marker.get("format_version") + ")");
+  if (marker.get_int("format_version") < kTorchScriptFormatVersion || !module.find_method("step"))
+    throw std::runtime_error(path + " was written by an older torchmt (export format version " +
+                             marker.get("format_version") + "): export it again with `torchmt export`");
+  ModelConfig config;
+  try {
+    config = ModelConfig::from_json(extra["config.json"]);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + " has an invalid config.json: " + e.what());
+  }
+  if (extra["spm.model"].empty()) throw std::runtime_error(path + " carries no SentencePiece model (spm.model)");
+  Tokenizer src = Tokenizer::from_serialized(extra["spm.model"]);
+  Tokenizer tgt = extra["tgt_spm.model"].empty() ? src : Tokenizer::from_serialized(extra["tgt_spm.model"]);
+  module.eval();
+  impl_ = std::make_shared<const Impl>(Impl{std::move(module), config, src, tgt, device,
+                                            marker.get_or("dtype", "fp32"), marker.get_or("frozen", "false") == "true"});
+}
+
+std::unique_ptr<IncrementalDecoder> ExportedModel::decoder() const {
+  return make_script_decoder(impl_->module, impl_->device);
+}
+
+SearchResult ExportedModel::translate_in_archive(const at::Tensor& src, const SearchOptions& options) const {
+  return run_archive_search(impl_->module, src.to(impl_->device), options);
+}
+
+const Tokenizer& ExportedModel::tokenizer() const { return impl_->src_tok; }
+const Tokenizer& ExportedModel::target_tokenizer() const { return impl_->tgt_tok; }
+const ModelConfig& ExportedModel::config() const { return impl_->config; }
+c10::Device ExportedModel::device() const { return impl_->device; }
+std::string ExportedModel::dtype() const { return impl_->dtype; }
+bool ExportedModel::frozen() const { return impl_->frozen; }
+
+Translator make_translator(const ExportedModel& model, c10::ScalarType dtype) {
+  DecoderFactory factory = [model](bool use_cache) {
+    if (!use_cache) throw std::invalid_argument("--no-cache is not available for TorchScript exports");
+    return model.decoder();
+  };
+  return Translator(std::move(factory), model.config(), model.tokenizer(), model.target_tokenizer(), model.device(),
+                    dtype);
+}
+
+Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
+  if (is_torchscript_export(path)) return make_translator(ExportedModel(path, device), dtype);
+  return Translator::from_checkpoint(path, device, dtype);
+}
+
+}  // namespace torchmt

@@ -1,0 +1,172 @@
+#include "torchmt/util/flat_config.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "torchmt/util/atomic_file.h"
+
+namespace torchmt {
+namespace {
+
+bool starts_as_json_object(const std::string& text) {
+  size_t i = 0;
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) i = 3;  // UTF-8 byte-order mark
+  i = text.find_first_not_of(" \t\r\n", i);
+  return i != std::string::npos && text[i] == '{';
+}
+
+FlatConfig parse_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    throw std::runtime_error("malformed JSON: " + what.substr(what.find(']') + 2));
+  }
+  if (!j.is_object()) throw std::runtime_error("expected a JSON object of key: value pairs");
+  FlatConfig out;
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_string()) out.set(key, value.get<std::string>());
+    else if (value.is_null()) out.set(key, "");
+    else if (value.is_primitive()) out.set(key, value.dump());  // numbers and booleans as written
+    else throw std::runtime_error("key '" + key + "' holds a nested structure (only flat key: value pairs)");
+  }
+  return out;
+}
+
+FlatConfig parse_yaml(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw std::runtime_error("malformed YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                             std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  FlatConfig out;
+  if (root.IsNull()) return out;  // empty file or only comments
+  if (!root.IsMap()) throw std::runtime_error("expected a YAML mapping of key: value lines");
+  for (const auto& item : root) {
+    const std::string key = item.first.as<std::string>();
+    if (out.has(key)) throw std::runtime_error("key '" + key + "' appears twice");
+    const YAML::Node& value = item.second;
+    if (value.IsNull()) out.set(key, "");
+    else if (value.IsScalar()) out.set(key, value.Scalar());
+    else throw std::runtime_error("key '" + key + "' holds a nested structure (only flat key: value lines)");
+  }
+  return out;
+}
+
+// Text that reads back as a JSON number or boolean is written bare, everything else as a string.
+enum class Kind { kBool, kInt, kFloat, kText };
+Kind kind_of(const std::string& v) {
+  if (v == "true" || v == "false") return Kind::kBool;
+  if (v.empty() || v.find_first_not_of("-0123456789.eE") != std::string::npos) return Kind::kText;  // no inf/nan/hex
+  if (!std::isdigit(static_cast<unsigned char>(v.back())) || v[0] == '.' || v[0] == 'e' || v[0] == 'E')
+    return Kind::kText;
+  const size_t digits_from = v[0] == '-' ? 1 : 0;
+  if (v.size() > digits_from + 1 && v[digits_from] == '0' && std::isdigit(static_cast<unsigned char>(v[digits_from + 1])))
+    return Kind::kText;  // "007" is text in JSON
+  char* end = nullptr;
+  errno = 0;
+  std::strtoll(v.c_str(), &end, 10);
+  if (*end == '\0' && errno == 0) return Kind::kInt;
+  std::strtod(v.c_str(), &end);
+  return *end == '\0' ? Kind::kFloat : Kind::kText;
+}
+
+}  // namespace
+
+FlatConfig FlatConfig::parse(const std::string& text) {
+  return starts_as_json_object(text) ? parse_json(text) : parse_yaml(text);
+}
+
+FlatConfig FlatConfig::load(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::exception&) {
+    throw std::runtime_error("cannot open config file: " + path);
+  }
+  try {
+    return parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+const std::string& FlatConfig::get(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) throw std::runtime_error("missing config key: " + key);
+  return it->second;
+}
+
+std::string FlatConfig::get_or(const std::string& key, const std::string& fallback) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t FlatConfig::get_int(const std::string& key) const {
+  const std::string& v = get(key);
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw std::runtime_error("config key " + key + " is not an integer: '" + v + "'");
+  }
+}
+
+double FlatConfig::get_double(const std::string& key) const {
+  const std::string& v = get(key);
+  try {
+    size_t used = 0;
+    double x = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw std::runtime_error("config key " + key + " is not a number: '" + v + "'");
+  }
+}
+
+bool FlatConfig::get_bool(const std::string& key) const {
+  const std::string& v = get(key);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  throw std::runtime_error("config key " + key + " is not a boolean: '" + v + "'");
+}
+
+std::string FlatConfig::to_json() const {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : values_) {
+    switch (kind_of(v)) {
+      case Kind::kBool: j[k] = v == "true"; break;
+      case Kind::kInt: j[k] = std::stoll(v); break;
+      case Kind::kFloat: j[k] = std::stod(v); break;
+      case Kind::kText: j[k] = v; break;
+    }
+  }
+  // UTF-8 stays UTF-8; an invalid byte becomes U+FFFD rather than an exception.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::string FlatConfig::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const auto& [k, v] : values_) {
+    out << YAML::Key << k << YAML::Value;
+    // yaml-cpp quotes what its reader would not read back as the same text; an empty
+    // value is written "" so that it stays an (empty) string.
+    if (v.empty()) out << YAML::DoubleQuoted << v;
+    else out << v;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace torchmt

@@ -1,0 +1,74 @@
+// atomic_write: the new content or the old one, never a partial file or a leftover
+// temporary, also when the write fails for real (a file-size limit makes write() fail with
+// EFBIG the way a full disk fails with ENOSPC).
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "test_support.h"
+#include "torchmt/util/atomic_file.h"
+#include "torchmt/util/utf8.h"
+
+namespace torchmt {
+namespace {
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(AtomicWrite, WritesReplacesAndLeavesNoTemporary) {
+  test::TempDir dir;
+  const auto path = dir.file("a.txt");
+  atomic_write(path, "first");
+  EXPECT_EQ(read_file(path), "first");
+  atomic_write(path, std::string(100000, 'x'));
+  EXPECT_EQ(read_file(path).size(), 100000u);
+  atomic_copy(path, dir.file("b.txt"));
+  EXPECT_EQ(read_file(dir.file("b.txt")), read_file(path));
+  EXPECT_EQ(names_in(dir.path().string()).size(), 2u);
+}
+
+TEST(AtomicWrite, AFailedWriteKeepsThePreviousFile) {
+  test::TempDir dir;
+  const auto path = dir.file("checkpoint.pt");
+  atomic_write(path, "previous");
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);  // write() returns EFBIG instead
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    atomic_write(path, std::string(1 << 20, 'y'));
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_NE(message.find("cannot write " + path), std::string::npos) << message;
+  EXPECT_NE(message.find("too large"), std::string::npos) << message;
+  EXPECT_EQ(read_file(path), "previous");
+  EXPECT_EQ(names_in(dir.path().string()), std::vector<std::string>{"checkpoint.pt"});
+}
+
+TEST(AtomicWrite, UnwritableDirectoryIsAClearError) {
+  EXPECT_THROW(atomic_write("/nonexistent-dir/x.txt", "x"), std::runtime_error);
+  EXPECT_THROW(read_file("/nonexistent-dir/x.txt"), std::runtime_error);
+}
+
+TEST(Utf8, OneValidatorForEveryLayer) {
+  EXPECT_FALSE(find_invalid_utf8("Straße 😀").has_value());
+  EXPECT_EQ(find_invalid_utf8("ab\xff" "c"), std::optional<size_t>(2));
+  EXPECT_FALSE(is_valid_utf8("\xed\xa0\x80"));  // surrogate
+  EXPECT_EQ(encode_utf8(*decode_utf8("Öl 😀")), "Öl 😀");
+  EXPECT_THROW(decode_utf8_or_throw("\xc3", "input"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace torchmt
