@@ -34,23 +34,27 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
                         torch::Tensor* cross_weights) {
   auto& self_attn = layer.self_attn;
   auto& cross_attn = layer.cross_attn;
-  auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, T, d_k]
-  auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, T, d_k]
-  auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, T, d_k]
+  torch::Tensor self_out;
   if (cache) {
-    cache->self_k = k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, H, t, d_k]
-    cache->self_v = v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, H, t, d_k]
+    auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, 1, d_k]
+    auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, 1, d_k]
+    auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, 1, d_k]
+    cache->self_k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, H, t, d_k]
+    cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, H, t, d_k]
+    self_out = self_attn->attend(q, cache->self_k, cache->self_v, torch::Tensor());
+  } else {
+    self_out = self_attn(x, x, x, tgt_mask);
   }
-  auto h = layer.norm1(x + layer.dropout(self_attn->attend(q, k, v, tgt_mask)));
+  auto h = layer.norm1(x + layer.dropout(self_out));
   torch::Tensor cross;
-  if (cross_weights) {
+  if (cache) {
+    auto cq = cross_attn->split_heads(cross_attn->W_q, h);  // [B, H, 1, d_k]
+    // start_cache sanitised the source mask once for all steps.
+    cross = cross_attn->attend(cq, cache->cross_k, cache->cross_v, src_mask, /*mask_sanitized=*/true);
+  } else if (cross_weights) {
     std::tie(cross, *cross_weights) = cross_attn->forward_with_weights(h, memory, memory, src_mask);
   } else {
-    auto cq = cross_attn->split_heads(cross_attn->W_q, h);                                   // [B, H, T, d_k]
-    auto ck = cache ? cache->cross_k : cross_attn->split_heads(cross_attn->W_k, memory);  // [B, H, S, d_k]
-    auto cv = cache ? cache->cross_v : cross_attn->split_heads(cross_attn->W_v, memory);  // [B, H, S, d_k]
-    // start_cache sanitised the source mask once for all steps.
-    cross = cross_attn->attend(cq, ck, cv, src_mask, /*mask_sanitized=*/cache != nullptr);
+    cross = cross_attn(h, memory, memory, src_mask);
   }
   h = layer.norm2(h + layer.dropout(cross));
   return layer.norm3(h + layer.dropout(layer.ffn(h)));
