@@ -7,7 +7,7 @@
 //   exporter->write(load_checkpoint(ckpt, torch::kCPU), ExportOptions{}, "model.ts");
 //
 // Formats today: "torchscript" (TorchScriptExporter, torchmt/export/torchscript_exporter.h;
-// read back with ScriptedTranslator, torchmt/export/scripted_translator.h).
+// read back with ExportedModel / load_translator, torchmt/export/exported_model.h).
 #include <memory>
 #include <string>
 #include <vector>
