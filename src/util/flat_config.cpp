@@ -110,28 +110,30 @@ std::string FlatConfig::get_or(const std::string& key, const std::string& fallba
   return it == values_.end() ? fallback : it->second;
 }
 
-int64_t FlatConfig::get_int(const std::string& key) const {
-  const std::string& v = get(key);
+namespace {
+
+// The whole of `text` as a number via `parse` (std::stoll / std::stod), or a one-line error.
+template <typename T, typename Parse>
+T whole_number(const std::string& key, const std::string& text, Parse parse, const char* what) {
   try {
     size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
+    T x = parse(text, &used);
+    if (used == text.size()) return x;
   } catch (const std::exception&) {
-    throw std::runtime_error("config key " + key + " is not an integer: '" + v + "'");
   }
+  throw std::runtime_error("config key " + key + " is not " + what + ": '" + text + "'");
+}
+
+}  // namespace
+
+int64_t FlatConfig::get_int(const std::string& key) const {
+  return whole_number<int64_t>(key, get(key), [](const std::string& t, size_t* n) { return std::stoll(t, n); },
+                               "an integer");
 }
 
 double FlatConfig::get_double(const std::string& key) const {
-  const std::string& v = get(key);
-  try {
-    size_t used = 0;
-    double x = std::stod(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw std::runtime_error("config key " + key + " is not a number: '" + v + "'");
-  }
+  return whole_number<double>(key, get(key), [](const std::string& t, size_t* n) { return std::stod(t, n); },
+                              "a number");
 }
 
 bool FlatConfig::get_bool(const std::string& key) const {
