@@ -37,13 +37,13 @@ void expect_same_batch(const Batch& a, const Batch& b) {
 }
 
 TEST(TokenBatcher, EveryBatchRespectsTheBudget) {
-  for (int64_t max_tokens : {64, 200, 1000, 4096}) {
-    TokenBatcher batcher(sample_corpus(), {max_tokens, 1, true});
+  for (int64_t batch_tokens : {64, 200, 1000, 4096}) {
+    TokenBatcher batcher(sample_corpus(), {batch_tokens, 1, true});
     EXPECT_EQ(batcher.oversized_pairs(), 0);
     for (int64_t i = 0; i < batcher.batches_per_epoch(); ++i) {
       Batch b = batcher.next(torch::kCPU);
       const int64_t padded = b.src.size(0) * (b.src.size(1) + b.tgt_in.size(1));
-      EXPECT_LE(padded, max_tokens) << "batch " << i;
+      EXPECT_LE(padded, batch_tokens) << "batch " << i;
       EXPECT_EQ(b.src.size(0), static_cast<int64_t>(b.indices.size()));
     }
     EXPECT_GE(batcher.padding_fraction(), 0.0);

@@ -160,7 +160,7 @@ torch::jit::Module load_export(const std::string& path, torch::jit::ExtraFilesMa
 SearchOptions native_options(int64_t beam, const ModelConfig& config) {
   SearchOptions o;
   o.beam_size = beam;
-  o.max_len_cap = std::min<int64_t>(o.max_len_cap, config.max_len);
+  o.max_len_cap = std::min<int64_t>(o.max_len_cap, config.max_positions);
   return o;
 }
 
@@ -279,7 +279,7 @@ TEST(ExportTorchScript, ExportTranslatesThroughTheCheckpointsTranslator) {
     TranslationOptions options;
     options.search.beam_size = beam;
     options.search.nbest = beam == 5 ? 3 : 1;  // n-best works for exports too
-    options.max_tokens = 120;                   // and token-budget batches
+    options.batch_source_tokens = 120;                   // and token-budget batches
     auto expected = native.translate(lines, options);
     auto got = scripted.translate(lines, options);
     ASSERT_EQ(got.size(), expected.size());
@@ -359,7 +359,7 @@ torch::jit::Module scripted_scenarios() {
   m.register_attribute("pad_id", c10::IntType::get(), kPadId);
   m.register_attribute("bos_id", c10::IntType::get(), kBosId);
   m.register_attribute("eos_id", c10::IntType::get(), kEosId);
-  m.register_attribute("max_len", c10::IntType::get(), int64_t{1024});
+  m.register_attribute("max_positions", c10::IntType::get(), int64_t{1024});
   m.define(kScriptedScenarios);
   define_archive_search(m);
   return m;
@@ -445,7 +445,7 @@ TEST(ExportTorchScript, ArchiveSearchEqualsNativeSearchOnMulti30k) {
   for (int64_t beam : {1, 4, 5}) {
     SearchOptions o;
     o.beam_size = beam;
-    o.max_len_cap = std::min<int64_t>(o.max_len_cap, exported.config().max_len);
+    o.max_len_cap = std::min<int64_t>(o.max_len_cap, exported.config().max_positions);
     for (size_t begin = 0; begin < order.size(); begin += 64) {
       std::vector<std::vector<int64_t>> rows;
       for (size_t r = begin; r < std::min(order.size(), begin + 64); ++r) rows.push_back(sources[order[r]]);

@@ -21,7 +21,7 @@ ModelConfig parity_config(const std::string& activation) {
   c.d_model = 32;
   c.num_heads = 4;
   c.d_ff = 48;
-  c.max_len = 40;
+  c.max_positions = 40;
   c.activation = parse_activation(activation);
   return c;
 }

@@ -125,18 +125,18 @@ TEST(ParallelCorpus, SkipsAndCountsBadPairs) {
   write_lines(dir.file("s.de"), src);
   write_lines(dir.file("s.en"), tgt);
   CorpusOptions options;
-  options.max_len = 32;
+  options.max_sentence_tokens = 32;
   auto corpus = load_parallel_corpus(dir.file("s.de"), dir.file("s.en"), tok, tok, options);
   EXPECT_EQ(corpus.stats.summary(), "kept 2 of 7 pairs: 1 too long, 3 empty, 1 invalid UTF-8");
   ASSERT_EQ(corpus.pairs.size(), 2u);
   EXPECT_EQ(corpus.pairs[0].index, 0);
   EXPECT_EQ(corpus.pairs[1].index, 5);
 
-  // The limit counts the eos/bos each side carries: exactly max_len fits, one more does not.
+  // The limit counts the eos/bos each side carries: exactly max_sentence_tokens fits, one more does not.
   const int64_t n = static_cast<int64_t>(tok.encode(long_line).size());
-  options.max_len = n + 1;
+  options.max_sentence_tokens = n + 1;
   EXPECT_EQ(load_parallel_corpus(dir.file("s.de"), dir.file("s.en"), tok, tok, options).stats.too_long, 0);
-  options.max_len = n;
+  options.max_sentence_tokens = n;
   EXPECT_EQ(load_parallel_corpus(dir.file("s.de"), dir.file("s.en"), tok, tok, options).stats.too_long, 1);
 }
 
@@ -207,8 +207,8 @@ TEST(CorpusCache, InvalidatedWhenAnInputChanges) {
   EXPECT_EQ(changed.pairs[0].tgt, std::vector<int32_t>(first.begin(), first.end()));
   EXPECT_TRUE(load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options).from_cache);
 
-  // Another max_len: another cache entry, not a stale answer.
-  options.max_len = 8;
+  // Another max_sentence_tokens: another cache entry, not a stale answer.
+  options.max_sentence_tokens = 8;
   auto shorter = load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options);
   EXPECT_FALSE(shorter.from_cache);
   EXPECT_GT(shorter.stats.too_long, 0);

@@ -27,7 +27,7 @@ TrainOptions tiny_run(const std::string& out, const std::string& src, const std:
   o.out = out;
   o.dtype = "fp32";
   o.device = "cpu";
-  o.max_tokens = 600;
+  o.batch_tokens = 600;
   o.lr_factor = 1.0;
   o.warmup = 50;
   o.log_every = 1000;
@@ -48,7 +48,7 @@ TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
   o.label_smoothing = 0.0;
   o.max_steps = 200;
   o.dropout = 0.0;
-  o.max_tokens = 2000;  // the whole corpus in one batch
+  o.batch_tokens = 2000;  // the whole corpus in one batch
   auto summary = Trainer(o).run();
   EXPECT_LT(summary.last_train_loss, 0.1);
   auto translator = Translator::from_checkpoint(dir.file("run/checkpoint_last.pt"), torch::kCPU, torch::kFloat);
@@ -113,7 +113,7 @@ pid_t spawn_train(const std::vector<std::string>& args, const std::string& log) 
 
 std::vector<std::string> train_args(const std::string& out, const std::string& validate_every) {
   return {"train", "--train-src", test::sample_de(), "--train-tgt", test::sample_en(), "--spm", test::sample_spm_path(),
-          "--preset", "tiny", "--dtype", "fp32", "--max-tokens", "300", "--max-steps", "100000",
+          "--preset", "tiny", "--dtype", "fp32", "--batch-tokens", "300", "--max-steps", "100000",
           "--validate-every", validate_every, "--keep-last", "0", "--threads", "1", "--out", out};
 }
 

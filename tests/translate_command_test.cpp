@@ -1,6 +1,7 @@
 // `torchmt translate` and `torchmt evaluate -m` as a user runs them.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "data_test_support.h"
@@ -15,7 +16,7 @@ const std::string& tiny_checkpoint() {
   static const std::string path = [] {
     ModelConfig c = ModelConfig::preset("tiny");
     c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
-    c.max_len = 64;
+    c.max_positions = 64;
     torch::manual_seed(3);
     Transformer model(c);
     CheckpointMeta meta;
@@ -56,7 +57,7 @@ TEST(TranslateCommand, AnExportTranslatesLikeItsCheckpoint) {
   auto r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The same flags for both files, n-best and token-budget batches included: one search.
-  for (std::string flags : {"--beam 1", "--beam 5", "--beam 5 --nbest 3 --max-tokens 20"}) {
+  for (std::string flags : {"--beam 1", "--beam 5", "--beam 5 --nbest 3 --batch-source-tokens 20"}) {
     flags += " --dtype fp32 -i " + dir.file("in.de") + " 2>/dev/null)";
     auto native = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " " + flags);
     auto scripted = test::run_command("(" + tm() + " translate -m " + dir.file("model.ts") + " " + flags);
@@ -120,6 +121,83 @@ TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {
   EXPECT_NE(r.output.find("line counts differ"), std::string::npos) << r.output;
   r = test::run_command(tm() + " evaluate --ref " + dir.file("ref.en"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// Every subcommand: --dump-config prints YAML that --config reads back to the same
+// configuration, flags override the file, and bad files, keys and renamed flags are one-line
+// usage errors.
+TEST(ConfigFiles, EverySubcommandDumpsAndReadsItsConfiguration) {
+  test::TempDir dir;
+  for (std::string command : {"vocab", "train", "translate", "evaluate", "export", "average", "info"}) {
+    auto dumped = test::run_command("(" + tm() + " " + command + " --dump-config 2>/dev/null)");
+    ASSERT_EQ(dumped.exit_code, 0) << command << ": " << dumped.output;
+    ASSERT_FALSE(dumped.output.empty()) << command;
+    test::write_text(dir.file(command + ".yaml"), dumped.output);
+    auto again = test::run_command("(" + tm() + " " + command + " --config " + dir.file(command + ".yaml") +
+                                   " --dump-config 2>/dev/null)");
+    ASSERT_EQ(again.exit_code, 0) << command << ": " << again.output;
+    EXPECT_EQ(again.output, dumped.output) << command;
+    // --help lists --config and --dump-config with the other options.
+    auto help = test::run_command(tm() + " " + command + " --help");
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_NE(help.output.find("--dump-config"), std::string::npos) << command;
+    // A key the command does not know is refused, naming it.
+    test::write_text(dir.file("bad.yaml"), "no_such_option: 1\n");
+    auto bad = test::run_command(tm() + " " + command + " --config " + dir.file("bad.yaml"));
+    EXPECT_EQ(bad.exit_code, 2) << command << ": " << bad.output;
+    EXPECT_NE(bad.output.find("no_such_option"), std::string::npos) << command << ": " << bad.output;
+    EXPECT_EQ(count_lines(bad.output), 1u) << command << ": " << bad.output;
+  }
+  // Defaults appear in the help, typed once in the option structs.
+  auto help = test::run_command(tm() + " translate --help");
+  EXPECT_NE(help.output.find("(default: 0.6)"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--batch-source-tokens"), std::string::npos) << help.output;
+  // Flags override the file.
+  test::write_text(dir.file("t.yaml"), "beam: 4\nlenpen: 1.0\nmodel: a.pt\n");
+  auto r = test::run_command(tm() + " translate --config " + dir.file("t.yaml") + " --beam 2 --dump-config");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("beam: 2\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lenpen: 1\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: a.pt\n"), std::string::npos) << r.output;
+  // Renamed flags point to their new name; the old config keys still read.
+  r = test::run_command(tm() + " translate -m x.pt --max-tokens 100");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-tokens is now --batch-source-tokens"), std::string::npos) << r.output;
+  r = test::run_command(tm() + " train --max-len 100");
+  EXPECT_NE(r.output.find("--max-len is now --max-sentence-tokens"), std::string::npos) << r.output;
+  test::write_text(dir.file("old.yaml"), "max_tokens: 1234\n");
+  r = test::run_command(tm() + " train --config " + dir.file("old.yaml") + " --dump-config");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch_tokens: 1234\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is now called 'batch_tokens'"), std::string::npos) << r.output;
+  // A missing or malformed file.
+  r = test::run_command(tm() + " info --config " + dir.file("missing.yaml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("missing.yaml"), std::string::npos) << r.output;
+  test::write_text(dir.file("broken.yaml"), "beam: [1\n");
+  r = test::run_command(tm() + " translate --config " + dir.file("broken.yaml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("broken.yaml"), std::string::npos) << r.output;
+}
+
+TEST(ConfigFiles, TranslateAndAverageRunFromAConfigFile) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\nWie geht es dir?\n");
+  auto flags = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " -i " + dir.file("in.de") +
+                                 " --beam 3 --nbest 2 --dtype fp32 2>/dev/null)");
+  ASSERT_EQ(flags.exit_code, 0) << flags.output;
+  test::write_text(dir.file("t.json"), "{\"model\": \"" + tiny_checkpoint() + "\", \"input\": \"" + dir.file("in.de") +
+                                           "\", \"beam\": 3, \"nbest\": 2, \"dtype\": \"fp32\"}\n");
+  auto config = test::run_command("(" + tm() + " translate --config " + dir.file("t.json") + " 2>/dev/null)");
+  ASSERT_EQ(config.exit_code, 0) << config.output;
+  EXPECT_EQ(config.output, flags.output);
+  EXPECT_EQ(count_lines(config.output), 4u);
+  // average: the checkpoints as a YAML list.
+  test::write_text(dir.file("avg.yaml"), "output: " + dir.file("avg.pt") + "\ninputs:\n  - " + tiny_checkpoint() +
+                                             "\n  - " + tiny_checkpoint() + "\n");
+  auto avg = test::run_command(tm() + " average --config " + dir.file("avg.yaml"));
+  ASSERT_EQ(avg.exit_code, 0) << avg.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("avg.pt")));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ namespace {
 Translator random_translator() {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
-  c.max_len = 64;
+  c.max_positions = 64;
   torch::manual_seed(9);
   return Translator(Transformer(c), test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
 }
@@ -37,7 +37,7 @@ TEST(Translator, BatchedEqualsOneByOneAndKeepsInputOrder) {
       EXPECT_EQ(translator.translate_text({lines[i]}, single)[0], together[i]) << "line " << i << " beam " << beam;
     }
     TranslationOptions by_tokens = batched;
-    by_tokens.max_tokens = 40;
+    by_tokens.batch_source_tokens = 40;
     EXPECT_EQ(translator.translate_text(lines, by_tokens), together);
   }
 }

@@ -22,7 +22,7 @@ fi
 resume=()
 [ -f "$run/checkpoint_last.pt" ] && resume=(--resume)
 "$tm" train --train-src $d/train.de.gz --train-tgt $d/train.en.gz --valid-src $d/val.de.gz --valid-tgt $d/val.en.gz \
-  --preset small --dropout 0.2 --warmup 1000 --max-tokens 4096 "${budget[@]}" --out "$run" "${resume[@]}"
+  --preset small --dropout 0.2 --warmup 1000 --batch-tokens 4096 "${budget[@]}" --out "$run" "${resume[@]}"
 
 echo
 echo "== a few translations (greedy) =="

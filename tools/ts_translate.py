@@ -33,7 +33,7 @@ def main():
     tgt_sp = spm.SentencePieceProcessor(model_proto=files["tgt_spm.model"]) if files["tgt_spm.model"] else src_sp
 
     eos, pad = int(marker["eos_id"]), int(marker["pad_id"])
-    rows = [src_sp.encode(s)[: config["max_len"] - 1] + [eos] for s in args.sentences]
+    rows = [src_sp.encode(s)[: config.get("max_positions", config.get("max_len")) - 1] + [eos] for s in args.sentences]
     src = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
     for i, ids in enumerate(rows):
         src[i, : len(ids)] = torch.tensor(ids)

@@ -7,24 +7,40 @@
 namespace torchmt::cli {
 namespace {
 
+struct AverageCommandOptions {
+  std::string output;
+  std::vector<std::string> inputs;
+};
+
+const OptionTable<AverageCommandOptions>& average_option_table() {
+  static const OptionTable<AverageCommandOptions> table = [] {
+    using O = AverageCommandOptions;
+    OptionTable<O> t("average");
+    t.add("output", &O::output, "averaged checkpoint to write", {"o", "", {}});
+    t.add("inputs", &O::inputs, "checkpoints to average (the arguments without a flag)");
+    return t;
+  }();
+  return table;
+}
+
 int run_average(int argc, char** argv) {
   cxxopts::Options options(argv[0], "Average the parameters of checkpoints of one run: torchmt average -o avg.pt a.pt b.pt ...");
-  options.add_options()("o,output", "averaged checkpoint to write", cxxopts::value<std::string>())(
-      "inputs", "checkpoints", cxxopts::value<std::vector<std::string>>());
-  options.parse_positional({"inputs"});
   options.positional_help("CHECKPOINT...");
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  if (!require_flag(*r, "output", argv[0])) return kExitUsage;
-  if (!r->count("inputs") || (*r)["inputs"].as<std::vector<std::string>>().size() < 2) {
+  auto o = parse_options(options, average_option_table(), argc, argv, code, "inputs");
+  if (!o) return code;
+  if (o->output.empty()) {
+    std::cerr << argv[0] << ": missing required option -o/--output (see --help)\n";
+    return kExitUsage;
+  }
+  if (o->inputs.size() < 2) {
     std::cerr << argv[0] << ": give at least two checkpoints to average\n";
     return kExitUsage;
   }
-  const auto inputs = (*r)["inputs"].as<std::vector<std::string>>();
+  const auto& inputs = o->inputs;
   auto averaged = average_checkpoints(inputs);
-  save_checkpoint((*r)["output"].as<std::string>(), averaged.model, nullptr, averaged.meta);
-  std::cerr << "averaged " << inputs.size() << " checkpoints into " << (*r)["output"].as<std::string>() << "\n";
+  save_checkpoint(o->output, averaged.model, nullptr, averaged.meta);
+  std::cerr << "averaged " << inputs.size() << " checkpoints into " << o->output << "\n";
   return kExitOk;
 }
 

@@ -1,45 +1,79 @@
 #pragma once
-// Shared flag handling for subcommands: cxxopts errors become one line + exit code 2.
+// Flag handling shared by the subcommands. Each subcommand has one option table
+// (torchmt/util/option_table.h); from it come its flags, its --help text with the defaults,
+// `--config FILE` (YAML or JSON, keys as the flags with _ for -; flags override the file)
+// and `--dump-config` (the effective configuration as YAML, ready for --config).
+// cxxopts errors become one line and exit code 2.
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <cxxopts.hpp>
 
 #include "commands.h"
+#include "torchmt/util/option_table.h"
 
 namespace torchmt::cli {
 
-// Parses argv; on --help prints the help and returns kExitOk in `exit_code`; on a bad flag
-// prints one line and returns kExitUsage. Otherwise returns the parse result.
-inline std::optional<cxxopts::ParseResult> parse_flags(cxxopts::Options& options, int argc, char** argv,
-                                                        int& exit_code) {
-  options.add_options()("h,help", "show this help");
+// What a command line says: the parsed flags, and the configuration that --config FILE and
+// the flags given give together.
+struct CommandLine {
+  cxxopts::ParseResult flags;
+  FlatConfig config;
+  bool dump_config = false;
+};
+
+// Adds a flag per row (help text with the default), plus --config, --dump-config and
+// --help, parses argv and overlays the flags given on the --config file. On --help prints
+// the help and sets kExitOk; on a bad flag prints one line and sets kExitUsage; both return
+// nullopt. `positional`: the key that takes the arguments without a flag, if any.
+std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const std::vector<OptionRow>& rows,
+                                              int argc, char** argv, int& exit_code,
+                                              const std::string& positional = "");
+
+// The options `line` gives (`start` for the keys it does not name). A bad value is a usage
+// error (one line, kExitUsage); with --dump-config prints the effective configuration and
+// sets kExitOk. Both return nullopt.
+template <typename Options>
+std::optional<Options> read_options(const OptionTable<Options>& table, const CommandLine& line, const char* program,
+                                    int& exit_code, Options start = Options{}) {
+  Options options;
   try {
-    auto result = options.parse(argc, argv);
-    if (result.count("help")) {
-      std::cout << options.help() << "\n";
-      exit_code = kExitOk;
-      return std::nullopt;
-    }
-    if (!result.unmatched().empty()) {
-      std::cerr << argv[0] << ": unexpected argument '" << result.unmatched().front() << "'\n";
-      exit_code = kExitUsage;
-      return std::nullopt;
-    }
-    return result;
-  } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
+    options = table.read(line.config, std::move(start));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
     exit_code = kExitUsage;
     return std::nullopt;
   }
+  if (line.dump_config) {
+    std::cout << table.write(options).to_yaml();
+    exit_code = kExitOk;
+    return std::nullopt;
+  }
+  return options;
 }
 
-// A required string flag: one-line usage error when missing.
-inline bool require_flag(const cxxopts::ParseResult& r, const std::string& name, const char* program) {
-  if (r.count(name)) return true;
-  std::cerr << program << ": missing required option --" << name << " (see --help)\n";
-  return false;
+// parse_command_line + read_options.
+template <typename Options>
+std::optional<Options> parse_options(cxxopts::Options& cx, const OptionTable<Options>& table, int argc, char** argv,
+                                     int& exit_code, const std::string& positional = "") {
+  auto line = parse_command_line(cx, table.rows(), argc, argv, exit_code, positional);
+  if (!line) return std::nullopt;
+  return read_options(table, *line, argv[0], exit_code);
+}
+
+// Runs `check` (which throws std::invalid_argument naming the flag); false after printing
+// the one-line usage error.
+template <typename Check>
+bool check_usage(Check check, const char* program) {
+  try {
+    check();
+    return true;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
+    return false;
+  }
 }
 
 }  // namespace torchmt::cli

@@ -8,43 +8,62 @@
 #include "torchmt/evaluation/report.h"
 #include "torchmt/evaluation/utf8_line_reader.h"
 #include "torchmt/util/atomic_file.h"
-#include "translation_session.h"
+#include "torchmt/decoding/translation_options.h"
+#include "torchmt/export/exported_model.h"
 
 namespace torchmt::cli {
 
 namespace {
+
+struct EvaluateCommandOptions {
+  std::string hyp, src, ref, save_hyp;
+  TranslatorConfig translator;
+};
+
+const OptionTable<EvaluateCommandOptions>& evaluate_option_table() {
+  static const OptionTable<EvaluateCommandOptions> table = [] {
+    using O = EvaluateCommandOptions;
+    OptionTable<O> t("evaluate");
+    t.add("hyp", &O::hyp, "hypothesis file, one sentence per line (plain or .gz)", {"", "scoring", {}});
+    t.add("src", &O::src, "source file to translate with -m (plain or .gz)", {"", "scoring", {}});
+    t.add("ref", &O::ref, "reference file, line i translating the same source as hypothesis line i",
+          {"", "scoring", {}});
+    t.add("save_hyp", &O::save_hyp, "with -m: also write the translations to this file", {"", "scoring", {}});
+    t.include(translator_option_table(), &O::translator);
+    return t;
+  }();
+  return table;
+}
 
 int run_evaluate(int argc, char** argv) {
   cxxopts::Options options(argv[0],
                            "Score translations against a reference with corpus BLEU and chrF, computed exactly as "
                            "sacreBLEU 2.6.0 does by default (13a tokenization, cased). Either score an existing "
                            "--hyp file, or translate --src with -m MODEL first.");
-  options.add_options()("hyp", "hypothesis file, one sentence per line (plain or .gz)", cxxopts::value<std::string>())(
-      "src", "source file to translate with -m (plain or .gz)", cxxopts::value<std::string>())(
-      "ref", "reference file, line i translating the same source as hypothesis line i", cxxopts::value<std::string>())(
-      "save-hyp", "with -m: also write the translations to this file", cxxopts::value<std::string>());
-  add_translation_flags(options);
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  if (!require_flag(*r, "ref", argv[0])) return kExitUsage;
-  const bool translate_first = r->count("model") > 0;
-  if (translate_first == (r->count("hyp") > 0)) {
+  auto o = parse_options(options, evaluate_option_table(), argc, argv, code);
+  if (!o) return code;
+  if (o->ref.empty()) {
+    std::cerr << argv[0] << ": missing required option --ref (see --help)\n";
+    return kExitUsage;
+  }
+  const bool translate_first = !o->translator.model.empty();
+  if (translate_first == !o->hyp.empty()) {
     std::cerr << argv[0] << ": give either --hyp FILE, or -m MODEL with --src FILE (see --help)\n";
     return kExitUsage;
   }
-  if (translate_first && !require_flag(*r, "src", argv[0])) return kExitUsage;
-  const std::string hyp_path = translate_first ? (*r)["src"].as<std::string>() : (*r)["hyp"].as<std::string>();
-  const std::string ref_path = (*r)["ref"].as<std::string>();
-
-  std::vector<std::string> hyps, refs;
-  std::unique_ptr<TranslationSession> session;
-  try {
-    if (translate_first) session = std::make_unique<TranslationSession>(*r);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
+  if (translate_first && o->src.empty()) {
+    std::cerr << argv[0] << ": missing required option --src (see --help)\n";
     return kExitUsage;
   }
+  const std::string hyp_path = translate_first ? o->src : o->hyp;
+  const std::string ref_path = o->ref;
+  std::unique_ptr<Translator> translator;
+  if (translate_first &&
+      !check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
+    return kExitUsage;
+
+  std::vector<std::string> hyps, refs;
   try {
     hyps = evaluation::read_utf8_lines(hyp_path);  // the sources, when translating first
     refs = evaluation::read_utf8_lines(ref_path);
@@ -60,12 +79,12 @@ int run_evaluate(int argc, char** argv) {
   }
   if (translate_first) {
     std::vector<std::string> translated;
-    for (auto& t : session->translate(hyps)) translated.push_back(std::move(t.texts.front()));
+    for (auto& t : translator->translate(hyps, o->translator.translation)) translated.push_back(std::move(t.texts.front()));
     hyps = std::move(translated);
-    if (r->count("save-hyp")) {
+    if (!o->save_hyp.empty()) {
       std::string text;
       for (const auto& h : hyps) text += h + "\n";
-      atomic_write((*r)["save-hyp"].as<std::string>(), text);
+      atomic_write(o->save_hyp, text);
     }
   }
   return evaluation::score_and_print(hyps, refs, std::cout);

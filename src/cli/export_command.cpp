@@ -12,39 +12,55 @@
 namespace torchmt::cli {
 namespace {
 
+struct ExportCommandOptions {
+  std::string model, output;
+  std::string dtype = "fp32";
+  bool freeze = false;
+  std::string format = "torchscript";
+};
+
+const OptionTable<ExportCommandOptions>& export_option_table() {
+  static const OptionTable<ExportCommandOptions> table = [] {
+    using O = ExportCommandOptions;
+    OptionTable<O> t("export");
+    t.add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}});
+    t.add("output", &O::output, "file to write (e.g. model.ts)", {"o", "", {}});
+    t.add("dtype", &O::dtype, "weights as fp32, bf16 or fp16");
+    t.add("freeze", &O::freeze, "fold weights into the code and apply TorchScript inference optimisations (no state dict)");
+    t.add("format", &O::format, "export format");
+    return t;
+  }();
+  return table;
+}
+
 int run_export(int argc, char** argv) {
   cxxopts::Options options(argv[0],
                            "Export a checkpoint as one TorchScript file (weights, SentencePiece model, config) that "
                            "C++ (torch::jit::load, `torchmt translate -m model.ts`) and Python (torch.jit.load) load.");
-  options.add_options()("m,model", "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)",
-                        cxxopts::value<std::string>())("o,output", "file to write (e.g. model.ts)",
-                                                       cxxopts::value<std::string>())(
-      "dtype", "weights as fp32, bf16 or fp16", cxxopts::value<std::string>()->default_value("fp32"))(
-      "freeze", "fold weights into the code and apply TorchScript inference optimisations (no state dict)")(
-      "format", "export format", cxxopts::value<std::string>()->default_value("torchscript"));
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  if (!require_flag(*r, "model", argv[0]) || !require_flag(*r, "output", argv[0])) return kExitUsage;
+  auto o = parse_options(options, export_option_table(), argc, argv, code);
+  if (!o) return code;
   ExportOptions export_options;
   std::unique_ptr<ModelExporter> exporter;
-  try {
-    export_options.dtype = parse_export_dtype((*r)["dtype"].as<std::string>());
-    exporter = make_exporter((*r)["format"].as<std::string>());
-  } catch (const std::invalid_argument& e) {
-    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
-    return kExitUsage;
-  }
-  export_options.freeze = r->count("freeze") > 0;
-  const auto input = (*r)["model"].as<std::string>();
-  const auto output = (*r)["output"].as<std::string>();
+  const bool usable = check_usage(
+      [&] {
+        if (o->model.empty()) throw std::invalid_argument("missing required option -m/--model");
+        if (o->output.empty()) throw std::invalid_argument("missing required option -o/--output");
+        export_options.dtype = parse_export_dtype(o->dtype);
+        exporter = make_exporter(o->format);
+      },
+      argv[0]);
+  if (!usable) return kExitUsage;
+  export_options.freeze = o->freeze;
+  const std::string& input = o->model;
+  const std::string& output = o->output;
 
   auto checkpoint = load_checkpoint(input, torch::kCPU);
   exporter->write(checkpoint, export_options, output);
   const auto& c = checkpoint.meta.model;
   std::cerr << "exported " << input << " (step " << checkpoint.meta.position.step << ", " << c.num_encoder_layers
             << "+" << c.num_decoder_layers << " layers, d_model " << c.d_model << ") to " << output << " ("
-            << exporter->format() << ", " << (*r)["dtype"].as<std::string>()
+            << exporter->format() << ", " << o->dtype
             << (export_options.freeze ? ", frozen" : "") << ", " << std::filesystem::file_size(output) / 1024
             << " KiB)\n";
   return kExitOk;

@@ -10,15 +10,36 @@ namespace torchmt::cli {
 
 namespace {
 
+struct InfoCommandOptions {
+  std::string preset = "base";
+  int64_t vocab_size = 8000;
+};
+
+const OptionTable<InfoCommandOptions>& info_option_table() {
+  static const OptionTable<InfoCommandOptions> table = [] {
+    using O = InfoCommandOptions;
+    OptionTable<O> t("info");
+    t.add("preset", &O::preset, "tiny|small|base|big");
+    t.add("vocab_size", &O::vocab_size, "joint vocabulary size");
+    return t;
+  }();
+  return table;
+}
+
 int run_info(int argc, char** argv) {
   cxxopts::Options options(argv[0], "Print the configuration and parameter count of a model preset.");
-  options.add_options()("preset", "tiny|small|base|big", cxxopts::value<std::string>()->default_value("base"))(
-      "vocab-size", "joint vocabulary size", cxxopts::value<int64_t>()->default_value("8000"));
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  ModelConfig config = ModelConfig::preset((*r)["preset"].as<std::string>());
-  config.src_vocab_size = config.tgt_vocab_size = (*r)["vocab-size"].as<int64_t>();
+  auto o = parse_options(options, info_option_table(), argc, argv, code);
+  if (!o) return code;
+  ModelConfig config;
+  if (!check_usage(
+          [&] {
+            config = ModelConfig::preset(o->preset);
+            config.src_vocab_size = config.tgt_vocab_size = o->vocab_size;
+            config.validate();
+          },
+          argv[0]))
+    return kExitUsage;
   Transformer model(config);
   std::cout << config.to_json() << "parameters: " << count_parameters(model) << "\n";
   return kExitOk;

@@ -9,7 +9,9 @@
 #include "cli_options.h"
 #include "torchmt/decoding/attention_svg.h"
 #include "torchmt/util/atomic_file.h"
-#include "translation_session.h"
+#include "input_lines.h"
+#include "torchmt/decoding/translation_options.h"
+#include "torchmt/export/exported_model.h"
 
 namespace torchmt::cli {
 namespace {
@@ -30,41 +32,50 @@ void write_attention_picture(Translator& translator, const std::string& source, 
   atomic_write(path, render_attention_svg(weights, target_labels, source_labels, title));
 }
 
+struct TranslateCommandOptions {
+  TranslatorConfig translator;
+  std::string input = "-", output = "-";
+  std::string attention_svg;
+  int64_t attention_layer = -1, attention_head = -1;
+};
+
+const OptionTable<TranslateCommandOptions>& translate_option_table() {
+  static const OptionTable<TranslateCommandOptions> table = [] {
+    using O = TranslateCommandOptions;
+    OptionTable<O> t("translate");
+    t.include(translator_option_table(), &O::translator);
+    t.add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}});
+    t.add("output", &O::output, "output file, - for stdout", {"o", "io", {}});
+    t.add("attention_svg", &O::attention_svg, "write the cross-attention heatmap of the first sentence to this SVG file",
+          {"", "io", {}});
+    t.add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}});
+    t.add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}});
+    return t;
+  }();
+  return table;
+}
+
 int run_translate(int argc, char** argv) {
   cxxopts::Options options(argv[0], "Translate sentences with a trained model (checkpoint or TorchScript export).");
-  add_translation_flags(options);
-  options.add_options("io")("i,input", "input file (plain or .gz), - for stdin",
-                            cxxopts::value<std::string>()->default_value("-"))(
-      "o,output", "output file, - for stdout", cxxopts::value<std::string>()->default_value("-"))(
-      "attention-svg", "write the cross-attention heatmap of the first sentence to this SVG file",
-      cxxopts::value<std::string>())("attention-layer", "decoder layer for the picture (-1 = last)",
-                                     cxxopts::value<int64_t>()->default_value("-1"))(
-      "attention-head", "head for the picture (-1 = mean over heads)", cxxopts::value<int64_t>()->default_value("-1"));
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  std::unique_ptr<TranslationSession> session;
-  try {
-    session = std::make_unique<TranslationSession>(*r);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
+  auto o = parse_options(options, translate_option_table(), argc, argv, code);
+  if (!o) return code;
+  std::unique_ptr<Translator> translator;
+  if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;
-  }
-  if (r->count("attention-svg") && !session->translator().model()) {
+  if (!o->attention_svg.empty() && !translator->model()) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
     return kExitUsage;
   }
-  const std::string input = (*r)["input"].as<std::string>();
-  auto lines = read_input_lines(input);
+  auto lines = read_input_lines(o->input);
 
   const auto start = std::chrono::steady_clock::now();
-  auto translations = session->translate(lines);
+  auto translations = translator->translate(lines, o->translator.translation);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  const std::string output = (*r)["output"].as<std::string>();
   std::ostringstream file;  // -o FILE: written at once by atomic_write, never half
-  std::ostream& out = output == "-" ? std::cout : file;
-  const bool nbest = session->options().search.nbest > 1;
+  std::ostream& out = o->output == "-" ? std::cout : file;
+  const bool nbest = o->translator.translation.search.nbest > 1;
   int64_t tokens = 0;
   for (size_t i = 0; i < translations.size(); ++i) {
     const auto& t = translations[i];
@@ -78,7 +89,7 @@ int run_translate(int argc, char** argv) {
       out << i << " ||| " << t.texts[j] << " ||| " << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
   }
   out.flush();
-  if (output != "-") atomic_write(output, file.str());
+  if (o->output != "-") atomic_write(o->output, file.str());
   size_t truncated = 0;
   for (const auto& t : translations) truncated += t.truncated ? 1 : 0;
   if (truncated > 0)
@@ -87,10 +98,10 @@ int run_translate(int argc, char** argv) {
             << static_cast<int64_t>(lines.size() / std::max(seconds, 1e-9)) << " sentences/s, "
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s)\n";
 
-  if (r->count("attention-svg")) {
+  if (!o->attention_svg.empty()) {
     if (lines.empty()) throw std::runtime_error("--attention-svg: no input");
-    write_attention_picture(session->translator(), lines[0], translations[0], (*r)["attention-svg"].as<std::string>(),
-                            (*r)["attention-layer"].as<int64_t>(), (*r)["attention-head"].as<int64_t>());
+    write_attention_picture(*translator, lines[0], translations[0], o->attention_svg, o->attention_layer,
+                            o->attention_head);
   }
   return kExitOk;
 }

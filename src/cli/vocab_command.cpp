@@ -20,31 +20,46 @@ void train_one(VocabTrainingOptions options) {
             << std::setprecision(1) << seconds << " s)\n";
 }
 
+struct VocabCommandOptions {
+  std::string src, tgt, out;
+  bool separate = false;
+  VocabTrainingOptions training;
+};
+
+const OptionTable<VocabCommandOptions>& vocab_option_table() {
+  static const OptionTable<VocabCommandOptions> table = [] {
+    using O = VocabCommandOptions;
+    OptionTable<O> t("vocab");
+    t.add("src", &O::src, "source-side training text (plain or .gz)");
+    t.add("tgt", &O::tgt, "target-side training text (plain or .gz)");
+    t.add("out", &O::out, "output prefix, e.g. spm/deen");
+    t.add("separate", &O::separate, "one model per language instead of a joint one");
+    t.add("vocab_size", [](O& o) -> int& { return o.training.vocab_size; }, "pieces per model");
+    t.add("input_sentence_size", [](O& o) -> int64_t& { return o.training.input_sentence_size; },
+          "sentences sampled for training (bounds memory on large corpora)");
+    t.add("seed", [](O& o) -> uint32_t& { return o.training.seed; }, "sampling seed (same seed and input -> same model)");
+    t.add("character_coverage", [](O& o) -> double& { return o.training.character_coverage; },
+          "share of characters covered by pieces");
+    return t;
+  }();
+  return table;
+}
+
 int run_vocab(int argc, char** argv) {
   cxxopts::Options options(argv[0],
                            "Train a SentencePiece BPE vocabulary (pad 0, unk 1, bos 2, eos 3) on parallel text.\n"
                            "Joint by default (PREFIX.model, PREFIX.vocab), so embeddings can be shared;\n"
                            "--separate trains PREFIX.src.model and PREFIX.tgt.model.");
-  options.add_options()("src", "source-side training text (plain or .gz)", cxxopts::value<std::string>())(
-      "tgt", "target-side training text (plain or .gz)", cxxopts::value<std::string>())(
-      "vocab-size", "pieces per model", cxxopts::value<int>()->default_value("8000"))(
-      "out", "output prefix, e.g. spm/deen", cxxopts::value<std::string>())(
-      "separate", "one model per language instead of a joint one")(
-      "input-sentence-size", "sentences sampled for training (bounds memory on large corpora)",
-      cxxopts::value<int64_t>()->default_value("2000000"))(
-      "seed", "sampling seed (same seed and input -> same model)", cxxopts::value<uint32_t>()->default_value("1"))(
-      "character-coverage", "share of characters covered by pieces", cxxopts::value<double>()->default_value("1.0"));
   int code = kExitOk;
-  auto r = parse_flags(options, argc, argv, code);
-  if (!r) return code;
-  for (const char* name : {"src", "tgt", "out"}) {
-    if (!require_flag(*r, name, argv[0])) return kExitUsage;
+  auto o = parse_options(options, vocab_option_table(), argc, argv, code);
+  if (!o) return code;
+  for (const auto& [value, name] : {std::pair{&o->src, "src"}, {&o->tgt, "tgt"}, {&o->out, "out"}}) {
+    if (value->empty()) {
+      std::cerr << argv[0] << ": missing required option --" << name << " (see --help)\n";
+      return kExitUsage;
+    }
   }
-  VocabTrainingOptions base;
-  base.vocab_size = (*r)["vocab-size"].as<int>();
-  base.input_sentence_size = (*r)["input-sentence-size"].as<int64_t>();
-  base.seed = (*r)["seed"].as<uint32_t>();
-  base.character_coverage = (*r)["character-coverage"].as<double>();
+  VocabTrainingOptions base = o->training;
   if (base.vocab_size < 5) {
     std::cerr << argv[0] << ": --vocab-size must be at least 5 (4 special pieces + 1), got " << base.vocab_size
               << "\n";
@@ -58,10 +73,10 @@ int run_vocab(int argc, char** argv) {
     std::cerr << argv[0] << ": --character-coverage must be in (0, 1]\n";
     return kExitUsage;
   }
-  const std::string src = (*r)["src"].as<std::string>();
-  const std::string tgt = (*r)["tgt"].as<std::string>();
-  const std::string out = (*r)["out"].as<std::string>();
-  if (r->count("separate")) {
+  const std::string& src = o->src;
+  const std::string& tgt = o->tgt;
+  const std::string& out = o->out;
+  if (o->separate) {
     VocabTrainingOptions s = base, t = base;
     s.inputs = {src};
     s.model_prefix = out + ".src";

@@ -56,18 +56,18 @@ uint64_t hash_file(const std::string& path) {
 struct CacheKey {
   std::string src_path, tgt_path, src_tok, tgt_tok;
   uint64_t src_size = 0, tgt_size = 0, src_hash = 0, tgt_hash = 0;
-  int64_t max_len = 0;
+  int64_t max_sentence_tokens = 0;
   bool operator==(const CacheKey& o) const {
     return src_path == o.src_path && tgt_path == o.tgt_path && src_tok == o.src_tok && tgt_tok == o.tgt_tok &&
            src_size == o.src_size && tgt_size == o.tgt_size && src_hash == o.src_hash && tgt_hash == o.tgt_hash &&
-           max_len == o.max_len;
+           max_sentence_tokens == o.max_sentence_tokens;
   }
 };
 
 std::string absolute(const std::string& path) { return fs::weakly_canonical(fs::absolute(path)).string(); }
 
 CacheKey make_key(const std::string& src, const std::string& tgt, const Tokenizer& st, const Tokenizer& tt,
-                  int64_t max_len) {
+                  int64_t max_sentence_tokens) {
   CacheKey k;
   k.src_path = absolute(src);
   k.tgt_path = absolute(tgt);
@@ -77,7 +77,7 @@ CacheKey make_key(const std::string& src, const std::string& tgt, const Tokenize
   k.tgt_size = fs::file_size(tgt);
   k.src_hash = hash_file(src);
   k.tgt_hash = hash_file(tgt);
-  k.max_len = max_len;
+  k.max_sentence_tokens = max_sentence_tokens;
   return k;
 }
 
@@ -146,7 +146,7 @@ void write_key(Writer& w, const CacheKey& k) {
   w.pod(k.tgt_size);
   w.pod(k.src_hash);
   w.pod(k.tgt_hash);
-  w.pod(k.max_len);
+  w.pod(k.max_sentence_tokens);
 }
 
 CacheKey read_key(Reader& r) {
@@ -159,7 +159,7 @@ CacheKey read_key(Reader& r) {
   k.tgt_size = r.pod<uint64_t>();
   k.src_hash = r.pod<uint64_t>();
   k.tgt_hash = r.pod<uint64_t>();
-  k.max_len = r.pod<int64_t>();
+  k.max_sentence_tokens = r.pod<int64_t>();
   return k;
 }
 
@@ -268,8 +268,8 @@ EncodedCorpus encode_corpus(const std::vector<std::string>& src, const std::vect
       p.tgt = to_int32(tgt_tok.encode(tgt[i]));
       if (p.src.empty() || p.tgt.empty()) {
         verdicts[i] = Verdict::kEmpty;  // only characters the normaliser removes
-      } else if (static_cast<int64_t>(p.src.size()) + 1 > options.max_len ||
-                 static_cast<int64_t>(p.tgt.size()) + 1 > options.max_len) {
+      } else if (static_cast<int64_t>(p.src.size()) + 1 > options.max_sentence_tokens ||
+                 static_cast<int64_t>(p.tgt.size()) + 1 > options.max_sentence_tokens) {
         verdicts[i] = Verdict::kTooLong;  // +1: the eos (src) or bos (tgt) each side carries
       }
     }
@@ -310,15 +310,15 @@ EncodedCorpus encode_corpus(const std::vector<std::string>& src, const std::vect
 
 std::string corpus_cache_path(const std::string& src_path, const std::string& tgt_path, const Tokenizer& src_tok,
                               const Tokenizer& tgt_tok, const CorpusOptions& options) {
-  // One file per (inputs, tokenizers, max_len): switching between corpora keeps both caches.
+  // One file per (inputs, tokenizers, max_sentence_tokens): switching between corpora keeps both caches.
   const std::string id = fnv1a_hex(absolute(src_path) + '\n' + absolute(tgt_path) + '\n' + src_tok.checksum() +
-                                   '\n' + tgt_tok.checksum() + '\n' + std::to_string(options.max_len));
+                                   '\n' + tgt_tok.checksum() + '\n' + std::to_string(options.max_sentence_tokens));
   return (fs::path(options.cache_dir) / (fs::path(src_path).filename().string() + "." + id + ".corpus")).string();
 }
 
 EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::string& tgt_path,
                                    const Tokenizer& src_tok, const Tokenizer& tgt_tok, const CorpusOptions& options) {
-  if (options.max_len < 2) throw std::invalid_argument("max_len must be at least 2, got " + std::to_string(options.max_len));
+  if (options.max_sentence_tokens < 2) throw std::invalid_argument("max_sentence_tokens must be at least 2, got " + std::to_string(options.max_sentence_tokens));
   for (const auto& path : {src_path, tgt_path}) {
     if (!fs::exists(path)) throw std::runtime_error("corpus file '" + path + "' not found");
   }
@@ -326,7 +326,7 @@ EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::strin
   CacheKey key;
   if (!options.cache_dir.empty()) {
     cache_path = corpus_cache_path(src_path, tgt_path, src_tok, tgt_tok, options);
-    key = make_key(src_path, tgt_path, src_tok, tgt_tok, options.max_len);
+    key = make_key(src_path, tgt_path, src_tok, tgt_tok, options.max_sentence_tokens);
     EncodedCorpus cached;
     if (read_cache(cache_path, key, cached)) return cached;
   }

@@ -29,7 +29,7 @@ struct SplitMix64 {
 
 TokenBatcher::TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options)
     : corpus_(&corpus), options_(options) {
-  if (options_.max_tokens <= 0) throw std::invalid_argument("max_tokens must be positive");
+  if (options_.batch_tokens <= 0) throw std::invalid_argument("batch_tokens must be positive");
   const auto& pairs = corpus.pairs;
   // Row lengths in the tensors: src carries eos, tgt_in/tgt_out carry bos/eos.
   auto src_len = [&](int32_t i) { return static_cast<int64_t>(pairs[static_cast<size_t>(i)].src.size()) + 1; };
@@ -61,8 +61,8 @@ TokenBatcher::TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options)
   for (int32_t i : order) {
     const int64_t s = src_len(i), t = tgt_len(i);
     const int64_t rows = static_cast<int64_t>(current.size()) + 1;
-    if (!current.empty() && rows * (std::max(max_s, s) + std::max(max_t, t)) > options_.max_tokens) close();
-    if (s + t > options_.max_tokens) {
+    if (!current.empty() && rows * (std::max(max_s, s) + std::max(max_t, t)) > options_.batch_tokens) close();
+    if (s + t > options_.batch_tokens) {
       // Over the budget on its own: a batch of one rather than a silently dropped pair.
       ++oversized_pairs_;
       close();
@@ -71,7 +71,7 @@ TokenBatcher::TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options)
     max_s = std::max(max_s, s);
     max_t = std::max(max_t, t);
     real += s + t;
-    if (s + t > options_.max_tokens) close();
+    if (s + t > options_.batch_tokens) close();
   }
   close();
   order_ = epoch_order(epoch_);

@@ -49,7 +49,7 @@ Translator Translator::from_checkpoint(const std::string& path, const c10::Devic
 
 std::vector<int64_t> Translator::encode_source(const std::string& line, bool* truncated) const {
   auto ids = src_tok_.encode(line);
-  const auto limit = static_cast<size_t>(config_.max_len - 1);
+  const auto limit = static_cast<size_t>(config_.max_positions - 1);
   const bool cut = ids.size() > limit;
   if (cut) ids.resize(limit);
   if (truncated) *truncated = cut;
@@ -75,7 +75,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   search.bos_id = kBosId;
   search.eos_id = kEosId;
   search.pad_id = kPadId;
-  search.max_len_cap = std::min(search.max_len_cap, config_.max_len);
+  search.max_len_cap = std::min(search.max_len_cap, config_.max_positions);
   auto decoder = make_decoder_(options.use_cache);
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_, dtype_);
@@ -86,7 +86,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     size_t end = begin;
     while (end < order.size()) {
       const auto rows = static_cast<int64_t>(end - begin + 1);
-      if (options.max_tokens > 0 ? rows * longest > options.max_tokens && end > begin
+      if (options.batch_source_tokens > 0 ? rows * longest > options.batch_source_tokens && end > begin
                                  : rows > std::max<int64_t>(1, options.batch_size))
         break;
       ++end;

@@ -9,6 +9,7 @@
 
 #include "torchmt/export/script_call.h"
 #include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
 
 namespace torchmt {
@@ -107,6 +108,15 @@ Translator make_translator(const ExportedModel& model, c10::ScalarType dtype) {
 Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
   if (is_torchscript_export(path)) return make_translator(ExportedModel(path, device), dtype);
   return Translator::from_checkpoint(path, device, dtype);
+}
+
+Translator load_translator(const TranslatorConfig& config) {
+  config.validate();
+  if (!config.translation.use_cache && is_torchscript_export(config.model))
+    throw std::invalid_argument("--no-cache is not available for TorchScript exports");
+  if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
+  const c10::Device device = resolve_device(config.device);
+  return load_translator(config.model, device, resolve_dtype(config.dtype, device));
 }
 
 }  // namespace torchmt

@@ -65,78 +65,74 @@ class ScriptBuilder {
     return out;
   }
 
-  Module linear(const torch::nn::Linear& l) { return weight_and_bias("Linear", l->weight, l->bias, ts_source::kLinear); }
-
-  Module layer_norm(const torch::nn::LayerNorm& l) {
-    return weight_and_bias("LayerNorm", l->weight, l->bias, ts_source::kLayerNorm);
-  }
-
-  // A leaf module with parameters `weight` and `bias` and the given TorchScript source.
-  Module weight_and_bias(const std::string& kind, const at::Tensor& w, const at::Tensor& b, const std::string& source) {
+  // A module of `kind`: its children and weights in the native order and names, int/bool/
+  // float attributes, and its TorchScript source (compiled once per kind).
+  struct Attribute {
+    std::string name;
+    c10::TypePtr type;
+    c10::IValue value;
+  };
+  Module build(const std::string& kind, const std::vector<std::pair<std::string, Module>>& children,
+               const std::vector<std::pair<std::string, at::Tensor>>& parameters, const std::vector<Attribute>& attributes,
+               const std::string& source) {
     Module m = make(kind);
-    m.register_parameter("weight", weight(w), false);
-    m.register_parameter("bias", weight(b), false);
+    for (const auto& [name, child] : children) m.register_module(name, child);
+    for (const auto& [name, tensor] : parameters) m.register_parameter(name, weight(tensor), false);
+    for (const auto& a : attributes) m.register_attribute(a.name, a.type, a.value);
     define(m, kind, source);
     return m;
   }
 
+  Module linear(const torch::nn::Linear& l) {
+    return build("Linear", {}, {{"weight", l->weight}, {"bias", l->bias}}, {}, ts_source::kLinear);
+  }
+
+  Module layer_norm(const torch::nn::LayerNorm& l) {
+    return build("LayerNorm", {}, {{"weight", l->weight}, {"bias", l->bias}}, {}, ts_source::kLayerNorm);
+  }
+
   Module embedding(const torch::nn::Embedding& e) {
-    Module m = make("Embedding");
-    m.register_parameter("weight", weight(e->weight), false);
-    define(m, "Embedding", ts_source::kEmbedding);
-    return m;
+    return build("Embedding", {}, {{"weight", e->weight}}, {}, ts_source::kEmbedding);
   }
 
   Module positional_encoding(const PositionalEncoding& p) {
     Module m = make("PositionalEncoding");
-    m.register_buffer("pe", weight(p->pe));
+    m.register_buffer("pe", weight(p->pe));  // a buffer, not a parameter, as in the native module
     define(m, "PositionalEncoding", ts_source::kPositionalEncoding);
     return m;
   }
 
   Module attention(MultiHeadAttention& a) {
-    Module m = make("MultiHeadAttention");
-    m.register_module("W_q", linear(a->W_q));
-    m.register_module("W_k", linear(a->W_k));
-    m.register_module("W_v", linear(a->W_v));
-    m.register_module("W_o", linear(a->W_o));
-    m.register_attribute("num_heads", c10::IntType::get(), a->options.num_heads());
-    m.register_attribute("head_dim", c10::IntType::get(), a->head_dim);
-    m.register_attribute("embed_dim", c10::IntType::get(), a->options.embed_dim());
-    m.register_attribute("scale", c10::FloatType::get(), std::sqrt(static_cast<double>(a->head_dim)));
-    define(m, "MultiHeadAttention", ts_source::kMultiHeadAttention);
-    return m;
+    const auto int_type = c10::IntType::get();
+    return build("MultiHeadAttention",
+                 {{"W_q", linear(a->W_q)}, {"W_k", linear(a->W_k)}, {"W_v", linear(a->W_v)}, {"W_o", linear(a->W_o)}},
+                 {},
+                 {{"num_heads", int_type, a->options.num_heads()},
+                  {"head_dim", int_type, a->head_dim},
+                  {"embed_dim", int_type, a->options.embed_dim()},
+                  {"scale", c10::FloatType::get(), std::sqrt(static_cast<double>(a->head_dim))}},
+                 ts_source::kMultiHeadAttention);
   }
 
   Module feed_forward(FeedForward& f) {
-    Module m = make("FeedForward");
-    m.register_module("linear1", linear(f->linear1));
-    m.register_module("linear2", linear(f->linear2));
-    m.register_attribute("use_gelu", c10::BoolType::get(), f->options.activation() == Activation::kGELU);
-    define(m, "FeedForward", ts_source::kFeedForward);
-    return m;
+    return build("FeedForward", {{"linear1", linear(f->linear1)}, {"linear2", linear(f->linear2)}}, {},
+                 {{"use_gelu", c10::BoolType::get(), f->options.activation() == Activation::kGELU}},
+                 ts_source::kFeedForward);
   }
 
   Module encoder_layer(TransformerEncoderLayer& l) {
-    Module m = make("TransformerEncoderLayer");
-    m.register_module("self_attn", attention(l->self_attn));
-    m.register_module("ffn", feed_forward(l->ffn));
-    m.register_module("norm1", layer_norm(l->norm1));
-    m.register_module("norm2", layer_norm(l->norm2));
-    define(m, "TransformerEncoderLayer", ts_source::kEncoderLayer);
-    return m;
+    return build("TransformerEncoderLayer",
+                 {{"self_attn", attention(l->self_attn)}, {"ffn", feed_forward(l->ffn)},
+                  {"norm1", layer_norm(l->norm1)}, {"norm2", layer_norm(l->norm2)}},
+                 {}, {}, ts_source::kEncoderLayer);
   }
 
   Module decoder_layer(TransformerDecoderLayer& l) {
-    Module m = make("TransformerDecoderLayer");
-    m.register_module("self_attn", attention(l->self_attn));
-    m.register_module("cross_attn", attention(l->cross_attn));
-    m.register_module("ffn", feed_forward(l->ffn));
-    m.register_module("norm1", layer_norm(l->norm1));
-    m.register_module("norm2", layer_norm(l->norm2));
-    m.register_module("norm3", layer_norm(l->norm3));
-    define(m, "TransformerDecoderLayer", ts_source::kDecoderLayer);
-    return m;
+    return build("TransformerDecoderLayer",
+                 {{"self_attn", attention(l->self_attn)}, {"cross_attn", attention(l->cross_attn)},
+                  {"ffn", feed_forward(l->ffn)}, {"norm1", layer_norm(l->norm1)}, {"norm2", layer_norm(l->norm2)},
+                  {"norm3", layer_norm(l->norm3)}},
+                 {}, {}, ts_source::kDecoderLayer);
   }
 
   // Layer lists: children "0".."N-1" (the native state-dict names); TorchScript cannot
@@ -189,19 +185,21 @@ class ScriptBuilder {
 
   Module transformer(Transformer& model) {
     const ModelConfig& c = model->config();
-    Module m = make("Transformer");
-    m.register_module("src_embedding", embedding(model->src_embedding));
-    m.register_module("tgt_embedding", embedding(model->tgt_embedding));
-    m.register_module("pos_encoding", positional_encoding(model->pos_encoding));
-    m.register_module("encoder_layers", encoder_layers(model->encoder_layers));
-    m.register_module("decoder_layers", decoder_layers(model->decoder_layers));
-    m.register_module("fc_out", linear(model->fc_out));
-    m.register_attribute("embed_scale", c10::FloatType::get(), std::sqrt(static_cast<double>(c.d_model)));
-    m.register_attribute("pad_id", c10::IntType::get(), c.pad_id);
-    m.register_attribute("bos_id", c10::IntType::get(), kBosId);
-    m.register_attribute("eos_id", c10::IntType::get(), kEosId);
-    m.register_attribute("max_len", c10::IntType::get(), c.max_len);
-    define(m, "Transformer", ts_source::kTransformer);
+    const auto int_type = c10::IntType::get();
+    Module m = build("Transformer",
+                     {{"src_embedding", embedding(model->src_embedding)},
+                      {"tgt_embedding", embedding(model->tgt_embedding)},
+                      {"pos_encoding", positional_encoding(model->pos_encoding)},
+                      {"encoder_layers", encoder_layers(model->encoder_layers)},
+                      {"decoder_layers", decoder_layers(model->decoder_layers)},
+                      {"fc_out", linear(model->fc_out)}},
+                     {},
+                     {{"embed_scale", c10::FloatType::get(), std::sqrt(static_cast<double>(c.d_model))},
+                      {"pad_id", int_type, c.pad_id},
+                      {"bos_id", int_type, kBosId},
+                      {"eos_id", int_type, kEosId},
+                      {"max_positions", int_type, c.max_positions}},
+                     ts_source::kTransformer);
     define_archive_search(m);
     return m;
   }

@@ -30,11 +30,11 @@ def forward(self, x: Tensor) -> Tensor:
     return torch.embedding(self.weight, x)
 )TS";
 
-// Buffer: pe [1, max_len, D]. `offset`: position of x's first row.
+// Buffer: pe [1, max_positions, D]. `offset`: position of x's first row.
 inline const char* kPositionalEncoding = R"TS(
 def forward(self, x: Tensor, offset: int) -> Tensor:
     length = x.size(1)
-    assert offset + length <= self.pe.size(1), "sequence of " + str(offset + length) + " positions exceeds the model's max_len " + str(self.pe.size(1))
+    assert offset + length <= self.pe.size(1), "sequence of " + str(offset + length) + " positions exceeds the model's max_positions " + str(self.pe.size(1))
     return x + self.pe.narrow(1, offset, length).to(x.dtype)
 )TS";
 
@@ -114,7 +114,7 @@ def step(self, x: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross
 // The top-level module: submodules src_embedding, tgt_embedding, pos_encoding,
 // encoder_layers, decoder_layers (containers whose methods are generated per layer count,
 // see torchscript_exporter.cpp), fc_out; attributes embed_scale, pad_id, bos_id, eos_id,
-// max_len.
+// max_positions.
 //
 // Incremental decoding is the decoder interface of torchmt::IncrementalDecoder, with the
 // state held by the caller as one list of tensors (L = decoder layers):
@@ -183,7 +183,7 @@ def reorder(self, index: Tensor, state: List[Tensor]) -> None:
 )TS";
 
 // Greedy and beam search over the decoder interface above (start / step / select /
-// reorder and the attributes pad_id, bos_id, eos_id, max_len), step for step what
+// reorder and the attributes pad_id, bos_id, eos_id, max_positions), step for step what
 // torchmt::greedy_search and torchmt::beam_search (src/decoding/search.cpp) do: the same
 // length limits, forced eos, per-row top-k merged with ties in (beam, token) order, eos
 // accepted only among the k best candidates, the best prefix when every continuation is
@@ -395,7 +395,7 @@ def beam_search(self, src: Tensor, k: int, cap: int, lenpen: float, max_len_a: f
 def translate_with_scores(self, src: Tensor, max_len: int = 1024, beam: int = 1, lenpen: float = 0.6, max_len_a: float = 1.2, max_len_b: int = 10) -> Tuple[List[List[int]], List[float]]:
     assert beam >= 1, "beam size must be at least 1, got " + str(beam)
     assert src.dim() == 2, "src must be [batch, length] token ids"
-    cap = self.max_len
+    cap = self.max_positions
     if max_len > 0 and max_len < cap:
         cap = max_len
     if beam == 1:

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "torchmt/util/flat_config.h"
+#include "torchmt/util/option_table.h"
 
 namespace torchmt {
 
@@ -25,7 +25,7 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     c.d_ff = 1024; c.dropout = 0.1; c.tie_embeddings = true;
   } else if (name == "tiny") {
     c.d_model = 64; c.num_heads = 4; c.num_encoder_layers = 2; c.num_decoder_layers = 2;
-    c.d_ff = 128; c.dropout = 0.0; c.max_len = 256;
+    c.d_ff = 128; c.dropout = 0.0; c.max_positions = 256;
   } else {
     throw std::invalid_argument("unknown model preset '" + name + "' (expected tiny, small, base or big)");
   }
@@ -43,44 +43,52 @@ void ModelConfig::validate() const {
   require(num_encoder_layers >= 1 && num_decoder_layers >= 1, "need at least one encoder and one decoder layer");
   require(d_ff > 0, "d_ff must be positive");
   require(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1)");
-  require(max_len > 0, "max_len must be positive");
+  require(max_positions > 0, "max_positions must be positive");
   require(!tie_embeddings || src_vocab_size == tgt_vocab_size,
           "tied embeddings need one joint vocabulary (src and tgt sizes differ)");
   require(pad_id >= 0 && pad_id < std::min(src_vocab_size, tgt_vocab_size), "pad_id out of range");
 }
 
-std::string ModelConfig::to_json() const {
-  FlatConfig f;
-  f.set("src_vocab_size", std::to_string(src_vocab_size));
-  f.set("tgt_vocab_size", std::to_string(tgt_vocab_size));
-  f.set("d_model", std::to_string(d_model));
-  f.set("num_heads", std::to_string(num_heads));
-  f.set("num_encoder_layers", std::to_string(num_encoder_layers));
-  f.set("num_decoder_layers", std::to_string(num_decoder_layers));
-  f.set("d_ff", std::to_string(d_ff));
-  f.set("dropout", std::to_string(dropout));
-  f.set("max_len", std::to_string(max_len));
-  f.set("activation", activation_name(activation));
-  f.set("tie_embeddings", tie_embeddings ? "true" : "false");
-  f.set("pad_id", std::to_string(pad_id));
-  return f.to_json();
+namespace {
+
+const OptionTable<ModelConfig>& model_config_table() {
+  static const OptionTable<ModelConfig> table = [] {
+    using C = ModelConfig;
+    OptionTable<C> t("model");
+    t.add("src_vocab_size", &C::src_vocab_size, "source vocabulary size");
+    t.add("tgt_vocab_size", &C::tgt_vocab_size, "target vocabulary size");
+    t.add("d_model", &C::d_model, "model (embedding) width");
+    t.add("num_heads", &C::num_heads, "attention heads");
+    t.add("num_encoder_layers", &C::num_encoder_layers, "encoder layers");
+    t.add("num_decoder_layers", &C::num_decoder_layers, "decoder layers");
+    t.add("d_ff", &C::d_ff, "feed-forward width");
+    t.add("dropout", &C::dropout, "dropout probability");
+    t.add("max_positions", &C::max_positions, "rows of the positional table: the longest sequence accepted",
+          {"", "", {"max_len"}});
+    t.add_custom(
+        "activation", OptionKind::kText, "feed-forward activation: relu|gelu",
+        [](C& c, const std::string& v) { c.activation = parse_activation(v); },
+        [](const C& c) { return activation_name(c.activation); });
+    t.add("tie_embeddings", &C::tie_embeddings, "share source, target and output embeddings");
+    t.add("pad_id", &C::pad_id, "padding token id");
+    return t;
+  }();
+  return table;
 }
 
+}  // namespace
+
+std::string ModelConfig::to_json() const { return model_config_table().write(*this).to_json(); }
+
 ModelConfig ModelConfig::from_json(const std::string& json) {
-  FlatConfig f = FlatConfig::parse(json);
-  ModelConfig c;
-  c.src_vocab_size = f.get_int("src_vocab_size");
-  c.tgt_vocab_size = f.get_int("tgt_vocab_size");
-  c.d_model = f.get_int("d_model");
-  c.num_heads = f.get_int("num_heads");
-  c.num_encoder_layers = f.get_int("num_encoder_layers");
-  c.num_decoder_layers = f.get_int("num_decoder_layers");
-  c.d_ff = f.get_int("d_ff");
-  c.dropout = f.get_double("dropout");
-  c.max_len = f.get_int("max_len");
-  c.activation = parse_activation(f.get("activation"));
-  c.tie_embeddings = f.get_bool("tie_embeddings");
-  c.pad_id = f.get_int("pad_id");
+  const FlatConfig f = FlatConfig::parse(json);
+  const auto& table = model_config_table();
+  for (const auto& row : table.rows()) {
+    bool present = f.has(row.key);
+    for (const auto& old : row.old_keys) present = present || f.has(old);
+    if (!present) throw std::invalid_argument("model configuration lacks '" + row.key + "'");
+  }
+  ModelConfig c = table.read(f, ModelConfig{}, /*warn_old_keys=*/false);
   c.validate();
   return c;
 }

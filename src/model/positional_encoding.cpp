@@ -14,8 +14,8 @@ PositionalEncodingImpl::PositionalEncodingImpl(const PositionalEncodingOptions& 
 
 void PositionalEncodingImpl::reset() {
   const int64_t d = options.embed_dim();
-  auto table = torch::zeros({options.max_len(), d});
-  auto position = torch::arange(0, options.max_len(), torch::kFloat).unsqueeze(1);  // [L, 1]
+  auto table = torch::zeros({options.max_positions(), d});
+  auto position = torch::arange(0, options.max_positions(), torch::kFloat).unsqueeze(1);  // [L, 1]
   auto div_term = torch::exp(torch::arange(0, d, 2).to(torch::kFloat) * (-std::log(10000.0) / d));
   table.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, torch::indexing::None, 2)},
                    torch::sin(position * div_term));
@@ -29,7 +29,7 @@ torch::Tensor PositionalEncodingImpl::forward(const torch::Tensor& x, int64_t of
   const int64_t length = x.size(1);
   if (offset + length > pe.size(1)) {
     throw std::out_of_range("sequence of " + std::to_string(offset + length) +
-                            " positions exceeds the model's max_len " + std::to_string(pe.size(1)));
+                            " positions exceeds the model's max_positions " + std::to_string(pe.size(1)));
   }
   return dropout(x + pe.narrow(1, offset, length).to(x.dtype()));
 }

@@ -39,7 +39,7 @@ void TransformerImpl::reset() {
   src_embedding = register_module("src_embedding", torch::nn::Embedding(c.src_vocab_size, c.d_model));
   tgt_embedding = register_module("tgt_embedding", torch::nn::Embedding(c.tgt_vocab_size, c.d_model));
   pos_encoding = register_module(
-      "pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model).max_len(c.max_len).dropout(c.dropout)));
+      "pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model, c.max_positions).dropout(c.dropout)));
   auto layer_options =
       TransformerLayerOptions(c.d_model, c.num_heads, c.d_ff).dropout(c.dropout).activation(c.activation);
   encoder_layers = register_module("encoder_layers", torch::nn::ModuleList());

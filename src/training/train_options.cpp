@@ -1,112 +1,67 @@
 #include "torchmt/training/train_options.h"
 
-#include <functional>
-#include <map>
 #include <stdexcept>
 
 namespace torchmt {
-namespace {
 
-// One table drives reading, writing and the unknown-key check, so the three never drift.
-struct Field {
-  std::function<void(TrainOptions&, const FlatConfig&, const std::string&)> read;
-  std::function<std::string(const TrainOptions&)> write;
-};
-
-template <typename T>
-std::string to_text(const T& v) {
-  if constexpr (std::is_same_v<T, std::string>) {
-    return v;
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v ? "true" : "false";
-  } else {
-    std::string s = std::to_string(v);
-    if constexpr (std::is_floating_point_v<T>) {
-      s.erase(s.find_last_not_of('0') + 1);
-      if (!s.empty() && s.back() == '.') s.pop_back();
-    }
-    return s;
-  }
-}
-
-template <typename T>
-Field field(T TrainOptions::*member) {
-  Field f;
-  f.read = [member](TrainOptions& o, const FlatConfig& c, const std::string& key) {
-    if constexpr (std::is_same_v<T, std::string>) {
-      o.*member = c.get(key);
-    } else if constexpr (std::is_same_v<T, bool>) {
-      o.*member = c.get_bool(key);
-    } else if constexpr (std::is_floating_point_v<T>) {
-      o.*member = c.get_double(key);
-    } else {
-      o.*member = static_cast<T>(c.get_int(key));
-    }
-  };
-  f.write = [member](const TrainOptions& o) { return to_text(o.*member); };
-  return f;
-}
-
-const std::map<std::string, Field>& fields() {
-  static const std::map<std::string, Field> table = {
-      {"train_src", field(&TrainOptions::train_src)},
-      {"train_tgt", field(&TrainOptions::train_tgt)},
-      {"valid_src", field(&TrainOptions::valid_src)},
-      {"valid_tgt", field(&TrainOptions::valid_tgt)},
-      {"spm", field(&TrainOptions::spm)},
-      {"vocab_size", field(&TrainOptions::vocab_size)},
-      {"max_len", field(&TrainOptions::max_len)},
-      {"preset", field(&TrainOptions::preset)},
-      {"d_model", field(&TrainOptions::d_model)},
-      {"num_heads", field(&TrainOptions::num_heads)},
-      {"encoder_layers", field(&TrainOptions::encoder_layers)},
-      {"decoder_layers", field(&TrainOptions::decoder_layers)},
-      {"d_ff", field(&TrainOptions::d_ff)},
-      {"dropout", field(&TrainOptions::dropout)},
-      {"activation", field(&TrainOptions::activation)},
-      {"tie_embeddings", field(&TrainOptions::tie_embeddings)},
-      {"max_tokens", field(&TrainOptions::max_tokens)},
-      {"update_freq", field(&TrainOptions::update_freq)},
-      {"max_epochs", field(&TrainOptions::max_epochs)},
-      {"max_steps", field(&TrainOptions::max_steps)},
-      {"max_minutes", field(&TrainOptions::max_minutes)},
-      {"lr_factor", field(&TrainOptions::lr_factor)},
-      {"warmup", field(&TrainOptions::warmup)},
-      {"label_smoothing", field(&TrainOptions::label_smoothing)},
-      {"clip_norm", field(&TrainOptions::clip_norm)},
-      {"max_bad_steps", field(&TrainOptions::max_bad_steps)},
-      {"seed", field(&TrainOptions::seed)},
-      {"device", field(&TrainOptions::device)},
-      {"dtype", field(&TrainOptions::dtype)},
-      {"threads", field(&TrainOptions::threads)},
-      {"out", field(&TrainOptions::out)},
-      {"resume", field(&TrainOptions::resume)},
-      {"validate_every", field(&TrainOptions::validate_every)},
-      {"log_every", field(&TrainOptions::log_every)},
-      {"keep_last", field(&TrainOptions::keep_last)},
-      {"valid_batch_size", field(&TrainOptions::valid_batch_size)},
-  };
+const OptionTable<TrainOptions>& train_option_table() {
+  static const OptionTable<TrainOptions> table = [] {
+    using O = TrainOptions;
+    OptionTable<O> t("training");
+    const OptionExtra data{"", "data", {}}, model{"", "model", {}}, optim{"", "optimisation", {}},
+        run{"", "run", {}};
+    t.add("train_src", &O::train_src, "training source file (plain or .gz)", data);
+    t.add("train_tgt", &O::train_tgt, "training target file", data);
+    t.add("valid_src", &O::valid_src, "validation source file", data);
+    t.add("valid_tgt", &O::valid_tgt, "validation target file", data);
+    t.add("spm", &O::spm, "existing joint SentencePiece model (default: train one into the run directory)", data);
+    t.add("vocab_size", &O::vocab_size, "BPE vocabulary size when training one", data);
+    t.add("max_sentence_tokens", &O::max_sentence_tokens,
+          "skip a training pair when a side has more tokens than this (eos included); nothing is truncated",
+          {"", "data", {"max_len"}});
+    t.add("preset", &O::preset, "model preset: tiny|small|base|big", model);
+    t.add("d_model", &O::d_model, "override the preset's d_model (-1 = keep)", model);
+    t.add("num_heads", &O::num_heads, "override the number of attention heads (-1 = keep)", model);
+    t.add("encoder_layers", &O::encoder_layers, "override the encoder layers (-1 = keep)", model);
+    t.add("decoder_layers", &O::decoder_layers, "override the decoder layers (-1 = keep)", model);
+    t.add("d_ff", &O::d_ff, "override the feed-forward width (-1 = keep)", model);
+    t.add("dropout", &O::dropout, "override the dropout (-1 = keep)", model);
+    t.add("activation", &O::activation, "override the activation: relu|gelu", model);
+    t.add("tie_embeddings", &O::tie_embeddings, "auto|true|false (auto: the preset's choice)", model);
+    t.add("batch_tokens", &O::batch_tokens,
+          "tokens per batch: rows x (longest source + longest target), padding included",
+          {"", "optimisation", {"max_tokens"}});
+    t.add("update_freq", &O::update_freq, "accumulate gradients over N batches per update", optim);
+    t.add("max_epochs", &O::max_epochs, "stop after N epochs (0 = no limit)", optim);
+    t.add("max_steps", &O::max_steps, "stop after N updates (0 = no limit)", optim);
+    t.add("max_minutes", &O::max_minutes, "stop after N minutes of training (0 = no limit)", optim);
+    t.add("lr_factor", &O::lr_factor, "factor of the paper's learning-rate schedule", optim);
+    t.add("warmup", &O::warmup, "warm-up steps of the schedule", optim);
+    t.add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim);
+    t.add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim);
+    t.add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim);
+    t.add("seed", &O::seed, "random seed", optim);
+    t.add("device", &O::device, "auto|cpu|cuda|cuda:N", run);
+    t.add("dtype", &O::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", run);
+    t.add("threads", &O::threads, "CPU threads (0 = all cores)", run);
+    t.add("out", &O::out, "run directory", run);
+    t.add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run);
+    t.add("validate_every", &O::validate_every, "validate every N steps (0 = every epoch)", run);
+    t.add("log_every", &O::log_every, "steps between log lines when stderr is not a terminal", run);
+    t.add("keep_last", &O::keep_last, "numbered checkpoints to keep", run);
+    t.add("valid_batch_size", &O::valid_batch_size, "sentences per batch when translating the validation set", run);
+    return t;
+  }();
   return table;
 }
 
-}  // namespace
-
 TrainOptions TrainOptions::from_config(const FlatConfig& config) {
-  TrainOptions o;
-  for (const auto& [key, value] : config.values()) {
-    auto it = fields().find(key);
-    if (it == fields().end()) throw std::invalid_argument("unknown training option '" + key + "'");
-    it->second.read(o, config, key);
-  }
+  TrainOptions o = train_option_table().read(config);
   o.validate();
   return o;
 }
 
-FlatConfig TrainOptions::to_config() const {
-  FlatConfig c;
-  for (const auto& [key, f] : fields()) c.set(key, f.write(*this));
-  return c;
-}
+FlatConfig TrainOptions::to_config() const { return train_option_table().write(*this); }
 
 void TrainOptions::validate() const {
   auto require = [](bool ok, const std::string& msg) {
@@ -115,7 +70,8 @@ void TrainOptions::validate() const {
   require(!train_src.empty() && !train_tgt.empty(), "--train-src and --train-tgt are required");
   require(valid_src.empty() == valid_tgt.empty(), "--valid-src and --valid-tgt go together");
   require(vocab_size >= 16, "--vocab-size must be at least 16");
-  require(max_tokens > 0, "--max-tokens must be positive");
+  require(batch_tokens > 0, "--batch-tokens must be positive");
+  require(max_sentence_tokens >= 2, "--max-sentence-tokens must be at least 2");
   require(update_freq >= 1, "--update-freq must be at least 1");
   require(max_epochs >= 0 && max_steps >= 0 && max_minutes >= 0, "limits must not be negative");
   require(lr_factor > 0 && warmup > 0, "--lr-factor and --warmup must be positive");

@@ -1,5 +1,6 @@
 #include "torchmt/util/flat_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -30,11 +31,20 @@ FlatConfig parse_json(const std::string& text) {
   }
   if (!j.is_object()) throw std::runtime_error("expected a JSON object of key: value pairs");
   FlatConfig out;
+  auto scalar = [](const std::string& key, const nlohmann::json& value) -> std::string {
+    if (value.is_string()) return value.get<std::string>();
+    if (value.is_null()) return "";
+    if (value.is_primitive()) return value.dump();  // numbers and booleans as written
+    throw std::runtime_error("key '" + key + "' holds a nested structure (only key: value pairs and lists)");
+  };
   for (const auto& [key, value] : j.items()) {
-    if (value.is_string()) out.set(key, value.get<std::string>());
-    else if (value.is_null()) out.set(key, "");
-    else if (value.is_primitive()) out.set(key, value.dump());  // numbers and booleans as written
-    else throw std::runtime_error("key '" + key + "' holds a nested structure (only flat key: value pairs)");
+    if (value.is_array()) {
+      std::vector<std::string> list;
+      for (const auto& item : value) list.push_back(scalar(key, item));
+      out.set_list(key, list);
+    } else {
+      out.set(key, scalar(key, value));
+    }
   }
   return out;
 }
@@ -54,9 +64,18 @@ FlatConfig parse_yaml(const std::string& text) {
     const std::string key = item.first.as<std::string>();
     if (out.has(key)) throw std::runtime_error("key '" + key + "' appears twice");
     const YAML::Node& value = item.second;
-    if (value.IsNull()) out.set(key, "");
-    else if (value.IsScalar()) out.set(key, value.Scalar());
-    else throw std::runtime_error("key '" + key + "' holds a nested structure (only flat key: value lines)");
+    auto scalar = [&key](const YAML::Node& node) -> std::string {
+      if (node.IsNull()) return "";
+      if (node.IsScalar()) return node.Scalar();
+      throw std::runtime_error("key '" + key + "' holds a nested structure (only key: value lines and lists)");
+    };
+    if (value.IsSequence()) {
+      std::vector<std::string> list;
+      for (const auto& element : value) list.push_back(scalar(element));
+      out.set_list(key, list);
+    } else {
+      out.set(key, scalar(value));
+    }
   }
   return out;
 }
@@ -101,8 +120,30 @@ FlatConfig FlatConfig::load(const std::string& path) {
 
 const std::string& FlatConfig::get(const std::string& key) const {
   auto it = values_.find(key);
-  if (it == values_.end()) throw std::runtime_error("missing config key: " + key);
+  if (it == values_.end()) {
+    if (lists_.count(key)) throw std::runtime_error("config key " + key + " holds a list, expected one value");
+    throw std::runtime_error("missing config key: " + key);
+  }
   return it->second;
+}
+
+std::vector<std::string> FlatConfig::get_list(const std::string& key) const {
+  auto it = lists_.find(key);
+  if (it != lists_.end()) return it->second;
+  return {get(key)};
+}
+
+void FlatConfig::merge(const FlatConfig& over) {
+  for (const auto& [k, v] : over.values_) set(k, v);
+  for (const auto& [k, v] : over.lists_) set_list(k, v);
+}
+
+std::vector<std::string> FlatConfig::keys() const {
+  std::vector<std::string> out;
+  for (const auto& kv : values_) out.push_back(kv.first);
+  for (const auto& kv : lists_) out.push_back(kv.first);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string FlatConfig::get_or(const std::string& key, const std::string& fallback) const {
@@ -144,14 +185,24 @@ bool FlatConfig::get_bool(const std::string& key) const {
 }
 
 std::string FlatConfig::to_json() const {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : values_) {
+  auto scalar = [](const std::string& v) -> nlohmann::ordered_json {
     switch (kind_of(v)) {
-      case Kind::kBool: j[k] = v == "true"; break;
-      case Kind::kInt: j[k] = std::stoll(v); break;
-      case Kind::kFloat: j[k] = std::stod(v); break;
-      case Kind::kText: j[k] = v; break;
+      case Kind::kBool: return v == "true";
+      case Kind::kInt: return std::stoll(v);
+      case Kind::kFloat: return std::stod(v);
+      case Kind::kText: break;
     }
+    return v;
+  };
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& k : keys()) {
+    auto list = lists_.find(k);
+    if (list == lists_.end()) {
+      j[k] = scalar(values_.at(k));
+      continue;
+    }
+    j[k] = nlohmann::ordered_json::array();
+    for (const auto& v : list->second) j[k].push_back(scalar(v));
   }
   // UTF-8 stays UTF-8; an invalid byte becomes U+FFFD rather than an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -160,12 +211,22 @@ std::string FlatConfig::to_json() const {
 std::string FlatConfig::to_yaml() const {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  for (const auto& [k, v] : values_) {
-    out << YAML::Key << k << YAML::Value;
-    // yaml-cpp quotes what its reader would not read back as the same text; an empty
-    // value is written "" so that it stays an (empty) string.
+  // yaml-cpp quotes what its reader would not read back as the same text; an empty value is
+  // written "" so that it stays an (empty) string.
+  auto scalar = [&out](const std::string& v) {
     if (v.empty()) out << YAML::DoubleQuoted << v;
     else out << v;
+  };
+  for (const auto& k : keys()) {
+    out << YAML::Key << k << YAML::Value;
+    auto list = lists_.find(k);
+    if (list == lists_.end()) {
+      scalar(values_.at(k));
+      continue;
+    }
+    out << YAML::BeginSeq;
+    for (const auto& v : list->second) scalar(v);
+    out << YAML::EndSeq;
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

@@ -131,7 +131,7 @@ def from_config(cfg):
     """Builds the reference model from a torchmt ModelConfig JSON dict."""
     model = Transformer(cfg["src_vocab_size"], cfg["tgt_vocab_size"], cfg["d_model"], cfg["num_heads"],
                         cfg["num_encoder_layers"], cfg["num_decoder_layers"], cfg["d_ff"], cfg["dropout"],
-                        cfg["max_len"], cfg["activation"])
+                        cfg.get("max_positions", cfg.get("max_len")), cfg["activation"])
     if cfg.get("tie_embeddings"):
         model.tgt_embedding.weight = model.src_embedding.weight
         model.fc_out.weight = model.src_embedding.weight

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       "steps", "timed updates per run (small)", cxxopts::value<int64_t>()->default_value("20"))(
       "base-steps", "timed updates per run for base/big", cxxopts::value<int64_t>()->default_value("6"))(
       "warmup", "untimed updates first", cxxopts::value<int64_t>()->default_value("2"))(
-      "max-tokens", "tokens per batch", cxxopts::value<int64_t>()->default_value("4096"))(
+      "batch-tokens", "rows x (source + target) tokens per batch, padding included", cxxopts::value<int64_t>()->default_value("4096"))(
       "threads", "CPU threads (0 = all)", cxxopts::value<int64_t>()->default_value("0"))(
       "work-dir", "scratch directory", cxxopts::value<std::string>()->default_value("/tmp/torchmt_bench_train"))(
       "profile", "write a Chrome trace of 3 extra updates per run into this directory",
@@ -180,15 +180,15 @@ int main(int argc, char** argv) {
   co.cache_dir = work;
   auto corpus = load_parallel_corpus(src, tgt, tok, tok, co);
   BatcherOptions bo;
-  bo.max_tokens = r["max-tokens"].as<int64_t>();
+  bo.batch_tokens = r["batch-tokens"].as<int64_t>();
   TokenBatcher batcher(corpus, bo);
   const int64_t warmup = r["warmup"].as<int64_t>();
   std::vector<Batch> valid = take(batcher, 8);  // held out: never trained on below
   const std::string script = (fs::path(argv[0]).parent_path() / "../tools/bench/train_reference.py").string();
   const std::string py_script = fs::exists(script) ? script : "tools/bench/train_reference.py";
 
-  std::printf("bench_train: %s, %d threads, max_tokens %lld, bf16 native: %s\n", src.c_str(), torch::get_num_threads(),
-              static_cast<long long>(bo.max_tokens), cpu_has_native_bf16() ? "yes" : "no");
+  std::printf("bench_train: %s, %d threads, batch_tokens %lld, bf16 native: %s\n", src.c_str(), torch::get_num_threads(),
+              static_cast<long long>(bo.batch_tokens), cpu_has_native_bf16() ? "yes" : "no");
   const double fp32_gflops = matmul_gflops(torch::kFloat), bf16_gflops = matmul_gflops(torch::kBFloat16);
   std::printf("matmul ceiling (2048x512x2048): fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s = %.2fx\n", fp32_gflops,
               bf16_gflops, bf16_gflops / fp32_gflops);

@@ -248,7 +248,7 @@ def main():
     model, cfg = load_model(args.model, device)
     with open(args.ids) as f:
         sources = [[int(x) for x in line.split()] for line in f]
-    opt = {"a": args.max_len_a, "b": args.max_len_b, "cap": min(1024, cfg["max_len"]), "alpha": args.lenpen}
+    opt = {"a": args.max_len_a, "b": args.max_len_b, "cap": min(1024, cfg.get("max_positions", cfg.get("max_len"))), "alpha": args.lenpen}
     warm = [s for s in sources if s][:4]
 
     with open(args.out, "w") as out:

@@ -29,16 +29,16 @@ struct EncodedCorpus {
 struct CorpusOptions {
   // A pair is skipped as too long when either side, with the eos/bos it carries in a
   // batch, exceeds this many tokens. Nothing is ever truncated.
-  int64_t max_len = 256;
+  int64_t max_sentence_tokens = 256;
   std::string cache_dir;  // empty = no cache
   int num_threads = 0;    // encoding threads; 0: hardware concurrency
 };
 
 // Throws std::runtime_error with both file names and both line counts when the line counts
 // differ (before any encoding). Pairs with invalid UTF-8 (either side), an empty side or a
-// side over max_len are skipped and counted in `stats`.
+// side over max_sentence_tokens are skipped and counted in `stats`.
 // With a cache_dir, the encoded corpus is stored there (binary, versioned) and reused while
-// both input files (path, size, content hash), both tokenizers (checksum) and max_len match.
+// both input files (path, size, content hash), both tokenizers (checksum) and max_sentence_tokens match.
 EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::string& tgt_path,
                                    const Tokenizer& src_tok, const Tokenizer& tgt_tok, const CorpusOptions& options);
 

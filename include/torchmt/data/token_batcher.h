@@ -22,7 +22,7 @@ struct Batch {
 };
 
 struct BatcherOptions {
-  int64_t max_tokens = 4096;  // rows * (S + T), padding included
+  int64_t batch_tokens = 4096;  // rows * (S + T), padding included
   uint64_t seed = 1;
   bool shuffle = true;  // false: batches in length order every epoch
 };
@@ -30,7 +30,7 @@ struct BatcherOptions {
 class TokenBatcher {
  public:
   // Keeps a pointer to `corpus`: it must outlive the batcher. A pair that alone exceeds
-  // max_tokens becomes a batch of its own (counted in oversized_pairs()), never dropped.
+  // batch_tokens becomes a batch of its own (counted in oversized_pairs()), never dropped.
   TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options);
 
   int64_t batches_per_epoch() const { return static_cast<int64_t>(batches_.size()); }

@@ -5,20 +5,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "torchmt/decoding/incremental_decoder.h"
+#include "torchmt/decoding/translation_options.h"
 
 namespace torchmt {
-
-struct SearchOptions {
-  int64_t beam_size = 1;          // 1 = greedy
-  double length_penalty = 0.6;    // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-prob
-  double max_len_a = 1.2;         // max target length = a * source length + b ...
-  int64_t max_len_b = 10;
-  int64_t max_len_cap = 1024;     // ... and never more than this (the model's max_len)
-  int64_t nbest = 1;              // hypotheses returned per sentence (<= beam_size)
-  int64_t bos_id = 2;
-  int64_t eos_id = 3;
-  int64_t pad_id = 0;
-};
 
 struct Hypothesis {
   std::vector<int64_t> tokens;  // without bos and eos

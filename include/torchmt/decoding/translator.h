@@ -22,13 +22,6 @@
 
 namespace torchmt {
 
-struct TranslationOptions {
-  SearchOptions search;
-  int64_t batch_size = 64;  // sentences per batch (used when max_tokens == 0)
-  int64_t max_tokens = 0;   // source tokens per batch incl. padding, 0 = use batch_size
-  bool use_cache = true;    // false: recompute the prefix at every step (reference/benchmark)
-};
-
 struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first, up to nbest
   std::vector<std::string> texts;      // detokenized hypotheses
@@ -44,7 +37,7 @@ class Translator {
  public:
   Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer, c10::Device device,
              c10::ScalarType dtype);
-  // Any model behind the decoder interface; `config` gives max_len and pad_id.
+  // Any model behind the decoder interface; `config` gives max_positions and pad_id.
   Translator(DecoderFactory make_decoder, ModelConfig config, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer,
              c10::Device device, c10::ScalarType dtype);
   // Loads a checkpoint (with its embedded tokenizer) onto `device`.

@@ -15,6 +15,8 @@
 //                       call), best hypothesis per row; for parity tests
 //   load_translator(path, device, dtype)
 //                       a Translator for a checkpoint or an export, chosen by content
+//   load_translator(TranslatorConfig)
+//                       the same from what a user configured (validated; sets threads)
 // Thread-compatible (one model per thread); calls run under NoGradGuard.
 #include <memory>
 #include <string>
@@ -55,5 +57,8 @@ class ExportedModel {
 Translator make_translator(const ExportedModel& model, c10::ScalarType dtype);
 // A checkpoint or a TorchScript export, by content (not by file name).
 Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
+// Validates `config` (std::invalid_argument naming the flag), applies its thread count and
+// opens config.model on its device in its precision.
+Translator load_translator(const TranslatorConfig& config);
 
 }  // namespace torchmt

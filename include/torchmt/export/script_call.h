@@ -34,7 +34,7 @@ std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module modul
 
 // Adds the in-archive search (greedy, beam_search, translate, translate_with_scores; the
 // TorchScript twin of torchmt::search) to `module`, which must have the decoder interface
-// above and the int attributes pad_id, bos_id, eos_id and max_len.
+// above and the int attributes pad_id, bos_id, eos_id and max_positions.
 void define_archive_search(torch::jit::Module& module);
 
 // `module`'s translate_with_scores on src [B, S]: one hypothesis (tokens, score) per row.

@@ -11,7 +11,7 @@
 //          beam search otherwise; incremental decoding with a per-layer self-attention K/V cache
 //          and cross-attention K/V computed once. Same algorithm, tie-breaking and limits as
 //          torchmt::search (src/decoding/search.cpp): target length <= max(1, min(int(a*|src|+b),
-//          min(max_len, model max_len))), GNMT length penalty ((5+len)/6)^lenpen.
+//          min(max_len, model max_positions))); max_len caps the output length, GNMT length penalty ((5+len)/6)^lenpen.
 //   translate_with_scores(same arguments) -> (ids, length-normalised scores)
 // Extra files (torch::jit::ExtraFilesMap / Python's _extra_files):
 //   torchmt.json  {"format": "torchmt-torchscript", "format_version": 1, "dtype", "frozen", ...}

@@ -11,6 +11,7 @@
 
 #include <c10/core/Device.h>
 
+#include "torchmt/io/training_position.h"
 #include "torchmt/model/model_config.h"
 #include "torchmt/model/transformer.h"
 
@@ -20,15 +21,6 @@ namespace torchmt {
 // and second moments and step counts). Tensors are handles: restoring copies into them.
 struct OptimizerState {
   std::vector<at::Tensor> exp_avg, exp_avg_sq, steps;
-};
-
-struct TrainingPosition {
-  int64_t step = 0;         // optimizer updates done
-  int64_t epoch = 1;        // of the next batch
-  int64_t batch_index = 0;  // of the next batch within its epoch
-  double best_bleu = -1.0;
-  double best_loss = std::numeric_limits<double>::infinity();
-  double train_seconds = 0.0;  // wall time spent training, accumulated across resumes
 };
 
 struct CheckpointMeta {

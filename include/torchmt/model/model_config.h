@@ -1,6 +1,7 @@
 #pragma once
 // ModelConfig: every hyper-parameter that decides the shape of a Transformer, with the
-// paper's presets. Serialised as flat JSON so a checkpoint and an export carry it.
+// paper's presets. Serialised as flat JSON (through one option table) so a checkpoint and an
+// export carry it.
 #include <cstdint>
 #include <string>
 
@@ -21,8 +22,10 @@ struct ModelConfig {
   int64_t num_decoder_layers = 6;
   int64_t d_ff = 2048;
   double dropout = 0.1;
-  // Rows of the sinusoidal table (buffer `pe`); also the longest sequence the model accepts.
-  int64_t max_len = 1024;
+  // Rows of the sinusoidal table (buffer `pe`): the longest sequence, source or target, the
+  // model accepts (the reference documents' PositionalEncoding max_len; "max_len" in files
+  // written before 0.2.0).
+  int64_t max_positions = 1024;
   Activation activation = Activation::kReLU;
   // Share source, target and output embeddings (needs one joint vocabulary).
   bool tie_embeddings = false;
@@ -33,6 +36,7 @@ struct ModelConfig {
   // Throws std::invalid_argument naming the offending field.
   void validate() const;
   std::string to_json() const;
+  // Every field must be present (a checkpoint or export written by torchmt has them all).
   static ModelConfig from_json(const std::string& json);
 };
 

@@ -1,9 +1,10 @@
 #pragma once
-// Everything `torchmt train` can be told, with defaults, read from a flat YAML/JSON config
-// (flags override the file) and written back as the run's effective configuration.
+// Everything `torchmt train` can be told. The defaults are the struct's; the option table
+// (train_option_table) gives each its key, flag and help, reads it from YAML/JSON (flags
+// override the file) and writes the run's effective configuration back.
 #include <string>
 
-#include "torchmt/util/flat_config.h"
+#include "torchmt/util/option_table.h"
 
 namespace torchmt {
 
@@ -12,7 +13,7 @@ struct TrainOptions {
   std::string train_src, train_tgt, valid_src, valid_tgt;
   std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
   int64_t vocab_size = 8000;
-  int64_t max_len = 256;  // pairs longer than this (tokens) are skipped and counted
+  int64_t max_sentence_tokens = 256;  // a pair with a side longer than this (tokens, eos included) is skipped
   // Model: preset plus optional overrides (-1 / empty = keep the preset's value)
   std::string preset = "small";
   int64_t d_model = -1, num_heads = -1, encoder_layers = -1, decoder_layers = -1, d_ff = -1;
@@ -20,7 +21,7 @@ struct TrainOptions {
   std::string activation;
   std::string tie_embeddings = "auto";  // auto (preset, when the vocabulary is joint) | true | false
   // Optimisation (the paper's recipe)
-  int64_t max_tokens = 4096;
+  int64_t batch_tokens = 4096;  // rows * (longest source + longest target) per batch, padding included
   int64_t update_freq = 1;
   int64_t max_epochs = 0;         // 0 = no limit
   int64_t max_steps = 0;          // 0 = no limit
@@ -42,9 +43,12 @@ struct TrainOptions {
   int64_t keep_last = 3;       // numbered checkpoints kept
   int64_t valid_batch_size = 128;
 
-  static TrainOptions from_config(const FlatConfig& config);  // throws on unknown keys / bad values
+  // Reads and validates; throws std::invalid_argument on unknown keys or bad values.
+  static TrainOptions from_config(const FlatConfig& config);
   FlatConfig to_config() const;
   void validate() const;
 };
+
+const OptionTable<TrainOptions>& train_option_table();
 
 }  // namespace torchmt

@@ -1,9 +1,11 @@
 #pragma once
-// A flat key -> scalar map read from and written to JSON objects (nlohmann/json) or YAML
+// A flat key -> value map read from and written to JSON objects (nlohmann/json) or YAML
 // mappings (yaml-cpp): configuration files, run configs, checkpoint and export metadata.
-// Values are kept as text; nested structures are rejected with a clear error.
+// A value is a scalar kept as text, or a list of scalars (a YAML sequence / JSON array);
+// deeper structures are rejected with a clear error.
 #include <map>
 #include <string>
+#include <vector>
 
 namespace torchmt {
 
@@ -15,14 +17,26 @@ class FlatConfig {
   static FlatConfig parse(const std::string& text);
   static FlatConfig load(const std::string& path);
 
-  bool has(const std::string& key) const { return values_.count(key) != 0; }
-  const std::string& get(const std::string& key) const;
+  bool has(const std::string& key) const { return values_.count(key) != 0 || lists_.count(key) != 0; }
+  const std::string& get(const std::string& key) const;  // throws when missing or a list
   std::string get_or(const std::string& key, const std::string& fallback) const;
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
-  void set(const std::string& key, const std::string& value) { values_[key] = value; }
-  const std::map<std::string, std::string>& values() const { return values_; }
+  // The list under `key`; a scalar reads as a list of one.
+  std::vector<std::string> get_list(const std::string& key) const;
+  void set(const std::string& key, const std::string& value) {
+    lists_.erase(key);
+    values_[key] = value;
+  }
+  void set_list(const std::string& key, const std::vector<std::string>& values) {
+    values_.erase(key);
+    lists_[key] = values;
+  }
+  // Every key of `over` replaces the same key here.
+  void merge(const FlatConfig& over);
+  std::vector<std::string> keys() const;  // sorted
+  const std::map<std::string, std::string>& values() const { return values_; }  // the scalars
 
   // Numbers and booleans are written bare, everything else quoted.
   std::string to_json() const;
@@ -30,6 +44,7 @@ class FlatConfig {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> lists_;
 };
 
 }  // namespace torchmt

@@ -1,0 +1,47 @@
+#pragma once
+// How to translate: search settings, batching, and what `translate`, `evaluate -m` (and a
+// server) are told on top: the model file, where it runs, in which precision. One option
+// table gives the flags, the help, and the YAML/JSON of all of them. Light header: no
+// LibTorch, so option handling compiles fast.
+#include <cstdint>
+#include <string>
+
+#include "torchmt/util/option_table.h"
+
+namespace torchmt {
+
+struct SearchOptions {
+  int64_t beam_size = 1;          // 1 = greedy
+  double length_penalty = 0.6;    // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-prob
+  // Output length (fairseq's names): at most a * source length + b tokens ...
+  double max_len_a = 1.2;
+  int64_t max_len_b = 10;
+  int64_t max_len_cap = 1024;     // ... and never more than this (the model's max_positions)
+  int64_t nbest = 1;              // hypotheses returned per sentence (<= beam_size)
+  int64_t bos_id = 2;
+  int64_t eos_id = 3;
+  int64_t pad_id = 0;
+};
+
+struct TranslationOptions {
+  SearchOptions search;
+  int64_t batch_size = 64;           // sentences per batch (used when batch_source_tokens == 0)
+  int64_t batch_source_tokens = 0;   // rows * longest source (padding included) per batch; 0 = use batch_size
+  bool use_cache = true;             // false: recompute the prefix at every step (reference/benchmark)
+};
+
+// A translator as a user configures it.
+struct TranslatorConfig {
+  std::string model;  // checkpoint (.pt) or TorchScript export (.ts)
+  std::string device = "auto";
+  std::string dtype = "auto";
+  int64_t threads = 0;  // 0 = all cores
+  bool greedy = false;  // explicit greedy search (conflicts with beam > 1)
+  TranslationOptions translation;
+  // Throws std::invalid_argument naming the flag.
+  void validate() const;
+};
+
+const OptionTable<TranslatorConfig>& translator_option_table();
+
+}  // namespace torchmt

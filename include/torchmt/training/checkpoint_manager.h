@@ -1,0 +1,32 @@
+#pragma once
+// The checkpoints of a run directory (fairseq's checkpoint_utils, Marian's "save" step):
+// checkpoint_last.pt at every save (what --resume continues), checkpoint_best.pt when
+// validation improved, checkpoint_<step>.pt after each validation with only the newest
+// `keep_last` kept. Every file is written atomically: a kill leaves the previous one.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "torchmt/io/checkpoint.h"
+
+namespace torchmt {
+
+class CheckpointManager {
+ public:
+  CheckpointManager(std::string run_dir, int64_t keep_last);
+  std::string last_path() const { return run_dir_ + "/checkpoint_last.pt"; }
+  std::string best_path() const { return run_dir_ + "/checkpoint_best.pt"; }
+  // Writes checkpoint_last.pt; copies it to checkpoint_best.pt when `best` and, when
+  // `numbered` and keep_last > 0, to checkpoint_<step>.pt, then removes the oldest
+  // numbered checkpoints beyond keep_last.
+  void save(const Transformer& model, const OptimizerState* optimizer, const CheckpointMeta& meta, bool best,
+            bool numbered);
+  // The numbered checkpoints in the run directory, oldest step first.
+  std::vector<std::string> numbered() const;
+
+ private:
+  std::string run_dir_;
+  int64_t keep_last_;
+};
+
+}  // namespace torchmt

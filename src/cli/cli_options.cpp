@@ -1,0 +1,112 @@
+#include "cli_options.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace torchmt::cli {
+namespace {
+
+std::string flag_help(const OptionRow& row) {
+  std::string help = row.help;
+  const bool show_default = !row.default_text.empty() && !(row.kind == OptionKind::kBool && row.default_text == "false");
+  if (show_default) help += " (default: " + row.default_text + ")";
+  return help;
+}
+
+std::shared_ptr<cxxopts::Value> flag_value(const OptionRow& row) {
+  switch (row.kind) {
+    case OptionKind::kBool: return cxxopts::value<bool>()->implicit_value("true");
+    case OptionKind::kList: return cxxopts::value<std::vector<std::string>>();
+    default: return cxxopts::value<std::string>();
+  }
+}
+
+// A flag under an earlier name gets a one-line pointer to its new name, not cxxopts'
+// "does not exist".
+bool refuse_old_flags(const std::vector<OptionRow>& rows, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    for (const auto& row : rows) {
+      for (const auto& old : row.old_keys) {
+        std::string old_flag = "--" + old;
+        for (auto& c : old_flag)
+          if (c == '_') c = '-';
+        if (std::strcmp(argv[i], old_flag.c_str()) == 0 ||
+            std::strncmp(argv[i], (old_flag + "=").c_str(), old_flag.size() + 1) == 0) {
+          std::cerr << argv[0] << ": " << old_flag << " is now --" << row.flag() << " (see --help)\n";
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const std::vector<OptionRow>& rows,
+                                              int argc, char** argv, int& exit_code, const std::string& positional) {
+  for (const auto& row : rows) {
+    const std::string name = row.short_flag.empty() ? row.flag() : row.short_flag + "," + row.flag();
+    options.add_options(row.group)(name, flag_help(row), flag_value(row));
+  }
+  options.add_options("configuration")("config", "read options from this YAML or JSON file (keys as the flags, "
+                                                 "with _ for -); flags given as well override it",
+                                       cxxopts::value<std::string>())(
+      "dump-config", "print the effective configuration as YAML (usable with --config) and exit")(
+      "h,help", "show this help");
+  if (!positional.empty()) {
+    std::string flag = positional;
+    for (auto& c : flag)
+      if (c == '_') c = '-';
+    options.parse_positional({flag});
+  }
+  if (refuse_old_flags(rows, argc, argv)) {
+    exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  CommandLine line;
+  try {
+    line.flags = options.parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
+    exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  const auto& r = line.flags;
+  if (r.count("help")) {
+    std::vector<std::string> groups;
+    for (const auto& row : rows)
+      if (std::find(groups.begin(), groups.end(), row.group) == groups.end()) groups.push_back(row.group);
+    groups.push_back("configuration");
+    std::cout << options.help(groups) << "\n";
+    exit_code = kExitOk;
+    return std::nullopt;
+  }
+  if (!r.unmatched().empty()) {
+    std::cerr << argv[0] << ": unexpected argument '" << r.unmatched().front() << "'\n";
+    exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  if (r.count("config")) {
+    try {
+      line.config = FlatConfig::load(r["config"].as<std::string>());
+    } catch (const std::exception& e) {
+      std::cerr << argv[0] << ": --config: " << e.what() << "\n";
+      exit_code = kExitUsage;
+      return std::nullopt;
+    }
+  }
+  for (const auto& row : rows) {
+    const std::string flag = row.flag();
+    if (!r.count(flag)) continue;
+    switch (row.kind) {
+      case OptionKind::kBool: line.config.set(row.key, r[flag].as<bool>() ? "true" : "false"); break;
+      case OptionKind::kList: line.config.set_list(row.key, r[flag].as<std::vector<std::string>>()); break;
+      default: line.config.set(row.key, r[flag].as<std::string>()); break;
+    }
+  }
+  line.dump_config = r.count("dump-config") > 0;
+  return line;
+}
+
+}  // namespace torchmt::cli

@@ -1,0 +1,58 @@
+#include "torchmt/decoding/translation_options.h"
+
+#include <stdexcept>
+
+namespace torchmt {
+
+const OptionTable<TranslatorConfig>& translator_option_table() {
+  static const OptionTable<TranslatorConfig> table = [] {
+    using C = TranslatorConfig;
+    OptionTable<C> t("translation");
+    const OptionExtra decoding{"", "decoding", {}};
+    t.add("model", &C::model, "checkpoint (.pt) or TorchScript export (.ts)", {"m", "decoding", {}});
+    t.add("beam", [](C& c) -> int64_t& { return c.translation.search.beam_size; }, "beam size (1 = greedy)",
+          decoding);
+    t.add("greedy", &C::greedy, "greedy search (the default; same as --beam 1)", decoding);
+    t.add("lenpen", [](C& c) -> double& { return c.translation.search.length_penalty; },
+          "GNMT length penalty alpha (0 = raw log-probability)", decoding);
+    t.add("max_len_a", [](C& c) -> double& { return c.translation.search.max_len_a; },
+          "output length limit: a * source tokens + b", decoding);
+    t.add("max_len_b", [](C& c) -> int64_t& { return c.translation.search.max_len_b; }, "see --max-len-a",
+          decoding);
+    t.add("nbest", [](C& c) -> int64_t& { return c.translation.search.nbest; },
+          "hypotheses per input line (at most --beam)", decoding);
+    t.add("batch_size", [](C& c) -> int64_t& { return c.translation.batch_size; },
+          "sentences per batch (when --batch-source-tokens is 0)", decoding);
+    t.add("batch_source_tokens", [](C& c) -> int64_t& { return c.translation.batch_source_tokens; },
+          "source tokens per batch, rows x longest source incl. padding (0 = use --batch-size)",
+          {"", "decoding", {"max_tokens"}});
+    t.add_custom(
+        "no_cache", OptionKind::kBool, "recompute the whole prefix at every step (slow; for comparison)",
+        [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
+        [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding);
+    const OptionExtra runtime{"", "runtime", {}};
+    t.add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime);
+    t.add("dtype", &C::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", runtime);
+    t.add("threads", &C::threads, "CPU threads, 0 = all cores", runtime);
+    return t;
+  }();
+  return table;
+}
+
+void TranslatorConfig::validate() const {
+  const SearchOptions& s = translation.search;
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw std::invalid_argument(message);
+  };
+  require(!model.empty(), "missing required option -m/--model");
+  require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
+  require(s.beam_size >= 1, "--beam must be at least 1");
+  require(s.nbest >= 1 && s.nbest <= s.beam_size, "--nbest must be between 1 and --beam");
+  require(translation.batch_size >= 1, "--batch-size must be at least 1");
+  require(translation.batch_source_tokens >= 0, "--batch-source-tokens must not be negative");
+  require(s.max_len_a >= 0 && s.max_len_b >= 0, "--max-len-a/-b must not be negative");
+  require(s.length_penalty >= 0, "--lenpen must not be negative");
+  require(threads >= 0, "--threads must not be negative");
+}
+
+}  // namespace torchmt

@@ -1,0 +1,49 @@
+#include "torchmt/training/validator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "torchmt/data/text_file.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/evaluation/bleu.h"
+#include "torchmt/training/training_step.h"
+
+namespace torchmt {
+
+Validator::Validator(const std::string& src_path, const std::string& tgt_path, const Tokenizer& tokenizer,
+                     CorpusOptions corpus_options, int64_t batch_tokens, int64_t translate_batch_size,
+                     c10::Device device, c10::ScalarType dtype)
+    : tokenizer_(tokenizer), translate_batch_size_(translate_batch_size), device_(device), dtype_(dtype) {
+  corpus_options.max_sentence_tokens = std::max<int64_t>(corpus_options.max_sentence_tokens, 1000);
+  corpus_ = load_parallel_corpus(src_path, tgt_path, tokenizer, tokenizer, corpus_options);
+  sources_ = read_lines(src_path);
+  references_ = read_lines(tgt_path);
+  BatcherOptions options;
+  options.batch_tokens = batch_tokens;
+  options.shuffle = false;
+  TokenBatcher batcher(corpus_, options);
+  for (int64_t i = 0; i < batcher.batches_per_epoch(); ++i) batches_.push_back(batcher.next(device));
+}
+
+ValidationScores Validator::run(Transformer& model) const {
+  const auto start = std::chrono::steady_clock::now();
+  ValidationScores s;
+  s.loss = evaluate_nll(model, batches_, device_, dtype_);
+  s.ppl = std::exp(s.loss);
+  Translator translator(model, tokenizer_, tokenizer_, device_, dtype_);
+  TranslationOptions options;
+  options.batch_size = translate_batch_size_;
+  s.bleu = evaluation::corpus_bleu(translator.translate_text(sources_, options), references_).score;
+  model->train();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+bool Validator::improves(const ValidationScores& s, double best_bleu, double best_loss) {
+  return s.bleu > best_bleu || (s.bleu == best_bleu && s.loss < best_loss);
+}
+
+}  // namespace torchmt
