@@ -128,6 +128,19 @@ std::string ensure_tokenizer(const TrainOptions& o, Progress& progress) {
   return path;
 }
 
+// Creates the run directory and applies the thread count; refuses to overwrite a run or to
+// resume nothing. Returns `o`.
+const TrainOptions& prepare_run_directory(const TrainOptions& o) {
+  fs::create_directories(o.out);
+  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
+  const std::string last = CheckpointManager(o.out, o.keep_last).last_path();
+  if (o.resume && !fs::exists(last)) throw std::runtime_error("--resume: no checkpoint to resume at " + last);
+  if (!o.resume && fs::exists(last))
+    throw std::runtime_error("run directory " + o.out +
+                             " already holds a checkpoint; pass --resume or choose another --out");
+  return o;
+}
+
 // Label-smoothed training loss per target token since the last validation.
 struct LossWindow {
   double loss = 0;
@@ -139,6 +152,203 @@ struct LossWindow {
   double mean() const { return tokens > 0 ? loss / static_cast<double>(tokens) : 0; }
 };
 
+// One `torchmt train` invocation: the constructor builds everything the run trains with
+// (tokenizer, corpora, validator, model, optimiser, batches) and restores it on --resume;
+// loop() runs updates until a StopCriteria limit or a signal, validating and saving as due.
+class TrainingRun {
+ public:
+  explicit TrainingRun(const TrainOptions& options);
+  TrainSummary loop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // Validates (when asked and there is a validation set), then saves: last always, best when
+  // validation improved (or there is none), numbered after a validation.
+  void validate_and_save(bool validate);
+  void log_update(int64_t epoch, double lr, double eta);
+
+  const TrainOptions& o_;
+  Progress progress_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+  CheckpointManager checkpoints_;
+  std::string spm_path_;
+  Tokenizer tokenizer_;
+  EncodedCorpus train_;
+  std::optional<Validator> validator_;
+  ModelConfig model_config_;
+  Transformer model_{nullptr};
+  std::unique_ptr<AdamOptimizer> optimizer_;
+  std::unique_ptr<TokenBatcher> batcher_;  // points into train_
+  std::unique_ptr<MetricsLog> metrics_;
+  CheckpointMeta meta_;
+  TrainingPosition& position_ = meta_.position;
+  // This process's progress.
+  TrainSummary summary_;
+  double seconds_before_ = 0;  // training time of earlier runs (resume)
+  double train_seconds_ = 0;   // this process, training steps only
+  int64_t total_tokens_ = 0, last_validated_step_ = -1;
+  LossWindow window_;
+  Clock::time_point run_start_ = Clock::now();
+};
+
+TrainingRun::TrainingRun(const TrainOptions& o)
+    : o_(prepare_run_directory(o)),
+      progress_(o.log_every),
+      device_(resolve_device(o.device)),
+      dtype_(resolve_dtype(o.dtype, device_)),
+      checkpoints_(o.out, o.keep_last),
+      spm_path_(ensure_tokenizer(o, progress_)),
+      tokenizer_(Tokenizer::load(spm_path_)) {
+  // Corpora (encoded once, then cached next to the run).
+  CorpusOptions corpus_options;
+  corpus_options.max_sentence_tokens = o.max_sentence_tokens;
+  corpus_options.cache_dir = o.out + "/cache";
+  const auto t0 = Clock::now();
+  train_ = load_parallel_corpus(o.train_src, o.train_tgt, tokenizer_, tokenizer_, corpus_options);
+  progress_.line("train: " + train_.stats.summary() + (train_.from_cache ? " (cached)" : "") + " in " +
+                 std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
+  if (train_.pairs.empty()) throw std::runtime_error("no training pairs left after filtering " + o.train_src);
+  if (!o.valid_src.empty()) {
+    validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
+                       device_, dtype_);
+    progress_.line("valid: " + validator_->summary());
+  }
+
+  // Model, optimiser, batches.
+  model_config_ = build_model_config(o, tokenizer_.vocab_size(), true);
+  torch::manual_seed(o.seed);
+  model_ = Transformer(model_config_);
+  model_->to(device_);
+  optimizer_ = std::make_unique<AdamOptimizer>(unique_parameters(*model_), AdamOptions{});
+  BatcherOptions batcher_options;
+  batcher_options.batch_tokens = o.batch_tokens;
+  batcher_options.seed = o.seed;
+  batcher_ = std::make_unique<TokenBatcher>(train_, batcher_options);
+
+  meta_.model = model_config_;
+  meta_.train_config = o.to_config().to_yaml();
+  meta_.src_spm_path = meta_.tgt_spm_path = fs::absolute(spm_path_).string();
+  meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
+  meta_.src_spm_model = tokenizer_.serialized();
+  if (o.resume) {
+    CheckpointMeta saved = restore_training_state(checkpoints_.last_path(), model_, optimizer_->state());
+    if (saved.src_spm_checksum != tokenizer_.checksum())
+      throw std::runtime_error("--resume: tokenizer " + spm_path_ + " differs from the one the run started with");
+    position_ = saved.position;
+    batcher_->seek(position_.epoch, position_.batch_index);
+    progress_.line("resumed " + checkpoints_.last_path() + " at step " + std::to_string(position_.step) +
+                   ", epoch " + std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));
+  }
+  seconds_before_ = position_.train_seconds;
+  atomic_write(o.out + "/config.yaml",
+               "# effective configuration of this run (torchmt train --config " + o.out + "/config.yaml)\n" +
+                   meta_.train_config);
+  progress_.line("model " + o.preset + ": " + std::to_string(count_parameters(model_)) + " parameters, " +
+                 std::to_string(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
+                 std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%), device " + device_.str() +
+                 ", " + dtype_name(dtype_) + ", " + std::to_string(torch::get_num_threads()) + " threads");
+  metrics_ = std::make_unique<MetricsLog>(o.out, position_.step);
+}
+
+void TrainingRun::validate_and_save(bool validate) {
+  bool best = !validator_;
+  if (validate && validator_) {
+    const ValidationScores scores = validator_->run(model_);
+    best = Validator::improves(scores, position_.best_bleu, position_.best_loss);
+    if (best) {
+      position_.best_bleu = scores.bleu;
+      position_.best_loss = scores.loss;
+    }
+    ValidationRecord rec;
+    rec.step = position_.step;
+    rec.epoch = position_.epoch;
+    rec.train_loss = window_.mean();
+    rec.valid_loss = scores.loss;
+    rec.valid_ppl = scores.ppl;
+    rec.valid_bleu = scores.bleu;
+    rec.tokens_per_sec = train_seconds_ > 0 ? total_tokens_ / train_seconds_ : 0;
+    rec.wall_seconds = seconds_before_ + std::chrono::duration<double>(Clock::now() - run_start_).count();
+    metrics_->add(rec);
+    summary_.last_bleu = scores.bleu;
+    summary_.last_valid_loss = scores.loss;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "valid | epoch %lld | step %lld | loss %.3f | ppl %.2f | BLEU %.2f%s | %.1f s",
+                  static_cast<long long>(rec.epoch), static_cast<long long>(rec.step), scores.loss, scores.ppl,
+                  scores.bleu, best ? " (best)" : "", scores.seconds);
+    progress_.line(buf);
+    window_ = LossWindow{};
+    last_validated_step_ = position_.step;
+  }
+  checkpoints_.save(model_, &optimizer_->state(), meta_, best, validate);
+}
+
+TrainSummary TrainingRun::loop() {
+  const StopCriteria stop({o_.max_steps, o_.max_epochs, o_.max_minutes}, batcher_->batches_per_epoch(),
+                          o_.update_freq);
+  const InverseSqrtSchedule schedule(o_.lr_factor, model_config_.d_model, o_.warmup);
+  TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
+                    o_.clip_norm);
+  int64_t bad_steps = 0;
+  while (!stop.reached(position_) && !g_stop.load()) {
+    const auto step_start = Clock::now();
+    const int64_t epoch_before = batcher_->epoch();
+    std::vector<Batch> batches;
+    for (int64_t micro = 0; micro < o_.update_freq; ++micro) batches.push_back(batcher_->next(device_));
+    const double lr = schedule.lr(position_.step + 1);
+    const StepResult result = step.run(batches, lr);
+    if (!result.applied) {
+      ++bad_steps;
+      progress_.line("step " + std::to_string(position_.step + 1) + " skipped: non-finite " +
+                     (std::isfinite(result.loss) ? "gradient" : "loss") + " (" + std::to_string(bad_steps) +
+                     " in a row)");
+      if (bad_steps >= o_.max_bad_steps)
+        throw std::runtime_error("training diverged: " + std::to_string(bad_steps) +
+                                 " non-finite steps in a row; the last good checkpoint is " + checkpoints_.last_path());
+      continue;
+    }
+    bad_steps = 0;
+    position_.step += 1;
+    position_.epoch = batcher_->epoch();
+    position_.batch_index = batcher_->batch_index();
+    summary_.steps += 1;
+    train_seconds_ += std::chrono::duration<double>(Clock::now() - step_start).count();
+    position_.train_seconds = seconds_before_ + train_seconds_;
+    total_tokens_ += result.tokens;
+    window_.add(result.loss, result.tokens);
+    summary_.last_train_loss = result.loss / static_cast<double>(std::max<int64_t>(1, result.tokens));
+    const double eta = stop.eta_seconds(position_, train_seconds_ / static_cast<double>(summary_.steps));
+    log_update(epoch_before, lr, eta);
+
+    const bool epoch_done = batcher_->epoch() != epoch_before;
+    if (epoch_done) summary_.epochs_completed += 1;
+    if (o_.validate_every > 0 ? position_.step % o_.validate_every == 0 : epoch_done) validate_and_save(true);
+  }
+  summary_.interrupted = g_stop.load();
+  if (summary_.interrupted) {
+    progress_.line("interrupted: saving " + checkpoints_.last_path());
+    validate_and_save(false);
+  } else if (last_validated_step_ != position_.step) {
+    validate_and_save(true);  // once more when training ends
+  }
+  summary_.train_seconds = position_.train_seconds;
+  summary_.tokens_per_sec = train_seconds_ > 0 ? total_tokens_ / train_seconds_ : 0;
+  summary_.best_bleu = position_.best_bleu;
+  summary_.best_checkpoint = checkpoints_.best_path();
+  return summary_;
+}
+
+void TrainingRun::log_update(int64_t epoch, double lr, double eta) {
+  const double token_loss = summary_.last_train_loss;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "epoch %lld | step %lld | loss %.3f | ppl %.1f | lr %.2e | %.0f tok/s | %s%s%s",
+                static_cast<long long>(epoch), static_cast<long long>(position_.step), token_loss,
+                std::exp(std::min(50.0, token_loss)), lr, total_tokens_ / train_seconds_,
+                clock_text(position_.train_seconds).c_str(), eta >= 0 ? " | ETA " : "",
+                eta >= 0 ? clock_text(eta).c_str() : "");
+  progress_.update(position_.step, buf);
+}
+
 }  // namespace
 
 void request_training_stop() { g_stop.store(true); }
@@ -146,175 +356,9 @@ void request_training_stop() { g_stop.store(true); }
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) { options_.validate(); }
 
 TrainSummary Trainer::run() {
-  const TrainOptions& o = options_;
-  using Clock = std::chrono::steady_clock;
-  Progress progress(o.log_every);
   StopSignals signals;  // from here on SIGINT/SIGTERM end the run with a checkpoint
-  fs::create_directories(o.out);
-  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
-  const c10::Device device = resolve_device(o.device);
-  const c10::ScalarType dtype = resolve_dtype(o.dtype, device);
-  CheckpointManager checkpoints(o.out, o.keep_last);
-  if (o.resume && !fs::exists(checkpoints.last_path()))
-    throw std::runtime_error("--resume: no checkpoint to resume at " + checkpoints.last_path());
-  if (!o.resume && fs::exists(checkpoints.last_path()))
-    throw std::runtime_error("run directory " + o.out +
-                             " already holds a checkpoint; pass --resume or choose another --out");
-
-  const std::string spm_path = ensure_tokenizer(o, progress);
-  const Tokenizer tokenizer = Tokenizer::load(spm_path);
-
-  // Corpora (encoded once, then cached next to the run).
-  CorpusOptions corpus_options;
-  corpus_options.max_sentence_tokens = o.max_sentence_tokens;
-  corpus_options.cache_dir = o.out + "/cache";
-  const auto t0 = Clock::now();
-  const EncodedCorpus train = load_parallel_corpus(o.train_src, o.train_tgt, tokenizer, tokenizer, corpus_options);
-  progress.line("train: " + train.stats.summary() + (train.from_cache ? " (cached)" : "") + " in " +
-                std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
-  if (train.pairs.empty()) throw std::runtime_error("no training pairs left after filtering " + o.train_src);
-  std::optional<Validator> validator;
-  if (!o.valid_src.empty()) {
-    validator.emplace(o.valid_src, o.valid_tgt, tokenizer, corpus_options, o.batch_tokens, o.valid_batch_size, device,
-                      dtype);
-    progress.line("valid: " + validator->summary());
-  }
-
-  // Model, optimiser, schedule, batches.
-  const ModelConfig model_config = build_model_config(o, tokenizer.vocab_size(), true);
-  torch::manual_seed(o.seed);
-  Transformer model(model_config);
-  model->to(device);
-  AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
-  InverseSqrtSchedule schedule(o.lr_factor, model_config.d_model, o.warmup);
-  BatcherOptions batcher_options;
-  batcher_options.batch_tokens = o.batch_tokens;
-  batcher_options.seed = o.seed;
-  TokenBatcher batcher(train, batcher_options);
-
-  CheckpointMeta meta;
-  meta.model = model_config;
-  meta.train_config = o.to_config().to_yaml();
-  meta.src_spm_path = meta.tgt_spm_path = fs::absolute(spm_path).string();
-  meta.src_spm_checksum = meta.tgt_spm_checksum = tokenizer.checksum();
-  meta.src_spm_model = tokenizer.serialized();
-  TrainingPosition& position = meta.position;
-  if (o.resume) {
-    CheckpointMeta saved = restore_training_state(checkpoints.last_path(), model, optimizer.state());
-    if (saved.src_spm_checksum != tokenizer.checksum())
-      throw std::runtime_error("--resume: tokenizer " + spm_path + " differs from the one the run started with");
-    position = saved.position;
-    batcher.seek(position.epoch, position.batch_index);
-    progress.line("resumed " + checkpoints.last_path() + " at step " + std::to_string(position.step) + ", epoch " +
-                  std::to_string(position.epoch) + " batch " + std::to_string(position.batch_index));
-  }
-  atomic_write(o.out + "/config.yaml",
-               "# effective configuration of this run (torchmt train --config " + o.out + "/config.yaml)\n" +
-                   meta.train_config);
-  progress.line("model " + o.preset + ": " + std::to_string(count_parameters(model)) + " parameters, " +
-                std::to_string(batcher.batches_per_epoch()) + " batches/epoch (padding " +
-                std::to_string(100 * batcher.padding_fraction()).substr(0, 4) + "%), device " + device.str() +
-                ", " + dtype_name(dtype) + ", " + std::to_string(torch::get_num_threads()) + " threads");
-
-  const StopCriteria stop({o.max_steps, o.max_epochs, o.max_minutes}, batcher.batches_per_epoch(), o.update_freq);
-  MetricsLog metrics(o.out, position.step);
-  TrainSummary summary;
-  const double seconds_before = position.train_seconds;
-  double train_seconds = 0;  // this process, training steps only
-  int64_t total_tokens = 0, bad_steps = 0, last_validated_step = -1;
-  LossWindow window;
-  const auto run_start = Clock::now();
-
-  // Validates (when asked and there is a validation set), then saves: last always, best when
-  // validation improved (or there is none), numbered after a validation.
-  auto save = [&](bool validate) {
-    bool best = !validator;
-    if (validate && validator) {
-      const ValidationScores scores = validator->run(model);
-      best = Validator::improves(scores, position.best_bleu, position.best_loss);
-      if (best) {
-        position.best_bleu = scores.bleu;
-        position.best_loss = scores.loss;
-      }
-      ValidationRecord rec;
-      rec.step = position.step;
-      rec.epoch = position.epoch;
-      rec.train_loss = window.mean();
-      rec.valid_loss = scores.loss;
-      rec.valid_ppl = scores.ppl;
-      rec.valid_bleu = scores.bleu;
-      rec.tokens_per_sec = train_seconds > 0 ? total_tokens / train_seconds : 0;
-      rec.wall_seconds = seconds_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-      metrics.add(rec);
-      summary.last_bleu = scores.bleu;
-      summary.last_valid_loss = scores.loss;
-      char buf[256];
-      std::snprintf(buf, sizeof(buf), "valid | epoch %lld | step %lld | loss %.3f | ppl %.2f | BLEU %.2f%s | %.1f s",
-                    static_cast<long long>(rec.epoch), static_cast<long long>(rec.step), scores.loss, scores.ppl,
-                    scores.bleu, best ? " (best)" : "", scores.seconds);
-      progress.line(buf);
-      window = LossWindow{};
-      last_validated_step = position.step;
-    }
-    checkpoints.save(model, &optimizer.state(), meta, best, validate);
-  };
-
-  TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(o.label_smoothing, kPadId), device, dtype,
-                    o.clip_norm);
-  while (!stop.reached(position) && !g_stop.load()) {
-    const auto step_start = Clock::now();
-    const int64_t epoch_before = batcher.epoch();
-    std::vector<Batch> batches;
-    for (int64_t micro = 0; micro < o.update_freq; ++micro) batches.push_back(batcher.next(device));
-    const double lr = schedule.lr(position.step + 1);
-    const StepResult result = step.run(batches, lr);
-    if (!result.applied) {
-      ++bad_steps;
-      progress.line("step " + std::to_string(position.step + 1) + " skipped: non-finite " +
-                    (std::isfinite(result.loss) ? "gradient" : "loss") + " (" + std::to_string(bad_steps) +
-                    " in a row)");
-      if (bad_steps >= o.max_bad_steps)
-        throw std::runtime_error("training diverged: " + std::to_string(bad_steps) +
-                                 " non-finite steps in a row; the last good checkpoint is " + checkpoints.last_path());
-      continue;
-    }
-    bad_steps = 0;
-    position.step += 1;
-    position.epoch = batcher.epoch();
-    position.batch_index = batcher.batch_index();
-    summary.steps += 1;
-    train_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-    position.train_seconds = seconds_before + train_seconds;
-    total_tokens += result.tokens;
-    window.add(result.loss, result.tokens);
-    const double token_loss = result.loss / static_cast<double>(std::max<int64_t>(1, result.tokens));
-    summary.last_train_loss = token_loss;
-
-    char buf[256];
-    const double eta = stop.eta_seconds(position, train_seconds / static_cast<double>(summary.steps));
-    std::snprintf(buf, sizeof(buf), "epoch %lld | step %lld | loss %.3f | ppl %.1f | lr %.2e | %.0f tok/s | %s%s%s",
-                  static_cast<long long>(epoch_before), static_cast<long long>(position.step), token_loss,
-                  std::exp(std::min(50.0, token_loss)), lr, total_tokens / train_seconds,
-                  clock_text(position.train_seconds).c_str(), eta >= 0 ? " | ETA " : "",
-                  eta >= 0 ? clock_text(eta).c_str() : "");
-    progress.update(position.step, buf);
-
-    const bool epoch_done = batcher.epoch() != epoch_before;
-    if (epoch_done) summary.epochs_completed += 1;
-    if (o.validate_every > 0 ? position.step % o.validate_every == 0 : epoch_done) save(true);
-  }
-  summary.interrupted = g_stop.load();
-  if (summary.interrupted) {
-    progress.line("interrupted: saving " + checkpoints.last_path());
-    save(false);
-  } else if (last_validated_step != position.step) {
-    save(true);  // once more when training ends
-  }
-  summary.train_seconds = position.train_seconds;
-  summary.tokens_per_sec = train_seconds > 0 ? total_tokens / train_seconds : 0;
-  summary.best_bleu = position.best_bleu;
-  summary.best_checkpoint = checkpoints.best_path();
-  return summary;
+  TrainingRun run(options_);
+  return run.loop();
 }
 
 }  // namespace torchmt
