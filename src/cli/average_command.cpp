@@ -13,25 +13,21 @@ struct AverageCommandOptions {
 };
 
 const OptionTable<AverageCommandOptions>& average_option_table() {
-  static const OptionTable<AverageCommandOptions> table = [] {
-    using O = AverageCommandOptions;
-    OptionTable<O> t("average");
-    t.add("output", &O::output, "averaged checkpoint to write", {"o", "", {}});
-    t.add("inputs", &O::inputs, "checkpoints to average (the arguments without a flag)");
-    return t;
-  }();
+  using O = AverageCommandOptions;
+  static const auto table = OptionTable<O>("average")
+      .add("output", &O::output, "averaged checkpoint to write", {"o", "", {}})
+      .add("inputs", &O::inputs, "checkpoints to average (the arguments without a flag)");
   return table;
 }
 
 int run_average(int argc, char** argv) {
-  cxxopts::Options options(argv[0], "Average the parameters of checkpoints of one run: torchmt average -o avg.pt a.pt b.pt ...");
-  options.positional_help("CHECKPOINT...");
   int code = kExitOk;
-  auto o = parse_options(options, average_option_table(), argc, argv, code, "inputs");
+  auto o = parse_options(average_option_table(),
+                         "Average the parameters of checkpoints of one run: torchmt average -o avg.pt a.pt b.pt ...",
+                         argc, argv, code, "inputs");
   if (!o) return code;
   if (o->output.empty()) {
-    std::cerr << argv[0] << ": missing required option -o/--output (see --help)\n";
-    return kExitUsage;
+    return usage_error(argv[0], "missing required option -o/--output");
   }
   if (o->inputs.size() < 2) {
     std::cerr << argv[0] << ": give at least two checkpoints to average\n";

@@ -1,6 +1,7 @@
 #include "cli_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace torchmt::cli {
@@ -43,8 +44,14 @@ bool refuse_old_flags(const std::vector<OptionRow>& rows, int argc, char** argv)
 
 }  // namespace
 
-std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const std::vector<OptionRow>& rows,
+int usage_error(const char* program, const std::string& message) {
+  std::cerr << program << ": " << message << " (see --help)\n";
+  return kExitUsage;
+}
+
+std::optional<CommandLine> parse_command_line(const std::string& description, const std::vector<OptionRow>& rows,
                                               int argc, char** argv, int& exit_code, const std::string& positional) {
+  cxxopts::Options options(argv[0], description);
   for (const auto& row : rows) {
     const std::string name = row.short_flag.empty() ? row.flag() : row.short_flag + "," + row.flag();
     options.add_options(row.group)(name, flag_help(row), flag_value(row));
@@ -59,6 +66,9 @@ std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const s
     for (auto& c : flag)
       if (c == '_') c = '-';
     options.parse_positional({flag});
+    std::string shown = positional;
+    for (auto& c : shown) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    options.positional_help(shown + "...");
   }
   if (refuse_old_flags(rows, argc, argv)) {
     exit_code = kExitUsage;
@@ -68,8 +78,7 @@ std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const s
   try {
     line.flags = options.parse(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << " (see --help)\n";
-    exit_code = kExitUsage;
+    exit_code = usage_error(argv[0], e.what());
     return std::nullopt;
   }
   const auto& r = line.flags;

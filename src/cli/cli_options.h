@@ -24,13 +24,17 @@ struct CommandLine {
   bool dump_config = false;
 };
 
-// Adds a flag per row (help text with the default), plus --config, --dump-config and
+// Makes a flag per row (help text with the default), plus --config, --dump-config and
 // --help, parses argv and overlays the flags given on the --config file. On --help prints
-// the help and sets kExitOk; on a bad flag prints one line and sets kExitUsage; both return
-// nullopt. `positional`: the key that takes the arguments without a flag, if any.
-std::optional<CommandLine> parse_command_line(cxxopts::Options& options, const std::vector<OptionRow>& rows,
+// `description` and the options and sets kExitOk; on a bad flag prints one line and sets
+// kExitUsage; both return nullopt. `positional`: the key that takes the arguments without a
+// flag, if any.
+std::optional<CommandLine> parse_command_line(const std::string& description, const std::vector<OptionRow>& rows,
                                               int argc, char** argv, int& exit_code,
                                               const std::string& positional = "");
+
+// Prints "PROGRAM: MESSAGE (see --help)" and returns kExitUsage.
+int usage_error(const char* program, const std::string& message);
 
 // The options `line` gives (`start` for the keys it does not name). A bad value is a usage
 // error (one line, kExitUsage); with --dump-config prints the effective configuration and
@@ -42,8 +46,7 @@ std::optional<Options> read_options(const OptionTable<Options>& table, const Com
   try {
     options = table.read(line.config, std::move(start));
   } catch (const std::invalid_argument& e) {
-    std::cerr << program << ": " << e.what() << " (see --help)\n";
-    exit_code = kExitUsage;
+    exit_code = usage_error(program, e.what());
     return std::nullopt;
   }
   if (line.dump_config) {
@@ -56,9 +59,9 @@ std::optional<Options> read_options(const OptionTable<Options>& table, const Com
 
 // parse_command_line + read_options.
 template <typename Options>
-std::optional<Options> parse_options(cxxopts::Options& cx, const OptionTable<Options>& table, int argc, char** argv,
-                                     int& exit_code, const std::string& positional = "") {
-  auto line = parse_command_line(cx, table.rows(), argc, argv, exit_code, positional);
+std::optional<Options> parse_options(const OptionTable<Options>& table, const std::string& description, int argc,
+                                     char** argv, int& exit_code, const std::string& positional = "") {
+  auto line = parse_command_line(description, table.rows(), argc, argv, exit_code, positional);
   if (!line) return std::nullopt;
   return read_options(table, *line, argv[0], exit_code);
 }
@@ -71,7 +74,7 @@ bool check_usage(Check check, const char* program) {
     check();
     return true;
   } catch (const std::invalid_argument& e) {
-    std::cerr << program << ": " << e.what() << " (see --help)\n";
+    usage_error(program, e.what());
     return false;
   }
 }

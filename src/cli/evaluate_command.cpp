@@ -21,40 +21,34 @@ struct EvaluateCommandOptions {
 };
 
 const OptionTable<EvaluateCommandOptions>& evaluate_option_table() {
-  static const OptionTable<EvaluateCommandOptions> table = [] {
-    using O = EvaluateCommandOptions;
-    OptionTable<O> t("evaluate");
-    t.add("hyp", &O::hyp, "hypothesis file, one sentence per line (plain or .gz)", {"", "scoring", {}});
-    t.add("src", &O::src, "source file to translate with -m (plain or .gz)", {"", "scoring", {}});
-    t.add("ref", &O::ref, "reference file, line i translating the same source as hypothesis line i",
-          {"", "scoring", {}});
-    t.add("save_hyp", &O::save_hyp, "with -m: also write the translations to this file", {"", "scoring", {}});
-    t.include(translator_option_table(), &O::translator);
-    return t;
-  }();
+  using O = EvaluateCommandOptions;
+  static const auto table = OptionTable<O>("evaluate")
+      .add("hyp", &O::hyp, "hypothesis file, one sentence per line (plain or .gz)", {"", "scoring", {}})
+      .add("src", &O::src, "source file to translate with -m (plain or .gz)", {"", "scoring", {}})
+      .add("ref", &O::ref, "reference file, line i translating the same source as hypothesis line i",
+           {"", "scoring", {}})
+      .add("save_hyp", &O::save_hyp, "with -m: also write the translations to this file", {"", "scoring", {}})
+      .include(translator_option_table(), &O::translator);
   return table;
 }
 
 int run_evaluate(int argc, char** argv) {
-  cxxopts::Options options(argv[0],
-                           "Score translations against a reference with corpus BLEU and chrF, computed exactly as "
-                           "sacreBLEU 2.6.0 does by default (13a tokenization, cased). Either score an existing "
-                           "--hyp file, or translate --src with -m MODEL first.");
   int code = kExitOk;
-  auto o = parse_options(options, evaluate_option_table(), argc, argv, code);
+  auto o = parse_options(evaluate_option_table(),
+                         "Score translations against a reference with corpus BLEU and chrF, computed exactly as "
+                         "sacreBLEU 2.6.0 does by default (13a tokenization, cased). Either score an existing "
+                         "--hyp file, or translate --src with -m MODEL first.",
+                         argc, argv, code);
   if (!o) return code;
   if (o->ref.empty()) {
-    std::cerr << argv[0] << ": missing required option --ref (see --help)\n";
-    return kExitUsage;
+    return usage_error(argv[0], "missing required option --ref");
   }
   const bool translate_first = !o->translator.model.empty();
   if (translate_first == !o->hyp.empty()) {
-    std::cerr << argv[0] << ": give either --hyp FILE, or -m MODEL with --src FILE (see --help)\n";
-    return kExitUsage;
+    return usage_error(argv[0], "give either --hyp FILE, or -m MODEL with --src FILE");
   }
   if (translate_first && o->src.empty()) {
-    std::cerr << argv[0] << ": missing required option --src (see --help)\n";
-    return kExitUsage;
+    return usage_error(argv[0], "missing required option --src");
   }
   const std::string hyp_path = translate_first ? o->src : o->hyp;
   const std::string ref_path = o->ref;

@@ -20,25 +20,22 @@ struct ExportCommandOptions {
 };
 
 const OptionTable<ExportCommandOptions>& export_option_table() {
-  static const OptionTable<ExportCommandOptions> table = [] {
-    using O = ExportCommandOptions;
-    OptionTable<O> t("export");
-    t.add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}});
-    t.add("output", &O::output, "file to write (e.g. model.ts)", {"o", "", {}});
-    t.add("dtype", &O::dtype, "weights as fp32, bf16 or fp16");
-    t.add("freeze", &O::freeze, "fold weights into the code and apply TorchScript inference optimisations (no state dict)");
-    t.add("format", &O::format, "export format");
-    return t;
-  }();
+  using O = ExportCommandOptions;
+  static const auto table = OptionTable<O>("export")
+      .add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}})
+      .add("output", &O::output, "file to write (e.g. model.ts)", {"o", "", {}})
+      .add("dtype", &O::dtype, "weights as fp32, bf16 or fp16")
+      .add("freeze", &O::freeze, "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
+      .add("format", &O::format, "export format");
   return table;
 }
 
 int run_export(int argc, char** argv) {
-  cxxopts::Options options(argv[0],
-                           "Export a checkpoint as one TorchScript file (weights, SentencePiece model, config) that "
-                           "C++ (torch::jit::load, `torchmt translate -m model.ts`) and Python (torch.jit.load) load.");
   int code = kExitOk;
-  auto o = parse_options(options, export_option_table(), argc, argv, code);
+  auto o = parse_options(export_option_table(),
+                         "Export a checkpoint as one TorchScript file (weights, SentencePiece model, config) that "
+                         "C++ (torch::jit::load, `torchmt translate -m model.ts`) and Python (torch.jit.load) load.",
+                         argc, argv, code);
   if (!o) return code;
   ExportOptions export_options;
   std::unique_ptr<ModelExporter> exporter;

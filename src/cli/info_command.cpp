@@ -16,20 +16,18 @@ struct InfoCommandOptions {
 };
 
 const OptionTable<InfoCommandOptions>& info_option_table() {
-  static const OptionTable<InfoCommandOptions> table = [] {
-    using O = InfoCommandOptions;
-    OptionTable<O> t("info");
-    t.add("preset", &O::preset, "tiny|small|base|big");
-    t.add("vocab_size", &O::vocab_size, "joint vocabulary size");
-    return t;
-  }();
+  using O = InfoCommandOptions;
+  static const auto table = OptionTable<O>("info")
+      .add("preset", &O::preset, "tiny|small|base|big")
+      .add("vocab_size", &O::vocab_size, "joint vocabulary size");
   return table;
 }
 
 int run_info(int argc, char** argv) {
-  cxxopts::Options options(argv[0], "Print the configuration and parameter count of a model preset.");
   int code = kExitOk;
-  auto o = parse_options(options, info_option_table(), argc, argv, code);
+  auto o = parse_options(info_option_table(),
+                         "Print the configuration and parameter count of a model preset.",
+                         argc, argv, code);
   if (!o) return code;
   ModelConfig config;
   if (!check_usage(

@@ -9,10 +9,10 @@ namespace torchmt::cli {
 namespace {
 
 int run_train(int argc, char** argv) {
-  cxxopts::Options options(argv[0], "Train a Transformer translation model (flags override --config).");
   const auto& table = train_option_table();
   int code = kExitOk;
-  auto line = parse_command_line(options, table.rows(), argc, argv, code);
+  auto line = parse_command_line("Train a Transformer translation model (flags override --config).", table.rows(),
+                                 argc, argv, code);
   if (!line) return code;
   if (line->config.has("resume") && line->config.get_bool("resume") && !line->flags.count("config")) {
     // A resumed run continues with the configuration it was started with; flags given now override it.

@@ -40,25 +40,23 @@ struct TranslateCommandOptions {
 };
 
 const OptionTable<TranslateCommandOptions>& translate_option_table() {
-  static const OptionTable<TranslateCommandOptions> table = [] {
-    using O = TranslateCommandOptions;
-    OptionTable<O> t("translate");
-    t.include(translator_option_table(), &O::translator);
-    t.add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}});
-    t.add("output", &O::output, "output file, - for stdout", {"o", "io", {}});
-    t.add("attention_svg", &O::attention_svg, "write the cross-attention heatmap of the first sentence to this SVG file",
-          {"", "io", {}});
-    t.add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}});
-    t.add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}});
-    return t;
-  }();
+  using O = TranslateCommandOptions;
+  static const auto table = OptionTable<O>("translate")
+      .include(translator_option_table(), &O::translator)
+      .add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}})
+      .add("output", &O::output, "output file, - for stdout", {"o", "io", {}})
+      .add("attention_svg", &O::attention_svg, "write the cross-attention heatmap of the first sentence to this SVG file",
+           {"", "io", {}})
+      .add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}})
+      .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}});
   return table;
 }
 
 int run_translate(int argc, char** argv) {
-  cxxopts::Options options(argv[0], "Translate sentences with a trained model (checkpoint or TorchScript export).");
   int code = kExitOk;
-  auto o = parse_options(options, translate_option_table(), argc, argv, code);
+  auto o = parse_options(translate_option_table(),
+                         "Translate sentences with a trained model (checkpoint or TorchScript export).",
+                         argc, argv, code);
   if (!o) return code;
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))

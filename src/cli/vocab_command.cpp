@@ -27,36 +27,32 @@ struct VocabCommandOptions {
 };
 
 const OptionTable<VocabCommandOptions>& vocab_option_table() {
-  static const OptionTable<VocabCommandOptions> table = [] {
-    using O = VocabCommandOptions;
-    OptionTable<O> t("vocab");
-    t.add("src", &O::src, "source-side training text (plain or .gz)");
-    t.add("tgt", &O::tgt, "target-side training text (plain or .gz)");
-    t.add("out", &O::out, "output prefix, e.g. spm/deen");
-    t.add("separate", &O::separate, "one model per language instead of a joint one");
-    t.add("vocab_size", [](O& o) -> int& { return o.training.vocab_size; }, "pieces per model");
-    t.add("input_sentence_size", [](O& o) -> int64_t& { return o.training.input_sentence_size; },
-          "sentences sampled for training (bounds memory on large corpora)");
-    t.add("seed", [](O& o) -> uint32_t& { return o.training.seed; }, "sampling seed (same seed and input -> same model)");
-    t.add("character_coverage", [](O& o) -> double& { return o.training.character_coverage; },
-          "share of characters covered by pieces");
-    return t;
-  }();
+  using O = VocabCommandOptions;
+  static const auto table = OptionTable<O>("vocab")
+      .add("src", &O::src, "source-side training text (plain or .gz)")
+      .add("tgt", &O::tgt, "target-side training text (plain or .gz)")
+      .add("out", &O::out, "output prefix, e.g. spm/deen")
+      .add("separate", &O::separate, "one model per language instead of a joint one")
+      .add("vocab_size", [](O& o) -> int& { return o.training.vocab_size; }, "pieces per model")
+      .add("input_sentence_size", [](O& o) -> int64_t& { return o.training.input_sentence_size; },
+           "sentences sampled for training (bounds memory on large corpora)")
+      .add("seed", [](O& o) -> uint32_t& { return o.training.seed; }, "sampling seed (same seed and input -> same model)")
+      .add("character_coverage", [](O& o) -> double& { return o.training.character_coverage; },
+           "share of characters covered by pieces");
   return table;
 }
 
 int run_vocab(int argc, char** argv) {
-  cxxopts::Options options(argv[0],
-                           "Train a SentencePiece BPE vocabulary (pad 0, unk 1, bos 2, eos 3) on parallel text.\n"
-                           "Joint by default (PREFIX.model, PREFIX.vocab), so embeddings can be shared;\n"
-                           "--separate trains PREFIX.src.model and PREFIX.tgt.model.");
   int code = kExitOk;
-  auto o = parse_options(options, vocab_option_table(), argc, argv, code);
+  auto o = parse_options(vocab_option_table(),
+                         "Train a SentencePiece BPE vocabulary (pad 0, unk 1, bos 2, eos 3) on parallel text.\n"
+                         "Joint by default (PREFIX.model, PREFIX.vocab), so embeddings can be shared;\n"
+                         "--separate trains PREFIX.src.model and PREFIX.tgt.model.",
+                         argc, argv, code);
   if (!o) return code;
   for (const auto& [value, name] : {std::pair{&o->src, "src"}, {&o->tgt, "tgt"}, {&o->out, "out"}}) {
     if (value->empty()) {
-      std::cerr << argv[0] << ": missing required option --" << name << " (see --help)\n";
-      return kExitUsage;
+      return usage_error(argv[0], std::string("missing required option --") + name);
     }
   }
   VocabTrainingOptions base = o->training;

@@ -5,37 +5,34 @@
 namespace torchmt {
 
 const OptionTable<TranslatorConfig>& translator_option_table() {
-  static const OptionTable<TranslatorConfig> table = [] {
-    using C = TranslatorConfig;
-    OptionTable<C> t("translation");
-    const OptionExtra decoding{"", "decoding", {}};
-    t.add("model", &C::model, "checkpoint (.pt) or TorchScript export (.ts)", {"m", "decoding", {}});
-    t.add("beam", [](C& c) -> int64_t& { return c.translation.search.beam_size; }, "beam size (1 = greedy)",
-          decoding);
-    t.add("greedy", &C::greedy, "greedy search (the default; same as --beam 1)", decoding);
-    t.add("lenpen", [](C& c) -> double& { return c.translation.search.length_penalty; },
-          "GNMT length penalty alpha (0 = raw log-probability)", decoding);
-    t.add("max_len_a", [](C& c) -> double& { return c.translation.search.max_len_a; },
-          "output length limit: a * source tokens + b", decoding);
-    t.add("max_len_b", [](C& c) -> int64_t& { return c.translation.search.max_len_b; }, "see --max-len-a",
-          decoding);
-    t.add("nbest", [](C& c) -> int64_t& { return c.translation.search.nbest; },
-          "hypotheses per input line (at most --beam)", decoding);
-    t.add("batch_size", [](C& c) -> int64_t& { return c.translation.batch_size; },
-          "sentences per batch (when --batch-source-tokens is 0)", decoding);
-    t.add("batch_source_tokens", [](C& c) -> int64_t& { return c.translation.batch_source_tokens; },
-          "source tokens per batch, rows x longest source incl. padding (0 = use --batch-size)",
-          {"", "decoding", {"max_tokens"}});
-    t.add_custom(
-        "no_cache", OptionKind::kBool, "recompute the whole prefix at every step (slow; for comparison)",
-        [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
-        [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding);
-    const OptionExtra runtime{"", "runtime", {}};
-    t.add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime);
-    t.add("dtype", &C::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", runtime);
-    t.add("threads", &C::threads, "CPU threads, 0 = all cores", runtime);
-    return t;
-  }();
+  using C = TranslatorConfig;
+  const OptionExtra decoding{"", "decoding", {}};
+  const OptionExtra runtime{"", "runtime", {}};
+  static const auto table = OptionTable<C>("translation")
+      .add("model", &C::model, "checkpoint (.pt) or TorchScript export (.ts)", {"m", "decoding", {}})
+      .add("beam", [](C& c) -> int64_t& { return c.translation.search.beam_size; }, "beam size (1 = greedy)",
+           decoding)
+      .add("greedy", &C::greedy, "greedy search (the default; same as --beam 1)", decoding)
+      .add("lenpen", [](C& c) -> double& { return c.translation.search.length_penalty; },
+           "GNMT length penalty alpha (0 = raw log-probability)", decoding)
+      .add("max_len_a", [](C& c) -> double& { return c.translation.search.max_len_a; },
+           "output length limit: a * source tokens + b", decoding)
+      .add("max_len_b", [](C& c) -> int64_t& { return c.translation.search.max_len_b; }, "see --max-len-a",
+           decoding)
+      .add("nbest", [](C& c) -> int64_t& { return c.translation.search.nbest; },
+           "hypotheses per input line (at most --beam)", decoding)
+      .add("batch_size", [](C& c) -> int64_t& { return c.translation.batch_size; },
+           "sentences per batch (when --batch-source-tokens is 0)", decoding)
+      .add("batch_source_tokens", [](C& c) -> int64_t& { return c.translation.batch_source_tokens; },
+           "source tokens per batch, rows x longest source incl. padding (0 = use --batch-size)",
+           {"", "decoding", {"max_tokens"}})
+      .add_custom(
+         "no_cache", OptionKind::kBool, "recompute the whole prefix at every step (slow; for comparison)",
+         [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
+         [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding)
+      .add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime)
+      .add("dtype", &C::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", runtime)
+      .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime);
   return table;
 }
 

@@ -52,27 +52,24 @@ void ModelConfig::validate() const {
 namespace {
 
 const OptionTable<ModelConfig>& model_config_table() {
-  static const OptionTable<ModelConfig> table = [] {
-    using C = ModelConfig;
-    OptionTable<C> t("model");
-    t.add("src_vocab_size", &C::src_vocab_size, "source vocabulary size");
-    t.add("tgt_vocab_size", &C::tgt_vocab_size, "target vocabulary size");
-    t.add("d_model", &C::d_model, "model (embedding) width");
-    t.add("num_heads", &C::num_heads, "attention heads");
-    t.add("num_encoder_layers", &C::num_encoder_layers, "encoder layers");
-    t.add("num_decoder_layers", &C::num_decoder_layers, "decoder layers");
-    t.add("d_ff", &C::d_ff, "feed-forward width");
-    t.add("dropout", &C::dropout, "dropout probability");
-    t.add("max_positions", &C::max_positions, "rows of the positional table: the longest sequence accepted",
-          {"", "", {"max_len"}});
-    t.add_custom(
-        "activation", OptionKind::kText, "feed-forward activation: relu|gelu",
-        [](C& c, const std::string& v) { c.activation = parse_activation(v); },
-        [](const C& c) { return activation_name(c.activation); });
-    t.add("tie_embeddings", &C::tie_embeddings, "share source, target and output embeddings");
-    t.add("pad_id", &C::pad_id, "padding token id");
-    return t;
-  }();
+  using C = ModelConfig;
+  static const auto table = OptionTable<C>("model")
+      .add("src_vocab_size", &C::src_vocab_size, "source vocabulary size")
+      .add("tgt_vocab_size", &C::tgt_vocab_size, "target vocabulary size")
+      .add("d_model", &C::d_model, "model (embedding) width")
+      .add("num_heads", &C::num_heads, "attention heads")
+      .add("num_encoder_layers", &C::num_encoder_layers, "encoder layers")
+      .add("num_decoder_layers", &C::num_decoder_layers, "decoder layers")
+      .add("d_ff", &C::d_ff, "feed-forward width")
+      .add("dropout", &C::dropout, "dropout probability")
+      .add("max_positions", &C::max_positions, "rows of the positional table: the longest sequence accepted",
+           {"", "", {"max_len"}})
+      .add_custom(
+         "activation", OptionKind::kText, "feed-forward activation: relu|gelu",
+         [](C& c, const std::string& v) { c.activation = parse_activation(v); },
+         [](const C& c) { return activation_name(c.activation); })
+      .add("tie_embeddings", &C::tie_embeddings, "share source, target and output embeddings")
+      .add("pad_id", &C::pad_id, "padding token id");
   return table;
 }
 

@@ -5,53 +5,50 @@
 namespace torchmt {
 
 const OptionTable<TrainOptions>& train_option_table() {
-  static const OptionTable<TrainOptions> table = [] {
-    using O = TrainOptions;
-    OptionTable<O> t("training");
-    const OptionExtra data{"", "data", {}}, model{"", "model", {}}, optim{"", "optimisation", {}},
-        run{"", "run", {}};
-    t.add("train_src", &O::train_src, "training source file (plain or .gz)", data);
-    t.add("train_tgt", &O::train_tgt, "training target file", data);
-    t.add("valid_src", &O::valid_src, "validation source file", data);
-    t.add("valid_tgt", &O::valid_tgt, "validation target file", data);
-    t.add("spm", &O::spm, "existing joint SentencePiece model (default: train one into the run directory)", data);
-    t.add("vocab_size", &O::vocab_size, "BPE vocabulary size when training one", data);
-    t.add("max_sentence_tokens", &O::max_sentence_tokens,
-          "skip a training pair when a side has more tokens than this (eos included); nothing is truncated",
-          {"", "data", {"max_len"}});
-    t.add("preset", &O::preset, "model preset: tiny|small|base|big", model);
-    t.add("d_model", &O::d_model, "override the preset's d_model (-1 = keep)", model);
-    t.add("num_heads", &O::num_heads, "override the number of attention heads (-1 = keep)", model);
-    t.add("encoder_layers", &O::encoder_layers, "override the encoder layers (-1 = keep)", model);
-    t.add("decoder_layers", &O::decoder_layers, "override the decoder layers (-1 = keep)", model);
-    t.add("d_ff", &O::d_ff, "override the feed-forward width (-1 = keep)", model);
-    t.add("dropout", &O::dropout, "override the dropout (-1 = keep)", model);
-    t.add("activation", &O::activation, "override the activation: relu|gelu", model);
-    t.add("tie_embeddings", &O::tie_embeddings, "auto|true|false (auto: the preset's choice)", model);
-    t.add("batch_tokens", &O::batch_tokens,
-          "tokens per batch: rows x (longest source + longest target), padding included",
-          {"", "optimisation", {"max_tokens"}});
-    t.add("update_freq", &O::update_freq, "accumulate gradients over N batches per update", optim);
-    t.add("max_epochs", &O::max_epochs, "stop after N epochs (0 = no limit)", optim);
-    t.add("max_steps", &O::max_steps, "stop after N updates (0 = no limit)", optim);
-    t.add("max_minutes", &O::max_minutes, "stop after N minutes of training (0 = no limit)", optim);
-    t.add("lr_factor", &O::lr_factor, "factor of the paper's learning-rate schedule", optim);
-    t.add("warmup", &O::warmup, "warm-up steps of the schedule", optim);
-    t.add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim);
-    t.add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim);
-    t.add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim);
-    t.add("seed", &O::seed, "random seed", optim);
-    t.add("device", &O::device, "auto|cpu|cuda|cuda:N", run);
-    t.add("dtype", &O::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", run);
-    t.add("threads", &O::threads, "CPU threads (0 = all cores)", run);
-    t.add("out", &O::out, "run directory", run);
-    t.add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run);
-    t.add("validate_every", &O::validate_every, "validate every N steps (0 = every epoch)", run);
-    t.add("log_every", &O::log_every, "steps between log lines when stderr is not a terminal", run);
-    t.add("keep_last", &O::keep_last, "numbered checkpoints to keep", run);
-    t.add("valid_batch_size", &O::valid_batch_size, "sentences per batch when translating the validation set", run);
-    return t;
-  }();
+  using O = TrainOptions;
+  const OptionExtra data{"", "data", {}}, model{"", "model", {}}, optim{"", "optimisation", {}},
+      run{"", "run", {}};
+  static const auto table = OptionTable<O>("training")
+      .add("train_src", &O::train_src, "training source file (plain or .gz)", data)
+      .add("train_tgt", &O::train_tgt, "training target file", data)
+      .add("valid_src", &O::valid_src, "validation source file", data)
+      .add("valid_tgt", &O::valid_tgt, "validation target file", data)
+      .add("spm", &O::spm, "existing joint SentencePiece model (default: train one into the run directory)", data)
+      .add("vocab_size", &O::vocab_size, "BPE vocabulary size when training one", data)
+      .add("max_sentence_tokens", &O::max_sentence_tokens,
+           "skip a training pair when a side has more tokens than this (eos included); nothing is truncated",
+           {"", "data", {"max_len"}})
+      .add("preset", &O::preset, "model preset: tiny|small|base|big", model)
+      .add("d_model", &O::d_model, "override the preset's d_model (-1 = keep)", model)
+      .add("num_heads", &O::num_heads, "override the number of attention heads (-1 = keep)", model)
+      .add("encoder_layers", &O::encoder_layers, "override the encoder layers (-1 = keep)", model)
+      .add("decoder_layers", &O::decoder_layers, "override the decoder layers (-1 = keep)", model)
+      .add("d_ff", &O::d_ff, "override the feed-forward width (-1 = keep)", model)
+      .add("dropout", &O::dropout, "override the dropout (-1 = keep)", model)
+      .add("activation", &O::activation, "override the activation: relu|gelu", model)
+      .add("tie_embeddings", &O::tie_embeddings, "auto|true|false (auto: the preset's choice)", model)
+      .add("batch_tokens", &O::batch_tokens,
+           "tokens per batch: rows x (longest source + longest target), padding included",
+           {"", "optimisation", {"max_tokens"}})
+      .add("update_freq", &O::update_freq, "accumulate gradients over N batches per update", optim)
+      .add("max_epochs", &O::max_epochs, "stop after N epochs (0 = no limit)", optim)
+      .add("max_steps", &O::max_steps, "stop after N updates (0 = no limit)", optim)
+      .add("max_minutes", &O::max_minutes, "stop after N minutes of training (0 = no limit)", optim)
+      .add("lr_factor", &O::lr_factor, "factor of the paper's learning-rate schedule", optim)
+      .add("warmup", &O::warmup, "warm-up steps of the schedule", optim)
+      .add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim)
+      .add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim)
+      .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
+      .add("seed", &O::seed, "random seed", optim)
+      .add("device", &O::device, "auto|cpu|cuda|cuda:N", run)
+      .add("dtype", &O::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", run)
+      .add("threads", &O::threads, "CPU threads (0 = all cores)", run)
+      .add("out", &O::out, "run directory", run)
+      .add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run)
+      .add("validate_every", &O::validate_every, "validate every N steps (0 = every epoch)", run)
+      .add("log_every", &O::log_every, "steps between log lines when stderr is not a terminal", run)
+      .add("keep_last", &O::keep_last, "numbered checkpoints to keep", run)
+      .add("valid_batch_size", &O::valid_batch_size, "sentences per batch when translating the validation set", run);
   return table;
 }
 
