@@ -26,9 +26,7 @@ int run_average(int argc, char** argv) {
                          "Average the parameters of checkpoints of one run: torchmt average -o avg.pt a.pt b.pt ...",
                          argc, argv, code, "inputs");
   if (!o) return code;
-  if (o->output.empty()) {
-    return usage_error(argv[0], "missing required option -o/--output");
-  }
+  if (o->output.empty()) return usage_error(argv[0], "missing required option -o/--output");
   if (o->inputs.size() < 2) {
     std::cerr << argv[0] << ": give at least two checkpoints to average\n";
     return kExitUsage;

@@ -40,16 +40,11 @@ int run_evaluate(int argc, char** argv) {
                          "--hyp file, or translate --src with -m MODEL first.",
                          argc, argv, code);
   if (!o) return code;
-  if (o->ref.empty()) {
-    return usage_error(argv[0], "missing required option --ref");
-  }
+  if (o->ref.empty()) return usage_error(argv[0], "missing required option --ref");
   const bool translate_first = !o->translator.model.empty();
-  if (translate_first == !o->hyp.empty()) {
+  if (translate_first == !o->hyp.empty())
     return usage_error(argv[0], "give either --hyp FILE, or -m MODEL with --src FILE");
-  }
-  if (translate_first && o->src.empty()) {
-    return usage_error(argv[0], "missing required option --src");
-  }
+  if (translate_first && o->src.empty()) return usage_error(argv[0], "missing required option --src");
   const std::string hyp_path = translate_first ? o->src : o->hyp;
   const std::string ref_path = o->ref;
   std::unique_ptr<Translator> translator;

@@ -25,7 +25,8 @@ const OptionTable<ExportCommandOptions>& export_option_table() {
       .add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}})
       .add("output", &O::output, "file to write (e.g. model.ts)", {"o", "", {}})
       .add("dtype", &O::dtype, "weights as fp32, bf16 or fp16")
-      .add("freeze", &O::freeze, "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
+      .add("freeze", &O::freeze,
+           "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
       .add("format", &O::format, "export format");
   return table;
 }

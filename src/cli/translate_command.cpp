@@ -45,7 +45,8 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
       .include(translator_option_table(), &O::translator)
       .add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}})
       .add("output", &O::output, "output file, - for stdout", {"o", "io", {}})
-      .add("attention_svg", &O::attention_svg, "write the cross-attention heatmap of the first sentence to this SVG file",
+      .add("attention_svg", &O::attention_svg,
+           "write the cross-attention heatmap of the first sentence to this SVG file",
            {"", "io", {}})
       .add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}})
       .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}});

@@ -36,7 +36,8 @@ const OptionTable<VocabCommandOptions>& vocab_option_table() {
       .add("vocab_size", [](O& o) -> int& { return o.training.vocab_size; }, "pieces per model")
       .add("input_sentence_size", [](O& o) -> int64_t& { return o.training.input_sentence_size; },
            "sentences sampled for training (bounds memory on large corpora)")
-      .add("seed", [](O& o) -> uint32_t& { return o.training.seed; }, "sampling seed (same seed and input -> same model)")
+      .add("seed", [](O& o) -> uint32_t& { return o.training.seed; },
+           "sampling seed (same seed and input -> same model)")
       .add("character_coverage", [](O& o) -> double& { return o.training.character_coverage; },
            "share of characters covered by pieces");
   return table;
@@ -51,9 +52,7 @@ int run_vocab(int argc, char** argv) {
                          argc, argv, code);
   if (!o) return code;
   for (const auto& [value, name] : {std::pair{&o->src, "src"}, {&o->tgt, "tgt"}, {&o->out, "out"}}) {
-    if (value->empty()) {
-      return usage_error(argv[0], std::string("missing required option --") + name);
-    }
+    if (value->empty()) return usage_error(argv[0], std::string("missing required option --") + name);
   }
   VocabTrainingOptions base = o->training;
   if (base.vocab_size < 5) {
