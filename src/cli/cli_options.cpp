@@ -28,9 +28,7 @@ bool refuse_old_flags(const std::vector<OptionRow>& rows, int argc, char** argv)
   for (int i = 1; i < argc; ++i) {
     for (const auto& row : rows) {
       for (const auto& old : row.old_keys) {
-        std::string old_flag = "--" + old;
-        for (auto& c : old_flag)
-          if (c == '_') c = '-';
+        const std::string old_flag = "--" + flag_name(old);
         if (std::strcmp(argv[i], old_flag.c_str()) == 0 ||
             std::strncmp(argv[i], (old_flag + "=").c_str(), old_flag.size() + 1) == 0) {
           std::cerr << argv[0] << ": " << old_flag << " is now --" << row.flag() << " (see --help)\n";
@@ -62,10 +60,7 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
       "dump-config", "print the effective configuration as YAML (usable with --config) and exit")(
       "h,help", "show this help");
   if (!positional.empty()) {
-    std::string flag = positional;
-    for (auto& c : flag)
-      if (c == '_') c = '-';
-    options.parse_positional({flag});
+    options.parse_positional({flag_name(positional)});
     std::string shown = positional;
     for (auto& c : shown) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     options.positional_help(shown + "...");

@@ -21,6 +21,13 @@ namespace torchmt {
 
 enum class OptionKind { kText, kInteger, kReal, kBool, kList };
 
+// The command-line spelling of a config key: `max_len_a` -> `max-len-a`.
+inline std::string flag_name(std::string key) {
+  for (auto& c : key)
+    if (c == '_') c = '-';
+  return key;
+}
+
 struct OptionRow {
   std::string key;                    // snake_case config key; the flag is the key with '-' for '_'
   OptionKind kind = OptionKind::kText;
@@ -29,12 +36,7 @@ struct OptionRow {
   std::string short_flag;             // e.g. "m" for -m; empty = none
   std::string group;                  // section of --help
   std::vector<std::string> old_keys;  // earlier names: still read, with a warning
-  std::string flag() const {
-    std::string f = key;
-    for (auto& c : f)
-      if (c == '_') c = '-';
-    return f;
-  }
+  std::string flag() const { return flag_name(key); }
 };
 
 // Extra, optional properties of a row.
@@ -75,8 +77,8 @@ class OptionTable {
       else field = static_cast<T>(c.get_int(k));
     };
     e.write = [ref](const Options& o, FlatConfig& c, const std::string& k) {
-      Options copy = o;  // std::invoke needs a non-const object for the reference accessor
-      const T& field = std::invoke(ref, copy);
+      // The accessor takes a non-const Options (one accessor reads and writes); it is only read here.
+      const T& field = std::invoke(ref, const_cast<Options&>(o));
       if constexpr (std::is_same_v<T, std::vector<std::string>>) c.set_list(k, field);
       else c.set(k, text_of(field));
     };
@@ -111,8 +113,7 @@ class OptionTable {
         read(std::invoke(part, o), c, k);
       };
       e.write = [part, write = ie.write](const Options& o, FlatConfig& c, const std::string& k) {
-        Options copy = o;
-        write(std::invoke(part, copy), c, k);
+        write(std::invoke(part, const_cast<Options&>(o)), c, k);  // read only, as in add()
       };
       e.row.default_text = default_text(e);
       entries_.push_back(std::move(e));
