@@ -16,5 +16,6 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$KIT;$KIT/lib/cmake;$KIT/lib/x86_64-linux-gnu/cmake;$KIT/share/cmake" \
   -DPython3_EXECUTABLE="$(command -v python3)"
 cmake --build "$build" -- -j "$(nproc)"
+[ -z "${DEVICE_BUILD_NO_TEST:-}" ] || exit 0  # DEVICE_BUILD_NO_TEST=1: build only
 cd "$build"
 ctest --output-on-failure -j 4 "$@"

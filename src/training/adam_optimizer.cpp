@@ -24,7 +24,7 @@ void AdamOptimizer::zero_grad() {
   }
 }
 
-void AdamOptimizer::step(double lr) {
+void AdamOptimizer::step(double lr, const at::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> params, grads, m, v, steps;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -36,11 +36,17 @@ void AdamOptimizer::step(double lr) {
     steps.push_back(state_.steps[i]);
   }
   if (params.empty()) return;
-  at::_foreach_add_(steps, 1.0);  // the kernels read the already-incremented step
 #if TORCHMT_HAS_FUSED_ADAM
+  at::_foreach_add_(steps, 1.0);  // the kernels read the already-incremented step
   at::_fused_adam_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
-                   options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+                   options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                   /*grad_scale=*/c10::nullopt,
+                   found_inf.defined() ? c10::optional<at::Tensor>(found_inf) : c10::nullopt);
+  // The kernel skipped a non-finite update: take its step count back as well (as torch.optim does).
+  if (found_inf.defined()) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), found_inf));
 #else
+  if (found_inf.defined() && found_inf.item<double>() != 0.0) return;  // host check: no fused kernel here
+  at::_foreach_add_(steps, 1.0);
   // Multi-tensor fallback with the same arithmetic as torch.optim.Adam(foreach=True).
   const double step = steps[0].item<double>();
   if (options_.weight_decay != 0.0) grads = at::_foreach_add(grads, params, options_.weight_decay);

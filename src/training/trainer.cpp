@@ -290,13 +290,29 @@ TrainSummary TrainingRun::loop() {
   TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
                     o_.clip_norm);
   int64_t bad_steps = 0;
-  while (!stop.reached(position_) && !g_stop.load()) {
-    const auto step_start = Clock::now();
-    const int64_t epoch_before = batcher_->epoch();
+  auto next_batches = [&] {
     std::vector<Batch> batches;
     for (int64_t micro = 0; micro < o_.update_freq; ++micro) batches.push_back(batcher_->next(device_));
+    return batches;
+  };
+  std::vector<Batch> batches;
+  while (!stop.reached(position_) && !g_stop.load()) {
+    const auto step_start = Clock::now();
+    const int64_t epoch_before = position_.epoch;
+    if (batches.empty()) batches = next_batches();
+    // Where the batcher stands after this update's batches: what a checkpoint records.
+    const int64_t epoch_after = batcher_->epoch(), batch_index_after = batcher_->batch_index();
     const double lr = schedule.lr(position_.step + 1);
-    const StepResult result = step.run(batches, lr);
+    StepResult result = step.run(batches, lr);
+    // While the device works on this update, the next one's batches are read and copied
+    // (pinned memory, asynchronous); then the one wait of the update, for its loss and norm.
+    batches.clear();
+    TrainingPosition ahead = position_;
+    ahead.step += 1;
+    ahead.epoch = epoch_after;
+    ahead.batch_index = batch_index_after;
+    if (!stop.reached(ahead) && !g_stop.load()) batches = next_batches();
+    result.wait();
     if (!result.applied) {
       ++bad_steps;
       progress_.line("step " + std::to_string(position_.step + 1) + " skipped: non-finite " +
@@ -305,12 +321,14 @@ TrainSummary TrainingRun::loop() {
       if (bad_steps >= o_.max_bad_steps)
         throw std::runtime_error("training diverged: " + std::to_string(bad_steps) +
                                  " non-finite steps in a row; the last good checkpoint is " + checkpoints_.last_path());
+      position_.epoch = epoch_after;
+      position_.batch_index = batch_index_after;
       continue;
     }
     bad_steps = 0;
     position_.step += 1;
-    position_.epoch = batcher_->epoch();
-    position_.batch_index = batcher_->batch_index();
+    position_.epoch = epoch_after;
+    position_.batch_index = batch_index_after;
     summary_.steps += 1;
     train_seconds_ += std::chrono::duration<double>(Clock::now() - step_start).count();
     position_.train_seconds = seconds_before_ + train_seconds_;
@@ -320,7 +338,7 @@ TrainSummary TrainingRun::loop() {
     const double eta = stop.eta_seconds(position_, train_seconds_ / static_cast<double>(summary_.steps));
     log_update(epoch_before, lr, eta);
 
-    const bool epoch_done = batcher_->epoch() != epoch_before;
+    const bool epoch_done = epoch_after != epoch_before;
     if (epoch_done) summary_.epochs_completed += 1;
     if (o_.validate_every > 0 ? position_.step % o_.validate_every == 0 : epoch_done) validate_and_save(true);
   }

@@ -34,19 +34,34 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
     result.tokens += batch.tgt_tokens;
   }
   torch::NoGradGuard no_grad;
-  const auto& params = optimizer_.params();
   std::vector<at::Tensor> grads;
-  for (const auto& p : params)
+  for (const auto& p : optimizer_.params())
     if (p.grad().defined()) grads.push_back(p.grad());
-  // Gradients of the summed loss, normalised per target token over the whole update.
-  at::_foreach_mul_(grads, 1.0 / static_cast<double>(std::max<int64_t>(1, result.tokens)));
-  // One host sync per update: the norm (and the loss) decide whether to apply it.
-  result.grad_norm = torch::nn::utils::clip_grad_norm_(params, clip_norm_ > 0 ? clip_norm_ : 1e30);
-  result.loss = loss_sum.item<double>();
-  result.applied = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
-  if (result.applied) optimizer_.step(lr);
+  // Gradients of the summed loss, normalised per target token over the whole update, and
+  // clipped to clip_norm, in one multiply by a factor computed on the device (no host sync;
+  // the same arithmetic as torch.nn.utils.clip_grad_norm_ after a division by the tokens).
+  const double per_token = 1.0 / static_cast<double>(std::max<int64_t>(1, result.tokens));
+  at::Tensor norm = grads.empty() ? torch::zeros({}, loss_sum.options())
+                                  : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * per_token;
+  at::Tensor factor = torch::full({}, per_token, norm.options());
+  if (clip_norm_ > 0) factor = factor * (clip_norm_ / (norm + 1e-6)).clamp_max(1.0);
+  if (!grads.empty()) at::_foreach_mul_(grads, factor);
+  // A non-finite loss or gradient skips the update on the device (found_inf).
+  at::Tensor found_inf = (loss_sum.isfinite() & norm.isfinite()).logical_not().to(torch::kFloat);
+  optimizer_.step(lr, found_inf);
   optimizer_.zero_grad();
+  result.pending = torch::stack({loss_sum.to(torch::kFloat), norm.to(torch::kFloat)});  // [2]
+  if (result.pending.is_cpu()) result.wait();  // nothing to overlap on the CPU
   return result;
+}
+
+void StepResult::wait() {
+  if (!pending.defined()) return;
+  const at::Tensor host = pending.to(torch::kCPU, torch::kDouble);  // the update's one sync
+  loss = host[0].item<double>();
+  grad_norm = host[1].item<double>();
+  applied = std::isfinite(loss) && std::isfinite(grad_norm);
+  pending = at::Tensor();
 }
 
 double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::Device device, c10::ScalarType dtype) {

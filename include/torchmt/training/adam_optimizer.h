@@ -23,7 +23,10 @@ class AdamOptimizer {
   // `params` must be distinct tensors (tied weights listed once: see unique_parameters).
   AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options);
 
-  void step(double lr);  // uses each parameter's .grad()
+  // Uses each parameter's .grad(). `found_inf` (optional, a float scalar on the parameters'
+  // device): where it is non-zero the update and the step count are left unchanged, decided
+  // on the device, so the caller need not wait for the gradients to be checked.
+  void step(double lr, const at::Tensor& found_inf = {});
   void zero_grad();
 
   const std::vector<at::Tensor>& params() const { return params_; }

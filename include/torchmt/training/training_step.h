@@ -14,11 +14,18 @@
 
 namespace torchmt {
 
+// What an update reports. run() returns as soon as the update is queued on the device; the
+// loss and gradient norm stay on the device until wait() copies them to the host (the one
+// host-device synchronisation of an update, made by the caller when it needs the numbers:
+// after it has queued its next batches' copies, so the device is never left waiting).
 struct StepResult {
-  double loss = 0;        // label-smoothed loss, summed over target tokens
+  double loss = 0;        // label-smoothed loss, summed over target tokens   (after wait())
   int64_t tokens = 0;     // non-pad target tokens
-  double grad_norm = 0;   // before clipping
-  bool applied = false;   // false: non-finite loss or gradient, update skipped
+  double grad_norm = 0;   // before clipping                                  (after wait())
+  bool applied = false;   // false: non-finite loss or gradient, update skipped (after wait())
+
+  void wait();
+  at::Tensor pending;     // [2] fp32 on the device: loss, gradient norm; undefined once waited
 };
 
 class TrainingStep {

@@ -1,0 +1,207 @@
+// The CUDA variants of what the CPU suite checks: the model, a training update under bf16
+// autocast, search, the trainer with resume, and the CLI (train on the GPU, translate and
+// export there, the exported file on the CPU). Each skips on a machine without CUDA; the
+// optimizer's on-device skip of a non-finite update is checked on the CPU as well.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "data_test_support.h"
+#include "torchmt/data/parallel_corpus.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/data/token_batcher.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/io/checkpoint.h"
+#include "torchmt/training/adam_optimizer.h"
+#include "torchmt/training/inverse_sqrt_schedule.h"
+#include "torchmt/training/trainer.h"
+#include "torchmt/training/training_step.h"
+
+namespace torchmt {
+namespace {
+
+const torch::Device kCuda(torch::kCUDA, 0);
+
+ModelConfig tiny_config() {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
+  c.max_positions = 64;
+  return c;
+}
+
+std::vector<std::string> sample_lines(size_t n) {
+  auto lines = read_lines(test::sample_de());
+  lines.resize(n);
+  return lines;
+}
+
+class AdamOnDevice : public ::testing::TestWithParam<std::string> {};
+
+// found_inf = 1 leaves parameters, moments and the step count as they were; 0 updates them.
+TEST_P(AdamOnDevice, FoundInfSkipsTheUpdateOnTheDevice) {
+  if (GetParam() == "cuda") {
+    TORCHMT_SKIP_WITHOUT_CUDA();
+  }
+  const torch::Device device(GetParam());
+  auto p = torch::randn({4, 3}, torch::TensorOptions().device(device)).requires_grad_(true);
+  p.mutable_grad() = torch::ones_like(p);
+  AdamOptimizer adam({p}, AdamOptions{});
+  const auto before = p.detach().clone();
+  adam.step(1e-2, torch::ones({}, torch::TensorOptions().device(device)));
+  EXPECT_TRUE(torch::equal(p.detach(), before));
+  EXPECT_EQ(adam.steps()[0].item<double>(), 0.0);
+  EXPECT_EQ(adam.exp_avg()[0].abs().sum().item<double>(), 0.0);
+  adam.step(1e-2, torch::zeros({}, torch::TensorOptions().device(device)));
+  EXPECT_FALSE(torch::equal(p.detach(), before));
+  EXPECT_EQ(adam.steps()[0].item<double>(), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, AdamOnDevice, ::testing::Values("cpu", "cuda"));
+
+TEST(Cuda, ForwardMatchesTheCpuModel) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(3);
+  Transformer cpu(tiny_config());
+  cpu->eval();
+  Transformer gpu(tiny_config());
+  gpu->eval();
+  {
+    torch::NoGradGuard no_grad;
+    auto from = cpu->named_parameters();
+    for (auto& p : gpu->named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  gpu->to(kCuda);
+  auto src = torch::tensor({{5, 6, 7, 8, 3}, {9, 10, 3, 0, 0}}, torch::kLong);
+  auto tgt = torch::tensor({{2, 11, 12, 13}, {2, 14, 0, 0}}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  auto expected = cpu->forward(src, tgt);
+  auto got = gpu->forward(src.to(kCuda), tgt.to(kCuda)).cpu();
+  EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << (got - expected).abs().max().item<double>();
+}
+
+// A bf16-autocast update keeps fp32 master weights, reports its loss only on wait(), and
+// a few updates on one batch bring the loss down.
+TEST(Cuda, Bf16UpdatesKeepFp32WeightsAndLearn) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(5);
+  Transformer model(tiny_config());
+  model->to(kCuda);
+  AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
+  TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), kCuda, torch::kBFloat16, 1.0);
+  CorpusOptions co;
+  auto corpus = load_parallel_corpus(test::sample_de(), test::sample_en(), test::sample_tokenizer(),
+                                     test::sample_tokenizer(), co);
+  TokenBatcher batcher(corpus, {600, 1, false});
+  const Batch batch = batcher.next(kCuda);
+  ASSERT_TRUE(batch.src.is_cuda());
+  double first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    StepResult r = step.run({batch}, 3e-3);
+    EXPECT_TRUE(r.pending.defined());  // nothing read back yet
+    r.wait();
+    ASSERT_TRUE(r.applied) << "step " << i;
+    (i == 0 ? first : last) = r.loss / static_cast<double>(r.tokens);
+  }
+  EXPECT_LT(last, first * 0.8);
+  for (const auto& p : model->parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(p.is_cuda());
+  }
+}
+
+TEST(Cuda, GreedyAndBeamSearchMatchTheCpu) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(9);
+  Transformer model(tiny_config());
+  Translator cpu(model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+  const auto lines = sample_lines(12);
+  TranslationOptions o;
+  o.batch_size = 5;
+  std::vector<std::vector<std::string>> expected;
+  for (int64_t beam : {1, 4}) {
+    o.search.beam_size = beam;
+    expected.push_back(cpu.translate_text(lines, o));
+  }
+  model->to(kCuda);
+  Translator gpu(model, test::sample_tokenizer(), test::sample_tokenizer(), kCuda, torch::kFloat);
+  size_t k = 0;
+  for (int64_t beam : {1, 4}) {
+    o.search.beam_size = beam;
+    EXPECT_EQ(gpu.translate_text(lines, o), expected[k++]) << "beam " << beam;
+    o.use_cache = false;  // prefix recomputation decodes the same
+    EXPECT_EQ(gpu.translate_text(lines, o), expected[k - 1]) << "beam " << beam << " without cache";
+    o.use_cache = true;
+  }
+  o.search.beam_size = 4;
+  Translator gpu_bf16(model, test::sample_tokenizer(), test::sample_tokenizer(), kCuda, torch::kBFloat16);
+  EXPECT_EQ(gpu_bf16.translate_text(lines, o).size(), lines.size());
+}
+
+TrainOptions cuda_run(const std::string& out) {
+  TrainOptions o;
+  o.train_src = test::sample_de();
+  o.train_tgt = test::sample_en();
+  o.valid_src = test::sample_de();
+  o.valid_tgt = test::sample_en();
+  o.spm = test::sample_spm_path();
+  o.preset = "tiny";
+  o.out = out;
+  o.dtype = "bf16";
+  o.device = "cuda";
+  o.batch_tokens = 600;
+  o.warmup = 50;
+  o.log_every = 1000;
+  o.validate_every = 20;
+  o.max_steps = 40;
+  return o;
+}
+
+// Training on the GPU, resumed, and its checkpoint translating on the CPU.
+TEST(Cuda, TrainerTrainsResumesAndItsCheckpointTranslatesOnTheCpu) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  test::TempDir dir;
+  TrainOptions o = cuda_run(dir.file("run"));
+  auto first = Trainer(o).run();
+  EXPECT_EQ(first.steps, 40);
+  o.resume = true;
+  o.max_steps = 60;
+  auto second = Trainer(o).run();
+  EXPECT_EQ(second.steps, 20);
+  EXPECT_TRUE(std::isfinite(second.last_train_loss));
+  EXPECT_LT(second.last_train_loss, 12.0);
+  auto translator = Translator::from_checkpoint(dir.file("run") + "/checkpoint_last.pt", torch::kCPU, torch::kFloat);
+  TranslationOptions t;
+  EXPECT_EQ(translator.translate_text(sample_lines(3), t).size(), 3u);
+}
+
+// The CLI on the GPU: translate and evaluate with --device cuda, export a GPU-trained
+// checkpoint and run the TorchScript file on the CPU and on the GPU.
+TEST(Cuda, CliTranslatesEvaluatesAndExports) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  test::TempDir dir;
+  TrainOptions o = cuda_run(dir.file("run"));
+  o.max_steps = 20;
+  Trainer(o).run();
+  const std::string tm = test::torchmt_binary(), ckpt = dir.file("run") + "/checkpoint_last.pt";
+  const std::string head = "head -5 " + test::sample_de();
+  auto gpu = test::run_command(head + " | " + tm + " translate -m " + ckpt + " --device cuda --dtype fp32 --beam 4");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  auto cpu = test::run_command(head + " | " + tm + " translate -m " + ckpt + " --device cpu --dtype fp32 --beam 4");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(gpu.output, cpu.output);
+  auto eval = test::run_command(tm + " evaluate -m " + ckpt + " --src " + test::sample_de() + " --ref " +
+                                test::sample_en() + " --device cuda");
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_NE(eval.output.find("BLEU"), std::string::npos) << eval.output;
+  auto exported = test::run_command(tm + " export -m " + ckpt + " -o " + dir.file("model.ts"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  for (const std::string device : {"cpu", "cuda"}) {
+    auto ts = test::run_command(head + " | " + tm + " translate -m " + dir.file("model.ts") + " --device " + device +
+                                " --dtype fp32 --beam 4");
+    ASSERT_EQ(ts.exit_code, 0) << device << ": " << ts.output;
+    EXPECT_EQ(ts.output, cpu.output) << device;
+  }
+}
+
+}  // namespace
+}  // namespace torchmt

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one call on a GPU machine (the device tool's), from the
+# project root, with .devkit/ (tools/device_kit.sh) and data/multi30k/ (tools/get_data.sh)
+# carried along:
+#   tools/gpu_checks.sh [STAGE ...]      (default: build test bench_train train use bench_translate)
+# Stages:
+#   build            configure + build against the machine's CUDA LibTorch (tools/device_build.sh)
+#   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none)
+#   bench_train      base, 50,000-token batches (the paper's 25,000 source + 25,000 target tokens),
+#                    bf16 and fp32, ours vs the Python reference (documents' attention and SDPA), MFU
+#   smoke            a 40-step GPU run, then translate / evaluate / export, the export on the CPU
+#   train            tools/recipes/multi30k_gpu.yaml (GPU_TRAIN_MINUTES caps it), averaged checkpoints
+#   use              test_2016 / test_2017 BLEU of that model on the GPU (greedy, beam 5), translate,
+#                    export, and the TorchScript file translating on the CPU
+#   bench_translate  greedy / beam 5, batch 1 / 64, fp32 / bf16, ours vs the Python reference
+#   pack             the built programs into $RESULTS/bin.tar.gz (a later call can skip the build:
+#                    unpack them into $TORCHMT_BUILD_DIR)
+# Results go to $RESULTS (default: $OUT where the device tool sets it, else gpu_checks/): one
+# log, checks.log, with every figure.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+results=${RESULTS:-${OUT:-$root/gpu_checks}}
+mkdir -p "$results"
+log=$results/checks.log
+build=${TORCHMT_BUILD_DIR:-build-cuda}
+KIT=$root/.devkit/usr
+export LD_LIBRARY_PATH=$KIT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(build test bench_train train use bench_translate)
+run_dir=${GPU_RUN_DIR:-runs/multi30k_gpu}
+d=data/multi30k
+tm=$build/torchmt
+
+say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
+# Runs a command with its output in the log; a stage's failure is reported, not fatal.
+step() { say "$*"; "$@" 2>&1 | tee -a "$log"; local rc=${PIPESTATUS[0]}; [ "$rc" -eq 0 ] || say "FAILED ($rc): $*"; return "$rc"; }
+
+peak_tflops() {  # dense bf16 datasheet figures
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H100*|*H200*|*GH200*) echo 989 ;;
+    *A100*) echo 312 ;;
+    *L40S*) echo 362 ;;
+    *) echo 0 ;;
+  esac
+}
+
+say "gpu_checks: ${stages[*]}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$log"
+python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tee -a "$log"
+
+for stage in "${stages[@]}"; do
+  case $stage in
+  build)
+    t0=$(date +%s)
+    DEVICE_BUILD_NO_TEST=1 step tools/device_build.sh || exit 1
+    say "build took $(( $(date +%s) - t0 )) s" ;;
+  test)
+    (cd "$build" && OMP_NUM_THREADS=2 step ctest --output-on-failure -j 12 --timeout 600)
+    (cd "$build" && ctest -N | tail -1 | tee -a "$log"
+     grep -h "Skipped" Testing/Temporary/LastTest.log 2>/dev/null | head -20 | tee -a "$log") ;;
+  bench_train)
+    step "$build/bench_train" --device cuda --presets base --dtypes bf16,fp32 --batch-tokens 50000 --base-steps 20 \
+      --warmup 3 --peak-tflops "$(peak_tflops)" --python-attention both --work-dir /tmp/bench_train_gpu ;;
+  smoke)
+    rm -rf /tmp/smoke
+    step "$tm" train --train-src $d/train.de.gz --train-tgt $d/train.en.gz --valid-src $d/val.de.gz \
+      --valid-tgt $d/val.en.gz --preset small --max-steps 40 --validate-every 20 --device cuda --out /tmp/smoke
+    zcat $d/test_2016_flickr.de.gz | head -20 > /tmp/smoke/in.de
+    step "$tm" translate -m /tmp/smoke/checkpoint_last.pt -i /tmp/smoke/in.de -o /tmp/smoke/gpu.en --device cuda \
+      --dtype fp32 --beam 5
+    step "$tm" export -m /tmp/smoke/checkpoint_last.pt -o /tmp/smoke/model.ts
+    step "$tm" translate -m /tmp/smoke/model.ts -i /tmp/smoke/in.de -o /tmp/smoke/ts_cpu.en --device cpu \
+      --dtype fp32 --beam 5
+    cmp /tmp/smoke/gpu.en /tmp/smoke/ts_cpu.en && say "smoke: TorchScript on CPU = checkpoint on GPU (20 lines)" ;;
+  train)
+    rm -rf "$run_dir"
+    t0=$(date +%s)
+    step "$tm" train --config tools/recipes/multi30k_gpu.yaml --out "$run_dir" \
+      ${GPU_TRAIN_MINUTES:+--max-minutes "$GPU_TRAIN_MINUTES"}
+    say "train wall time $(( $(date +%s) - t0 )) s (process start to exit)"
+    cat "$run_dir/metrics.csv" | tee -a "$log"
+    mapfile -t last < <(ls -t "$run_dir"/checkpoint_[0-9]*.pt | head -5)
+    [ ${#last[@]} -gt 0 ] && step "$tm" average -o "$run_dir/averaged.pt" "${last[@]}" ;;
+  use)
+    model=$run_dir/averaged.pt
+    [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
+    for m in "$run_dir/checkpoint_best.pt" "$model"; do
+      for test in test_2016_flickr test_2017_flickr; do
+        for beam in 1 5; do
+          step "$tm" evaluate -m "$m" --src $d/$test.de.gz --ref $d/$test.en.gz --beam $beam --device cuda
+        done
+      done
+    done
+    zcat $d/test_2016_flickr.de.gz | head -100 > /tmp/use_in.de
+    step "$tm" translate -m "$model" -i /tmp/use_in.de -o /tmp/use_gpu.en --device cuda --dtype fp32 --beam 5
+    head -3 /tmp/use_gpu.en | tee -a "$log"
+    step "$tm" export -m "$model" -o "$run_dir/model.ts"
+    ls -la "$run_dir/model.ts" | tee -a "$log"
+    step "$tm" translate -m "$run_dir/model.ts" -i /tmp/use_in.de -o /tmp/use_ts_cpu.en --device cpu --dtype fp32 \
+      --beam 5
+    say "TorchScript on CPU vs checkpoint on GPU (fp32, beam 5, 100 lines): $(paste -d'\n' /tmp/use_gpu.en \
+      /tmp/use_ts_cpu.en | paste - - | awk -F'\t' '$1==$2' | wc -l) identical" ;;
+  bench_translate)
+    model=$run_dir/averaged.pt
+    [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
+    step "$build/bench_translate" --model "$model" --device cuda --beams 1,5 --batch-sizes 1,64 \
+      --dtypes fp32,bf16 --python-beams 1,5 --sentences 200 --no-uncached ;;
+  pack)
+    tar -C "$build" -czf "$results/bin.tar.gz" torchmt torchmt_tests bench_train bench_translate bench_export \
+      bench_data && ls -la "$results/bin.tar.gz" | tee -a "$log" ;;
+  *) say "unknown stage '$stage'"; exit 2 ;;
+  esac
+done
+say "gpu_checks done"
