@@ -24,7 +24,7 @@ TEST(LabelSmoothedCrossEntropy, MatchesHandComputationOn2x3) {
   auto out = criterion(logits, target);
   EXPECT_NEAR(out.loss.item<double>(), 1.839329, 1e-5);
   EXPECT_NEAR(out.nll.item<double>(), std::log(3.0) + std::log(2.0), 1e-5);
-  EXPECT_EQ(out.tokens, 2);
+  EXPECT_EQ(out.tokens.item<int64_t>(), 2);
 }
 
 TEST(LabelSmoothedCrossEntropy, IgnoresPaddingAndReducesToCrossEntropyWithoutSmoothing) {
@@ -35,7 +35,7 @@ TEST(LabelSmoothedCrossEntropy, IgnoresPaddingAndReducesToCrossEntropyWithoutSmo
       logits.view({-1, 7}), target.view({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(0).reduction(torch::kSum));
   EXPECT_NEAR(out.loss.item<double>(), expected.item<double>(), 1e-4);
-  EXPECT_EQ(out.tokens, 4);
+  EXPECT_EQ(out.tokens.item<int64_t>(), 4);
   // With smoothing, PyTorch's own label_smoothing option agrees (it spreads eps over V too).
   auto smoothed = LabelSmoothedCrossEntropy(0.1, 0)(logits, target);
   auto torch_smoothed = torch::nn::functional::cross_entropy(
@@ -69,7 +69,7 @@ TEST(LabelSmoothedCrossEntropy, FusedCpuKernelMatchesAtenFormulaAndAutograd) {
       const std::string where = "vocab " + std::to_string(vocab) + (dtype == torch::kFloat ? " fp32" : " bf16");
       EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-5 * loss.item<double>()) << where;
       EXPECT_NEAR(out.nll.item<double>(), nll.item<double>(), 1e-5 * nll.item<double>()) << where;
-      EXPECT_EQ(out.tokens, keep.sum().item<int64_t>()) << where;
+      EXPECT_EQ(out.tokens.item<int64_t>(), keep.sum().item<int64_t>()) << where;
       ASSERT_EQ(logits.grad().scalar_type(), dtype) << where;
       // fp32: both sum 8000 exponentials in float; bf16: one rounding of the gradient.
       const double tolerance = dtype == torch::kFloat ? 1e-5 : 4e-3;

@@ -23,7 +23,7 @@ class TransformerOnDevice : public ::testing::TestWithParam<std::string> {
     if (GetParam() == "cuda") {
       TORCHMT_SKIP_WITHOUT_CUDA();
     }
-    device = torch::Device(GetParam());
+    device = GetParam() == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(GetParam());
     torch::manual_seed(11);
     model = Transformer(small_test_config());
     model->to(device);

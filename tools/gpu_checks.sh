@@ -7,7 +7,8 @@
 #   build            configure + build against the machine's CUDA LibTorch (tools/device_build.sh)
 #   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none)
 #   bench_train      base, 50,000-token batches (the paper's 25,000 source + 25,000 target tokens),
-#                    bf16 and fp32, ours vs the Python reference (documents' attention and SDPA), MFU
+#                    bf16 and fp32, ours (each attention kernel) vs the Python reference (documents'
+#                    attention and SDPA), MFU, and a profile of 3 updates (CPU ops, GPU kernels)
 #   smoke            a 40-step GPU run, then translate / evaluate / export, the export on the CPU
 #   train            tools/recipes/multi30k_gpu.yaml (GPU_TRAIN_MINUTES caps it), averaged checkpoints
 #   use              test_2016 / test_2017 BLEU of that model on the GPU (greedy, beam 5), translate,
@@ -61,8 +62,11 @@ for stage in "${stages[@]}"; do
     (cd "$build" && ctest -N | tail -1 | tee -a "$log"
      grep -h "Skipped" Testing/Temporary/LastTest.log 2>/dev/null | head -20 | tee -a "$log") ;;
   bench_train)
-    step "$build/bench_train" --device cuda --presets base --dtypes bf16,fp32 --batch-tokens 50000 --base-steps 20 \
-      --warmup 3 --peak-tflops "$(peak_tflops)" --python-attention both --work-dir /tmp/bench_train_gpu ;;
+    rm -rf /tmp/gpu_profile
+    step "$build/bench_train" --device cuda --presets base --dtypes bf16,fp32 --batch-tokens 50000 --base-steps 10 \
+      --warmup 3 --peak-tflops "$(peak_tflops)" --attention auto,explicit,fused --python-attention both \
+      --work-dir /tmp/bench_train_gpu --profile /tmp/gpu_profile
+    for trace in /tmp/gpu_profile/*.json; do step python3 tools/bench/profile_summary.py "$trace" 12; done ;;
   smoke)
     rm -rf /tmp/smoke
     step "$tm" train --train-src $d/train.de.gz --train-tgt $d/train.en.gz --valid-src $d/val.de.gz \

@@ -1,5 +1,6 @@
 #include "torchmt/model/multi_head_attention.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -11,6 +12,13 @@
 #include "torchmt/model/single_query_attention.h"
 
 namespace torchmt {
+
+namespace {
+std::atomic<AttentionKernel> g_attention_kernel{AttentionKernel::kAuto};
+}
+
+void set_attention_kernel(AttentionKernel kernel) { g_attention_kernel.store(kernel); }
+AttentionKernel attention_kernel() { return g_attention_kernel.load(); }
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options_) : options(options_) {
   reset();
@@ -40,8 +48,13 @@ torch::Tensor MultiHeadAttentionImpl::merge_heads(const torch::Tensor& x) const 
       .view({batch, -1, options.embed_dim()});          // [B, T, D]
 }
 
-bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q) const {
-  if (q.is_cuda()) return true;  // flash / memory-efficient kernels
+bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q, bool padding_mask) const {
+  if (attention_kernel() != AttentionKernel::kAuto) return attention_kernel() == AttentionKernel::kFused;
+  // On CUDA, flash attention where no padding mask is needed (decoder self-attention through
+  // `causal`, decoding steps). Under a padding mask SDPA falls back to the memory-efficient
+  // kernel, which trained 5x slower than the explicit matmuls in bf16 on an H100 (the Python
+  // reference, base, 50k-token batches: 47k vs 240k tokens/s; fp32 87k vs 88k).
+  if (q.is_cuda()) return !padding_mask;
   // On CPU the fused kernel is only the faster choice in fp32 without dropout (measured on
   // this project's 2-core CPU: with dropout it is 25x slower than the explicit path in
   // training, and under bf16 autocast the explicit bf16 matmuls win).
@@ -61,21 +74,23 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                             const torch::Tensor& mask, bool mask_sanitized) {
+                                             const torch::Tensor& mask, bool mask_sanitized, bool causal) {
   if (auto merged = try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
     return apply_linear(W_o, merged);
-  if (!use_fused_kernel(q))
+  const bool causal_alone = causal && q.is_cuda() && q.size(2) == k.size(2);
+  if (!use_fused_kernel(q, mask.defined() && !causal_alone))
     return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr, mask_sanitized)));
   c10::optional<torch::Tensor> attn_mask;
-  if (mask.defined()) attn_mask = mask_sanitized ? mask : without_empty_rows(mask);
+  if (mask.defined() && !causal_alone) attn_mask = mask_sanitized ? mask : without_empty_rows(mask);
   const double p = is_training() ? options.dropout() : 0.0;
-  auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p);  // [B, H, Tq, d_k]
+  auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p, causal_alone);  // [B, H, Tq, d_k]
   return apply_linear(W_o, merge_heads(out));
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
-                                              const torch::Tensor& value, const torch::Tensor& mask) {
-  return attend(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask);
+                                              const torch::Tensor& value, const torch::Tensor& mask, bool causal) {
+  return attend(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask,
+                /*mask_sanitized=*/false, causal);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_weights(const torch::Tensor& query,

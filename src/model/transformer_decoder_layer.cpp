@@ -43,7 +43,7 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, H, t, d_k]
     self_out = self_attn->attend(q, cache->self_k, cache->self_v, torch::Tensor());
   } else {
-    self_out = self_attn(x, x, x, tgt_mask);
+    self_out = self_attn(x, x, x, tgt_mask, /*causal=*/true);
   }
   auto h = layer.norm1(x + layer.dropout(self_out));
   torch::Tensor cross;

@@ -207,7 +207,7 @@ CriterionOutput fused_label_smoothed_cross_entropy(const at::Tensor& logits, con
   }
   out.loss = parts[0];
   out.nll = parts[1].detach();
-  out.tokens = target.ne(pad_id).sum().item<int64_t>();
+  out.tokens = target.ne(pad_id).sum();
   return out;
 }
 

@@ -18,7 +18,7 @@ CriterionOutput LabelSmoothedCrossEntropy::operator()(const at::Tensor& logits, 
   auto smooth = -lprobs.sum(-1, /*keepdim=*/true).masked_fill(keep.logical_not(), 0.0).sum();
   out.loss = (1.0 - smoothing_) * nll + (smoothing_ / static_cast<double>(vocab)) * smooth;
   out.nll = nll.detach();
-  out.tokens = keep.sum().item<int64_t>();
+  out.tokens = keep.sum();
   return out;
 }
 

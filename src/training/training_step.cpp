@@ -75,7 +75,7 @@ double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::
   for (const Batch& b : batches) {
     auto out = nll_only(model->forward(b.src, b.tgt_in), b.tgt_out);
     nll += out.nll.item<double>();
-    tokens += out.tokens;
+    tokens += b.tgt_tokens;
   }
   if (was_training) model->train();
   return tokens > 0 ? nll / static_cast<double>(tokens) : 0.0;

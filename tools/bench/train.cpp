@@ -29,6 +29,7 @@
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/model/multi_head_attention.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/util/device.h"
@@ -198,6 +199,8 @@ int main(int argc, char** argv) {
       "threads", "CPU threads (0 = all)", cxxopts::value<int64_t>()->default_value("0"))(
       "peak-tflops", "the device's datasheet peak for MFU (0 = only the measured matmul ceiling)",
       cxxopts::value<double>()->default_value("0"))(
+      "attention", "our attention kernels to compare: auto, fused, explicit (comma-separated)",
+      cxxopts::value<std::string>()->default_value("auto"))(
       "python-attention", "the Python reference's attention: explicit (the documents' code), sdpa "
       "(F.scaled_dot_product_attention) or both", cxxopts::value<std::string>()->default_value("explicit"))(
       "work-dir", "scratch directory", cxxopts::value<std::string>()->default_value("/tmp/torchmt_bench_train"))(
@@ -205,7 +208,7 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value(""))("no-python", "skip the Python reference")("h,help", "help");
   cxxopts::ParseResult r;
   c10::Device device(c10::kCPU);
-  std::vector<std::string> attentions;
+  std::vector<std::string> attentions, kernels;
   try {
     r = options.parse(argc, argv);
     if (r.count("help")) {
@@ -217,6 +220,11 @@ int main(int argc, char** argv) {
     if (a != "explicit" && a != "sdpa" && a != "both")
       throw std::invalid_argument("--python-attention: expected explicit, sdpa or both, got '" + a + "'");
     attentions = a == "both" ? std::vector<std::string>{"explicit", "sdpa"} : std::vector<std::string>{a};
+    for (const auto& k : split(r["attention"].as<std::string>())) {
+      if (k != "auto" && k != "fused" && k != "explicit")
+        throw std::invalid_argument("--attention: expected auto, fused or explicit, got '" + k + "'");
+      kernels.push_back(k);
+    }
   } catch (const std::exception& e) {
     std::cerr << "bench_train: " << e.what() << "\n";
     return 2;
@@ -281,6 +289,18 @@ int main(int argc, char** argv) {
       if (!profile_dir.empty()) fs::create_directories(profile_dir);
       const std::string trace =
           profile_dir.empty() ? "" : profile_dir + "/" + preset + "_" + dtype_name + ".trace.json";
+      for (size_t k = 1; k < kernels.size(); ++k) {  // the alternatives, then the first kernel below
+        set_attention_kernel(kernels[k] == "fused"      ? AttentionKernel::kFused
+                             : kernels[k] == "explicit" ? AttentionKernel::kExplicit
+                                                        : AttentionKernel::kAuto);
+        Measured alt = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, "");
+        std::printf("%-6s %-5s attention %-8s %12.0f tok/s  MFU %.1f%%  vloss %.4f\n", preset.c_str(),
+                    dtype_name.c_str(), kernels[k].c_str(), alt.tokens_per_sec,
+                    peak > 0 ? 100 * alt.flops_per_sec / peak : 0.0, alt.valid_loss);
+      }
+      set_attention_kernel(kernels[0] == "fused"      ? AttentionKernel::kFused
+                           : kernels[0] == "explicit" ? AttentionKernel::kExplicit
+                                                      : AttentionKernel::kAuto);
       Measured ours = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, trace);
       const double ceiling = (dtype == torch::kFloat ? fp32_gflops : bf16_gflops) * 1e9;
       const double mfu = peak > 0 ? ours.flops_per_sec / peak : 0.0;

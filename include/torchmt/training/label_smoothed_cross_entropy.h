@@ -8,7 +8,7 @@ namespace torchmt {
 struct CriterionOutput {
   at::Tensor loss;  // sum over non-pad target tokens (what backward() is called on)
   at::Tensor nll;   // sum of -log p(gold), detached; exp(nll / tokens) is the perplexity
-  int64_t tokens = 0;
+  at::Tensor tokens;  // int64 scalar on the logits' device: non-pad targets (no host sync)
 };
 
 class LabelSmoothedCrossEntropy {
