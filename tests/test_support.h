@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/util/atomic_file.h"
+
 namespace torchmt::test {
 
 inline std::string source_dir() { return TORCHMT_SOURCE_DIR; }
@@ -31,8 +33,7 @@ class TempDir {
     std::filesystem::create_directories(path_);
   }
   ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    remove_tree(path_.string());
   }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
   const std::filesystem::path& path() const { return path_; }

@@ -85,16 +85,16 @@ for stage in "${stages[@]}"; do
       ${GPU_TRAIN_MINUTES:+--max-minutes "$GPU_TRAIN_MINUTES"}
     say "train wall time $(( $(date +%s) - t0 )) s (process start to exit)"
     cat "$run_dir/metrics.csv" | tee -a "$log"
-    mapfile -t last < <(ls -t "$run_dir"/checkpoint_[0-9]*.pt | head -5)
+    mapfile -t last < <(ls -t "$run_dir"/checkpoint_[0-9]*.pt)
     [ ${#last[@]} -gt 0 ] && step "$tm" average -o "$run_dir/averaged.pt" "${last[@]}" ;;
   use)
     model=$run_dir/averaged.pt
     [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
-    for m in "$run_dir/checkpoint_best.pt" "$model"; do
-      for test in test_2016_flickr test_2017_flickr; do
-        for beam in 1 5; do
-          step "$tm" evaluate -m "$m" --src $d/$test.de.gz --ref $d/$test.en.gz --beam $beam --device cuda
-        done
+    step "$tm" evaluate -m "$run_dir/checkpoint_best.pt" --src $d/test_2016_flickr.de.gz \
+      --ref $d/test_2016_flickr.en.gz --beam 5 --device cuda
+    for test in test_2016_flickr test_2017_flickr; do
+      for beam in 1 5; do
+        step "$tm" evaluate -m "$model" --src $d/$test.de.gz --ref $d/$test.en.gz --beam $beam --device cuda
       done
     done
     zcat $d/test_2016_flickr.de.gz | head -100 > /tmp/use_in.de
@@ -109,8 +109,9 @@ for stage in "${stages[@]}"; do
   bench_translate)
     model=$run_dir/averaged.pt
     [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
-    step "$build/bench_translate" --model "$model" --device cuda --beams 1,5 --batch-sizes 1,64 \
-      --dtypes fp32,bf16 --python-beams 1,5 --sentences 200 --no-uncached ;;
+    step timeout "${BENCH_TRANSLATE_SECONDS:-600}" "$build/bench_translate" --model "$model" --device cuda \
+      --beams 1,5 --batch-sizes 1,64 --dtypes fp32,bf16 --python-beams 1,5 --sentences "${BENCH_SENTENCES:-200}" \
+      --no-uncached ;;
   pack)
     tar -C "$build" -czf "$results/bin.tar.gz" torchmt torchmt_tests bench_train bench_translate bench_export \
       bench_data && ls -la "$results/bin.tar.gz" | tee -a "$log" ;;

@@ -19,9 +19,12 @@ AdamOptimizer::AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options
 }
 
 void AdamOptimizer::zero_grad() {
-  for (auto& p : params_) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
+  // One multi-tensor kernel instead of a launch per parameter (265 launches an update for
+  // base on CUDA, where the step is bound by launch overhead).
+  std::vector<at::Tensor> grads;
+  for (auto& p : params_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
 void AdamOptimizer::step(double lr, const at::Tensor& found_inf) {

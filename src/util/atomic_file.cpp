@@ -1,10 +1,12 @@
 #include "torchmt/util/atomic_file.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -74,5 +76,16 @@ std::string read_file(const std::string& path) {
 }
 
 void atomic_copy(const std::string& from, const std::string& to) { atomic_write(to, read_file(from)); }
+
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path) == 0 ? 0 : 1; }
+}  // namespace
+
+bool remove_tree(const std::string& path) noexcept {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT;
+  // Depth first (children before their directory), without following links.
+  return ::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS) == 0;
+}
 
 }  // namespace torchmt

@@ -13,6 +13,7 @@
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/util/strings.h"
 
 namespace fs = std::filesystem;
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
     if (!fs::exists(src) || !fs::exists(tgt)) {
       throw std::runtime_error("'" + src + "' not found: run tools/get_data.sh first");
     }
-    fs::remove_all(work);
+    remove_tree(work.string());
     fs::create_directories(work);
     std::cout << std::fixed << std::setprecision(3) << "bench_data on " << src << " + " << tgt << " ("
               << std::thread::hardware_concurrency() << " hardware threads)\n";
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
               << "--batch-tokens " << batch_tokens << ": " << cold.batches << " batches per epoch, padding "
               << std::setprecision(1) << 100.0 * cold.padding << "%, " << cold.oversized << " oversized pairs\n"
               << cold.corpus.stats.summary() << " (max-sentence-tokens " << corpus_options.max_sentence_tokens << ")\n";
-    fs::remove_all(work);
+    remove_tree(work.string());
   } catch (const std::exception& e) {
     std::cerr << "bench_data: error: " << e.what() << "\n";
     return 1;

@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/data/text_file.h"
@@ -168,6 +169,6 @@ int main(int argc, char** argv) {
                 << same_archive << "/" << lines.size() << "\n";
     }
   }
-  fs::remove_all(dir);
+  remove_tree(dir.string());
   return 0;
 }

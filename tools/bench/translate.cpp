@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
                                                               " " + dtype);
             order.push_back(key);
           }
-      fs::remove_all(work);
+      remove_tree(work.string());
       work.clear();
     }
 
@@ -404,7 +405,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    if (!work.empty()) fs::remove_all(work);
+    if (!work.empty()) remove_tree(work.string());
     std::cerr << "bench_translate: error: " << e.what() << "\n";
     return 1;
   }

@@ -17,4 +17,10 @@ void atomic_copy(const std::string& from, const std::string& to);
 // The whole content of a file; throws std::runtime_error "cannot read PATH: REASON".
 std::string read_file(const std::string& path);
 
+// Removes a file or a directory tree (links are removed, not followed); false if something
+// could not be removed. Not std::filesystem::remove_all: the CUDA PyTorch 2.11 wheel's
+// libtorch.so exports its own copy of that function, which a program linked to it calls, and
+// which jumps to address 0 (seen on the GPU machine: every test using a temporary directory).
+bool remove_tree(const std::string& path) noexcept;
+
 }  // namespace torchmt
