@@ -70,5 +70,28 @@ TEST(Utf8, OneValidatorForEveryLayer) {
   EXPECT_THROW(decode_utf8_or_throw("\xc3", "input"), std::invalid_argument);
 }
 
+// Replacement as Python's bytes.decode("utf-8", "replace") does it (expected values from Python):
+// one U+FFFD per maximal ill-formed subpart.
+TEST(Utf8, ReplacementMatchesPythonsDecoder) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"ab\xff" "c", "ab" + r + "c"},
+      {"\xe2\x82", r},
+      {"\xf0(\x8c(", r + "(" + r + "("},
+      {"\xed\xa0\x80", r + r + r},
+      {"\xc0\xaf", r + r},
+      {"\xf4\x90\x80\x80", r + r + r + r},
+      {"ok\xe2\x82\xac\xe2\x82x", "ok\xe2\x82\xac" + r + "x"},
+      {"\xf0\x9f\x98", r},
+      {"Straße 😀", "Straße 😀"},
+  };
+  for (const auto& [in, expected] : cases) {
+    size_t replaced = 0;
+    EXPECT_EQ(replace_invalid_utf8(in, &replaced), expected);
+    EXPECT_TRUE(is_valid_utf8(replace_invalid_utf8(in)));
+    EXPECT_EQ(replaced == 0, is_valid_utf8(in));
+  }
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -247,6 +247,12 @@ TEST(CorpusCache, CorruptCacheIsRebuilt) {
   test::write_text(path, std::string("TMTCORPUS\0", 10) + std::string(200, '\x07'));  // right magic, wrong version
   EXPECT_FALSE(load_parallel_corpus(sample_de(), sample_en(), tok, tok, options).from_cache);
   EXPECT_TRUE(load_parallel_corpus(sample_de(), sample_en(), tok, tok, options).from_cache);
+  bytes = test::read_text(path);
+  bytes[bytes.size() / 2] ^= 0x01;  // one flipped bit in the ids: caught by the checksum
+  test::write_text(path, bytes);
+  auto flipped = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
+  EXPECT_FALSE(flipped.from_cache);
+  expect_same(cold, flipped);
 }
 
 }  // namespace

@@ -96,13 +96,29 @@ TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --bogus < /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  r = test::run_command("printf 'ok\\n\\377\\376\\n' | " + tm() + " translate -m " + tiny_checkpoint());
+  r = test::run_command("printf 'ok\\n\\377\\376\\n' | " + tm() + " translate -m " + tiny_checkpoint() +
+                        " --strict-utf8");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("line 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("standard input:2: invalid UTF-8 at byte 1"), std::string::npos) << r.output;
   test::write_text(dir.file("corrupt.pt"), "PK\x03\x04 definitely not a checkpoint");
   r = test::run_command(tm() + " translate -m " + dir.file("corrupt.pt") + " < /dev/null");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("corrupt.pt"), std::string::npos) << r.output;
+}
+
+// One bad line is one bad line: invalid bytes become U+FFFD, a warning names the line, and
+// every line is translated, from stdin and from a file.
+TEST(TranslateCommand, InvalidUtf8IsReplacedAndEveryLineTranslated) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\n\xff\xfe kaputt\nDanke.\n");
+  for (const std::string input : {"-i " + dir.file("in.de"), "< " + dir.file("in.de")}) {
+    auto r = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " " + input + " -o " +
+                               dir.file("out.en") + ")");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(":2: invalid UTF-8 at byte 1: translated with 2 U+FFFD replacements"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(count_lines(test::read_text(dir.file("out.en"))), 3u);
+  }
 }
 
 TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {

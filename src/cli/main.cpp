@@ -1,4 +1,5 @@
 // torchmt: one binary, several subcommands (vocab, train, translate, evaluate, export, ...).
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -22,6 +23,9 @@ void print_help(std::ostream& out) {
 
 int main(int argc, char** argv) {
   using namespace torchmt::cli;
+  // Over a file size limit (ulimit -f, quotas) a write fails with EFBIG and torchmt reports it
+  // naming the file, instead of the process being killed mid-write by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     print_help(std::cerr);
     return kExitUsage;

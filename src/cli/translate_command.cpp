@@ -37,6 +37,7 @@ struct TranslateCommandOptions {
   std::string input = "-", output = "-";
   std::string attention_svg;
   int64_t attention_layer = -1, attention_head = -1;
+  bool strict_utf8 = false;
 };
 
 const OptionTable<TranslateCommandOptions>& translate_option_table() {
@@ -49,7 +50,10 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
            "write the cross-attention heatmap of the first sentence to this SVG file",
            {"", "io", {}})
       .add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}})
-      .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}});
+      .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}})
+      .add("strict_utf8", &O::strict_utf8,
+           "refuse input with invalid UTF-8 (default: such bytes become U+FFFD, with a warning naming the line)",
+           {"", "io", {}});
   return table;
 }
 
@@ -66,7 +70,7 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
     return kExitUsage;
   }
-  auto lines = read_input_lines(o->input);
+  auto lines = read_input_lines(o->input, o->strict_utf8);
 
   const auto start = std::chrono::steady_clock::now();
   auto translations = translator->translate(lines, o->translator.translation);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "torchmt/util/utf8.h"
 #include "torchmt/util/strings.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/integrity.h"
 
 namespace torchmt {
 
@@ -28,9 +30,11 @@ namespace fs = std::filesystem;
 // --- cache format ----------------------------------------------------------------------
 // "TMTCORPUS" magic, u32 version, then the key the cache was built for (strings and
 // integers), the stats, and the pairs as one flat id array with per-pair lengths, so that
-// loading is a few bulk reads. Native byte order: a cache is a local artifact.
+// loading is a few bulk reads, and a CRC-32C of all that as the last 4 bytes (version 2), so
+// that a damaged cache is encoded again instead of training on wrong ids. Native byte order:
+// a cache is a local artifact.
 constexpr char kMagic[] = "TMTCORPUS";
-constexpr uint32_t kCacheVersion = 1;
+constexpr uint32_t kCacheVersion = 2;
 
 // Content hash for cache keys: 64-bit, word-at-a-time (FNV is too slow on big corpora).
 uint64_t hash_file(const std::string& path) {
@@ -104,7 +108,7 @@ class Writer {
 
 class Reader {
  public:
-  explicit Reader(std::ifstream& in) : in_(in) {}
+  explicit Reader(std::istream& in) : in_(in) {}
   template <typename T>
   T pod() {
     T v{};
@@ -134,7 +138,7 @@ class Reader {
   void check() {
     if (!in_) throw std::runtime_error("truncated");
   }
-  std::ifstream& in_;
+  std::istream& in_;
 };
 
 void write_key(Writer& w, const CacheKey& k) {
@@ -166,14 +170,25 @@ CacheKey read_key(Reader& r) {
 // The cached corpus, or false when there is none, it is stale (key differs) or unreadable;
 // a bad cache is never an error, only a reason to encode again.
 bool read_cache(const std::string& path, const CacheKey& key, EncodedCorpus& corpus) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
   try {
+    std::string content = read_file(path);
+    const size_t header = sizeof(kMagic) + sizeof(uint32_t);
+    uint32_t version = 0, stored = 0;
+    if (content.size() < header + sizeof(stored) || std::memcmp(content.data(), kMagic, sizeof(kMagic)) != 0)
+      return false;
+    std::memcpy(&version, content.data() + sizeof(kMagic), sizeof(version));
+    if (version != kCacheVersion) return false;  // an older format: encode again
+    std::memcpy(&stored, content.data() + content.size() - sizeof(stored), sizeof(stored));
+    content.resize(content.size() - sizeof(stored));
+    if (crc32c(content) != stored) {
+      std::cerr << "warning: corpus cache " << path << " is damaged (checksum mismatch): encoding again\n";
+      return false;
+    }
+    std::istringstream in(std::move(content), std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(header));
     Reader r(in);
-    char magic[sizeof(kMagic)];
-    in.read(magic, sizeof(magic));
-    if (!in || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) return false;
-    if (r.pod<uint32_t>() != kCacheVersion) return false;
     if (!(read_key(r) == key)) return false;
     CorpusStats s;
     s.total = r.pod<int64_t>();
@@ -236,7 +251,10 @@ void write_cache(const std::string& path, const CacheKey& key, const EncodedCorp
     w.vec(tgt_lens);
     w.vec(ids);
   }
-  atomic_write(path, out.str());
+  std::string bytes = out.str();
+  const uint32_t crc = crc32c(bytes);
+  bytes.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  atomic_write(path, bytes);
 }
 
 bool blank(const std::string& s) {

@@ -1,6 +1,7 @@
 #include "torchmt/export/exported_model.h"
 
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 #include <caffe2/serialize/inline_container.h>
@@ -9,7 +10,9 @@
 
 #include "torchmt/export/script_call.h"
 #include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/integrity.h"
 #include "torchmt/util/flat_config.h"
 
 namespace torchmt {
@@ -42,13 +45,19 @@ struct ExportedModel::Impl {
 
 ExportedModel::ExportedModel(const std::string& path, const c10::Device& device) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("model not found: " + path);
+  std::istringstream archive;
+  {
+    std::string content = read_file(path);
+    check_zip_seal(content, "export", path);  // before anything reads the archive
+    archive.str(std::move(content));
+  }
   if (!is_torchscript_export(path))
     throw std::runtime_error(path + " is not a torchmt export (no torchmt.json in a TorchScript archive; " +
                              "write one with `torchmt export`)");
   torch::jit::ExtraFilesMap extra{{"torchmt.json", ""}, {"config.json", ""}, {"spm.model", ""}, {"tgt_spm.model", ""}};
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path, device, extra);
+    module = torch::jit::load(archive, device, extra);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot load TorchScript export " + path + ": " + first_line(e.what()));
   }

@@ -17,6 +17,7 @@
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/integrity.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/export/script_call.h"
@@ -268,7 +269,7 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot write export " + path + ": " + first_line(e.what()));
   }
-  atomic_write(path, bytes.str());
+  atomic_write(path, seal_zip(bytes.str()));
 }
 
 }  // namespace torchmt

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/integrity.h"
 
 
 namespace torchmt {
@@ -23,16 +24,18 @@ constexpr int64_t kFormatVersion = 1;
 
 using Dict = c10::impl::GenericDict;
 
+
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
 Dict read_checkpoint_dict(const std::string& path) {
   const std::string content = read_file(path);
+  check_zip_seal(content, "checkpoint", path);
   const std::vector<char> bytes(content.begin(), content.end());
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    throw std::runtime_error("checkpoint " + path + " is corrupt or truncated (" +
+    throw DamagedFileError("checkpoint " + path + " is corrupt or truncated (" +
                              std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")");
   }
   if (!value.isGenericDict()) throw std::runtime_error(path + " is not a torchmt checkpoint");
@@ -164,7 +167,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
     dict.insert("rng", rng);
   }
   const auto bytes = torch::pickle_save(c10::IValue(dict));
-  atomic_write(path, std::string_view(bytes.data(), bytes.size()));
+  atomic_write(path, seal_zip(std::string(bytes.data(), bytes.size())));
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device) {

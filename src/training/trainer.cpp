@@ -29,6 +29,8 @@
 #include "torchmt/training/validator.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/file_lock.h"
+#include "torchmt/util/integrity.h"
 
 namespace fs = std::filesystem;
 
@@ -168,6 +170,7 @@ class TrainingRun {
   void log_update(int64_t epoch, double lr, double eta);
 
   const TrainOptions& o_;
+  FileLock run_lock_;  // one writer per run directory, from here to the end of the run
   Progress progress_;
   c10::Device device_;
   c10::ScalarType dtype_;
@@ -194,6 +197,7 @@ class TrainingRun {
 
 TrainingRun::TrainingRun(const TrainOptions& o)
     : o_(prepare_run_directory(o)),
+      run_lock_(o.out + "/train.lock", "run directory " + o.out),
       progress_(o.log_every),
       device_(resolve_device(o.device)),
       dtype_(resolve_dtype(o.dtype, device_)),
@@ -232,12 +236,26 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
   if (o.resume) {
-    CheckpointMeta saved = restore_training_state(checkpoints_.last_path(), model_, optimizer_->state());
+    // checkpoint_last.pt, or when it is damaged the newest numbered checkpoint that verifies.
+    std::vector<std::string> candidates = checkpoints_.numbered();
+    candidates.push_back(checkpoints_.last_path());
+    std::string resumed_from, damage;
+    CheckpointMeta saved;
+    for (auto it = candidates.rbegin(); it != candidates.rend() && resumed_from.empty(); ++it) {
+      try {
+        saved = restore_training_state(*it, model_, optimizer_->state());
+        resumed_from = *it;
+      } catch (const DamagedFileError& e) {
+        if (damage.empty()) damage = e.what();
+      }
+    }
+    if (resumed_from.empty()) throw DamagedFileError(damage + "; no numbered checkpoint verifies either");
+    if (!damage.empty()) progress_.line("warning: " + damage + ": resuming from " + resumed_from + " instead");
     if (saved.src_spm_checksum != tokenizer_.checksum())
       throw std::runtime_error("--resume: tokenizer " + spm_path_ + " differs from the one the run started with");
     position_ = saved.position;
     batcher_->seek(position_.epoch, position_.batch_index);
-    progress_.line("resumed " + checkpoints_.last_path() + " at step " + std::to_string(position_.step) +
+    progress_.line("resumed " + resumed_from + " at step " + std::to_string(position_.step) +
                    ", epoch " + std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));
   }
   seconds_before_ = position_.train_seconds;

@@ -35,7 +35,54 @@ bool decode_one(std::string_view s, size_t& pos, char32_t& out) {
   return true;
 }
 
+// Bytes of the maximal subpart of an ill-formed sequence starting at `pos` (Unicode §3.9 /
+// W3C: the longest prefix of a well-formed sequence, at least one byte), once decode_one failed.
+size_t invalid_length(std::string_view s, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(pos);
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // allowed range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 1;
+  }
+  size_t n = 1;
+  if (pos + n < s.size() && byte(pos + n) >= low && byte(pos + n) <= high) {
+    ++n;
+    while (n < length && pos + n < s.size() && (byte(pos + n) & 0xC0) == 0x80) ++n;
+  }
+  return n;
+}
+
 }  // namespace
+
+std::string replace_invalid_utf8(std::string_view utf8, size_t* replaced) {
+  std::string out;
+  out.reserve(utf8.size());
+  size_t pos = 0, count = 0;
+  while (pos < utf8.size()) {
+    const size_t start = pos;
+    char32_t c;
+    if (decode_one(utf8, pos, c)) {
+      out.append(utf8.substr(start, pos - start));
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD
+      pos = start + invalid_length(utf8, start);
+      ++count;
+    }
+  }
+  if (replaced) *replaced = count;
+  return out;
+}
 
 std::optional<std::u32string> decode_utf8(std::string_view utf8) {
   std::u32string out;

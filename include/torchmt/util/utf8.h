@@ -19,4 +19,8 @@ std::u32string decode_utf8_or_throw(std::string_view utf8, std::string_view what
 
 std::string encode_utf8(std::u32string_view code_points);
 
+// `utf8` with every maximal invalid subsequence replaced by U+FFFD (what Python's
+// decode(errors="replace") does); `replaced` counts the replacements when given.
+std::string replace_invalid_utf8(std::string_view utf8, size_t* replaced = nullptr);
+
 }  // namespace torchmt

@@ -1,0 +1,40 @@
+#pragma once
+// Integrity of the files torchmt writes and reads back. Checkpoints and exports are zip
+// archives (torch.save / TorchScript); torchmt seals each one by putting a CRC-32C of every
+// byte before it into the archive's comment, a place every zip reader (Python's torch.load
+// and torch.jit.load included) skips, and verifies the seal before using the file. A flipped
+// bit, a zeroed block, a truncation or appended bytes anywhere in the file is a one-line
+// error naming it, never a silently different model.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace torchmt {
+
+// A file torchmt wrote is damaged (checksum mismatch, truncated, bytes appended, unreadable):
+// what `train --resume` falls back from, unlike other errors (a wrong model shape, say).
+class DamagedFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// CRC-32C (Castagnoli), SSE4.2's crc32 instruction where the CPU has it (~10 GB/s), a table
+// otherwise. `crc` continues an earlier call's result.
+uint32_t crc32c(std::string_view bytes, uint32_t crc = 0);
+
+// `archive` (a complete zip file without a comment) with its seal appended.
+// Throws std::invalid_argument when `archive` does not end with a comment-less zip directory.
+std::string seal_zip(std::string archive);
+
+enum class Seal { kVerified, kAbsent };
+// Checks the seal of a zip file read whole. kAbsent: an intact zip ending without a comment
+// (written before torchmt sealed its files). Throws DamagedFileError
+// "WHAT PATH is damaged: REASON" when the checksum differs, bytes follow the archive, or its
+// end is missing (truncation); std::runtime_error "WHAT PATH is not a torchmt WHAT" when the
+// file is no zip archive at all.
+Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
+// verify_zip_seal, with a warning on stderr for an unsealed (older) file.
+void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
+
+}  // namespace torchmt
