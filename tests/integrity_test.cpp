@@ -136,9 +136,12 @@ TEST(Integrity, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
   } catch (const DamagedFileError& e) {
     EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
   }
+  const std::string stale = last + ".tmp.Ab12Cd";  // what a kill -9 during a save leaves
+  atomic_write(stale, "half a checkpoint");
   o.resume = true;
   o.max_steps = 40;
   auto summary = Trainer(o).run();
+  EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_EQ(summary.steps, 10);  // from checkpoint_30.pt, the newest numbered one
   EXPECT_NO_THROW(load_checkpoint(last, torch::kCPU));  // rewritten by the resumed run
 }

@@ -8,6 +8,10 @@ cd "$root/${TORCHMT_BUILD_DIR:-build}"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
 
+# Checkpoints survive kill -9 at random moments and runs resume from them (a small campaign;
+# tools/kill_campaign.sh 20 for the full one).
+TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/kill_campaign.sh" 5
+
 # The installed package as another CMake project uses it: find_package(torchmt) and the
 # Translator API (tools/example/), built against `cmake --install`'s output.
 prefix="$root/${TORCHMT_BUILD_DIR:-build}/install"

@@ -38,4 +38,16 @@ std::vector<std::string> CheckpointManager::numbered() const {
   return out;
 }
 
+int64_t CheckpointManager::remove_stale_temporaries() const {
+  static const std::regex pattern(".+\\.tmp\\.[A-Za-z0-9]{6}");
+  int64_t removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir_, ec)) {
+    if (entry.is_regular_file(ec) && std::regex_match(entry.path().filename().string(), pattern) &&
+        fs::remove(entry.path(), ec))
+      ++removed;
+  }
+  return removed;
+}
+
 }  // namespace torchmt

@@ -235,6 +235,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   meta_.src_spm_path = meta_.tgt_spm_path = fs::absolute(spm_path_).string();
   meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
+  if (const int64_t stale = checkpoints_.remove_stale_temporaries(); stale > 0)
+    progress_.line("removed " + std::to_string(stale) + " temporary file(s) left by an interrupted run in " + o.out);
   if (o.resume) {
     // checkpoint_last.pt, or when it is damaged the newest numbered checkpoint that verifies.
     std::vector<std::string> candidates = checkpoints_.numbered();

@@ -23,6 +23,9 @@ class CheckpointManager {
             bool numbered);
   // The numbered checkpoints in the run directory, oldest step first.
   std::vector<std::string> numbered() const;
+  // Removes the temporary files (NAME.tmp.XXXXXX) a killed writer left in the run directory;
+  // returns how many. Only while holding the run's lock: a live writer's file looks the same.
+  int64_t remove_stale_temporaries() const;
 
  private:
   std::string run_dir_;
