@@ -52,6 +52,20 @@ TEST(TextFile, MissingFileIsNamed) {
   }
 }
 
+// A NUL byte is a character like another: it must not end a line or merge the next ones.
+TEST(TextFile, NulBytesAndCarriageReturnsKeepEveryLine) {
+  TempDir dir;
+  const std::string text = std::string("a\0b\nc\r\n\r\n\0\n", 11) + "last";
+  test::write_text(dir.file("nul.txt"), text);
+  const std::vector<std::string> expected = {std::string("a\0b", 3), "c", "", std::string(1, '\0'), "last"};
+  EXPECT_EQ(read_lines(dir.file("nul.txt")), expected);
+  EXPECT_EQ(count_lines(dir.file("nul.txt")), 5);
+  std::string long_line(300000, 'x');
+  long_line[150000] = '\0';
+  test::write_text(dir.file("long.txt"), long_line + "\nend\n");
+  EXPECT_EQ(read_lines(dir.file("long.txt")), (std::vector<std::string>{long_line, "end"}));
+}
+
 TEST(TextFile, TruncatedGzipIsAnError) {
   TempDir dir;
   std::vector<std::string> lines(2000, "Ein Satz, der sich oft wiederholt, aber nicht ganz: 12345.");

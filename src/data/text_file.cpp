@@ -12,6 +12,9 @@ namespace torchmt {
 
 struct LineReader::Handle {
   gzFile file = nullptr;
+  std::string buffer;  // bytes read ahead; lines are cut from it at '\n' (NUL bytes included)
+  size_t pos = 0;
+  bool eof = false;
   ~Handle() {
     if (file) gzclose(file);
   }
@@ -32,32 +35,47 @@ LineReader::LineReader(LineReader&&) noexcept = default;
 LineReader& LineReader::operator=(LineReader&&) noexcept = default;
 
 bool LineReader::next(std::string& line) {
+  // gzread and a search for '\n', not gzgets: gzgets's C string would end a line at an
+  // embedded NUL byte and glue the rest of the file's lines together.
+  Handle& h = *handle_;
   line.clear();
-  char buffer[8192];
   bool got_any = false;
   while (true) {
-    char* r = gzgets(handle_->file, buffer, sizeof(buffer));
-    if (!r) {
+    const char* begin = h.buffer.data() + h.pos;
+    const size_t available = h.buffer.size() - h.pos;
+    if (const void* nl = std::memchr(begin, '\n', available)) {
+      const size_t n = static_cast<size_t>(static_cast<const char*>(nl) - begin);
+      line.append(begin, n);
+      h.pos += n + 1;
+      got_any = true;
+      break;
+    }
+    if (available > 0) got_any = true;
+    line.append(begin, available);
+    h.pos = h.buffer.size();
+    if (h.eof) break;
+    h.buffer.resize(1 << 17);
+    h.pos = 0;
+    const int n = gzread(h.file, h.buffer.data(), static_cast<unsigned>(h.buffer.size()));
+    if (n <= 0) {
+      h.buffer.clear();
+      h.eof = true;
       int err = 0;
-      const char* message = gzerror(handle_->file, &err);
-      if (err != Z_OK && err != Z_BUF_ERROR) {
-        throw std::runtime_error("error reading '" + path_ + "' after line " + std::to_string(line_number_) + ": " +
-                                 (err == Z_ERRNO ? std::strerror(errno) : message));
-      }
+      const char* message = gzerror(h.file, &err);
       // Z_BUF_ERROR at EOF means a truncated gzip stream: report it, do not lose lines quietly.
       if (err == Z_BUF_ERROR) {
         throw std::runtime_error("'" + path_ + "' is truncated (incomplete gzip stream) after line " +
                                  std::to_string(line_number_));
       }
-      break;
+      if (n < 0 || err != Z_OK) {
+        throw std::runtime_error("error reading '" + path_ + "' after line " + std::to_string(line_number_) + ": " +
+                                 (err == Z_ERRNO ? std::strerror(errno) : message));
+      }
+    } else {
+      h.buffer.resize(static_cast<size_t>(n));
     }
-    got_any = true;
-    size_t n = std::strlen(buffer);  // an embedded NUL truncates here; such text is not valid input anyway
-    line.append(buffer, n);
-    if (n > 0 && buffer[n - 1] == '\n') break;
   }
   if (!got_any) return false;
-  if (!line.empty() && line.back() == '\n') line.pop_back();
   if (!line.empty() && line.back() == '\r') line.pop_back();
   ++line_number_;
   return true;
