@@ -141,19 +141,12 @@ TEST(Cuda, GreedyAndBeamSearchMatchTheCpu) {
 }
 
 TrainOptions cuda_run(const std::string& out) {
-  TrainOptions o;
-  o.train_src = test::sample_de();
-  o.train_tgt = test::sample_en();
+  TrainOptions o = test::tiny_run(out);
   o.valid_src = test::sample_de();
   o.valid_tgt = test::sample_en();
-  o.spm = test::sample_spm_path();
-  o.preset = "tiny";
-  o.out = out;
   o.dtype = "bf16";
   o.device = "cuda";
-  o.batch_tokens = 600;
-  o.warmup = 50;
-  o.log_every = 1000;
+  o.threads = 0;
   o.validate_every = 20;
   o.max_steps = 40;
   return o;

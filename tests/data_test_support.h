@@ -4,6 +4,7 @@
 
 #include "test_support.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/training/train_options.h"
 
 namespace torchmt::test {
 
@@ -31,6 +32,27 @@ inline const std::string& sample_spm_path() {
 inline const Tokenizer& sample_tokenizer() {
   static const Tokenizer tok = Tokenizer::load(sample_spm_path());
   return tok;
+}
+
+// The tiny training run the trainer, integrity and CUDA tests start from: the sample corpus and
+// vocabulary, fp32 on one CPU thread, no limits (each test sets its own).
+inline TrainOptions tiny_run(const std::string& out, const std::string& src = sample_de(),
+                             const std::string& tgt = sample_en()) {
+  TrainOptions o;
+  o.train_src = src;
+  o.train_tgt = tgt;
+  o.spm = sample_spm_path();
+  o.preset = "tiny";
+  o.out = out;
+  o.dtype = "fp32";
+  o.device = "cpu";
+  o.batch_tokens = 600;
+  o.lr_factor = 1.0;
+  o.warmup = 50;
+  o.log_every = 1000;
+  o.keep_last = 0;
+  o.threads = 1;  // a tiny model gains nothing from more, and a loaded CI machine hurts OpenMP
+  return o;
 }
 
 }  // namespace torchmt::test

@@ -46,18 +46,7 @@ TEST(Integrity, SealRoundTripsAndRefusesWhatIsNotAZip) {
 }
 
 TrainOptions small_run(const std::string& out) {
-  TrainOptions o;
-  o.train_src = test::sample_de();
-  o.train_tgt = test::sample_en();
-  o.spm = test::sample_spm_path();
-  o.preset = "tiny";
-  o.out = out;
-  o.dtype = "fp32";
-  o.device = "cpu";
-  o.batch_tokens = 600;
-  o.warmup = 50;
-  o.log_every = 1000;
-  o.threads = 1;
+  TrainOptions o = test::tiny_run(out);
   o.max_steps = 30;
   o.validate_every = 10;
   o.keep_last = 3;

@@ -18,23 +18,7 @@
 namespace torchmt {
 namespace {
 
-TrainOptions tiny_run(const std::string& out, const std::string& src, const std::string& tgt) {
-  TrainOptions o;
-  o.train_src = src;
-  o.train_tgt = tgt;
-  o.spm = test::sample_spm_path();
-  o.preset = "tiny";
-  o.out = out;
-  o.dtype = "fp32";
-  o.device = "cpu";
-  o.batch_tokens = 600;
-  o.lr_factor = 1.0;
-  o.warmup = 50;
-  o.log_every = 1000;
-  o.keep_last = 0;
-  o.threads = 1;  // a tiny model gains nothing from more, and a loaded CI machine hurts OpenMP
-  return o;
-}
+using test::tiny_run;
 
 TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
   test::TempDir dir;
