@@ -4,6 +4,7 @@
 #   TORCHMT_BUILD_DIR  build directory (default: build)
 #   TORCHMT_SKIP_INSTALL=1  only configure and build
 #   TORCHMT_TARGETS      build only these targets (e.g. "torchmt"; default: everything)
+#   TORCHMT_CMAKE_ARGS   extra configure arguments for a new build directory (e.g. -DTORCHMT_SANITIZE=ON)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -51,7 +52,7 @@ torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)'
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
-    -DPython3_EXECUTABLE="$(command -v "$PYTHON")" >/dev/null
+    -DPython3_EXECUTABLE="$(command -v "$PYTHON")" ${TORCHMT_CMAKE_ARGS:-} >/dev/null
 fi
 # Two jobs: each LibTorch translation unit needs ~1.5 GB of RAM.
 # shellcheck disable=SC2086

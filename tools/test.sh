@@ -2,6 +2,18 @@
 # Sets up, builds, and runs the whole test suite.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# --sanitize: the suite built with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
+# LibTorch is not instrumented: leak reports at exit would be its own, so leak detection is off.
+if [ "${1:-}" = "--sanitize" ]; then
+  shift
+  export TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build-asan}
+  export TORCHMT_CMAKE_ARGS="-DTORCHMT_SANITIZE=ON ${TORCHMT_CMAKE_ARGS:-}"
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  "$root/tools/setup.sh"
+  cd "$root/$TORCHMT_BUILD_DIR"
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+fi
 "$root/tools/setup.sh"
 cd "$root/${TORCHMT_BUILD_DIR:-build}"
 # Tests run in parallel processes: one intra-op thread each avoids OpenMP oversubscription.
