@@ -84,6 +84,11 @@ double matmul_gflops(c10::ScalarType dtype, const c10::Device& device) {
   return 2.0 * static_cast<double>(n * k * n) * repeats / clock.seconds() / 1e9;
 }
 
+AttentionKernel kernel_named(const std::string& name) {
+  return name == "fused" ? AttentionKernel::kFused : name == "explicit" ? AttentionKernel::kExplicit
+                                                                        : AttentionKernel::kAuto;
+}
+
 // Forward-pass FLOPs of the matrix products of one padded batch (see the file comment).
 double forward_flops(const ModelConfig& c, const Batch& b) {
   const double B = static_cast<double>(b.src.size(0)), S = static_cast<double>(b.src.size(1)),
@@ -290,17 +295,13 @@ int main(int argc, char** argv) {
       const std::string trace =
           profile_dir.empty() ? "" : profile_dir + "/" + preset + "_" + dtype_name + ".trace.json";
       for (size_t k = 1; k < kernels.size(); ++k) {  // the alternatives, then the first kernel below
-        set_attention_kernel(kernels[k] == "fused"      ? AttentionKernel::kFused
-                             : kernels[k] == "explicit" ? AttentionKernel::kExplicit
-                                                        : AttentionKernel::kAuto);
+        set_attention_kernel(kernel_named(kernels[k]));
         Measured alt = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, "");
         std::printf("%-6s %-5s attention %-8s %12.0f tok/s  MFU %.1f%%  vloss %.4f\n", preset.c_str(),
                     dtype_name.c_str(), kernels[k].c_str(), alt.tokens_per_sec,
                     peak > 0 ? 100 * alt.flops_per_sec / peak : 0.0, alt.valid_loss);
       }
-      set_attention_kernel(kernels[0] == "fused"      ? AttentionKernel::kFused
-                           : kernels[0] == "explicit" ? AttentionKernel::kExplicit
-                                                      : AttentionKernel::kAuto);
+      set_attention_kernel(kernel_named(kernels[0]));
       Measured ours = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, trace);
       const double ceiling = (dtype == torch::kFloat ? fp32_gflops : bf16_gflops) * 1e9;
       const double mfu = peak > 0 ? ours.flops_per_sec / peak : 0.0;
