@@ -9,6 +9,7 @@
 #include "torchmt/model/model_config.h"
 #include "torchmt/training/train_options.h"
 #include "torchmt/util/flat_config.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 namespace {
@@ -95,6 +96,38 @@ TEST(FlatConfig, MalformedAndNestedInputAreClearErrors) {
   EXPECT_TRUE(FlatConfig::parse("# only a comment\n").values().empty());
   test::TempDir dir;
   EXPECT_THROW(FlatConfig::load(dir.file("missing.yaml")), std::runtime_error);
+}
+
+// What the config fuzzer (tests/fuzz/config.cpp) found: each was accepted and then read back
+// as something else, or refused with a message spanning lines.
+TEST(FlatConfig, FuzzerFindingsStayFixed) {
+  auto message = [](const std::string& text) {
+    try {
+      FlatConfig::parse(text);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("a: x\xfe\n"), "not valid UTF-8 (byte 4)");
+  EXPECT_EQ(message(std::string("a: x\0y\n", 7)), "character U+0000 (not printable) at byte 4");
+  EXPECT_EQ(message("a: \xc2\x86\n"), "character U+0086 (not printable) at byte 3");
+  EXPECT_EQ(message("a: \"\\uFFFF\"\n"), "character U+FFFF (not printable) in the value of 'a'");
+  EXPECT_EQ(message("{\"a\\u0000b\": 1}"), "character U+0000 (not printable) in a key");
+  EXPECT_EQ(message("\n:\n"), "line 2: a key must be a name");
+  EXPECT_EQ(message("a: \"\\\n\"\n").find('\n'), std::string::npos);  // yaml-cpp quotes the escape
+  // Written and read back unchanged: trailing CRs, a 900-byte key of quotes (over YAML's 1024
+  // once escaped), a number out of double's range (JSON would write null).
+  FlatConfig c;
+  c.set("cr", "x\r\r");
+  c.set(std::string(900, '"'), "v");
+  c.set("big", "1e999");
+  c.set_list("list", {"a\tb", ""});
+  for (const FlatConfig& back : {FlatConfig::parse(c.to_yaml()), FlatConfig::parse(c.to_json())}) {
+    EXPECT_EQ(back.values(), c.values());
+    EXPECT_EQ(back.get_list("list"), c.get_list("list"));
+  }
+  EXPECT_EQ(escape_control("a\nb\x01\x7f"), "a\\nb\\x01\\x7f");
 }
 
 }  // namespace

@@ -45,6 +45,32 @@ TEST(Integrity, SealRoundTripsAndRefusesWhatIsNotAZip) {
   EXPECT_TRUE(torch::equal(restored, torch::arange(10)));  // zip readers skip the seal
 }
 
+TEST(Integrity, TextSealsVerifyAndAnEditedFileIsNamed) {
+  const std::string sealed = seal_text("a: 1\nb: x\n");
+  Seal seal = Seal::kAbsent;
+  EXPECT_EQ(verify_text_seal(sealed, "config file", "c.yaml", &seal), "a: 1\nb: x\n");
+  EXPECT_EQ(seal, Seal::kVerified);
+  EXPECT_EQ(seal_text("a: 1"), seal_text("a: 1\n"));  // the seal goes on a line of its own
+  std::string edited = sealed;
+  edited[3] = '2';
+  try {
+    verify_text_seal(edited, "config file", "c.yaml");
+    FAIL() << "an edited file verified";
+  } catch (const DamagedFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("config file c.yaml is damaged: checksum mismatch"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("delete its last line"), std::string::npos);
+  }
+  // Without the seal line (a user's own file, or one deliberately unsealed): read as it is.
+  const std::string plain = edited.substr(0, edited.rfind("# torchmt-crc32c:"));
+  EXPECT_EQ(verify_text_seal(plain, "config file", "c.yaml", &seal), plain);
+  EXPECT_EQ(seal, Seal::kAbsent);
+  EXPECT_EQ(verify_text_seal("", "config file", "c.yaml", &seal), "");
+  // A seal-like line that is not the last line is only a comment.
+  const std::string moved = sealed + "c: 3\n";
+  EXPECT_EQ(verify_text_seal(moved, "config file", "c.yaml", &seal), moved);
+  EXPECT_EQ(seal, Seal::kAbsent);
+}
+
 TrainOptions small_run(const std::string& out) {
   TrainOptions o = test::tiny_run(out);
   o.max_steps = 30;
@@ -180,6 +206,35 @@ TEST(Integrity, ASecondTrainerIntoABusyRunDirectoryIsRefused) {
   }
   EXPECT_TRUE(std::filesystem::exists(o.out + "/train.lock"));
   EXPECT_EQ(Trainer(o).run().steps, 5);
+}
+
+// The run's config.yaml carries a checksum: `train --resume` refuses a damaged one by name and
+// reads an edited one whose checksum line was deleted.
+TEST(Integrity, ResumeVerifiesTheRunConfig) {
+  test::TempDir dir;
+  const std::string out = dir.file("run");
+  const std::string train = test::torchmt_binary() + " train --train-src " + test::sample_de() + " --train-tgt " +
+                            test::sample_en() + " --spm " + test::sample_spm_path() +
+                            " --preset tiny --dtype fp32 --threads 1 --batch-tokens 600 --out " + out;
+  auto r = test::run_command(train + " --max-steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string config = read_file(out + "/config.yaml");
+  ASSERT_EQ(verify_text_seal(config, "config file", out + "/config.yaml"), config.substr(0, config.rfind("# torchmt")));
+  const size_t at = config.find("max_steps: 2");
+  ASSERT_NE(at, std::string::npos) << config;
+  std::string edited = config;
+  edited.replace(at, 12, "max_steps: 4");
+  atomic_write(out + "/config.yaml", edited);
+  r = test::run_command(test::torchmt_binary() + " train --resume --out " + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(out + "/config.yaml is damaged: checksum mismatch"), std::string::npos) << r.output;
+  atomic_write(out + "/config.yaml", edited.substr(0, edited.rfind("# torchmt-crc32c:")));
+  r = test::run_command(test::torchmt_binary() + " train --resume --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("config.yaml carries no checksum"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("done: 2 steps in this run"), std::string::npos) << r.output;  // steps 3 and 4
+  config = read_file(out + "/config.yaml");
+  EXPECT_NO_THROW(verify_text_seal(config, "config file", out + "/config.yaml"));  // sealed again
 }
 
 }  // namespace

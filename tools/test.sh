@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# Sets up, builds, and runs the whole test suite.
+# Sets up, builds and runs the whole test suite, then the same suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer (what CI runs: .ci/run). Arguments after the mode go to ctest.
+#   tools/test.sh              everything (~40 min on 2 cores from a fresh clone)
+#   tools/test.sh --quick      without the sanitizer pass
+#   tools/test.sh --sanitize   only the sanitizer pass (build-asan/)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# --sanitize: the suite built with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/).
-# LibTorch is not instrumented: leak reports at exit would be its own, so leak detection is off.
-if [ "${1:-}" = "--sanitize" ]; then
-  shift
-  export TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build-asan}
-  export TORCHMT_CMAKE_ARGS="-DTORCHMT_SANITIZE=ON ${TORCHMT_CMAKE_ARGS:-}"
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
-  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  "$root/tools/setup.sh"
-  cd "$root/$TORCHMT_BUILD_DIR"
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} exec ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+mode=all
+case "${1:-}" in
+  --quick) mode=quick; shift ;;
+  --sanitize) mode=sanitize; shift ;;
+esac
+
+# The suite built with ASan + UBSan in build-asan/ (fuzz corpora replayed there too). LibTorch is
+# not instrumented: leak reports at exit would be its own, so leak detection is off.
+sanitize() {
+  (
+    export TORCHMT_BUILD_DIR=build-asan
+    export TORCHMT_CMAKE_ARGS="-DTORCHMT_SANITIZE=ON -DTORCHMT_BUILD_BENCHMARKS=OFF ${TORCHMT_CMAKE_ARGS:-}"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    "$root/tools/setup.sh"
+    cd "$root/build-asan"
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+  )
+  echo "test.sh: the suite passes under AddressSanitizer + UndefinedBehaviorSanitizer" >&2
+}
+if [ "$mode" = sanitize ]; then
+  sanitize "$@"
+  exit 0
 fi
 "$root/tools/setup.sh"
 cd "$root/${TORCHMT_BUILD_DIR:-build}"
@@ -39,3 +55,5 @@ code=$?
 set -e
 [ "$code" -eq 1 ] || { echo "test.sh: the installed-package example exited $code on a missing model (expected 1)" >&2; exit 1; }
 echo "test.sh: tools/example built against the installed package and runs" >&2
+
+[ "$mode" = quick ] || sanitize "$@"

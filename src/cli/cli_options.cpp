@@ -43,7 +43,7 @@ bool refuse_old_flags(const std::vector<OptionRow>& rows, int argc, char** argv)
 }  // namespace
 
 int usage_error(const char* program, const std::string& message) {
-  std::cerr << program << ": " << message << " (see --help)\n";
+  std::cerr << program << ": " << escape_control(message) << " (see --help)\n";
   return kExitUsage;
 }
 
@@ -95,7 +95,7 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
     try {
       line.config = FlatConfig::load(r["config"].as<std::string>());
     } catch (const std::exception& e) {
-      std::cerr << argv[0] << ": --config: " << e.what() << "\n";
+      std::cerr << argv[0] << ": --config: " << escape_control(e.what()) << "\n";
       exit_code = kExitUsage;
       return std::nullopt;
     }

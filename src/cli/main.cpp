@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "torchmt/util/strings.h"
 
 namespace {
 
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
     try {
       return c.run(static_cast<int>(args.size()), args.data());
     } catch (const std::exception& e) {
-      std::cerr << "torchmt " << name << ": error: " << e.what() << "\n";
+      // One line whatever the message quotes (a key or value with a newline in it).
+      std::cerr << "torchmt " << name << ": error: " << torchmt::escape_control(e.what()) << "\n";
       return kExitFailure;
     }
   }

@@ -4,6 +4,7 @@
 
 #include "cli_options.h"
 #include "torchmt/training/trainer.h"
+#include "torchmt/util/integrity.h"
 
 namespace torchmt::cli {
 namespace {
@@ -18,7 +19,11 @@ int run_train(int argc, char** argv) {
     // A resumed run continues with the configuration it was started with; flags given now override it.
     const std::string out = line->config.has("out") ? line->config.get("out") : TrainOptions().out;
     if (std::filesystem::exists(out + "/config.yaml")) {
-      FlatConfig saved = FlatConfig::load(out + "/config.yaml");
+      Seal seal = Seal::kVerified;
+      FlatConfig saved = FlatConfig::load(out + "/config.yaml", &seal);
+      if (seal == Seal::kAbsent)
+        std::cerr << "warning: " << out << "/config.yaml carries no checksum (edited by hand, or written by "
+                  << "torchmt 0.2 or earlier): read as it is\n";
       saved.merge(line->config);
       line->config = saved;
     }

@@ -11,9 +11,12 @@
 namespace torchmt {
 
 struct LineReader::Handle {
+  static constexpr size_t kCapacity = 1 << 17;  // bytes per gzread: fewer calls on big corpora
   gzFile file = nullptr;
-  std::string buffer;  // bytes read ahead; lines are cut from it at '\n' (NUL bytes included)
-  size_t pos = 0;
+  // Bytes read ahead; lines are cut from them at '\n' (NUL bytes included). Allocated once and
+  // never zero-filled: a small file touches one page of it, not 32.
+  std::unique_ptr<char[]> buffer{new char[kCapacity]};
+  size_t size = 0, pos = 0;
   bool eof = false;
   ~Handle() {
     if (file) gzclose(file);
@@ -26,8 +29,8 @@ LineReader::LineReader(const std::string& path) : handle_(std::make_unique<Handl
   if (!handle_->file) {
     throw std::runtime_error("cannot open '" + path + "': " + (errno ? std::strerror(errno) : "out of memory"));
   }
-  // A larger buffer than zlib's 8 KiB default: fewer read calls on big corpora.
-  gzbuffer(handle_->file, 1 << 17);
+  // zlib's own buffer as large as ours (its default is 8 KiB).
+  gzbuffer(handle_->file, Handle::kCapacity);
 }
 
 LineReader::~LineReader() = default;
@@ -41,8 +44,8 @@ bool LineReader::next(std::string& line) {
   line.clear();
   bool got_any = false;
   while (true) {
-    const char* begin = h.buffer.data() + h.pos;
-    const size_t available = h.buffer.size() - h.pos;
+    const char* begin = h.buffer.get() + h.pos;
+    const size_t available = h.size - h.pos;
     if (const void* nl = std::memchr(begin, '\n', available)) {
       const size_t n = static_cast<size_t>(static_cast<const char*>(nl) - begin);
       line.append(begin, n);
@@ -52,13 +55,10 @@ bool LineReader::next(std::string& line) {
     }
     if (available > 0) got_any = true;
     line.append(begin, available);
-    h.pos = h.buffer.size();
+    h.pos = h.size = 0;
     if (h.eof) break;
-    h.buffer.resize(1 << 17);
-    h.pos = 0;
-    const int n = gzread(h.file, h.buffer.data(), static_cast<unsigned>(h.buffer.size()));
+    const int n = gzread(h.file, h.buffer.get(), static_cast<unsigned>(Handle::kCapacity));
     if (n <= 0) {
-      h.buffer.clear();
       h.eof = true;
       int err = 0;
       const char* message = gzerror(h.file, &err);
@@ -72,7 +72,7 @@ bool LineReader::next(std::string& line) {
                                  (err == Z_ERRNO ? std::strerror(errno) : message));
       }
     } else {
-      h.buffer.resize(static_cast<size_t>(n));
+      h.size = static_cast<size_t>(n);
     }
   }
   if (!got_any) return false;

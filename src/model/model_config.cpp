@@ -3,13 +3,14 @@
 #include <stdexcept>
 
 #include "torchmt/util/option_table.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 
 Activation parse_activation(const std::string& name) {
   if (name == "relu") return Activation::kReLU;
   if (name == "gelu") return Activation::kGELU;
-  throw std::invalid_argument("activation must be relu or gelu, got '" + name + "'");
+  throw std::invalid_argument("activation must be relu or gelu, got '" + escape_control(name) + "'");
 }
 
 std::string activation_name(Activation activation) { return activation == Activation::kGELU ? "gelu" : "relu"; }
@@ -27,7 +28,7 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     c.d_model = 64; c.num_heads = 4; c.num_encoder_layers = 2; c.num_decoder_layers = 2;
     c.d_ff = 128; c.dropout = 0.0; c.max_positions = 256;
   } else {
-    throw std::invalid_argument("unknown model preset '" + name + "' (expected tiny, small, base or big)");
+    throw std::invalid_argument("unknown model preset '" + escape_control(name) + "' (expected tiny, small, base or big)");
   }
   return c;
 }

@@ -107,7 +107,9 @@ TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint1
   }
   for (int m = 0; m < ROWS; ++m)
     for (int r = 0; r < COLS; ++r) {
-      float s = tree_sum16(reinterpret_cast<const f32x16&>(acc[m][r]));
+      // The same tree of half-width adds as tree_sum16 (bit-identical sums), as an intrinsic:
+      // clang refuses to pass a 512-bit vector to a helper compiled without AVX-512.
+      float s = _mm512_reduce_add_ps(acc[m][r]);
       for (int64_t kk = k; kk < K; ++kk) s += bf16_to_float(x[m * K + kk]) * bf16_to_float(w[r * K + kk]);
       if (bias) s += bf16_to_float(bias[r]);
       out[m * ldo + r] = float_to_bf16(s);

@@ -262,8 +262,9 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   }
   seconds_before_ = position_.train_seconds;
   atomic_write(o.out + "/config.yaml",
-               "# effective configuration of this run (torchmt train --config " + o.out + "/config.yaml)\n" +
-                   meta_.train_config);
+               seal_text("# effective configuration of this run (torchmt train --config " + o.out +
+                         "/config.yaml); the last line is its checksum: delete it after editing by hand\n" +
+                         meta_.train_config));
   progress_.line("model " + o.preset + ": " + std::to_string(count_parameters(model_)) + " parameters, " +
                  std::to_string(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
                  std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%), device " + device_.str() +

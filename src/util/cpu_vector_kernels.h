@@ -15,7 +15,9 @@
 // Function multi-versioning: an AVX-512, an AVX2 and a baseline copy of the function,
 // chosen once at load time by the CPU, so one binary runs everywhere and uses the
 // widest vectors available (the build itself stays baseline x86-64).
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+// Not under clang: clang 14 (Debian 12's, which builds the fuzzers) rejects the 64-byte vectors
+// the forced-inline helpers take inside an AVX-512 clone, so clang builds get the baseline copy.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define TORCHMT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif

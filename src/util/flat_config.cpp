@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -10,9 +11,44 @@
 #include <yaml-cpp/yaml.h>
 
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/integrity.h"
+#include "torchmt/util/strings.h"
+#include "torchmt/util/utf8.h"
 
 namespace torchmt {
 namespace {
+
+// Only YAML's printable characters, in the text and in what its escapes produce (JSON's
+// "\u0000" included): yaml-cpp reads a NUL as the end of a key and invents bytes after it, and
+// writes U+FFFF back as U+FFFD; a NUL in a path would cut it. On valid UTF-8 the others are byte
+// patterns: C0 controls but tab/LF/CR, DEL, C1 controls but NEL (C2 80..9F), U+FFFE and U+FFFF
+// (EF BF BE/BF). `where` names the key for a parsed value ("" for the text itself).
+void check_printable(std::string_view text, const std::string& where) {
+  if (!where.empty() && !is_valid_utf8(text))  // a "\uD800" escape: a lone surrogate
+    throw std::runtime_error("not valid UTF-8 in " + where);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
+    size_t bad = 0;
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) bad = 1;
+    else if (c == 0xC2 && next(1) >= 0x80 && next(1) <= 0x9F && next(1) != 0x85) bad = 2;
+    else if (c == 0xEF && next(1) == 0xBF && (next(2) == 0xBE || next(2) == 0xBF)) bad = 3;
+    if (bad) {
+      char code[16];
+      std::snprintf(code, sizeof(code), "U+%04X", static_cast<unsigned>((*decode_utf8(text.substr(i, bad)))[0]));
+      throw std::runtime_error(std::string("character ") + code + " (not printable) " +
+                               (where.empty() ? "at byte " + std::to_string(i) : "in " + where));
+    }
+  }
+}
+
+// Every key and value of a parsed config: printable, as its text had to be.
+void check_printable(const FlatConfig& config) {
+  for (const auto& key : config.keys()) {
+    check_printable(key, "a key");
+    for (const auto& value : config.get_list(key)) check_printable(value, "the value of '" + escape_control(key) + "'");
+  }
+}
 
 bool starts_as_json_object(const std::string& text) {
   size_t i = 0;
@@ -35,7 +71,7 @@ FlatConfig parse_json(const std::string& text) {
     if (value.is_string()) return value.get<std::string>();
     if (value.is_null()) return "";
     if (value.is_primitive()) return value.dump();  // numbers and booleans as written
-    throw std::runtime_error("key '" + key + "' holds a nested structure (only key: value pairs and lists)");
+    throw std::runtime_error("key '" + escape_control(key) + "' holds a nested structure (only key: value pairs and lists)");
   };
   for (const auto& [key, value] : j.items()) {
     if (value.is_array()) {
@@ -55,19 +91,21 @@ FlatConfig parse_yaml(const std::string& text) {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw std::runtime_error("malformed YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                             std::to_string(e.mark.column + 1) + ": " + e.msg);
+                             std::to_string(e.mark.column + 1) + ": " + escape_control(e.msg));
   }
   FlatConfig out;
   if (root.IsNull()) return out;  // empty file or only comments
   if (!root.IsMap()) throw std::runtime_error("expected a YAML mapping of key: value lines");
   for (const auto& item : root) {
-    const std::string key = item.first.as<std::string>();
-    if (out.has(key)) throw std::runtime_error("key '" + key + "' appears twice");
+    if (!item.first.IsScalar())  // `: x` (a null key) or a mapping/list used as a key
+      throw std::runtime_error("line " + std::to_string(item.first.Mark().line + 1) + ": a key must be a name");
+    const std::string key = item.first.Scalar();
+    if (out.has(key)) throw std::runtime_error("key '" + escape_control(key) + "' appears twice");
     const YAML::Node& value = item.second;
     auto scalar = [&key](const YAML::Node& node) -> std::string {
       if (node.IsNull()) return "";
       if (node.IsScalar()) return node.Scalar();
-      throw std::runtime_error("key '" + key + "' holds a nested structure (only key: value lines and lists)");
+      throw std::runtime_error("key '" + escape_control(key) + "' holds a nested structure (only key: value lines and lists)");
     };
     if (value.IsSequence()) {
       std::vector<std::string> list;
@@ -94,23 +132,32 @@ Kind kind_of(const std::string& v) {
   errno = 0;
   std::strtoll(v.c_str(), &end, 10);
   if (*end == '\0' && errno == 0) return Kind::kInt;
+  errno = 0;
   std::strtod(v.c_str(), &end);
-  return *end == '\0' ? Kind::kFloat : Kind::kText;
+  // Out of double's range ("1e999" would be written as JSON null): text.
+  return *end == '\0' && errno == 0 ? Kind::kFloat : Kind::kText;
 }
 
 }  // namespace
 
 FlatConfig FlatConfig::parse(const std::string& text) {
-  return starts_as_json_object(text) ? parse_json(text) : parse_yaml(text);
+  // Both readers would take invalid UTF-8 in places (yaml-cpp as is, JSON output replaced):
+  // a config is text, and a damaged one is refused where the damage is.
+  if (auto bad = find_invalid_utf8(text)) throw std::runtime_error("not valid UTF-8 (byte " + std::to_string(*bad) + ")");
+  check_printable(text, "");
+  FlatConfig config = starts_as_json_object(text) ? parse_json(text) : parse_yaml(text);
+  check_printable(config);
+  return config;
 }
 
-FlatConfig FlatConfig::load(const std::string& path) {
+FlatConfig FlatConfig::load(const std::string& path, Seal* seal) {
   std::string text;
   try {
     text = read_file(path);
   } catch (const std::exception&) {
     throw std::runtime_error("cannot open config file: " + path);
   }
+  text = verify_text_seal(text, "config file", path, seal);
   try {
     return parse(text);
   } catch (const std::exception& e) {
@@ -121,8 +168,8 @@ FlatConfig FlatConfig::load(const std::string& path) {
 const std::string& FlatConfig::get(const std::string& key) const {
   auto it = values_.find(key);
   if (it == values_.end()) {
-    if (lists_.count(key)) throw std::runtime_error("config key " + key + " holds a list, expected one value");
-    throw std::runtime_error("missing config key: " + key);
+    if (lists_.count(key)) throw std::runtime_error("config key " + escape_control(key) + " holds a list, expected one value");
+    throw std::runtime_error("missing config key: " + escape_control(key));
   }
   return it->second;
 }
@@ -162,7 +209,7 @@ T whole_number(const std::string& key, const std::string& text, Parse parse, con
     if (used == text.size()) return x;
   } catch (const std::exception&) {
   }
-  throw std::runtime_error("config key " + key + " is not " + what + ": '" + text + "'");
+  throw std::runtime_error("config key " + escape_control(key) + " is not " + what + ": '" + escape_control(text) + "'");
 }
 
 }  // namespace
@@ -181,7 +228,7 @@ bool FlatConfig::get_bool(const std::string& key) const {
   const std::string& v = get(key);
   if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
-  throw std::runtime_error("config key " + key + " is not a boolean: '" + v + "'");
+  throw std::runtime_error("config key " + escape_control(key) + " is not a boolean: '" + escape_control(v) + "'");
 }
 
 std::string FlatConfig::to_json() const {
@@ -213,12 +260,22 @@ std::string FlatConfig::to_yaml() const {
   out << YAML::BeginMap;
   // yaml-cpp quotes what its reader would not read back as the same text; an empty value is
   // written "" so that it stays an (empty) string.
+  // Its plain style misses control characters (a value ending in "\r\r" read back without
+  // them): those are written double-quoted, with escapes.
   auto scalar = [&out](const std::string& v) {
-    if (v.empty()) out << YAML::DoubleQuoted << v;
+    const bool control = std::any_of(v.begin(), v.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
+    });
+    if (v.empty() || control) out << YAML::DoubleQuoted << v;
     else out << v;
   };
   for (const auto& k : keys()) {
-    out << YAML::Key << k << YAML::Value;
+    // YAML limits a simple key to 1024 characters as written (escapes at most double a key's
+    // bytes); a longer one is written "? key".
+    if (k.size() > 500) out << YAML::LongKey;
+    out << YAML::Key;
+    scalar(k);
+    out << YAML::Value;
     auto list = lists_.find(k);
     if (list == lists_.end()) {
       scalar(values_.at(k));

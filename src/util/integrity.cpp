@@ -110,7 +110,7 @@ uint32_t read_u16(std::string_view s, size_t at) {
          (static_cast<uint32_t>(static_cast<unsigned char>(s[at + 1])) << 8);
 }
 
-std::string seal_text(uint32_t crc) {
+std::string seal_of(uint32_t crc) {
   char hex[9];
   std::snprintf(hex, sizeof(hex), "%08x", crc);
   return std::string(kSealPrefix) + hex;
@@ -130,7 +130,7 @@ std::string seal_zip(std::string archive) {
   if (archive.size() < kEndRecord || read_u32(archive, archive.size() - kEndRecord) != kEndSignature ||
       read_u16(archive, archive.size() - 2) != 0)
     throw std::invalid_argument("seal_zip: not a zip archive without a comment");
-  const std::string seal = seal_text(crc32c(std::string_view(archive).substr(0, archive.size() - 2)));
+  const std::string seal = seal_of(crc32c(std::string_view(archive).substr(0, archive.size() - 2)));
   archive[archive.size() - 2] = static_cast<char>(seal.size() & 0xFF);
   archive[archive.size() - 1] = static_cast<char>(seal.size() >> 8);
   return archive + seal;
@@ -148,7 +148,7 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
       read_u16(archive, end + 20) == kSealLength && archive.substr(end + kEndRecord, sizeof(kSealPrefix) - 1) ==
       kSealPrefix) {
     const std::string stored(archive.substr(end + kEndRecord));
-    const std::string computed = seal_text(crc32c(archive.substr(0, end + 20)));
+    const std::string computed = seal_of(crc32c(archive.substr(0, end + 20)));
     if (stored != computed)
       throw damaged("checksum mismatch (stored " + stored.substr(sizeof(kSealPrefix) - 1) + ", computed " +
                     computed.substr(sizeof(kSealPrefix) - 1) + ")");
@@ -172,6 +172,32 @@ void check_zip_seal(std::string_view archive, const std::string& what, const std
   if (verify_zip_seal(archive, what, path) == Seal::kAbsent)
     std::cerr << "warning: " << what << " " << path << " carries no checksum (written by torchmt 0.2 or earlier): "
               << "not verified\n";
+}
+
+std::string seal_text(std::string text) {
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  const std::string seal = seal_of(crc32c(text));
+  return text + "# " + seal + "\n";
+}
+
+std::string verify_text_seal(std::string_view text, const std::string& what, const std::string& path, Seal* seal) {
+  const size_t line = sizeof("# ") - 1 + kSealLength + 1;  // "# " + seal + "\n"
+  const std::string_view prefix = "# torchmt-crc32c:";
+  const size_t start = text.size() >= line ? text.size() - line : std::string_view::npos;
+  if (start == std::string_view::npos || (start > 0 && text[start - 1] != '\n') ||
+      text.substr(start, prefix.size()) != prefix || text.back() != '\n') {
+    if (seal) *seal = Seal::kAbsent;
+    return std::string(text);
+  }
+  const std::string stored(text.substr(start + 2, kSealLength));
+  const std::string computed = seal_of(crc32c(text.substr(0, start)));
+  if (stored != computed)
+    throw DamagedFileError(what + " " + path + " is damaged: checksum mismatch (stored " +
+                           stored.substr(sizeof(kSealPrefix) - 1) + ", computed " +
+                           computed.substr(sizeof(kSealPrefix) - 1) +
+                           "); if you edited it, delete its last line to use it as it is");
+  if (seal) *seal = Seal::kVerified;
+  return std::string(text.substr(0, start));
 }
 
 }  // namespace torchmt

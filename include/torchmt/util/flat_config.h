@@ -9,13 +9,17 @@
 
 namespace torchmt {
 
+enum class Seal;  // util/integrity.h
+
 class FlatConfig {
  public:
   // Parses a JSON object (text starting with `{`) or a YAML mapping (`a: 1` lines, comments
   // with ` #`, quoted or plain scalars, escapes as each format defines them). Throws
   // std::runtime_error with the line/position on malformed input.
   static FlatConfig parse(const std::string& text);
-  static FlatConfig load(const std::string& path);
+  // A file that ends with a checksum line (a run's config.yaml, util/integrity.h) is verified
+  // first; `seal` says whether it had one.
+  static FlatConfig load(const std::string& path, Seal* seal = nullptr);
 
   bool has(const std::string& key) const { return values_.count(key) != 0 || lists_.count(key) != 0; }
   const std::string& get(const std::string& key) const;  // throws when missing or a list

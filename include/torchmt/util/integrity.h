@@ -37,4 +37,13 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
 // verify_zip_seal, with a warning on stderr for an unsealed (older) file.
 void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
 
+// Text files torchmt writes and reads back (a run's config.yaml) end with the line
+// "# torchmt-crc32c:XXXXXXXX" (a YAML comment), the CRC-32C of every byte before it.
+std::string seal_text(std::string text);
+// `text` without its seal line. Throws DamagedFileError "WHAT PATH is damaged: ..." when the seal
+// line is there and does not match (a file edited by hand: deleting the line accepts it as it
+// is); kAbsent in `*seal` when there is none.
+std::string verify_text_seal(std::string_view text, const std::string& what, const std::string& path,
+                             Seal* seal = nullptr);
+
 }  // namespace torchmt

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "torchmt/util/flat_config.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 
@@ -134,7 +135,7 @@ class OptionTable {
   Options read(const FlatConfig& config, Options start = Options{}, bool warn_old_keys = true) const {
     for (const auto& key : config.keys()) {
       const Entry* entry = find(key);
-      if (!entry) throw std::invalid_argument("unknown " + name_ + " option '" + key + "'");
+      if (!entry) throw std::invalid_argument("unknown " + name_ + " option '" + escape_control(key) + "'");
       if (warn_old_keys && entry->row.key != key)
         std::cerr << "warning: " << name_ << " option '" << key << "' is now called '" << entry->row.key << "'\n";
       try {

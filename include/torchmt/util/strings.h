@@ -2,6 +2,7 @@
 // Small string helpers shared by every layer.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace torchmt {
 
@@ -11,5 +12,9 @@ std::string with_thousands(int64_t n);
 // 64-bit FNV-1a of `bytes` as 16 hex digits: a cheap content id (tokenizer models, cache
 // keys), not a cryptographic hash.
 std::string fnv1a_hex(const std::string& bytes);
+
+// `text` with control characters (and DEL) written as \n, \t, \r or \xHH: for quoting input in
+// a one-line error message.
+std::string escape_control(std::string_view text);
 
 }  // namespace torchmt
