@@ -7,6 +7,7 @@
 #include "test_support.h"
 #include "torchmt/training/adam_optimizer.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/util/integrity.h"
 
 namespace torchmt {
 namespace {
@@ -73,7 +74,10 @@ TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
   c10::impl::GenericDict foreign(c10::StringType::get(), c10::AnyType::get());
   foreign.insert("weights", torch::ones({2}));
   auto foreign_bytes = torch::pickle_save(c10::IValue(foreign));
-  test::write_text(dir.file("foreign.pt"), std::string(foreign_bytes.begin(), foreign_bytes.end()));
+  const std::string foreign_archive(foreign_bytes.begin(), foreign_bytes.end());
+  test::write_text(dir.file("foreign.pt"), foreign_archive);
+  expect_error(dir.file("foreign.pt"), "carries no checksum");  // unverifiable: never unpickled
+  test::write_text(dir.file("foreign.pt"), seal_zip(foreign_archive));
   expect_error(dir.file("foreign.pt"), "not a torchmt checkpoint");
 }
 

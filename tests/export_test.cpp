@@ -25,6 +25,7 @@
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
+#include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
 #include "torchmt/model/transformer.h"
 #include "torchmt/io/checkpoint.h"
@@ -569,6 +570,8 @@ TEST(ExportTorchScript, LoadingANonExportFailsClearly) {
   torch::jit::Module other("__torch__.Other");
   other.define("def forward(self, x: Tensor) -> Tensor:\n    return x\n");
   other.save(f.dir.file("other.ts"));
+  expect_error(f.dir.file("other.ts"), "carries no checksum");  // unverifiable: never read by torch
+  atomic_write(f.dir.file("other.ts"), seal_zip(read_file(f.dir.file("other.ts"))));
   expect_error(f.dir.file("other.ts"), "is not a torchmt export");
 }
 

@@ -78,15 +78,17 @@ TEST(FlatConfig, ModelConfigJsonRoundTrips) {
   EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
 }
 
+// What FlatConfig::parse says of `text`, or "no error".
+std::string message(const std::string& text) {
+  try {
+    FlatConfig::parse(text);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(FlatConfig, MalformedAndNestedInputAreClearErrors) {
-  auto message = [](const std::string& text) {
-    try {
-      FlatConfig::parse(text);
-    } catch (const std::runtime_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message("{\"a\": 1,").find("malformed JSON"), std::string::npos);
   EXPECT_NE(message("a: [1, 2\n").find("malformed YAML at line"), std::string::npos);
   EXPECT_NE(message("a:\n  b: 1\n").find("nested"), std::string::npos);
@@ -101,14 +103,6 @@ TEST(FlatConfig, MalformedAndNestedInputAreClearErrors) {
 // What the config fuzzer (tests/fuzz/config.cpp) found: each was accepted and then read back
 // as something else, or refused with a message spanning lines.
 TEST(FlatConfig, FuzzerFindingsStayFixed) {
-  auto message = [](const std::string& text) {
-    try {
-      FlatConfig::parse(text);
-    } catch (const std::runtime_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_EQ(message("a: x\xfe\n"), "not valid UTF-8 (byte 4)");
   EXPECT_EQ(message(std::string("a: x\0y\n", 7)), "character U+0000 (not printable) at byte 4");
   EXPECT_EQ(message("a: \xc2\x86\n"), "character U+0086 (not printable) at byte 3");

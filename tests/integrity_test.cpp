@@ -60,6 +60,13 @@ TEST(Integrity, TextSealsVerifyAndAnEditedFileIsNamed) {
     EXPECT_NE(std::string(e.what()).find("config file c.yaml is damaged: checksum mismatch"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("delete its last line"), std::string::npos);
   }
+  // A damaged seal line is quoted on one line (the checkpoint fuzzer's finding, for zips).
+  try {
+    verify_text_seal("a: 1\n# torchmt-crc32c:0000\r000\n", "config file", "c.yaml");
+    FAIL() << "a damaged seal verified";
+  } catch (const DamagedFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("stored 0000\\r000"), std::string::npos) << e.what();
+  }
   // Without the seal line (a user's own file, or one deliberately unsealed): read as it is.
   const std::string plain = edited.substr(0, edited.rfind("# torchmt-crc32c:"));
   EXPECT_EQ(verify_text_seal(plain, "config file", "c.yaml", &seal), plain);
@@ -135,6 +142,56 @@ TEST(Integrity, NoDamagedCheckpointOrExportLoads) {
   }
   EXPECT_GE(damaged, 50);
   EXPECT_EQ(refused, damaged);
+}
+
+// A checkpoint or export as torchmt 0.2 wrote it: the same archive without the seal.
+std::string unsealed(const std::string& sealed) {
+  const size_t seal = std::string("torchmt-crc32c:").size() + 8;
+  std::string old = sealed.substr(0, sealed.size() - seal);
+  old[old.size() - 2] = old[old.size() - 1] = '\0';  // the end record's comment length
+  return old;
+}
+
+// An unsealed file is refused by every loader, and `torchmt seal` gives it its seal once it has
+// loaded: the same bytes torchmt writes today.
+TEST(Integrity, UnsealedFilesAreRefusedUntilSealed) {
+  test::TempDir dir;
+  TrainOptions o = small_run(dir.file("run"));
+  o.max_steps = 2;
+  Trainer(o).run();
+  const std::string checkpoint = o.out + "/checkpoint_last.pt", exported = dir.file("model.ts");
+  auto r = test::run_command(test::torchmt_binary() + " export -m " + checkpoint + " -o " + exported);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& path : {checkpoint, exported}) {
+    const std::string sealed = read_file(path);
+    atomic_write(path, unsealed(sealed));
+    r = test::run_command("echo 'Ein Hund.' | " + test::torchmt_binary() + " translate -m " + path);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find(path + " carries no checksum (written by torchmt 0.2 or earlier): `torchmt seal " + path),
+              std::string::npos) << r.output;
+    r = test::run_command(test::torchmt_binary() + " seal " + path);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(path + ": loads; sealed"), std::string::npos) << r.output;
+    EXPECT_EQ(read_file(path), sealed);
+    EXPECT_FALSE(std::filesystem::exists(path + ".seal-check"));
+    r = test::run_command(test::torchmt_binary() + " seal " + path);
+    EXPECT_NE(r.output.find(path + ": already sealed; verified"), std::string::npos) << r.output;
+  }
+  // What does not load stays as it is, and the error names the file, not the trial copy.
+  auto bytes = torch::pickle_save(c10::IValue(torch::arange(3)));
+  const std::string foreign = dir.file("foreign.pt"), content(bytes.data(), bytes.size());
+  atomic_write(foreign, content);
+  r = test::run_command(test::torchmt_binary() + " seal " + foreign);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("not sealed: " + foreign + " is not a torchmt checkpoint"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(".seal-check"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(foreign), content);
+  EXPECT_FALSE(std::filesystem::exists(foreign + ".seal-check"));
+  std::string truncated = unsealed(read_file(checkpoint));
+  atomic_write(foreign, truncated.substr(0, truncated.size() / 2));
+  r = test::run_command(test::torchmt_binary() + " seal " + foreign);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(foreign + " is damaged"), std::string::npos) << r.output;
 }
 
 TEST(Integrity, ResumeFallsBackToTheNewestCheckpointThatVerifies) {

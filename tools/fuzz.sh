@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libFuzzer campaigns on the targets of tests/fuzz/ (README "Fuzzing").
-#   tools/fuzz.sh [--runs N] [TARGET...]     default: 1,000,000 executions of every target
+#   tools/fuzz.sh [--runs N] [--seconds S] [TARGET...]
+#       default: 1,000,000 executions of every target (--seconds: stop each target after S s)
 # Builds build-fuzz/ with clang (coverage + ASan + UBSan on torchmt's code; clang comes from
 # Debian when missing), runs each target from its committed corpus, then replaces that corpus with
 # the smallest set covering what both reached (commit it: every test build replays it).
@@ -9,11 +10,13 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 runs=1000000
+max_seconds=0
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
-    -h|--help) sed -n 2,7p "$0"; exit 0 ;;
+    --seconds) max_seconds=$2; shift 2 ;;
+    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -50,7 +53,7 @@ for t in "${targets[@]}"; do
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$root/$build/ubsan-$t"
   start=$(date +%s)
   set +e
-  "$build/fuzz_$t" -runs="$runs" -timeout=30 -rss_limit_mb=4096 -close_fd_mask=2 -print_final_stats=1 \
+  "$build/fuzz_$t" -runs="$runs" -max_total_time="$max_seconds" -timeout=30 -rss_limit_mb=4096 -close_fd_mask=2 -print_final_stats=1 \
     -artifact_prefix="$root/$build/finding-$t-" "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1
   code=$?
   set -e

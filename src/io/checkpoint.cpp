@@ -1,13 +1,18 @@
 #include "torchmt/io/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <stdexcept>
 #include <unordered_set>
 
 #include <ATen/Context.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -27,13 +32,39 @@ using Dict = c10::impl::GenericDict;
 
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
+// The archive in memory as LibTorch's zip reader reads it, with reads clamped to its size.
+// torch::pickle_load's own in-memory reader copies whatever range the zip directory names: the
+// checkpoint fuzzer (tests/fuzz/checkpoint.cpp) found an unsealed archive whose directory sends
+// it past the end of the buffer (a heap overflow inside LibTorch). A short read is an error
+// the reader reports instead.
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what = "") const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// torch::pickle_load with the bounded reader: the same archive layout ("data.pkl" + "data/N").
+c10::IValue pickle_load_bounded(const std::string& bytes) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", /*type_resolver=*/{},
+                                           /*obj_loader=*/{}, /*device=*/{}, reader);
+}
+
 Dict read_checkpoint_dict(const std::string& path) {
   const std::string content = read_file(path);
   check_zip_seal(content, "checkpoint", path);
-  const std::vector<char> bytes(content.begin(), content.end());
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    value = pickle_load_bounded(content);
   } catch (const std::exception& e) {
     throw DamagedFileError("checkpoint " + path + " is corrupt or truncated (" +
                              std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")");
@@ -170,16 +201,36 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   atomic_write(path, seal_zip(std::string(bytes.data(), bytes.size())));
 }
 
+namespace {
+
+// A field of the wrong type or a missing entry (only in an unsealed file: a sealed one is what
+// torchmt wrote) is LibTorch's c10::Error, several lines long: one line naming the file instead.
+template <typename F>
+auto reading(const std::string& path, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw DamagedFileError("checkpoint " + path + " is malformed (" + what.substr(0, what.find('\n')) + ")");
+  } catch (const std::bad_alloc&) {  // a model configuration larger than this machine's memory
+    throw std::runtime_error("checkpoint " + path + " needs more memory than this machine has");
+  }
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("checkpoint not found: " + path);
   Dict dict = read_checkpoint_dict(path);
-  LoadedCheckpoint out;
-  out.meta = read_meta(dict, path);
-  out.model = Transformer(out.meta.model);
-  load_weights(dict, out.model, path);
-  out.model->to(device);
-  out.model->eval();
-  return out;
+  return reading(path, [&] {
+    LoadedCheckpoint out;
+    out.meta = read_meta(dict, path);
+    out.model = Transformer(out.meta.model);
+    load_weights(dict, out.model, path);
+    out.model->to(device);
+    out.model->eval();
+    return out;
+  });
 }
 
 LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
@@ -203,34 +254,36 @@ LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
 
 CheckpointMeta restore_training_state(const std::string& path, Transformer& model, OptimizerState& optimizer) {
   Dict dict = read_checkpoint_dict(path);
-  CheckpointMeta meta = read_meta(dict, path);
-  if (meta.model.to_json() != model->config().to_json()) {
-    throw std::runtime_error("checkpoint " + path + " holds a different model shape than the one configured");
-  }
-  load_weights(dict, model, path);
-  if (!dict.contains("optimizer")) throw std::runtime_error("checkpoint " + path + " has no optimizer state to resume");
-  auto opt = dict.at("optimizer").toGenericDict();
-  torch::NoGradGuard no_grad;
-  auto restore = [&](const char* key, std::vector<at::Tensor>& into) {
-    auto list = opt.at(key).toTensorList();
-    if (list.size() != into.size()) throw std::runtime_error("checkpoint " + path + ": optimizer state does not match");
-    for (size_t i = 0; i < into.size(); ++i) into[i].copy_(list.get(i));
-  };
-  restore("exp_avg", optimizer.exp_avg);
-  restore("exp_avg_sq", optimizer.exp_avg_sq);
-  restore("steps", optimizer.steps);
-  auto rng = dict.at("rng").toGenericDict();
-  // Generators are handles: a copy sets the state of the default generator itself.
-  at::Generator cpu_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
-  cpu_gen.set_state(rng.at("cpu").toTensor());
-  if (rng.contains("cuda") && torch::cuda::is_available()) {
-    auto states = rng.at("cuda").toTensorList();
-    for (size_t i = 0; i < states.size() && i < static_cast<size_t>(torch::cuda::device_count()); ++i) {
-      at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
-      gen.set_state(states.get(i));
+  return reading(path, [&] {
+    CheckpointMeta meta = read_meta(dict, path);
+    if (meta.model.to_json() != model->config().to_json()) {
+      throw std::runtime_error("checkpoint " + path + " holds a different model shape than the one configured");
     }
-  }
-  return meta;
+    load_weights(dict, model, path);
+    if (!dict.contains("optimizer")) throw std::runtime_error("checkpoint " + path + " has no optimizer state to resume");
+    auto opt = dict.at("optimizer").toGenericDict();
+    torch::NoGradGuard no_grad;
+    auto restore = [&](const char* key, std::vector<at::Tensor>& into) {
+      auto list = opt.at(key).toTensorList();
+      if (list.size() != into.size()) throw std::runtime_error("checkpoint " + path + ": optimizer state does not match");
+      for (size_t i = 0; i < into.size(); ++i) into[i].copy_(list.get(i));
+    };
+    restore("exp_avg", optimizer.exp_avg);
+    restore("exp_avg_sq", optimizer.exp_avg_sq);
+    restore("steps", optimizer.steps);
+    auto rng = dict.at("rng").toGenericDict();
+    // Generators are handles: a copy sets the state of the default generator itself.
+    at::Generator cpu_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+    cpu_gen.set_state(rng.at("cpu").toTensor());
+    if (rng.contains("cuda") && torch::cuda::is_available()) {
+      auto states = rng.at("cuda").toTensorList();
+      for (size_t i = 0; i < states.size() && i < static_cast<size_t>(torch::cuda::device_count()); ++i) {
+        at::Generator gen = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i)));
+        gen.set_state(states.get(i));
+      }
+    }
+    return meta;
+  });
 }
 
 }  // namespace torchmt

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "torchmt/util/strings.h"
+
 namespace torchmt {
 namespace {
 
@@ -150,7 +152,7 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
     const std::string stored(archive.substr(end + kEndRecord));
     const std::string computed = seal_of(crc32c(archive.substr(0, end + 20)));
     if (stored != computed)
-      throw damaged("checksum mismatch (stored " + stored.substr(sizeof(kSealPrefix) - 1) + ", computed " +
+      throw damaged("checksum mismatch (stored " + escape_control(stored.substr(sizeof(kSealPrefix) - 1)) + ", computed " +
                     computed.substr(sizeof(kSealPrefix) - 1) + ")");
     return Seal::kVerified;
   }
@@ -170,8 +172,8 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
 
 void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path) {
   if (verify_zip_seal(archive, what, path) == Seal::kAbsent)
-    std::cerr << "warning: " << what << " " << path << " carries no checksum (written by torchmt 0.2 or earlier): "
-              << "not verified\n";
+    throw std::runtime_error(what + " " + path + " carries no checksum (written by torchmt 0.2 or earlier): " +
+                             "`torchmt seal " + path + "` checks that it loads and adds one");
 }
 
 std::string seal_text(std::string text) {
@@ -193,7 +195,7 @@ std::string verify_text_seal(std::string_view text, const std::string& what, con
   const std::string computed = seal_of(crc32c(text.substr(0, start)));
   if (stored != computed)
     throw DamagedFileError(what + " " + path + " is damaged: checksum mismatch (stored " +
-                           stored.substr(sizeof(kSealPrefix) - 1) + ", computed " +
+                           escape_control(stored.substr(sizeof(kSealPrefix) - 1)) + ", computed " +
                            computed.substr(sizeof(kSealPrefix) - 1) +
                            "); if you edited it, delete its last line to use it as it is");
   if (seal) *seal = Seal::kVerified;

@@ -17,6 +17,8 @@
 //                       a Translator for a checkpoint or an export, chosen by content
 //   load_translator(TranslatorConfig)
 //                       the same from what a user configured (validated; sets threads)
+//   seal_model_file(path)
+//                       adds the checksum to a file of torchmt 0.2 or earlier
 // Thread-compatible (one model per thread); calls run under NoGradGuard.
 #include <memory>
 #include <string>
@@ -60,5 +62,11 @@ Translator load_translator(const std::string& path, const c10::Device& device, c
 // Validates `config` (std::invalid_argument naming the flag), applies its thread count and
 // opens config.model on its device in its precision.
 Translator load_translator(const TranslatorConfig& config);
+
+// `torchmt seal`: a checkpoint or export written before torchmt sealed its files gets its seal,
+// once it has loaded in full as it is (the file is replaced atomically; one that does not load
+// is left untouched and the error names it). A sealed file is verified and left as it is.
+enum class SealOutcome { kAlreadySealed, kSealed };
+SealOutcome seal_model_file(const std::string& path);
 
 }  // namespace torchmt

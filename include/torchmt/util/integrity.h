@@ -34,7 +34,9 @@ enum class Seal { kVerified, kAbsent };
 // end is missing (truncation); std::runtime_error "WHAT PATH is not a torchmt WHAT" when the
 // file is no zip archive at all.
 Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
-// verify_zip_seal, with a warning on stderr for an unsealed (older) file.
+// verify_zip_seal, refusing an unsealed (older) file too: LibTorch's zip reader and unpickler are
+// not made for damaged input (the checkpoint fuzzer made them read past a buffer and allocate
+// gigabytes), so only bytes that verify reach them. `torchmt seal` adds the seal to an old file.
 void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
 
 // Text files torchmt writes and reads back (a run's config.yaml) end with the line
