@@ -3,7 +3,6 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <stdexcept>
 
 #include "torchmt/util/strings.h"
