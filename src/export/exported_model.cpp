@@ -14,13 +14,9 @@
 #include "torchmt/util/device.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/flat_config.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
-namespace {
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-}  // namespace
 
 bool is_torchscript_export(const std::string& path) {
   try {

@@ -5,12 +5,12 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include "torchmt/util/strings.h"
 #include "torchscript_source.h"
 
 namespace torchmt {
 namespace {
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 class ScriptDecoder : public IncrementalDecoder {
  public:

@@ -29,7 +29,6 @@ namespace {
 
 using torch::jit::Module;
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // Builds the module tree. Module types are shared between instances of one kind (all
 // encoder layers are one class), so each kind's methods are compiled once.

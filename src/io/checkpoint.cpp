@@ -19,6 +19,7 @@
 
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/integrity.h"
+#include "torchmt/util/strings.h"
 
 
 namespace torchmt {
@@ -67,7 +68,7 @@ Dict read_checkpoint_dict(const std::string& path) {
     value = pickle_load_bounded(content);
   } catch (const std::exception& e) {
     throw DamagedFileError("checkpoint " + path + " is corrupt or truncated (" +
-                             std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")");
+                             first_line(e.what()) + ")");
   }
   if (!value.isGenericDict()) throw std::runtime_error(path + " is not a torchmt checkpoint");
   Dict dict = value.toGenericDict();
@@ -210,8 +211,7 @@ auto reading(const std::string& path, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw DamagedFileError("checkpoint " + path + " is malformed (" + what.substr(0, what.find('\n')) + ")");
+    throw DamagedFileError("checkpoint " + path + " is malformed (" + first_line(e.what_without_backtrace()) + ")");
   } catch (const std::bad_alloc&) {  // a model configuration larger than this machine's memory
     throw std::runtime_error("checkpoint " + path + " needs more memory than this machine has");
   }

@@ -17,4 +17,7 @@ std::string fnv1a_hex(const std::string& bytes);
 // a one-line error message.
 std::string escape_control(std::string_view text);
 
+// The text before the first '\n': LibTorch's errors carry a backtrace or context lines after it.
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace torchmt
