@@ -51,6 +51,34 @@ TEST(TranslateCommand, StdinToStdoutOneLinePerInputLine) {
   EXPECT_NE(r.output.find("translated 3 lines"), std::string::npos) << r.output;  // timing on stderr
 }
 
+// Streaming: windows of --buffer-size lines give the same output as the whole input at once,
+// whatever the workers; --unbuffered answers a line while the input is still open.
+TEST(TranslateCommand, StreamsWindowByWindowAndLineByLine) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"),
+                   "Guten Morgen.\nWie geht es dir?\n\nIch habe Hunger.\nDanke.\nEin Hund rennt.\nZwei Kinder spielen.\n");
+  const std::string base = tm() + " translate -m " + tiny_checkpoint() + " --beam 2 ";
+  auto whole = test::run_command("(" + base + "--buffer-size 1000 --workers 1 -i " + dir.file("in.de") + " 2>/dev/null)");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_EQ(count_lines(whole.output), 7u);
+  for (const std::string flags : {"--buffer-size 2 --workers 2 --threads-per-worker 1", "--buffer-size 3", "--unbuffered"}) {
+    auto piped = test::run_command("(" + base + flags + " < " + dir.file("in.de") + " 2>/dev/null)");
+    EXPECT_EQ(piped.output, whole.output) << flags;
+    auto r = test::run_command(base + flags + " -i " + dir.file("in.de") + " -o " + dir.file("out.en"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("translated 7 lines"), std::string::npos) << r.output;
+    EXPECT_EQ(test::read_text(dir.file("out.en")), whole.output) << flags;
+  }
+  const std::string first = whole.output.substr(0, whole.output.find('\n'));
+  auto live = test::run_command("bash -c 'coproc T { " + base + "--unbuffered 2>/dev/null; }; "
+                                "echo \"Guten Morgen.\" >&${T[1]}; IFS= read -r -t 120 line <&${T[0]} && "
+                                "echo \"got: $line\"; exec {T[1]}>&-; wait'");
+  EXPECT_EQ(live.output, "got: " + first + "\n");
+  auto bad = test::run_command(base + "--buffer-size 0 < /dev/null");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--buffer-size"), std::string::npos) << bad.output;
+}
+
 TEST(TranslateCommand, AnExportTranslatesLikeItsCheckpoint) {
   test::TempDir dir;
   test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\nIch habe Hunger.\n");

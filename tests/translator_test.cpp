@@ -42,6 +42,79 @@ TEST(Translator, BatchedEqualsOneByOneAndKeepsInputOrder) {
   }
 }
 
+TEST(Translator, WorkersGiveTheSameTranslationsInInputOrder) {
+  auto translator = random_translator();
+  auto lines = sample_lines(12);
+  lines[5] = "";  // an empty line among them stays in its place
+  for (int64_t beam : {1, 3}) {
+    TranslationOptions one;
+    one.search.beam_size = beam;
+    one.batch_size = 2;  // 6 batches for the workers to share
+    one.workers = 1;
+    one.threads_per_worker = 1;
+    const auto expected = translator.translate_text(lines, one);
+    for (int64_t workers : {2, 3, 8}) {
+      TranslationOptions many = one;
+      many.workers = workers;
+      EXPECT_EQ(translator.translate_text(lines, many), expected) << workers << " workers, beam " << beam;
+    }
+  }
+}
+
+TEST(Translator, WorkerPlanFollowsTheOptionsAndTheJob) {
+  auto translator = random_translator();
+  TranslationOptions o;
+  o.workers = 3;
+  o.threads_per_worker = 2;
+  auto plan = translator.plan_workers(o, 10);
+  EXPECT_EQ(plan.workers, 3);
+  EXPECT_EQ(plan.threads_per_worker, 2);
+  o.workers = o.threads_per_worker = 0;  // auto: never more workers than batches or CPU threads
+  plan = translator.plan_workers(o, 1);
+  EXPECT_EQ(plan.workers, 1);
+  EXPECT_EQ(plan.threads_per_worker, std::max(1, at::get_num_threads()));
+  plan = translator.plan_workers(o, 1000);
+  EXPECT_EQ(plan.workers, at::get_num_threads());
+  EXPECT_EQ(plan.threads_per_worker, 1);
+}
+
+// A decoder that fails on a batch of a given size: the error of one worker reaches the caller.
+class FailingDecoder : public IncrementalDecoder {
+ public:
+  void start(const at::Tensor& src) override {
+    if (src.size(0) == 1) throw std::runtime_error("decoder failed on purpose");
+    rows_ = src.size(0);
+  }
+  at::Tensor step(const at::Tensor& last) override {
+    auto logp = torch::full({last.size(0), 8}, -10.0);  // [N, V]: eos (3) wins at once
+    logp.select(1, 3).fill_(0.0);
+    return logp;
+  }
+  void select(const at::Tensor&) override {}
+  at::Device device() const override { return torch::kCPU; }
+
+ private:
+  int64_t rows_ = 0;
+};
+
+TEST(Translator, AnErrorInOneWorkerReachesTheCaller) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  Translator translator([](bool) { return std::make_unique<FailingDecoder>(); }, c, test::sample_tokenizer(),
+                        test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+  TranslationOptions o;
+  o.batch_size = 2;
+  o.workers = 2;
+  auto lines = sample_lines(7);  // 4 batches, the last of one line
+  try {
+    translator.translate_text(lines, o);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "decoder failed on purpose");
+  }
+  lines.resize(6);  // batches of two only: translates (to empty lines)
+  EXPECT_EQ(translator.translate_text(lines, o), std::vector<std::string>(6, ""));
+}
+
 TEST(Translator, EmptyLinesStayEmptyAndLongLinesAreCut) {
   auto translator = random_translator();
   std::string long_line;

@@ -12,22 +12,35 @@
 namespace torchmt::cli {
 namespace {
 
+// A file's size, or the sum of a directory's files.
+uintmax_t disk_size(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return fs::file_size(path);
+  uintmax_t total = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(path))
+    if (entry.is_regular_file()) total += entry.file_size();
+  return total;
+}
+
 struct ExportCommandOptions {
   std::string model, output;
   std::string dtype = "fp32";
   bool freeze = false;
   std::string format = "torchscript";
+  std::string quantization = "none";
 };
 
 const OptionTable<ExportCommandOptions>& export_option_table() {
   using O = ExportCommandOptions;
   static const auto table = OptionTable<O>("export")
       .add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}})
-      .add("output", &O::output, "file to write (e.g. model.ts)", {"o", "", {}})
+      .add("output", &O::output, "file to write (e.g. model.ts), or directory for --format ctranslate2", {"o", "", {}})
       .add("dtype", &O::dtype, "weights as fp32, bf16 or fp16")
       .add("freeze", &O::freeze,
            "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
-      .add("format", &O::format, "export format");
+      .add("format", &O::format, "export format: torchscript or ctranslate2 (a CTranslate2 model directory)")
+      .add("quantization", &O::quantization,
+           "none, or int8: Linear and embedding weights as int8 with per-row scales (--format ctranslate2)");
   return table;
 }
 
@@ -46,6 +59,13 @@ int run_export(int argc, char** argv) {
         if (o->output.empty()) throw std::invalid_argument("missing required option -o/--output");
         export_options.dtype = parse_export_dtype(o->dtype);
         exporter = make_exporter(o->format);
+        if (o->quantization != "none" && o->quantization != "int8")
+          throw std::invalid_argument("unknown --quantization '" + o->quantization + "' (expected none or int8)");
+        export_options.quantize_int8 = o->quantization == "int8";
+        if (export_options.quantize_int8 && exporter->format() != "ctranslate2")
+          throw std::invalid_argument("--quantization int8 is available with --format ctranslate2");
+        if (export_options.freeze && exporter->format() != "torchscript")
+          throw std::invalid_argument("--freeze is a TorchScript option");
       },
       argv[0]);
   if (!usable) return kExitUsage;
@@ -59,12 +79,12 @@ int run_export(int argc, char** argv) {
   std::cerr << "exported " << input << " (step " << checkpoint.meta.position.step << ", " << c.num_encoder_layers
             << "+" << c.num_decoder_layers << " layers, d_model " << c.d_model << ") to " << output << " ("
             << exporter->format() << ", " << o->dtype
-            << (export_options.freeze ? ", frozen" : "") << ", " << std::filesystem::file_size(output) / 1024
-            << " KiB)\n";
+            << (export_options.quantize_int8 ? ", int8 weights" : "") << (export_options.freeze ? ", frozen" : "")
+            << ", " << disk_size(output) / 1024 << " KiB)\n";
   return kExitOk;
 }
 
-const CommandRegistration registration({"export", "export a checkpoint as one TorchScript file for deployment",
+const CommandRegistration registration({"export", "export a checkpoint for deployment (TorchScript file or CTranslate2 directory)",
                                         run_export, 50});
 
 }  // namespace

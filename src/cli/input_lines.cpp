@@ -1,5 +1,7 @@
 #include "input_lines.h"
 
+#include <unistd.h>
+
 #include <iostream>
 #include <stdexcept>
 
@@ -8,30 +10,42 @@
 
 namespace torchmt::cli {
 
-std::vector<std::string> read_input_lines(const std::string& path, bool strict) {
-  std::vector<std::string> lines;
-  if (path != "-") {
-    lines = read_lines(path);
-  } else {
-    std::string line;
-    while (std::getline(std::cin, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      lines.push_back(std::move(line));
+InputLines::InputLines(const std::string& path, bool strict)
+    : path_(path), source_(path == "-" ? "standard input" : path), strict_(strict) {
+  if (path != "-") file_ = std::make_unique<LineReader>(path);
+}
+
+InputLines::~InputLines() = default;
+
+bool InputLines::is_terminal() const { return !file_ && ::isatty(STDIN_FILENO) == 1; }
+
+bool InputLines::next(std::string& line) {
+  if (file_) return file_->next(line);
+  if (!std::getline(std::cin, line)) {
+    if (std::cin.bad()) throw std::runtime_error("cannot read standard input");
+    return false;
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
+bool InputLines::read(size_t max_lines, std::vector<std::string>& lines) {
+  lines.clear();
+  std::string line;
+  while (lines.size() < max_lines && next(line)) {
+    ++line_number_;
+    if (const auto offset = find_invalid_utf8(line)) {
+      const std::string where = source_ + ":" + std::to_string(line_number_) + ": invalid UTF-8 at byte " +
+                                std::to_string(*offset + 1);
+      if (strict_) throw std::runtime_error(where + " (--strict-utf8)");
+      size_t replaced = 0;
+      line = replace_invalid_utf8(line, &replaced);
+      std::cerr << "warning: " << where << ": translated with " << replaced << " U+FFFD replacement"
+                << (replaced == 1 ? "" : "s") << "\n";
     }
+    lines.push_back(std::move(line));
   }
-  const std::string source = path == "-" ? "standard input" : path;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const auto offset = find_invalid_utf8(lines[i]);
-    if (!offset) continue;
-    const std::string where = source + ":" + std::to_string(i + 1) + ": invalid UTF-8 at byte " +
-                              std::to_string(*offset + 1);
-    if (strict) throw std::runtime_error(where + " (--strict-utf8)");
-    size_t replaced = 0;
-    lines[i] = replace_invalid_utf8(lines[i], &replaced);
-    std::cerr << "warning: " << where << ": translated with " << replaced << " U+FFFD replacement"
-              << (replaced == 1 ? "" : "s") << "\n";
-  }
-  return lines;
+  return !lines.empty();
 }
 
 }  // namespace torchmt::cli

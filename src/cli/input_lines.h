@@ -1,13 +1,34 @@
 #pragma once
-// Input lines for `translate` and `evaluate`: a file (plain or .gz) or standard input.
+// Input lines for `translate` and `evaluate`: a file (plain or .gz) or standard input, read
+// whole or in windows (`translate` streams: memory is bounded by the window, not the input).
+//
+// Invalid UTF-8: with `strict`, an error naming the source, the line and the byte; otherwise
+// the bad bytes become U+FFFD and a warning naming the line goes to stderr (one bad line must
+// not cost the others their translation).
+#include <memory>
 #include <string>
 #include <vector>
 
+namespace torchmt {
+class LineReader;
+}
+
 namespace torchmt::cli {
 
-// Lines of a file (plain or .gz), or of stdin for "-". Invalid UTF-8: with `strict`, an error
-// naming the source, the line and the byte; otherwise the bad bytes become U+FFFD and a warning
-// naming the line goes to stderr (one bad line must not cost the others their translation).
-std::vector<std::string> read_input_lines(const std::string& path, bool strict);
+class InputLines {
+ public:
+  InputLines(const std::string& path, bool strict);
+  ~InputLines();
+  // Replaces `lines` with the next at most `max_lines` lines; false (and empty) at the end.
+  bool read(size_t max_lines, std::vector<std::string>& lines);
+  bool is_terminal() const;  // standard input from a terminal: a person typing
+
+ private:
+  bool next(std::string& line);
+  std::string path_, source_;
+  bool strict_;
+  std::unique_ptr<LineReader> file_;
+  int64_t line_number_ = 0;
+};
 
 }  // namespace torchmt::cli

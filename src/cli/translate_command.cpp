@@ -1,8 +1,9 @@
 // torchmt translate: raw sentences in (stdin or -i), translations out (stdout or -o), one
 // line per input line in input order. Progress and timing go to stderr.
 #include <chrono>
-#include <sstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 
 #include <torch/torch.h>
 
@@ -38,6 +39,8 @@ struct TranslateCommandOptions {
   std::string attention_svg;
   int64_t attention_layer = -1, attention_head = -1;
   bool strict_utf8 = false;
+  int64_t buffer_size = 1024;
+  bool unbuffered = false;
 };
 
 const OptionTable<TranslateCommandOptions>& translate_option_table() {
@@ -53,6 +56,12 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
       .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}})
       .add("strict_utf8", &O::strict_utf8,
            "refuse input with invalid UTF-8 (default: such bytes become U+FFFD, with a warning naming the line)",
+           {"", "io", {}})
+      .add("buffer_size", &O::buffer_size,
+           "input lines read, translated and written at a time (memory is bounded by it, not by the input)",
+           {"", "io", {}})
+      .add("unbuffered", &O::unbuffered,
+           "translate and write each line as soon as it is read (the default when stdin is a terminal)",
            {"", "io", {}});
   return table;
 }
@@ -63,6 +72,10 @@ int run_translate(int argc, char** argv) {
                          "Translate sentences with a trained model (checkpoint or TorchScript export).",
                          argc, argv, code);
   if (!o) return code;
+  if (o->buffer_size < 1) {
+    std::cerr << argv[0] << ": --buffer-size must be at least 1\n";
+    return kExitUsage;
+  }
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;
@@ -70,40 +83,63 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
     return kExitUsage;
   }
-  auto lines = read_input_lines(o->input, o->strict_utf8);
-
-  const auto start = std::chrono::steady_clock::now();
-  auto translations = translator->translate(lines, o->translator.translation);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  std::ostringstream file;  // -o FILE: written at once by atomic_write, never half
-  std::ostream& out = o->output == "-" ? std::cout : file;
+  InputLines input(o->input, o->strict_utf8);
+  // Streaming: a window of lines in, its translations out (in order) before the next is read,
+  // so memory is bounded by the window and a pipe gets its output as it goes.
+  const size_t window = o->unbuffered || input.is_terminal() ? 1 : static_cast<size_t>(o->buffer_size);
+  std::unique_ptr<AtomicFileWriter> file;  // -o FILE: appears whole at the end, never half
+  if (o->output != "-") file = std::make_unique<AtomicFileWriter>(o->output);
   const bool nbest = o->translator.translation.search.nbest > 1;
-  int64_t tokens = 0;
-  for (size_t i = 0; i < translations.size(); ++i) {
-    const auto& t = translations[i];
-    for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
-    if (!nbest) {
-      out << t.texts.front() << "\n";
-      continue;
+
+  std::vector<std::string> lines;
+  std::string first_line;
+  Translation first_translation;
+  int64_t count = 0, tokens = 0, truncated = 0;
+  double seconds = 0;
+  while (input.read(window, lines)) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool first_window = count == 0;
+    auto translations = translator->translate(lines, o->translator.translation);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string text;
+    for (size_t i = 0; i < translations.size(); ++i, ++count) {
+      const auto& t = translations[i];
+      for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
+      truncated += t.truncated ? 1 : 0;
+      if (!nbest) {
+        text += t.texts.front();
+        text += '\n';
+        continue;
+      }
+      // Moses n-best format: index ||| hypothesis ||| score
+      for (size_t j = 0; j < t.texts.size(); ++j) {
+        std::ostringstream line;
+        line << count << " ||| " << t.texts[j] << " ||| "
+             << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
+        text += line.str();
+      }
     }
-    // Moses n-best format: index ||| hypothesis ||| score
-    for (size_t j = 0; j < t.texts.size(); ++j)
-      out << i << " ||| " << t.texts[j] << " ||| " << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
+    if (first_window) {
+      first_line = lines.front();
+      first_translation = std::move(translations.front());
+    }
+    if (file) {
+      file->write(text);
+    } else {
+      std::cout << text << std::flush;
+      if (!std::cout) throw std::runtime_error("cannot write standard output");
+    }
   }
-  out.flush();
-  if (o->output != "-") atomic_write(o->output, file.str());
-  size_t truncated = 0;
-  for (const auto& t : translations) truncated += t.truncated ? 1 : 0;
+  if (file) file->commit();
   if (truncated > 0)
     std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
-  std::cerr << "translated " << lines.size() << " lines in " << seconds << " s ("
-            << static_cast<int64_t>(lines.size() / std::max(seconds, 1e-9)) << " sentences/s, "
+  std::cerr << "translated " << count << " lines in " << seconds << " s ("
+            << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " sentences/s, "
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s)\n";
 
   if (!o->attention_svg.empty()) {
-    if (lines.empty()) throw std::runtime_error("--attention-svg: no input");
-    write_attention_picture(*translator, lines[0], translations[0], o->attention_svg, o->attention_layer,
+    if (count == 0) throw std::runtime_error("--attention-svg: no input");
+    write_attention_picture(*translator, first_line, first_translation, o->attention_svg, o->attention_layer,
                             o->attention_head);
   }
   return kExitOk;

@@ -32,7 +32,12 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
          [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding)
       .add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime)
       .add("dtype", &C::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", runtime)
-      .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime);
+      .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime)
+      .add("workers", [](C& c) -> int64_t& { return c.translation.workers; },
+           "batches translated in parallel (CTranslate2's inter_threads); 0 = one per core, at most one per batch",
+           runtime)
+      .add("threads_per_worker", [](C& c) -> int64_t& { return c.translation.threads_per_worker; },
+           "threads inside each worker (intra_threads); 0 = --threads / --workers", runtime);
   return table;
 }
 
@@ -50,6 +55,8 @@ void TranslatorConfig::validate() const {
   require(s.max_len_a >= 0 && s.max_len_b >= 0, "--max-len-a/-b must not be negative");
   require(s.length_penalty >= 0, "--lenpen must not be negative");
   require(threads >= 0, "--threads must not be negative");
+  require(translation.workers >= 0, "--workers must not be negative");
+  require(translation.threads_per_worker >= 0, "--threads-per-worker must not be negative");
 }
 
 }  // namespace torchmt

@@ -2,16 +2,18 @@
 
 #include <stdexcept>
 
+#include "torchmt/export/ctranslate2_exporter.h"
 #include "torchmt/export/torchscript_exporter.h"
 
 namespace torchmt {
 
 std::unique_ptr<ModelExporter> make_exporter(const std::string& format) {
   if (format == "torchscript" || format == "ts") return std::make_unique<TorchScriptExporter>();
-  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript)");
+  if (format == "ctranslate2" || format == "ct2") return std::make_unique<CTranslate2Exporter>();
+  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript or ctranslate2)");
 }
 
-std::vector<std::string> export_formats() { return {"torchscript"}; }
+std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2"}; }
 
 c10::ScalarType parse_export_dtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return c10::ScalarType::Float;

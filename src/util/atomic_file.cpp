@@ -23,34 +23,64 @@ std::string error_text(int error) { return std::strerror(error); }
 
 }  // namespace
 
-void atomic_write(const std::string& path, std::string_view bytes) {
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   // A unique temporary name: two processes may write the same file (a shared corpus cache).
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) fail(path, errno);
-  ::fchmod(fd, 0644);
-  int error = 0;
+  tmp_ = path_ + ".tmp.XXXXXX";
+  fd_ = ::mkstemp(tmp_.data());
+  if (fd_ < 0) fail(path_, errno);
+  ::fchmod(fd_, 0644);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(std::string_view bytes) {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter::write after commit: " + path_);
   size_t done = 0;
-  while (done < bytes.size() && error == 0) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) error = n < 0 ? errno : ENOSPC;
-    else done += static_cast<size_t>(n);
+    if (n <= 0) abandon(n < 0 ? errno : ENOSPC);
+    done += static_cast<size_t>(n);
   }
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
-  if (::close(fd) != 0 && error == 0) error = errno;
-  if (error == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) error = errno;
+}
+
+void AtomicFileWriter::abandon(int error) {
+  ::close(fd_);
+  fd_ = -1;
+  std::remove(tmp_.c_str());
+  committed_ = true;  // nothing left for the destructor
+  fail(path_, error);
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw std::logic_error("AtomicFileWriter::commit twice: " + path_);
+  if (::fsync(fd_) != 0) abandon(errno);
+  const int fd = fd_;
+  fd_ = -1;
+  int error = ::close(fd) != 0 ? errno : 0;
+  if (error == 0 && std::rename(tmp_.c_str(), path_.c_str()) != 0) error = errno;
   if (error != 0) {
-    std::remove(tmp.c_str());
-    fail(path, error);
+    std::remove(tmp_.c_str());
+    committed_ = true;
+    fail(path_, error);
   }
+  committed_ = true;
   // Persist the rename itself.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void atomic_write(const std::string& path, std::string_view bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes);
+  writer.commit();
 }
 
 std::string read_file(const std::string& path) {

@@ -28,6 +28,8 @@ struct TranslationOptions {
   int64_t batch_size = 64;           // sentences per batch (used when batch_source_tokens == 0)
   int64_t batch_source_tokens = 0;   // rows * longest source (padding included) per batch; 0 = use batch_size
   bool use_cache = true;             // false: recompute the prefix at every step (reference/benchmark)
+  int64_t workers = 0;               // batches decoded in parallel; 0 = chosen per job (Translator::plan_workers)
+  int64_t threads_per_worker = 0;    // threads inside each worker's operations; 0 = threads / workers
 };
 
 // A translator as a user configures it.

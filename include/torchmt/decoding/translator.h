@@ -29,6 +29,14 @@ struct Translation {
   bool truncated = false;              // source longer than the model accepts
 };
 
+// How translate() runs its batches: `workers` threads each decode whole batches (each with
+// its own decoder and cache), each with `threads_per_worker` threads inside its operations
+// (CTranslate2's inter_threads x intra_threads).
+struct WorkerPlan {
+  int64_t workers = 1;
+  int64_t threads_per_worker = 1;
+};
+
 // Makes a decoder for one translate() call; `use_cache` false asks for prefix recomputation
 // (formats that cannot recompute throw std::invalid_argument).
 using DecoderFactory = std::function<std::unique_ptr<IncrementalDecoder>(bool use_cache)>;
@@ -43,7 +51,12 @@ class Translator {
   // Loads a checkpoint (with its embedded tokenizer) onto `device`.
   static Translator from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
 
+  // Output in input order, whatever the number of workers (options.workers; 0 = plan_workers).
   std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options);
+  // The workers and threads translate() uses for a job of `batches` batches: the options' values
+  // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
+  // one worker.
+  WorkerPlan plan_workers(const TranslationOptions& options, size_t batches) const;
   // Best hypothesis text per line: the common case.
   std::vector<std::string> translate_text(const std::vector<std::string>& lines, const TranslationOptions& options);
 
@@ -71,6 +84,7 @@ class Translator {
   Tokenizer src_tok_, tgt_tok_;
   c10::Device device_;
   c10::ScalarType dtype_;
+  int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
 };
 
 }  // namespace torchmt

@@ -7,7 +7,9 @@
 //   exporter->write(load_checkpoint(ckpt, torch::kCPU), ExportOptions{}, "model.ts");
 //
 // Formats today: "torchscript" (TorchScriptExporter, torchmt/export/torchscript_exporter.h;
-// read back with ExportedModel / load_translator, torchmt/export/exported_model.h).
+// read back with ExportedModel / load_translator, torchmt/export/exported_model.h) and
+// "ctranslate2" (CTranslate2Exporter, torchmt/export/ctranslate2_exporter.h: a directory for
+// CTranslate2's own runtime).
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +28,9 @@ struct ExportOptions {
   // (TorchScript: torch::jit::freeze + optimize_for_inference). A frozen export has no state
   // dict (the weights are constants of the code).
   bool freeze = false;
+  // Weights of every Linear and embedding as int8 with a float scale per output row
+  // (CTranslate2 format only, today).
+  bool quantize_int8 = false;
 };
 
 class ModelExporter {
@@ -37,7 +42,7 @@ class ModelExporter {
   virtual void write(const LoadedCheckpoint& checkpoint, const ExportOptions& options, const std::string& path) = 0;
 };
 
-// "torchscript" (also "ts"). Throws std::invalid_argument for an unknown format.
+// "torchscript" (also "ts") or "ctranslate2" (also "ct2"). Throws std::invalid_argument for an unknown format.
 std::unique_ptr<ModelExporter> make_exporter(const std::string& format);
 std::vector<std::string> export_formats();
 

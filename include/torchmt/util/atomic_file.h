@@ -7,6 +7,27 @@
 
 namespace torchmt {
 
+// The writer behind it, for output produced piece by piece (`translate -o FILE` streams its
+// translations): write() appends to the temporary file, commit() makes it the file. Destroyed
+// without commit() (an error, an exception on the way), it removes the temporary and the
+// previous file stays as it was. Every failure throws "cannot write PATH: REASON".
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(std::string_view bytes);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  [[noreturn]] void abandon(int error);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
 // Throws std::runtime_error "cannot write PATH: REASON" (reason from errno: "No space left
 // on device", "Permission denied", ...) after removing the temporary file.
 void atomic_write(const std::string& path, std::string_view bytes);

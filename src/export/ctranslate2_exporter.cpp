@@ -1,0 +1,258 @@
+#include "torchmt/export/ctranslate2_exporter.h"
+
+#include <sys/stat.h>
+
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "torchmt/data/special_ids.h"
+#include "torchmt/data/tokenizer.h"
+#include "torchmt/io/checkpoint.h"
+#include "torchmt/util/atomic_file.h"
+
+namespace torchmt {
+namespace {
+
+// CTranslate2's binary model format (version 6): little-endian, every variable as
+// name, rank, dims (uint32), type id, byte count (uint32), bytes; then the aliases.
+constexpr uint32_t kBinaryVersion = 6;
+constexpr uint32_t kTransformerSpecRevision = 7;
+// Type ids, in the order of CTranslate2's DataType enum.
+enum class Ct2Type : uint8_t { kFloat32 = 0, kInt8 = 1, kInt16 = 2, kInt32 = 3, kFloat16 = 4, kBFloat16 = 5 };
+
+class ModelBinWriter {
+ public:
+  void add(const std::string& name, const at::Tensor& value) {
+    auto t = value.contiguous().cpu();
+    Ct2Type type;
+    switch (t.scalar_type()) {
+      case at::kFloat: type = Ct2Type::kFloat32; break;
+      case at::kChar: type = Ct2Type::kInt8; break;
+      case at::kShort: type = Ct2Type::kInt16; break;
+      case at::kInt: type = Ct2Type::kInt32; break;
+      case at::kHalf: type = Ct2Type::kFloat16; break;
+      case at::kBFloat16: type = Ct2Type::kBFloat16; break;
+      default: throw std::invalid_argument("CTranslate2 has no type for " + name);
+    }
+    variables_.emplace_back(name, std::move(t), type);
+  }
+  void add_int8(const std::string& name, int8_t value) { add(name, torch::tensor({value}, torch::kChar).squeeze()); }
+  void add_int16(const std::string& name, int16_t value) {
+    add(name, torch::tensor({value}, torch::kShort).squeeze());
+  }
+
+  std::string bytes(const std::string& spec_name, uint32_t revision) const {
+    std::string out;
+    put_u32(out, kBinaryVersion);
+    put_string(out, spec_name);
+    put_u32(out, revision);
+    put_u32(out, static_cast<uint32_t>(variables_.size()));
+    for (const auto& [name, t, type] : variables_) {
+      put_string(out, name);
+      out.push_back(static_cast<char>(t.dim()));
+      for (auto d : t.sizes()) put_u32(out, static_cast<uint32_t>(d));
+      out.push_back(static_cast<char>(type));
+      const auto size = static_cast<size_t>(t.numel()) * t.element_size();
+      if (size > UINT32_MAX) throw std::invalid_argument("variable " + name + " is too large for CTranslate2's format");
+      put_u32(out, static_cast<uint32_t>(size));
+      out.append(static_cast<const char*>(t.data_ptr()), size);
+    }
+    put_u32(out, 0);  // no aliases: tied weights are written twice (simple; the loader needs nothing else)
+    return out;
+  }
+
+ private:
+  static void put_u32(std::string& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  static void put_string(std::string& out, const std::string& s) {  // uint16 length incl. the NUL, bytes, NUL
+    const auto n = static_cast<uint16_t>(s.size() + 1);
+    out.push_back(static_cast<char>(n & 0xff));
+    out.push_back(static_cast<char>(n >> 8));
+    out += s;
+    out.push_back('\0');
+  }
+  std::vector<std::tuple<std::string, at::Tensor, Ct2Type>> variables_;
+};
+
+// What CTranslate2's spec does for "int8": per output row, scale = 127 / max|w| (127 for an
+// all-zero row), q = rint(w * scale) as int8, all in float32.
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
+  auto w = weight.to(torch::kFloat).contiguous();  // [out, in]
+  auto amax = w.abs().amax(1);                     // [out]
+  amax.masked_fill_(amax == 0, 127.0f);
+  amax.clamp_min_(127.0f / FLT_MAX);
+  auto scale = torch::full_like(amax, 127.0f) / amax;
+  auto q = (w * scale.unsqueeze(1)).round().to(torch::kChar);  // round: half to even, as numpy's rint
+  return {q, scale};
+}
+
+struct Writer {
+  ModelBinWriter bin;
+  const ExportOptions& options;
+  at::Tensor floating(const at::Tensor& t) const { return t.detach().to(options.dtype); }
+  // A weight that CTranslate2 may quantize (Linear and Embeddings weights).
+  void weight(const std::string& scope, const at::Tensor& w) {
+    if (options.quantize_int8) {
+      auto [q, scale] = quantize_rows_int8(w.detach());
+      bin.add(scope + "/weight", q);
+      bin.add(scope + "/weight_scale", scale);
+    } else {
+      bin.add(scope + "/weight", floating(w));
+    }
+  }
+  void linear(const std::string& scope, const std::vector<torch::nn::Linear>& parts) {
+    std::vector<at::Tensor> weights, biases;
+    for (const auto& p : parts) {
+      weights.push_back(p->weight);
+      biases.push_back(p->bias);
+    }
+    weight(scope, torch::cat(weights, 0));  // [sum out, in]: CTranslate2 fuses q|k|v and k|v
+    bin.add(scope + "/bias", floating(torch::cat(biases, 0)));
+  }
+  void layer_norm(const std::string& scope, const torch::nn::LayerNorm& norm) {
+    bin.add(scope + "/gamma", floating(norm->weight));
+    bin.add(scope + "/beta", floating(norm->bias));
+  }
+};
+
+std::string vocabulary_json(const Tokenizer& tokenizer) {
+  nlohmann::json pieces = nlohmann::json::array();
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) pieces.push_back(tokenizer.id_to_piece(id));
+  return pieces.dump(2) + "\n";
+}
+
+bool is_ctranslate2_directory(const std::filesystem::path& dir) {
+  return std::filesystem::is_regular_file(dir / "model.bin") && std::filesystem::is_regular_file(dir / "config.json");
+}
+
+}  // namespace
+
+void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions& options,
+                                const std::string& path) {
+  namespace fs = std::filesystem;
+  const ModelConfig& c = checkpoint.meta.model;
+  Transformer model = checkpoint.model;  // a handle: ModuleList access is non-const
+  if (!model) throw std::invalid_argument("no model to export");
+  if (c.d_model % c.num_heads != 0)
+    throw std::invalid_argument("CTranslate2 export: d_model must be a multiple of num_heads");
+  if (checkpoint.meta.src_spm_model.empty())
+    throw std::invalid_argument("CTranslate2 export: the checkpoint carries no SentencePiece model");
+  std::error_code ec;
+  if (fs::exists(path, ec) && !(fs::is_directory(path, ec) && (fs::is_empty(path, ec) || is_ctranslate2_directory(path))))
+    throw std::runtime_error("cannot write " + path +
+                             ": exists and is not a CTranslate2 model directory (choose another -o)");
+
+  torch::NoGradGuard no_grad;
+  Writer w{ModelBinWriter{}, options};
+  auto& bin = w.bin;
+  const auto pe = model->pos_encoding->pe.squeeze(0);  // [L, D]: torchmt's sinusoidal table, as it is
+  const int8_t activation = c.activation == Activation::kGELU ? 3 : 0;  // CTranslate2: RELU 0, GELU 3 (erf)
+
+  bin.add_int8("encoder/activation", activation);
+  w.weight("encoder/embeddings_0", model->src_embedding->weight);
+  bin.add_int8("encoder/embeddings_merge", 0);
+  for (int64_t i = 0; i < c.num_encoder_layers; ++i) {
+    const auto& layer = model->encoder_layers[i]->as<TransformerEncoderLayer>();
+    const std::string s = "encoder/layer_" + std::to_string(i);
+    w.linear(s + "/self_attention/linear_0", {layer->self_attn->W_q, layer->self_attn->W_k, layer->self_attn->W_v});
+    w.linear(s + "/self_attention/linear_1", {layer->self_attn->W_o});
+    w.layer_norm(s + "/self_attention/layer_norm", layer->norm1);
+    w.linear(s + "/ffn/linear_0", {layer->ffn->linear1});
+    w.linear(s + "/ffn/linear_1", {layer->ffn->linear2});
+    w.layer_norm(s + "/ffn/layer_norm", layer->norm2);
+  }
+  bin.add_int8("encoder/multi_query_attention", 0);
+  bin.add_int16("encoder/num_heads", static_cast<int16_t>(c.num_heads));
+  bin.add("encoder/position_encodings/encodings", w.floating(pe));
+  bin.add_int8("encoder/pre_norm", 0);
+  bin.add_int8("encoder/scale_embeddings", 1);
+
+  bin.add_int8("decoder/activation", activation);
+  bin.add_int8("decoder/alibi", 0);
+  bin.add_int8("decoder/alibi_use_positive_positions", 0);
+  bin.add_int16("decoder/alignment_heads", 1);
+  bin.add_int16("decoder/alignment_layer", -1);
+  w.weight("decoder/embeddings", model->tgt_embedding->weight);
+  for (int64_t i = 0; i < c.num_decoder_layers; ++i) {
+    const auto& layer = model->decoder_layers[i]->as<TransformerDecoderLayer>();
+    const std::string s = "decoder/layer_" + std::to_string(i);
+    w.linear(s + "/self_attention/linear_0", {layer->self_attn->W_q, layer->self_attn->W_k, layer->self_attn->W_v});
+    w.linear(s + "/self_attention/linear_1", {layer->self_attn->W_o});
+    w.layer_norm(s + "/self_attention/layer_norm", layer->norm1);
+    w.linear(s + "/attention/linear_0", {layer->cross_attn->W_q});
+    w.linear(s + "/attention/linear_1", {layer->cross_attn->W_k, layer->cross_attn->W_v});
+    w.linear(s + "/attention/linear_2", {layer->cross_attn->W_o});
+    w.layer_norm(s + "/attention/layer_norm", layer->norm2);
+    w.linear(s + "/ffn/linear_0", {layer->ffn->linear1});
+    w.linear(s + "/ffn/linear_1", {layer->ffn->linear2});
+    w.layer_norm(s + "/ffn/layer_norm", layer->norm3);
+  }
+  bin.add_int16("decoder/num_heads", static_cast<int16_t>(c.num_heads));
+  bin.add("decoder/position_encodings/encodings", w.floating(pe));
+  bin.add_int8("decoder/pre_norm", 0);
+  w.linear("decoder/projection", {model->fc_out});
+  bin.add_int8("decoder/scale_alibi", 0);
+  bin.add_int8("decoder/scale_embeddings", 1);
+  bin.add_int8("decoder/start_from_zero_embedding", 0);
+
+  const Tokenizer source = Tokenizer::from_serialized(checkpoint.meta.src_spm_model);
+  const bool shared =
+      checkpoint.meta.tgt_spm_model.empty() || checkpoint.meta.tgt_spm_model == checkpoint.meta.src_spm_model;
+  nlohmann::json config = {
+      {"add_source_bos", false},
+      {"add_source_eos", true},  // torchmt's sources end with </s>, which CTranslate2 then appends itself
+      {"bos_token", source.id_to_piece(kBosId)},
+      {"decoder_start_token", source.id_to_piece(kBosId)},
+      {"eos_token", source.id_to_piece(kEosId)},
+      {"layer_norm_epsilon", 1e-5},
+      {"multi_query_attention", false},
+      {"unk_token", source.id_to_piece(kUnkId)},
+  };
+
+  // Everything goes to a fresh directory beside the target, which then takes its place.
+  const fs::path target = fs::path(path).lexically_normal();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (parent / (target.filename().string() + ".tmp.XXXXXX")).string();
+  if (!::mkdtemp(tmp.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  ::chmod(tmp.c_str(), 0755);
+  try {
+    atomic_write((fs::path(tmp) / "model.bin").string(), bin.bytes("TransformerSpec", kTransformerSpecRevision));
+    atomic_write((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
+    if (shared) {
+      atomic_write((fs::path(tmp) / "shared_vocabulary.json").string(), vocabulary_json(source));
+    } else {
+      atomic_write((fs::path(tmp) / "source_vocabulary.json").string(), vocabulary_json(source));
+      atomic_write((fs::path(tmp) / "target_vocabulary.json").string(),
+                   vocabulary_json(Tokenizer::from_serialized(checkpoint.meta.tgt_spm_model)));
+    }
+    std::string old;
+    if (fs::exists(target)) {  // a previous export (checked above): moved aside, removed once replaced
+      old = (parent / (target.filename().string() + ".old.XXXXXX")).string();
+      if (!::mkdtemp(old.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+      if (std::rename(target.c_str(), (old + "/previous").c_str()) != 0)
+        throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+    }
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+      const int error = errno;
+      if (!old.empty()) std::rename((old + "/previous").c_str(), target.c_str());
+      throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
+    }
+    if (!old.empty()) remove_tree(old);
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+}
+
+}  // namespace torchmt
