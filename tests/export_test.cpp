@@ -4,6 +4,7 @@
 // Multi30k and on scripted decoders), its SentencePiece model and configuration, loads in
 // Python with no torchmt code, and fails clearly on bad input.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -609,6 +610,52 @@ TEST(ExportTorchScript, PythonLoadsTheFileWithoutTorchmt) {
   TranslationOptions beam5;
   beam5.search.beam_size = 5;
   EXPECT_EQ(example.output, load_translator(f.exported, torch::kCPU, torch::kFloat).translate_text({f.sentences[0]}, beam5)[0] + "\n");
+}
+
+// CTranslate2 export: CTranslate2's own Python spec code is the oracle for the files, and its
+// runtime for the translations (tests/ctranslate2_export_test.py).
+TEST(ExportCTranslate2, CTranslate2ReadsWhatItsOwnConverterWritesAndTranslatesAlike) {
+  auto& f = fixture();
+  if (test::run_command(test::python() + " -c 'import ctranslate2, torch, sentencepiece'").exit_code != 0)
+    GTEST_SKIP() << "Python ctranslate2 + torch + sentencepiece not installed (tools/setup.sh installs them)";
+  auto exporter = make_exporter("ctranslate2");
+  const std::string fp32 = f.dir.file("ct2"), int8 = f.dir.file("ct2_int8");
+  exporter->write(f.native, ExportOptions{}, fp32);
+  ExportOptions quantized;
+  quantized.quantize_int8 = true;
+  exporter->write(f.native, quantized, int8);
+  auto translator = load_translator(f.checkpoint, torch::kCPU, torch::kFloat);
+  TranslationOptions greedy;
+  greedy.search.max_len_a = 0;
+  greedy.search.max_len_b = 256;  // CTranslate2's max_decoding_length in the script
+  auto texts = translator.translate_text(f.sentences, greedy);
+  nlohmann::json expected = {{"sentences", f.sentences}, {"greedy", texts}};
+  test::write_text(f.dir.file("ct2_expected.json"), expected.dump());
+  auto run = test::run_command(test::python() + " " + test::source_dir() + "/tests/ctranslate2_export_test.py " +
+                               f.exported + " " + fp32 + " " + int8 + " " + f.dir.file("ct2_expected.json"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+TEST(ExportCTranslate2, ReplacesItsOwnDirectoryAndRefusesAnythingElse) {
+  auto& f = fixture();
+  auto exporter = make_exporter("ct2");
+  const std::string dir = f.dir.file("ct2_again");
+  exporter->write(f.native, ExportOptions{}, dir);
+  const auto size = std::filesystem::file_size(dir + "/model.bin");
+  ExportOptions quantized;
+  quantized.quantize_int8 = true;
+  exporter->write(f.native, quantized, dir);  // a previous export is replaced whole
+  EXPECT_LT(std::filesystem::file_size(dir + "/model.bin"), size / 2);
+  for (const auto& entry : std::filesystem::directory_iterator(f.dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  test::write_text(f.dir.file("notes.txt"), "mine\n");
+  try {
+    exporter->write(f.native, ExportOptions{}, f.dir.file("notes.txt"));
+    ADD_FAILURE() << "overwrote a file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a CTranslate2 model directory"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(test::read_text(f.dir.file("notes.txt")), "mine\n");
 }
 
 }  // namespace

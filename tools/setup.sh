@@ -42,9 +42,9 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing torch==2.13.0 (CPU wheel)" >&2
     "$PYTHON" -m pip install -q torch==2.13.0
   fi
-  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece' 2>/dev/null; then
-    echo "setup: installing sacrebleu and sentencepiece (test oracles)" >&2
-    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece
+  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece, ctranslate2' 2>/dev/null; then
+    echo "setup: installing sacrebleu, sentencepiece and ctranslate2 (test oracles, benchmark peer)" >&2
+    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5
   fi
 fi
 
