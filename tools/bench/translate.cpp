@@ -3,8 +3,12 @@
 //   with the KV cache and with full recomputation of the prefix at every step, and for the
 //   Python reference model (tests/reference/transformer_reference.py, same weights) decoding
 //   the same way (tools/bench/translate_reference.py, recomputing the prefix: it has no cache).
+//   And CTranslate2 (the PyPI package, tools/bench/translate_ctranslate2.py) on the same weights,
+//   exported by torchmt's CTranslate2 exporter (fp32 and int8), at its best worker x thread
+//   setting, on the same sentences and cores.
 //   Prints a table and the ratios: cache vs no-cache (goal >= 3x at beam 5), ours vs Python
-//   (goal >= 1.5x at batch 1), bf16 vs fp32, and how often the outputs agree.
+//   (goal >= 1.5x at batch 1), ours vs CTranslate2 at the same precision (goal >= 1.2x), bf16
+//   vs fp32, and how often the outputs agree; and the model load times.
 // Target tokens = hypothesis tokens + eos. Our timings go through Translator::translate
 // (tokenization, length sorting, batching, search, detokenization); the Python side gets the
 // encoded source ids from us, so its timings exclude tokenization.
@@ -30,6 +34,7 @@
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
+#include "torchmt/export/exporter.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
 
@@ -79,7 +84,7 @@ std::string search_name(int64_t beam) { return beam == 1 ? "greedy" : "beam " + 
 
 // One measured configuration.
 struct Key {
-  std::string impl;  // "torchmt" or "python"
+  std::string impl;  // "torchmt", "python" or "ctranslate2"
   int64_t beam, batch;
   std::string dtype;
   bool cache;
@@ -92,6 +97,7 @@ struct Measure {
   double seconds = 0;
   int64_t sentences = 0, tokens = 0;
   std::vector<Ids> hyps;  // best hypothesis per input sentence (no bos / eos)
+  std::string setting;    // workers x threads per worker
   double sent_per_s() const { return seconds > 0 ? static_cast<double>(sentences) / seconds : 0; }
   double tok_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
 };
@@ -105,8 +111,9 @@ std::optional<double> agreement(const Measure& a, const Measure& b) {
 }
 
 Measure run_ours(Translator& translator, const std::vector<std::string>& lines, int64_t beam, int64_t batch,
-                 bool cache) {
+                 bool cache, int64_t workers) {
   TranslationOptions options;
+  options.workers = workers;
   options.search.beam_size = beam;
   options.batch_size = batch;
   options.use_cache = cache;
@@ -118,6 +125,8 @@ Measure run_ours(Translator& translator, const std::vector<std::string>& lines, 
   const auto start = Clock::now();
   auto out = translator.translate(lines, options);
   m.seconds = seconds_since(start);
+  const auto plan = translator.plan_workers(options, (lines.size() + batch - 1) / batch);
+  m.setting = std::to_string(plan.workers) + "x" + std::to_string(plan.threads_per_worker);
   for (const auto& t : out) {
     if (t.hypotheses.empty()) {  // empty source line
       m.hyps.emplace_back();
@@ -130,31 +139,42 @@ Measure run_ours(Translator& translator, const std::vector<std::string>& lines, 
   return m;
 }
 
-// Reads the results file written by translate_reference.py:
-//   config BEAM BATCH DTYPE SECONDS SENTENCES TOKENS
-//   hyp INDEX id id ...          (for the config above, one line per input sentence)
-void read_python_results(const std::string& path, size_t n_lines, std::map<Key, Measure>& results) {
+// Reads the results file written by translate_reference.py or translate_ctranslate2.py:
+//   load DTYPE SECONDS                                     (CTranslate2 only)
+//   config BEAM BATCH DTYPE SECONDS SENTENCES TOKENS [SETTING]
+//   hyp INDEX token token ...    (for the config above, one line per input sentence; ids, or
+//                                 pieces when `tokenizer` is given)
+void read_peer_results(const std::string& path, const std::string& impl, size_t n_lines,
+                       std::map<Key, Measure>& results, const Tokenizer* tokenizer,
+                       std::map<std::string, double>* loads = nullptr) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read the Python results '" + path + "'");
+  if (!in) throw std::runtime_error("cannot read the " + impl + " results '" + path + "'");
   std::string line;
   Measure* current = nullptr;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string kind;
     fields >> kind;
-    if (kind == "config") {
-      Key key{"python", 0, 0, "", false};
+    if (kind == "load" && loads) {
+      std::string dtype;
+      double seconds = 0;
+      fields >> dtype >> seconds;
+      (*loads)[impl + " " + dtype] = seconds;
+    } else if (kind == "config") {
+      Key key{impl, 0, 0, "", false};
       Measure m;
       fields >> key.beam >> key.batch >> key.dtype >> m.seconds >> m.sentences >> m.tokens;
-      if (!fields) throw std::runtime_error("malformed Python results line: " + line);
+      if (!fields) throw std::runtime_error("malformed " + impl + " results line: " + line);
+      fields >> m.setting;
       m.hyps.assign(n_lines, Ids{});
       current = &(results[key] = std::move(m));
     } else if (kind == "hyp" && current) {
       size_t index = 0;
       fields >> index;
-      if (index >= n_lines) throw std::runtime_error("Python results: sentence index out of range");
-      int64_t id;
-      while (fields >> id) current->hyps[index].push_back(id);
+      if (index >= n_lines) throw std::runtime_error(impl + " results: sentence index out of range");
+      std::string token;
+      while (fields >> token)
+        current->hyps[index].push_back(tokenizer ? tokenizer->piece_to_id(token) : std::stoll(token));
     }
   }
 }
@@ -188,7 +208,16 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value("1,5"))(
       "python", "Python interpreter", cxxopts::value<std::string>()->default_value("python3"))(
       "reference", "the Python reference decoder",
-      cxxopts::value<std::string>()->default_value("tools/bench/translate_reference.py"))("h,help", "show this help");
+      cxxopts::value<std::string>()->default_value("tools/bench/translate_reference.py"))(
+      "no-ctranslate2", "skip CTranslate2")(
+      "ct2-dtypes", "CTranslate2 precisions: fp32 and/or int8 (its int8_float32)",
+      cxxopts::value<std::string>()->default_value("fp32,int8"))(
+      "ct2-settings", "CTranslate2 workers x threads to try (the fastest counts); default: Cx1,1xC for C threads",
+      cxxopts::value<std::string>()->default_value(""))(
+      "ct2-runner", "the CTranslate2 side",
+      cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
+      "workers", "torchmt workers (0 = its default for each job)", cxxopts::value<int64_t>()->default_value("0"))(
+      "h,help", "show this help");
   cxxopts::ParseResult r;
   try {
     r = options.parse(argc, argv);
@@ -221,6 +250,8 @@ int main(int argc, char** argv) {
   }
   const bool uncached = !r.count("no-uncached");
   const bool python = !r.count("no-python") && !python_beams.empty();
+  const bool ct2 = !r.count("no-ctranslate2");
+  const auto ct2_dtypes = split(r["ct2-dtypes"].as<std::string>(), ',');
   const int threads = r["threads"].as<int>();
   const std::string model_path = r["model"].as<std::string>();
   const std::string src_path = r["src"].as<std::string>();
@@ -236,7 +267,9 @@ int main(int argc, char** argv) {
     if (n > 0 && static_cast<size_t>(n) < lines.size()) lines.resize(static_cast<size_t>(n));
     if (lines.empty()) throw std::runtime_error("'" + src_path + "' has no lines");
 
+    const auto load_start = Clock::now();
     Translator fp32 = Translator::from_checkpoint(model_path, device, torch::kFloat);
+    std::map<std::string, double> loads{{"torchmt checkpoint", seconds_since(load_start)}};
     Translator bf16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kBFloat16);
     const auto& cfg = fp32.model()->config();
     int64_t params = 0;
@@ -271,7 +304,7 @@ int main(int argc, char** argv) {
             std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                       << (cache ? "cache" : "no cache") << " ..." << std::flush;
             Translator& translator = dtype == "bf16" ? bf16 : fp32;
-            results[key] = run_ours(translator, lines, beam, batch, cache);
+            results[key] = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>());
             std::cerr << " " << fmt(results[key].seconds, 2) << " s\n";
             order.push_back(key);
           }
@@ -306,7 +339,7 @@ int main(int argc, char** argv) {
       std::cout << std::flush;
       const int rc = std::system(command.c_str());
       if (rc != 0) throw std::runtime_error("the Python reference failed (exit status " + std::to_string(rc) + ")");
-      read_python_results(out_path, lines.size(), results);
+      read_peer_results(out_path, "python", lines.size(), results, nullptr);
       for (const auto& dtype : dtypes)
         for (int64_t beam : python_beams)
           for (int64_t batch : batches) {
@@ -320,26 +353,75 @@ int main(int argc, char** argv) {
       work.clear();
     }
 
+    if (ct2) {
+      work = fs::temp_directory_path() / ("torchmt_bench_ct2_" + std::to_string(::getpid()));
+      fs::create_directories(work);
+      const auto pieces_path = (work / "source_pieces.txt").string();
+      const auto out_path = (work / "ct2_results.txt").string();
+      {
+        std::ofstream out(pieces_path);
+        for (const auto& s : sources) {  // the pieces without eos: CTranslate2 appends it (add_source_eos)
+          for (size_t j = 0; j + 1 < s.size(); ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
+          out << "\n";
+        }
+        if (!out) throw std::runtime_error("cannot write " + pieces_path);
+      }
+      auto checkpoint = load_checkpoint(model_path, torch::kCPU);
+      auto exporter = make_exporter("ctranslate2");
+      std::string models;
+      for (const auto& dtype : ct2_dtypes) {
+        if (dtype != "fp32" && dtype != "int8") throw std::invalid_argument("--ct2-dtypes: expected fp32 and/or int8");
+        ExportOptions export_options;
+        export_options.quantize_int8 = dtype == "int8";
+        const auto dir = (work / ("ct2_" + dtype)).string();
+        exporter->write(checkpoint, export_options, dir);
+        models += " --model " + dtype + "=" + shell_quote(dir);
+      }
+      std::string settings = r["ct2-settings"].as<std::string>();
+      if (settings.empty()) settings = std::to_string(threads) + "x1" + (threads > 1 ? ",1x" + std::to_string(threads) : "");
+      std::string beam_s, batch_s;
+      for (auto b : beams) beam_s += (beam_s.empty() ? "" : ",") + std::to_string(b);
+      for (auto b : batches) batch_s += (batch_s.empty() ? "" : ",") + std::to_string(b);
+      const std::string command = shell_quote(r["python"].as<std::string>()) + " " +
+                                  shell_quote(r["ct2-runner"].as<std::string>()) + " --pieces " +
+                                  shell_quote(pieces_path) + " --out " + shell_quote(out_path) + " --beams " + beam_s +
+                                  " --batch-sizes " + batch_s + " --settings " + settings + models;
+      std::cerr << "ctranslate2: " << command << "\n" << std::flush;
+      std::cout << std::flush;
+      const int rc = std::system(command.c_str());
+      if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
+      read_peer_results(out_path, "ctranslate2", lines.size(), results, &fp32.tgt_tokenizer(), &loads);
+      for (const auto& dtype : ct2_dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches) order.push_back(Key{"ctranslate2", beam, batch, dtype, false});
+      remove_tree(work.string());
+      work.clear();
+    }
+
     // ---- table --------------------------------------------------------------------
     // "agree": sentences whose best hypothesis equals torchmt's cached run of the same
     // search / batch / dtype (a check that all implementations decode the same way).
     std::cout << std::left << std::setw(9) << "impl" << std::setw(8) << "search" << std::right << std::setw(6)
               << "batch" << std::setw(6) << "dtype" << std::setw(10) << "cache" << std::setw(10) << "seconds"
               << std::setw(10) << "sent/s" << std::setw(10) << "tok/s" << std::setw(8) << "tokens" << std::setw(8)
-              << "agree" << "\n";
+              << "agree" << std::setw(8) << "setting" << "\n";
     for (const auto& key : order) {
       const Measure& m = results.at(key);
       std::string agree = "-";
       if (key.impl != "torchmt" || !key.cache) {
-        auto it = results.find(Key{"torchmt", key.beam, key.batch, key.dtype, true});
+        // CTranslate2 int8 against torchmt fp32: how far quantization moves the output.
+        const std::string reference_dtype = key.dtype == "int8" ? "fp32" : key.dtype;
+        auto it = results.find(Key{"torchmt", key.beam, key.batch, reference_dtype, true});
         if (it != results.end())
           if (auto a = agreement(m, it->second)) agree = fmt(100.0 * *a, 1) + "%";
       }
       std::cout << std::left << std::setw(9) << key.impl << std::setw(8) << search_name(key.beam) << std::right
                 << std::setw(6) << key.batch << std::setw(6) << key.dtype << std::setw(10)
-                << (key.impl == "python" ? "recompute" : key.cache ? "kv" : "recompute") << std::setw(10)
+                << (key.impl == "torchmt" && !key.cache ? "recompute" : key.impl == "python" ? "recompute" : "kv")
+                << std::setw(10)
                 << fmt(m.seconds, 2) << std::setw(10) << fmt(m.sent_per_s(), 2) << std::setw(10)
-                << fmt(m.tok_per_s(), 1) << std::setw(8) << m.tokens << std::setw(8) << agree << "\n";
+                << fmt(m.tok_per_s(), 1) << std::setw(8) << m.tokens << std::setw(8) << agree << std::setw(8)
+                << (m.setting.empty() ? "-" : m.setting) << "\n";
     }
 
     // ---- ratios (wall-time speed-ups on the same sentences) -------------------------
@@ -376,6 +458,28 @@ int main(int argc, char** argv) {
               std::cout << "\n";
             }
     }
+    if (ct2) {
+      std::cout << "torchmt vs CTranslate2, same weights, sentences and cores (> 1 = torchmt faster; goal >= 1.2x "
+                   "at the same precision):\n";
+      for (const auto& dtype : ct2_dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches) {
+            const Key peer{"ctranslate2", beam, batch, dtype, false};
+            std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch " << std::setw(3)
+                      << batch << " " << dtype << ": ";
+            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, peer))
+              std::cout << fmt(*s, 2) << "x" << verdict(*s, 1.2);
+            else
+              std::cout << "torchmt has no " << dtype << " run";
+            if (dtype != "fp32")
+              if (auto s = speedup({"torchmt", beam, batch, "fp32", true}, peer))
+                std::cout << "   (torchmt fp32 vs CTranslate2 " << dtype << ": " << fmt(*s, 2) << "x)";
+            std::cout << "\n";
+          }
+    }
+    std::cout << "model load (in process):";
+    for (const auto& [what, seconds] : loads) std::cout << "  " << what << " " << fmt(seconds, 3) << " s";
+    std::cout << "\n";
     if (std::count(dtypes.begin(), dtypes.end(), "fp32") && std::count(dtypes.begin(), dtypes.end(), "bf16")) {
       std::cout << "bf16 vs fp32 (> 1 = bf16 faster; same-output agreement in brackets):\n";
       for (const std::string impl : {"torchmt", "python"})

@@ -1,7 +1,7 @@
 #pragma once
 // The checkpoints of a run directory (fairseq's checkpoint_utils, Marian's "save" step):
 // checkpoint_last.pt at every save (what --resume continues), checkpoint_best.pt when
-// validation improved, checkpoint_<step>.pt after each validation with only the newest
+// validation improved (weights and metadata only: for translating, exporting, averaging), checkpoint_<step>.pt after each validation with only the newest
 // `keep_last` kept. Every file is written atomically: a kill leaves the previous one.
 #include <cstdint>
 #include <string>
@@ -16,7 +16,7 @@ class CheckpointManager {
   CheckpointManager(std::string run_dir, int64_t keep_last);
   std::string last_path() const { return run_dir_ + "/checkpoint_last.pt"; }
   std::string best_path() const { return run_dir_ + "/checkpoint_best.pt"; }
-  // Writes checkpoint_last.pt; copies it to checkpoint_best.pt when `best` and, when
+  // Writes checkpoint_last.pt; checkpoint_best.pt (without `optimizer`) when `best` and, when
   // `numbered` and keep_last > 0, to checkpoint_<step>.pt, then removes the oldest
   // numbered checkpoints beyond keep_last.
   void save(const Transformer& model, const OptimizerState* optimizer, const CheckpointMeta& meta, bool best,
