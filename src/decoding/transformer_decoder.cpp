@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 
 namespace torchmt {
@@ -31,7 +32,7 @@ at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
   } else {
     prefix_ = torch::cat({prefix_, last_tokens.unsqueeze(1)}, 1);  // [N, t]
     auto hidden = model_->decode(prefix_, memory_, src_mask_, make_causal_mask(prefix_.size(1), prefix_.device()));
-    logits = model_->fc_out(hidden.select(1, -1));  // [N, V]
+    logits = apply_linear(model_->fc_out, hidden.select(1, -1));  // [N, V]
   }
   return torch::log_softmax(logits.to(torch::kFloat), -1);
 }

@@ -31,7 +31,8 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
          [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
          [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding)
       .add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime)
-      .add("dtype", &C::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", runtime)
+      .add("dtype", &C::dtype, "auto|fp32|bf16|int8 (auto: bf16 where the hardware computes it natively; int8: CPU, "
+           "Linear weights and activations quantized per row)", runtime)
       .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime)
       .add("workers", [](C& c) -> int64_t& { return c.translation.workers; },
            "batches translated in parallel (CTranslate2's inter_threads); 0 = one per core, at most one per batch",

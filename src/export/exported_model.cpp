@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/export/script_call.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/export/torchscript_exporter.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
@@ -143,7 +144,15 @@ Translator load_translator(const TranslatorConfig& config) {
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
   if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
   const c10::Device device = resolve_device(config.device);
-  return load_translator(config.model, device, resolve_dtype(config.dtype, device));
+  if (config.dtype != "int8") return load_translator(config.model, device, resolve_dtype(config.dtype, device));
+  // int8: the checkpoint's Linear weights quantized per row at load, activations per row at
+  // run time (torchmt/model/int8_linear.h); everything else runs in fp32.
+  if (!device.is_cpu()) throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
+  auto translator = load_translator(config.model, device, c10::ScalarType::Float);
+  if (!translator.model())
+    throw std::invalid_argument("--dtype int8 needs a checkpoint; " + config.model + " is a TorchScript export");
+  quantize_linears_int8(*translator.model());
+  return translator;
 }
 
 }  // namespace torchmt

@@ -11,8 +11,8 @@ namespace torchmt {
 FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options_) : options(options_) { reset(); }
 
 void FeedForwardImpl::reset() {
-  linear1 = register_module("linear1", torch::nn::Linear(options.embed_dim(), options.ff_dim()));
-  linear2 = register_module("linear2", torch::nn::Linear(options.ff_dim(), options.embed_dim()));
+  linear1 = register_module("linear1", make_linear(options.embed_dim(), options.ff_dim()));
+  linear2 = register_module("linear2", make_linear(options.ff_dim(), options.embed_dim()));
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 

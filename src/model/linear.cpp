@@ -2,13 +2,35 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/int8_linear.h"
 #include "torchmt/model/small_batch_linear.h"
 
 namespace torchmt {
 
+torch::nn::Linear make_linear(int64_t in_features, int64_t out_features) {
+  // As the base class's pointer: ModuleHolder's forwarding constructor would take a derived one
+  // as constructor arguments for a new LinearImpl.
+  std::shared_ptr<torch::nn::LinearImpl> impl = std::make_shared<QuantizableLinearImpl>(in_features, out_features);
+  return torch::nn::Linear(std::move(impl));
+}
+
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  if (const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+      q && q->int8 && !torch::GradMode::is_enabled() && x.device().is_cpu())
+    return int8_linear(x, *q->int8);
   auto y = try_small_batch_linear_cpu(x, layer->weight, layer->bias);
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
+}
+
+int64_t quantize_linears_int8(torch::nn::Module& module, bool enable) {
+  int64_t count = 0;
+  for (const auto& child : module.modules(/*include_self=*/true)) {
+    auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get());
+    if (!linear) continue;
+    linear->int8 = enable ? quantize_linear_int8(linear->weight, linear->bias) : nullptr;
+    ++count;
+  }
+  return count;
 }
 
 }  // namespace torchmt

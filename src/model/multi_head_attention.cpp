@@ -28,10 +28,10 @@ void MultiHeadAttentionImpl::reset() {
   const int64_t d = options.embed_dim();
   if (d % options.num_heads() != 0) throw std::invalid_argument("embed_dim must be divisible by num_heads");
   head_dim = d / options.num_heads();
-  W_q = register_module("W_q", torch::nn::Linear(d, d));
-  W_k = register_module("W_k", torch::nn::Linear(d, d));
-  W_v = register_module("W_v", torch::nn::Linear(d, d));
-  W_o = register_module("W_o", torch::nn::Linear(d, d));
+  W_q = register_module("W_q", make_linear(d, d));
+  W_k = register_module("W_k", make_linear(d, d));
+  W_v = register_module("W_v", make_linear(d, d));
+  W_o = register_module("W_o", make_linear(d, d));
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 

@@ -46,7 +46,7 @@ void TransformerImpl::reset() {
   for (int64_t i = 0; i < c.num_encoder_layers; ++i) encoder_layers->push_back(TransformerEncoderLayer(layer_options));
   decoder_layers = register_module("decoder_layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_decoder_layers; ++i) decoder_layers->push_back(TransformerDecoderLayer(layer_options));
-  fc_out = register_module("fc_out", torch::nn::Linear(c.d_model, c.tgt_vocab_size));
+  fc_out = register_module("fc_out", make_linear(c.d_model, c.tgt_vocab_size));
 
   reset_parameters();
   if (c.tie_embeddings) tie_embeddings();

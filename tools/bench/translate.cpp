@@ -36,6 +36,7 @@
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
 
 namespace fs = std::filesystem;
@@ -199,7 +200,8 @@ int main(int argc, char** argv) {
       "sentences", "first N source lines (0 = all)", cxxopts::value<int64_t>()->default_value("200"))(
       "beams", "beam sizes (1 = greedy)", cxxopts::value<std::string>()->default_value("1,4,5"))(
       "batch-sizes", "sentences per batch", cxxopts::value<std::string>()->default_value("1,64"))(
-      "dtypes", "fp32 and/or bf16 (autocast)", cxxopts::value<std::string>()->default_value("fp32,bf16"))(
+      "dtypes", "fp32, bf16 (autocast) and/or int8 (translate --dtype int8)",
+      cxxopts::value<std::string>()->default_value("fp32,bf16,int8"))(
       "threads", "intra-op threads (torch::set_num_threads)",
       cxxopts::value<int>()->default_value(std::to_string(cores)))(
       "device", "cpu, cuda, cuda:N", cxxopts::value<std::string>()->default_value("cpu"))(
@@ -239,7 +241,8 @@ int main(int argc, char** argv) {
       if (std::count(beams.begin(), beams.end(), b)) python_beams.push_back(b);
     dtypes = split(r["dtypes"].as<std::string>(), ',');
     for (const auto& d : dtypes)
-      if (d != "fp32" && d != "bf16") throw std::invalid_argument("--dtypes: expected fp32 and/or bf16, got '" + d + "'");
+      if (d != "fp32" && d != "bf16" && d != "int8")
+        throw std::invalid_argument("--dtypes: expected fp32, bf16 and/or int8, got '" + d + "'");
     if (dtypes.empty()) throw std::invalid_argument("--dtypes is empty");
     if (r["threads"].as<int>() < 1) throw std::invalid_argument("--threads must be at least 1");
     if (r["sentences"].as<int64_t>() < 0) throw std::invalid_argument("--sentences must be >= 0");
@@ -271,6 +274,11 @@ int main(int argc, char** argv) {
     Translator fp32 = Translator::from_checkpoint(model_path, device, torch::kFloat);
     std::map<std::string, double> loads{{"torchmt checkpoint", seconds_since(load_start)}};
     Translator bf16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kBFloat16);
+    std::optional<Translator> int8;  // its own copy of the model: the int8 weights live in its layers
+    if (std::count(dtypes.begin(), dtypes.end(), "int8")) {
+      int8.emplace(Translator::from_checkpoint(model_path, device, torch::kFloat));
+      quantize_linears_int8(*int8->model());
+    }
     const auto& cfg = fp32.model()->config();
     int64_t params = 0;
     for (const auto& p : unique_parameters(*fp32.model())) params += p.numel();
@@ -303,7 +311,7 @@ int main(int argc, char** argv) {
             Key key{"torchmt", beam, batch, dtype, cache};
             std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                       << (cache ? "cache" : "no cache") << " ..." << std::flush;
-            Translator& translator = dtype == "bf16" ? bf16 : fp32;
+            Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
             results[key] = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>());
             std::cerr << " " << fmt(results[key].seconds, 2) << " s\n";
             order.push_back(key);
@@ -322,7 +330,9 @@ int main(int argc, char** argv) {
         }
         if (!ids) throw std::runtime_error("cannot write " + ids_path);
       }
-      std::vector<std::string> beam_s, batch_s;
+      std::vector<std::string> beam_s, batch_s, python_dtypes;  // the reference has no int8
+      for (const auto& d : dtypes)
+        if (d != "int8") python_dtypes.push_back(d);
       for (auto b : python_beams) beam_s.push_back(std::to_string(b));
       for (auto b : batches) batch_s.push_back(std::to_string(b));
       auto join = [](const std::vector<std::string>& v) {
@@ -334,13 +344,13 @@ int main(int argc, char** argv) {
           shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["reference"].as<std::string>()) +
           " --model " + shell_quote(model_path) + " --ids " + shell_quote(ids_path) + " --out " +
           shell_quote(out_path) + " --beams " + join(beam_s) + " --batch-sizes " + join(batch_s) + " --dtypes " +
-          join(dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str());
+          join(python_dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str());
       std::cerr << "python: " << command << "\n" << std::flush;
       std::cout << std::flush;
       const int rc = std::system(command.c_str());
       if (rc != 0) throw std::runtime_error("the Python reference failed (exit status " + std::to_string(rc) + ")");
       read_peer_results(out_path, "python", lines.size(), results, nullptr);
-      for (const auto& dtype : dtypes)
+      for (const auto& dtype : python_dtypes)
         for (int64_t beam : python_beams)
           for (int64_t batch : batches) {
             Key key{"python", beam, batch, dtype, false};
@@ -401,7 +411,7 @@ int main(int argc, char** argv) {
     // ---- table --------------------------------------------------------------------
     // "agree": sentences whose best hypothesis equals torchmt's cached run of the same
     // search / batch / dtype (a check that all implementations decode the same way).
-    std::cout << std::left << std::setw(9) << "impl" << std::setw(8) << "search" << std::right << std::setw(6)
+    std::cout << std::left << std::setw(12) << "impl" << std::setw(8) << "search" << std::right << std::setw(6)
               << "batch" << std::setw(6) << "dtype" << std::setw(10) << "cache" << std::setw(10) << "seconds"
               << std::setw(10) << "sent/s" << std::setw(10) << "tok/s" << std::setw(8) << "tokens" << std::setw(8)
               << "agree" << std::setw(8) << "setting" << "\n";
@@ -409,13 +419,11 @@ int main(int argc, char** argv) {
       const Measure& m = results.at(key);
       std::string agree = "-";
       if (key.impl != "torchmt" || !key.cache) {
-        // CTranslate2 int8 against torchmt fp32: how far quantization moves the output.
-        const std::string reference_dtype = key.dtype == "int8" ? "fp32" : key.dtype;
-        auto it = results.find(Key{"torchmt", key.beam, key.batch, reference_dtype, true});
+        auto it = results.find(Key{"torchmt", key.beam, key.batch, key.dtype, true});
         if (it != results.end())
           if (auto a = agreement(m, it->second)) agree = fmt(100.0 * *a, 1) + "%";
       }
-      std::cout << std::left << std::setw(9) << key.impl << std::setw(8) << search_name(key.beam) << std::right
+      std::cout << std::left << std::setw(12) << key.impl << std::setw(8) << search_name(key.beam) << std::right
                 << std::setw(6) << key.batch << std::setw(6) << key.dtype << std::setw(10)
                 << (key.impl == "torchmt" && !key.cache ? "recompute" : key.impl == "python" ? "recompute" : "kv")
                 << std::setw(10)

@@ -1,15 +1,37 @@
 #pragma once
-// How every torch::nn::Linear in the model is applied.
+// How every torch::nn::Linear in the model is made and applied.
 //
 // The C++ frontend's Linear::forward computes `matmul(x, W^T)` and then `+= bias` for
 // inputs of rank > 2. Under autocast the in-place add is not cast, so an fp32 bias is added
 // into a bf16 output through TensorIterator's mixed-dtype path (the output copied to fp32
 // and back): measured 20% of a small-model bf16 training step on this project's CPU.
 // at::linear, which Python's nn.Linear calls, is autocast-aware and fuses the bias into addmm.
+//
+// The model's Linear layers are torch::nn::Linear (same class, parameters `weight`, `bias`)
+// whose implementation can also hold an int8 copy of the weight for CPU decoding
+// (quantize_linears_int8, `translate --dtype int8`); apply_linear then uses it whenever
+// gradients are off and the input is on the CPU.
+#include <memory>
+
 #include <torch/nn/modules/linear.h>
 
 namespace torchmt {
 
+struct Int8LinearWeights;
+
+class QuantizableLinearImpl : public torch::nn::LinearImpl {
+ public:
+  using torch::nn::LinearImpl::LinearImpl;
+  std::shared_ptr<const Int8LinearWeights> int8;  // set by quantize_linears_int8; null = float
+};
+
+// A torch::nn::Linear(in, out) whose implementation is a QuantizableLinearImpl.
+torch::nn::Linear make_linear(int64_t in_features, int64_t out_features);
+
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x);
+
+// Gives every Linear of `module` (recursively) an int8 copy of its current weight; returns how
+// many. `enable` false drops the copies (float again).
+int64_t quantize_linears_int8(torch::nn::Module& module, bool enable = true);
 
 }  // namespace torchmt

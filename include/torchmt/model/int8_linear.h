@@ -1,0 +1,45 @@
+#pragma once
+// Dynamic int8 quantization of a linear layer for CPU inference (the reference documents'
+// quantize_dynamic; CTranslate2's "int8"): the weight is stored as int8 with one scale per
+// output row, each input row is quantized at run time with its own scale, the products are
+// summed in int32 and scaled back to float.
+//
+//   y[m, n] = sx[m] * sw[n] * sum_k qx[m, k] * qw[n, k] + b[n]
+//   qw = rint(w * 127 / max|w[n, :]|),  qx = rint(x * 127 / max|x[m, :]|)
+//
+// The kernel uses AVX-512 VNNI (vpdpbusd: unsigned x signed bytes, 4 products per int32 lane),
+// so inputs are stored as qx + 128 and sum_k qw[n, k] * 128 is subtracted once per output. The
+// weight is packed for it: 16 outputs x 4 inputs per 64-byte block, inputs padded to a multiple
+// of 4, outputs to a multiple of 16 (with zeros). Without VNNI the same integer arithmetic runs
+// in portable C++ (same results, slower). Rows are independent: any batch composition gives
+// the same output for a row.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchmt {
+
+struct Int8LinearWeights {
+  int64_t in = 0, out = 0;        // the float layer's shape: weight [out, in]
+  int64_t in_padded = 0, out_padded = 0;
+  std::vector<int8_t> packed;     // [out_padded / 16][in_padded / 4][16][4]
+  std::vector<float> scale;       // [out_padded]: w ~ qw * scale (0 in the padding)
+  std::vector<int32_t> row_sum;   // [out_padded]: 128 * sum_k qw[n, k], the u8 offset's share
+  std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
+};
+
+// weight [out, in] float (any float dtype), bias [out] or undefined.
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias);
+
+// x [..., in] (float; other float types are converted) -> [..., out] float32, on the CPU,
+// parallel over output blocks with the calling thread's intra-op threads.
+at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w);
+
+// Whether this CPU runs the VNNI kernel (the rest use the portable loop). `force_portable`
+// makes int8_linear use the portable loop (tests compare the two).
+bool cpu_has_avx512_vnni();
+void set_int8_force_portable(bool force_portable);
+
+}  // namespace torchmt

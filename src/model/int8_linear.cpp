@@ -1,0 +1,195 @@
+#include "torchmt/model/int8_linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace torchmt {
+namespace {
+
+constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
+constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
+constexpr int64_t kRowTile = 8;    // input rows sharing each weight block load
+
+std::atomic<bool> force_portable{false};
+
+// Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (zero).
+struct QuantizedRows {
+  std::vector<uint8_t> values;  // [rows][in_padded]
+  std::vector<float> scale;     // [rows]: x ~ (u8 - 128) * scale
+};
+
+void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q) {
+  q.values.assign(static_cast<size_t>(rows * in_padded), 128);
+  q.scale.resize(static_cast<size_t>(rows));
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = x + m * in;
+    float amax = 0.f;
+    for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    const float inverse = 127.f / (amax > 0.f ? amax : 127.f);
+    q.scale[static_cast<size_t>(m)] = scale;
+    uint8_t* out = q.values.data() + m * in_padded;
+    for (int64_t k = 0; k < in; ++k)
+      out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + 128);
+  }
+}
+
+// y[m, n] for the output blocks [block_begin, block_end), portable integer arithmetic.
+void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
+                     int64_t block_begin, int64_t block_end) {
+  const int64_t groups = w.in_padded / kGroupIn;
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
+    for (int64_t m = 0; m < rows; ++m) {
+      const uint8_t* xq = q.values.data() + m * w.in_padded;
+      int32_t acc[kBlockOut] = {};
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t j = 0; j < kBlockOut; ++j)
+          for (int64_t i = 0; i < kGroupIn; ++i)
+            acc[j] += static_cast<int32_t>(xq[g * kGroupIn + i]) * block[(g * kBlockOut + j) * kGroupIn + i];
+      for (int64_t j = 0; j < kBlockOut; ++j) {
+        const int64_t n = b * kBlockOut + j;
+        if (n >= w.out) break;
+        y[m * w.out + n] = static_cast<float>(acc[j] - w.row_sum[n]) * (q.scale[m] * w.scale[n]) + w.bias[n];
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TORCHMT_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+template <int Rows>
+TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const float* xscale, const int8_t* block,
+                                   int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
+  __m512i acc[Rows];
+  for (int r = 0; r < Rows; ++r) acc[r] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512i wv = _mm512_loadu_si512(block + g * kBlockOut * kGroupIn);
+    for (int r = 0; r < Rows; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq + r * in_padded + g * kGroupIn, sizeof four);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(four), wv);
+    }
+  }
+  const __m512i offset = _mm512_loadu_si512(w.row_sum.data() + n0);
+  const __m512 wscale = _mm512_loadu_ps(w.scale.data() + n0);
+  const __m512 bias = _mm512_loadu_ps(w.bias.data() + n0);
+  const int64_t valid = std::min<int64_t>(kBlockOut, out - n0);
+  const __mmask16 mask = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
+  for (int r = 0; r < Rows; ++r) {
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], offset));
+    const __m512 result = _mm512_fmadd_ps(v, _mm512_mul_ps(wscale, _mm512_set1_ps(xscale[r])), bias);
+    _mm512_mask_storeu_ps(y + r * out + n0, mask, result);
+  }
+}
+
+TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
+                                     int64_t block_begin, int64_t block_end) {
+  const int64_t groups = w.in_padded / kGroupIn;
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
+    const int64_t n0 = b * kBlockOut;
+    for (int64_t m0 = 0; m0 < rows; m0 += kRowTile) {
+      const uint8_t* xq = q.values.data() + m0 * w.in_padded;
+      const float* xs = q.scale.data() + m0;
+      float* ym = y + m0 * w.out;
+      switch (std::min<int64_t>(kRowTile, rows - m0)) {
+        case 1: tile_vnni<1>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 2: tile_vnni<2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 3: tile_vnni<3>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 4: tile_vnni<4>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 5: tile_vnni<5>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 6: tile_vnni<6>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 7: tile_vnni<7>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        default: tile_vnni<8>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  return has;
+#else
+  return false;
+#endif
+}
+
+void set_int8_force_portable(bool value) { force_portable = value; }
+
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
+  auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
+  auto q = std::make_shared<Int8LinearWeights>();
+  q->out = w.size(0);
+  q->in = w.size(1);
+  q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;
+  q->out_padded = (q->out + kBlockOut - 1) / kBlockOut * kBlockOut;
+  q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
+  q->scale.assign(static_cast<size_t>(q->out_padded), 0.f);
+  q->row_sum.assign(static_cast<size_t>(q->out_padded), 0);
+  q->bias.assign(static_cast<size_t>(q->out_padded), 0.f);
+  if (bias.defined()) {
+    auto b = bias.detach().to(torch::kCPU, torch::kFloat).contiguous();
+    std::copy(b.data_ptr<float>(), b.data_ptr<float>() + q->out, q->bias.begin());
+  }
+  const float* data = w.data_ptr<float>();
+  const int64_t groups = q->in_padded / kGroupIn;
+  for (int64_t n = 0; n < q->out; ++n) {
+    const float* row = data + n * q->in;
+    float amax = 0.f;
+    for (int64_t k = 0; k < q->in; ++k) amax = std::max(amax, std::fabs(row[k]));
+    const float inverse = amax > 0.f ? 127.f / amax : 1.f;
+    q->scale[static_cast<size_t>(n)] = amax > 0.f ? amax / 127.f : 0.f;
+    const int64_t block = n / kBlockOut, lane = n % kBlockOut;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < q->in; ++k) {
+      const auto v = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
+      q->packed[static_cast<size_t>(((block * groups + k / kGroupIn) * kBlockOut + lane) * kGroupIn + k % kGroupIn)] = v;
+      sum += v;
+    }
+    q->row_sum[static_cast<size_t>(n)] = 128 * sum;
+  }
+  return q;
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
+  TORCH_CHECK(x.device().is_cpu(), "int8 linear layers run on the CPU");
+  TORCH_CHECK(x.size(-1) == w.in, "int8 linear: input has ", x.size(-1), " features, the layer ", w.in);
+  auto input = x.to(torch::kFloat).contiguous();
+  const int64_t rows = input.numel() / w.in;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = w.out;
+  auto y = torch::empty(shape, input.options());  // [..., out]
+  if (rows == 0) return y;
+  QuantizedRows q;
+  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q);
+  float* out = y.data_ptr<float>();
+  const int64_t blocks = w.out_padded / kBlockOut;
+  const bool vnni = cpu_has_avx512_vnni() && !force_portable;
+  // Grain: enough blocks per thread that a fork is worth it (a 256 x 256 layer is 16 blocks).
+  at::parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)), [&](int64_t begin, int64_t end) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (vnni) return blocks_vnni(q, rows, w, out, begin, end);
+#endif
+    blocks_portable(q, rows, w, out, begin, end);
+  });
+  return y;
+}
+
+}  // namespace torchmt
