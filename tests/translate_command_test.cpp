@@ -79,6 +79,21 @@ TEST(TranslateCommand, StreamsWindowByWindowAndLineByLine) {
   EXPECT_NE(bad.output.find("--buffer-size"), std::string::npos) << bad.output;
 }
 
+TEST(TranslateCommand, Int8TranslatesCheckpointsOnTheCpuOnly) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\n");
+  auto r = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " --dtype int8 -i " +
+                             dir.file("in.de") + " 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines(r.output), 3u) << r.output;
+  r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(tm() + " translate -m " + dir.file("model.ts") + " --dtype int8 < " + dir.file("in.de"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--dtype int8 needs a checkpoint"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+}
+
 TEST(TranslateCommand, AnExportTranslatesLikeItsCheckpoint) {
   test::TempDir dir;
   test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\nIch habe Hunger.\n");

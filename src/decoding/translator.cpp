@@ -5,7 +5,6 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 #include <ATen/Parallel.h>
 
@@ -16,6 +15,7 @@
 #include "torchmt/model/masks.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/worker_pool.h"
 
 namespace torchmt {
 
@@ -27,7 +27,8 @@ Translator::Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt
       tgt_tok_(std::move(tgt_tokenizer)),
       device_(device),
       dtype_(dtype),
-      cpu_threads_(at::get_num_threads()) {
+      cpu_threads_(at::get_num_threads()),
+      pool_(std::make_shared<WorkerPool>()) {
   make_decoder_ = [model = model_](bool use_cache) mutable -> std::unique_ptr<IncrementalDecoder> {
     model->eval();
     return std::make_unique<TransformerDecoder>(model, use_cache);
@@ -42,7 +43,8 @@ Translator::Translator(DecoderFactory make_decoder, ModelConfig config, Tokenize
       tgt_tok_(std::move(tgt_tokenizer)),
       device_(device),
       dtype_(dtype),
-      cpu_threads_(at::get_num_threads()) {}
+      cpu_threads_(at::get_num_threads()),
+      pool_(std::make_shared<WorkerPool>()) {}
 
 Translator Translator::from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
   auto loaded = load_checkpoint(path, device);
@@ -147,10 +149,15 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   std::atomic<bool> failed{false};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto work = [&](IncrementalDecoder& decoder) {
+  auto work = [&](IncrementalDecoder& decoder, bool pooled) {
     try {
-      // Grad mode, autocast and the OpenMP team size are per thread: set them in each worker.
-      at::init_num_threads();
+      // Grad mode, autocast and the OpenMP team size are per thread: set them in each worker
+      // (in a pool thread only when it changes: setting it clears oneDNN's primitive cache).
+      thread_local int team_size = -1;
+      if (!pooled || team_size != static_cast<int>(plan.threads_per_worker)) {
+        at::init_num_threads();
+        if (pooled) team_size = static_cast<int>(plan.threads_per_worker);
+      }
       torch::NoGradGuard no_grad;
       AutocastGuard autocast(device_, dtype_);
       for (size_t b; !failed && (b = next++) < batches.size();) run_batch(decoder, batches[b]);
@@ -163,11 +170,9 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   const int previous_threads = at::get_num_threads();
   at::set_num_threads(static_cast<int>(plan.threads_per_worker));  // what init_num_threads gives each worker
   if (plan.workers == 1) {
-    work(*decoders.front());
+    work(*decoders.front(), false);
   } else {
-    std::vector<std::thread> threads;
-    for (int64_t w = 0; w < plan.workers; ++w) threads.emplace_back(work, std::ref(*decoders[w]));
-    for (auto& thread : threads) thread.join();
+    pool_->run(plan.workers, [&](int64_t w) { work(*decoders[static_cast<size_t>(w)], true); });
   }
   at::set_num_threads(previous_threads);
   if (error) std::rethrow_exception(error);

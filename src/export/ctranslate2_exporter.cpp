@@ -159,18 +159,27 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   const auto pe = model->pos_encoding->pe.squeeze(0);  // [L, D]: torchmt's sinusoidal table, as it is
   const int8_t activation = c.activation == Activation::kGELU ? 3 : 0;  // CTranslate2: RELU 0, GELU 3 (erf)
 
+  // Self-attention (q|k|v fused, then the output projection) and the feed-forward block, the same
+  // in encoder and decoder layers; post-norm: each block's LayerNorm is the one after it.
+  auto self_attention = [&](const std::string& s, const MultiHeadAttention& a, const torch::nn::LayerNorm& norm) {
+    w.linear(s + "/self_attention/linear_0", {a->W_q, a->W_k, a->W_v});
+    w.linear(s + "/self_attention/linear_1", {a->W_o});
+    w.layer_norm(s + "/self_attention/layer_norm", norm);
+  };
+  auto feed_forward = [&](const std::string& s, const FeedForward& ffn, const torch::nn::LayerNorm& norm) {
+    w.linear(s + "/ffn/linear_0", {ffn->linear1});
+    w.linear(s + "/ffn/linear_1", {ffn->linear2});
+    w.layer_norm(s + "/ffn/layer_norm", norm);
+  };
+
   bin.add_int8("encoder/activation", activation);
   w.weight("encoder/embeddings_0", model->src_embedding->weight);
   bin.add_int8("encoder/embeddings_merge", 0);
   for (int64_t i = 0; i < c.num_encoder_layers; ++i) {
     const auto& layer = model->encoder_layers[i]->as<TransformerEncoderLayer>();
     const std::string s = "encoder/layer_" + std::to_string(i);
-    w.linear(s + "/self_attention/linear_0", {layer->self_attn->W_q, layer->self_attn->W_k, layer->self_attn->W_v});
-    w.linear(s + "/self_attention/linear_1", {layer->self_attn->W_o});
-    w.layer_norm(s + "/self_attention/layer_norm", layer->norm1);
-    w.linear(s + "/ffn/linear_0", {layer->ffn->linear1});
-    w.linear(s + "/ffn/linear_1", {layer->ffn->linear2});
-    w.layer_norm(s + "/ffn/layer_norm", layer->norm2);
+    self_attention(s, layer->self_attn, layer->norm1);
+    feed_forward(s, layer->ffn, layer->norm2);
   }
   bin.add_int8("encoder/multi_query_attention", 0);
   bin.add_int16("encoder/num_heads", static_cast<int16_t>(c.num_heads));
@@ -187,16 +196,12 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   for (int64_t i = 0; i < c.num_decoder_layers; ++i) {
     const auto& layer = model->decoder_layers[i]->as<TransformerDecoderLayer>();
     const std::string s = "decoder/layer_" + std::to_string(i);
-    w.linear(s + "/self_attention/linear_0", {layer->self_attn->W_q, layer->self_attn->W_k, layer->self_attn->W_v});
-    w.linear(s + "/self_attention/linear_1", {layer->self_attn->W_o});
-    w.layer_norm(s + "/self_attention/layer_norm", layer->norm1);
+    self_attention(s, layer->self_attn, layer->norm1);
     w.linear(s + "/attention/linear_0", {layer->cross_attn->W_q});
     w.linear(s + "/attention/linear_1", {layer->cross_attn->W_k, layer->cross_attn->W_v});
     w.linear(s + "/attention/linear_2", {layer->cross_attn->W_o});
     w.layer_norm(s + "/attention/layer_norm", layer->norm2);
-    w.linear(s + "/ffn/linear_0", {layer->ffn->linear1});
-    w.linear(s + "/ffn/linear_1", {layer->ffn->linear2});
-    w.layer_norm(s + "/ffn/layer_norm", layer->norm3);
+    feed_forward(s, layer->ffn, layer->norm3);
   }
   bin.add_int16("decoder/num_heads", static_cast<int16_t>(c.num_heads));
   bin.add("decoder/position_encodings/encodings", w.floating(pe));

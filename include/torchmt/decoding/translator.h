@@ -22,6 +22,8 @@
 
 namespace torchmt {
 
+class WorkerPool;
+
 struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first, up to nbest
   std::vector<std::string> texts;      // detokenized hypotheses
@@ -85,6 +87,7 @@ class Translator {
   c10::Device device_;
   c10::ScalarType dtype_;
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
+  std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
 };
 
 }  // namespace torchmt

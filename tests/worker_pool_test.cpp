@@ -1,0 +1,42 @@
+// WorkerPool: every task runs once on its own thread, the threads are kept between runs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "torchmt/util/worker_pool.h"
+
+namespace torchmt {
+namespace {
+
+TEST(WorkerPool, RunsEachTaskOnceOnItsOwnKeptThread) {
+  WorkerPool pool;
+  std::mutex mutex;
+  std::set<std::thread::id> first, later;
+  for (int run = 0; run < 20; ++run) {
+    std::vector<int> calls(3, 0);
+    std::atomic<int> inside{0}, most{0};
+    pool.run(3, [&](int64_t w) {
+      const int now = ++inside;
+      for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::lock_guard<std::mutex> lock(mutex);
+      ++calls[static_cast<size_t>(w)];
+      (run == 0 ? first : later).insert(std::this_thread::get_id());
+      --inside;
+    });
+    EXPECT_EQ(calls, std::vector<int>({1, 1, 1})) << "run " << run;
+    EXPECT_GE(most, 2) << "run " << run;  // the tasks overlap: they run in parallel
+  }
+  EXPECT_EQ(first.size(), 3u);
+  EXPECT_EQ(later, first);  // no new threads after the first run
+  EXPECT_FALSE(first.count(std::this_thread::get_id()));
+  pool.run(1, [&](int64_t w) { EXPECT_EQ(w, 0); });  // fewer workers than threads
+  pool.run(0, [&](int64_t) { ADD_FAILURE(); });
+}
+
+}  // namespace
+}  // namespace torchmt
