@@ -64,8 +64,9 @@ TEST(CheckpointManager, KeepsLastBestAndTheNewestNumbered) {
     manager.save(model, &adam, meta, /*best=*/step == 20, /*numbered=*/true);
     // The best checkpoint is for using (translate, export, average): no optimizer state, so a
     // third of the bytes and a fast start.
-    if (step == 20)
+    if (step == 20) {
       EXPECT_LT(std::filesystem::file_size(manager.best_path()) * 2, std::filesystem::file_size(manager.last_path()));
+    }
   }
   meta.position.step = 45;
   manager.save(model, nullptr, meta, false, /*numbered=*/false);  // an interrupt: last only

@@ -88,7 +88,9 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
   const int64_t valid = std::min<int64_t>(kBlockOut, out - n0);
   const __mmask16 mask = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
   for (int r = 0; r < Rows; ++r) {
-    const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], offset));
+    // maskz with a full mask: the plain conversion passes an undefined operand that GCC 12
+    // reports as uninitialised once inlined.
+    const __m512 v = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(acc[r], offset));
     const __m512 result = _mm512_fmadd_ps(v, _mm512_mul_ps(wscale, _mm512_set1_ps(xscale[r])), bias);
     _mm512_mask_storeu_ps(y + r * out + n0, mask, result);
   }
