@@ -81,31 +81,28 @@ def reference_spec(state, config, pieces):
     def norm(target, name):
         target.gamma, target.beta = f(name + ".weight"), f(name + ".bias")
 
+    def self_attention_and_ffn(layer, p, ffn_norm):  # the same in encoder and decoder layers
+        linear(layer.self_attention.linear[0], p + "self_attn.W_q", p + "self_attn.W_k", p + "self_attn.W_v")
+        linear(layer.self_attention.linear[1], p + "self_attn.W_o")
+        norm(layer.self_attention.layer_norm, p + "norm1")
+        linear(layer.ffn.linear_0, p + "ffn.linear1")
+        linear(layer.ffn.linear_1, p + "ffn.linear2")
+        norm(layer.ffn.layer_norm, p + ffn_norm)
+
     pe = f("pos_encoding.pe")[0]
     spec.encoder.embeddings[0].weight = f("src_embedding.weight")
     spec.encoder.position_encodings.encodings = pe
     for i, layer in enumerate(spec.encoder.layer):
-        p = f"encoder_layers.{i}."
-        linear(layer.self_attention.linear[0], p + "self_attn.W_q", p + "self_attn.W_k", p + "self_attn.W_v")
-        linear(layer.self_attention.linear[1], p + "self_attn.W_o")
-        norm(layer.self_attention.layer_norm, p + "norm1")
-        linear(layer.ffn.linear_0, p + "ffn.linear1")
-        linear(layer.ffn.linear_1, p + "ffn.linear2")
-        norm(layer.ffn.layer_norm, p + "norm2")
+        self_attention_and_ffn(layer, f"encoder_layers.{i}.", "norm2")
     spec.decoder.embeddings.weight = f("tgt_embedding.weight")
     spec.decoder.position_encodings.encodings = pe
     for i, layer in enumerate(spec.decoder.layer):
         p = f"decoder_layers.{i}."
-        linear(layer.self_attention.linear[0], p + "self_attn.W_q", p + "self_attn.W_k", p + "self_attn.W_v")
-        linear(layer.self_attention.linear[1], p + "self_attn.W_o")
-        norm(layer.self_attention.layer_norm, p + "norm1")
+        self_attention_and_ffn(layer, p, "norm3")
         linear(layer.attention.linear[0], p + "cross_attn.W_q")
         linear(layer.attention.linear[1], p + "cross_attn.W_k", p + "cross_attn.W_v")
         linear(layer.attention.linear[2], p + "cross_attn.W_o")
         norm(layer.attention.layer_norm, p + "norm2")
-        linear(layer.ffn.linear_0, p + "ffn.linear1")
-        linear(layer.ffn.linear_1, p + "ffn.linear2")
-        norm(layer.ffn.layer_norm, p + "norm3")
     linear(spec.decoder.projection, "fc_out")
     spec.config.add_source_eos = True
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = pieces[2], pieces[3], pieces[1]

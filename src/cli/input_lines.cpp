@@ -11,7 +11,7 @@
 namespace torchmt::cli {
 
 InputLines::InputLines(const std::string& path, bool strict)
-    : path_(path), source_(path == "-" ? "standard input" : path), strict_(strict) {
+    : source_(path == "-" ? "standard input" : path), strict_(strict) {
   if (path != "-") file_ = std::make_unique<LineReader>(path);
 }
 

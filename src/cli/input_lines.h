@@ -25,7 +25,7 @@ class InputLines {
 
  private:
   bool next(std::string& line);
-  std::string path_, source_;
+  std::string source_;  // the file's name, or "standard input"
   bool strict_;
   std::unique_ptr<LineReader> file_;
   int64_t line_number_ = 0;

@@ -150,15 +150,17 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   std::atomic<bool> failed{false};
   std::exception_ptr error;
   std::mutex error_mutex;
+  // The OpenMP team size is per thread and setting it clears oneDNN's primitive cache, so it is
+  // set only where it changes: here for the calling thread, once per size in a pool thread.
+  const int team = static_cast<int>(plan.threads_per_worker);
   auto work = [&](IncrementalDecoder& decoder, bool pooled) {
     try {
-      // Grad mode, autocast and the OpenMP team size are per thread: set them in each worker
-      // (in a pool thread only when it changes: setting it clears oneDNN's primitive cache).
-      thread_local int team_size = -1;
-      if (!pooled || team_size != static_cast<int>(plan.threads_per_worker)) {
-        at::init_num_threads();
-        if (pooled) team_size = static_cast<int>(plan.threads_per_worker);
+      thread_local int pool_team = -1;
+      if (pooled && pool_team != team) {
+        at::init_num_threads();  // takes the global count set below
+        pool_team = team;
       }
+      // Grad mode and autocast are per thread too.
       torch::NoGradGuard no_grad;
       AutocastGuard autocast(device_, dtype_);
       for (size_t b; !failed && (b = next++) < batches.size();) run_batch(decoder, batches[b]);
@@ -169,13 +171,13 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     }
   };
   const int previous_threads = at::get_num_threads();
-  at::set_num_threads(static_cast<int>(plan.threads_per_worker));  // what init_num_threads gives each worker
+  if (team != previous_threads) at::set_num_threads(team);
   if (plan.workers == 1) {
     work(*decoders.front(), false);
   } else {
     pool_->run(plan.workers, [&](int64_t w) { work(*decoders[static_cast<size_t>(w)], true); });
   }
-  at::set_num_threads(previous_threads);
+  if (team != previous_threads) at::set_num_threads(previous_threads);
   if (error) std::rethrow_exception(error);
   for (auto& t : out)
     if (t.texts.empty()) t.texts.emplace_back();

@@ -75,6 +75,14 @@ std::vector<int64_t> parse_ints(const std::string& s, const std::string& flag) {
   return out;
 }
 
+// "1,5" from {1, 5}; the same for strings: the lists the Python sides take.
+template <typename T>
+std::string join(const std::vector<T>& items) {
+  std::ostringstream out;
+  for (size_t i = 0; i < items.size(); ++i) out << (i ? "," : "") << items[i];
+  return out.str();
+}
+
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -330,20 +338,13 @@ int main(int argc, char** argv) {
         }
         if (!ids) throw std::runtime_error("cannot write " + ids_path);
       }
-      std::vector<std::string> beam_s, batch_s, python_dtypes;  // the reference has no int8
+      std::vector<std::string> python_dtypes;  // the reference has no int8
       for (const auto& d : dtypes)
         if (d != "int8") python_dtypes.push_back(d);
-      for (auto b : python_beams) beam_s.push_back(std::to_string(b));
-      for (auto b : batches) batch_s.push_back(std::to_string(b));
-      auto join = [](const std::vector<std::string>& v) {
-        std::string s;
-        for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-        return s;
-      };
       const std::string command =
           shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["reference"].as<std::string>()) +
           " --model " + shell_quote(model_path) + " --ids " + shell_quote(ids_path) + " --out " +
-          shell_quote(out_path) + " --beams " + join(beam_s) + " --batch-sizes " + join(batch_s) + " --dtypes " +
+          shell_quote(out_path) + " --beams " + join(python_beams) + " --batch-sizes " + join(batches) + " --dtypes " +
           join(python_dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str());
       std::cerr << "python: " << command << "\n" << std::flush;
       std::cout << std::flush;
@@ -389,13 +390,10 @@ int main(int argc, char** argv) {
       }
       std::string settings = r["ct2-settings"].as<std::string>();
       if (settings.empty()) settings = std::to_string(threads) + "x1" + (threads > 1 ? ",1x" + std::to_string(threads) : "");
-      std::string beam_s, batch_s;
-      for (auto b : beams) beam_s += (beam_s.empty() ? "" : ",") + std::to_string(b);
-      for (auto b : batches) batch_s += (batch_s.empty() ? "" : ",") + std::to_string(b);
       const std::string command = shell_quote(r["python"].as<std::string>()) + " " +
                                   shell_quote(r["ct2-runner"].as<std::string>()) + " --pieces " +
-                                  shell_quote(pieces_path) + " --out " + shell_quote(out_path) + " --beams " + beam_s +
-                                  " --batch-sizes " + batch_s + " --settings " + settings + models;
+                                  shell_quote(pieces_path) + " --out " + shell_quote(out_path) + " --beams " + join(beams) +
+                                  " --batch-sizes " + join(batches) + " --settings " + settings + models;
       std::cerr << "ctranslate2: " << command << "\n" << std::flush;
       std::cout << std::flush;
       const int rc = std::system(command.c_str());
