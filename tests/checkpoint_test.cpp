@@ -7,6 +7,7 @@
 #include "test_support.h"
 #include "torchmt/training/adam_optimizer.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/util/integrity.h"
 
 namespace torchmt {
@@ -95,6 +96,31 @@ TEST(Checkpoint, PythonTorchLoadReadsItIntoTheReferenceModel) {
   auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/reference/parity.py checkpoint " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "torchmt-checkpoint 17 16\n");  // format, step, bytes of the (fake) spm proto
+}
+
+TEST(Checkpoint, ModelsForLoadingDrawNoRandomNumbersAndHaveTheSameParameters) {
+  for (bool tie : {true, false}) {
+    auto config = tiny_config();
+    config.tie_embeddings = tie;
+    Transformer drawn(config);
+    torch::manual_seed(5);
+    const auto expected = torch::rand({4});
+    torch::manual_seed(5);
+    Transformer bare(nullptr);
+    {
+      SkipParameterInit guard;
+      EXPECT_TRUE(SkipParameterInit::active());
+      bare = Transformer(config);
+    }
+    EXPECT_FALSE(SkipParameterInit::active());
+    EXPECT_TRUE(torch::equal(torch::rand({4}), expected)) << "building the model drew random numbers";
+    auto a = drawn->named_parameters();
+    auto b = bare->named_parameters();
+    ASSERT_EQ(a.keys(), b.keys());
+    for (const auto& p : a) EXPECT_EQ(p.value().sizes(), b[p.key()].sizes()) << p.key();
+    EXPECT_EQ(unique_parameters(*drawn).size(), unique_parameters(*bare).size());
+    EXPECT_EQ(b["src_embedding.weight"].is_same(b["fc_out.weight"]), tie);
+  }
 }
 
 TEST(Checkpoint, UniqueParametersListTiedTensorsOnce) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <new>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <ATen/Context.h>
@@ -17,6 +18,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "torchmt/model/linear.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/strings.h"
@@ -126,6 +128,10 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
 void load_weights(const Dict& dict, Transformer& model, const std::string& path) {
   auto weights = dict.at("model").toGenericDict();
   torch::NoGradGuard no_grad;
+  // A loaded tensor that is alone in its storage becomes the parameter's data as it is (no
+  // second copy of the weights to allocate and write: 30 MB for a `small` model); anything
+  // else (another dtype, a view, a storage another parameter took) is copied.
+  std::unordered_map<const void*, const void*> adopted;  // storage -> the parameter holding it
   for (auto& p : model->named_parameters()) {
     if (!weights.contains(p.key())) throw std::runtime_error("checkpoint " + path + " lacks parameter " + p.key());
     auto t = weights.at(p.key()).toTensor();
@@ -133,7 +139,16 @@ void load_weights(const Dict& dict, Transformer& model, const std::string& path)
       throw std::runtime_error("checkpoint " + path + ": parameter " + p.key() + " has shape " +
                                c10::str(t.sizes()) + " but the model expects " + c10::str(p.value().sizes()));
     }
-    p.value().copy_(t);
+    const void* storage = t.storage().unsafeGetStorageImpl();
+    const void* parameter = p.value().unsafeGetTensorImpl();
+    const bool whole = t.scalar_type() == p.value().scalar_type() && t.is_contiguous() && t.storage_offset() == 0 &&
+                       t.storage().nbytes() == t.nbytes();
+    auto [it, fresh] = adopted.emplace(storage, parameter);
+    if (whole && (fresh || it->second == parameter)) {
+      p.value().set_data(t);
+    } else {
+      p.value().copy_(t);
+    }
   }
 }
 
@@ -225,7 +240,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& dev
   return reading(path, [&] {
     LoadedCheckpoint out;
     out.meta = read_meta(dict, path);
-    out.model = Transformer(out.meta.model);
+    {
+      SkipParameterInit no_random_draws;  // load_weights overwrites every parameter
+      out.model = Transformer(out.meta.model);
+    }
     load_weights(dict, out.model, path);
     out.model->to(device);
     out.model->eval();

@@ -7,10 +7,34 @@
 
 namespace torchmt {
 
+namespace {
+thread_local bool skip_parameter_init = false;
+}  // namespace
+
+SkipParameterInit::SkipParameterInit() : previous_(skip_parameter_init) { skip_parameter_init = true; }
+SkipParameterInit::~SkipParameterInit() { skip_parameter_init = previous_; }
+bool SkipParameterInit::active() { return skip_parameter_init; }
+
+QuantizableLinearImpl::QuantizableLinearImpl(int64_t in_features, int64_t out_features, Uninitialized)
+    // LinearImpl's constructor always initialises its parameters (reset() runs before a derived
+    // class exists), so it gets a layer with no outputs (empty tensors: nothing drawn; one
+    // input keeps its bias bound finite), whose options and parameters are then replaced in
+    // the same dict slots (Module::parameters_, protected, reachable from a derived class).
+    : torch::nn::LinearImpl(torch::nn::LinearOptions(1, 0)) {
+  options = torch::nn::LinearOptions(in_features, out_features);
+  weight = torch::empty({out_features, in_features});
+  parameters_["weight"] = weight;
+  bias = torch::empty({out_features});
+  parameters_["bias"] = bias;
+}
+
 torch::nn::Linear make_linear(int64_t in_features, int64_t out_features) {
   // As the base class's pointer: ModuleHolder's forwarding constructor would take a derived one
   // as constructor arguments for a new LinearImpl.
-  std::shared_ptr<torch::nn::LinearImpl> impl = std::make_shared<QuantizableLinearImpl>(in_features, out_features);
+  std::shared_ptr<torch::nn::LinearImpl> impl =
+      SkipParameterInit::active()
+          ? std::make_shared<QuantizableLinearImpl>(in_features, out_features, QuantizableLinearImpl::Uninitialized{})
+          : std::make_shared<QuantizableLinearImpl>(in_features, out_features);
   return torch::nn::Linear(std::move(impl));
 }
 

@@ -36,8 +36,14 @@ TransformerImpl::TransformerImpl(const ModelConfig& config) : config_(config) {
 void TransformerImpl::reset() {
   const ModelConfig& c = config_;
   embed_scale_ = std::sqrt(static_cast<double>(c.d_model));
-  src_embedding = register_module("src_embedding", torch::nn::Embedding(c.src_vocab_size, c.d_model));
-  tgt_embedding = register_module("tgt_embedding", torch::nn::Embedding(c.tgt_vocab_size, c.d_model));
+  const bool initialize = !SkipParameterInit::active();
+  auto embedding = [&](int64_t vocab) {
+    auto options = torch::nn::EmbeddingOptions(vocab, c.d_model);
+    if (!initialize) options._weight(torch::empty({vocab, c.d_model}));  // taken as it is, not drawn
+    return torch::nn::Embedding(options);
+  };
+  src_embedding = register_module("src_embedding", embedding(c.src_vocab_size));
+  tgt_embedding = register_module("tgt_embedding", embedding(c.tgt_vocab_size));
   pos_encoding = register_module(
       "pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model, c.max_positions).dropout(c.dropout)));
   auto layer_options =
@@ -48,7 +54,7 @@ void TransformerImpl::reset() {
   for (int64_t i = 0; i < c.num_decoder_layers; ++i) decoder_layers->push_back(TransformerDecoderLayer(layer_options));
   fc_out = register_module("fc_out", make_linear(c.d_model, c.tgt_vocab_size));
 
-  reset_parameters();
+  if (initialize) reset_parameters();
   if (c.tie_embeddings) tie_embeddings();
 }
 
