@@ -59,16 +59,24 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
 TEST(Int8Linear, VnniKernelEqualsThePortableLoop) {
   if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
   torch::manual_seed(4);
-  auto w = torch::randn({1000, 256}) * 0.05, b = torch::randn({1000});
-  auto q = quantize_linear_int8(w, b);
-  for (int64_t rows : {1, 5, 8, 13, 64}) {
-    auto x = torch::randn({2, rows, 256});  // [B, T, D]: leading dimensions are kept
-    auto fast = int8_linear(x, *q);
-    set_int8_force_portable(true);
-    auto portable = int8_linear(x, *q);
-    set_int8_force_portable(false);
-    EXPECT_EQ(fast.sizes(), torch::IntArrayRef({2, rows, 1000}));
-    EXPECT_TRUE(torch::allclose(fast, portable, 1e-6, 1e-6)) << rows << " rows";
+  // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
+  // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder.
+  for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
+    for (int64_t in : {256, 30}) {
+      auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
+      auto q = quantize_linear_int8(w, b);
+      for (int64_t rows : {1, 2, 3, 5, 7, 13, 64}) {
+        auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
+        auto fast = int8_linear(x, *q);
+        set_int8_force_portable(true);
+        auto portable = int8_linear(x, *q);
+        set_int8_force_portable(false);
+        EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
+        EXPECT_TRUE(torch::allclose(fast, portable, 1e-6, 1e-6)) << out << "x" << in << ", " << rows << " rows";
+        // Any row alone gives what it gives in the batch.
+        EXPECT_TRUE(torch::equal(int8_linear(x[0][rows - 1], *q), fast[0][rows - 1]));
+      }
+    }
   }
 }
 
