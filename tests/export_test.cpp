@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -26,6 +27,7 @@
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
 #include "torchmt/model/transformer.h"
@@ -521,6 +523,67 @@ TEST(ExportTorchScript, Bf16ExportIsSmallerAndTranslates) {
             f.sentences.size());
 }
 
+TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
+  auto& f = fixture();
+  const std::string int8 = f.dir.file("int8.ts");
+  auto run = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " + int8 + " --dtype int8");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // The stored tensors take a quarter of the bytes, plus fp32 biases, LayerNorms, scales and the
+  // position table (the tiny model's ~100 KB of code is the same in both).
+  auto tensor_bytes = [](const std::string& path) {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    size_t bytes = 0;
+    for (const auto& name : reader.getAllRecords())
+      if (name.rfind("data/", 0) == 0) bytes += std::get<1>(reader.getRecord(name));
+    return bytes;
+  };
+  EXPECT_LT(tensor_bytes(int8), tensor_bytes(f.exported) * 35 / 100)
+      << tensor_bytes(int8) << " vs " << tensor_bytes(f.exported) << " bytes of tensors";
+  EXPECT_LT(std::filesystem::file_size(int8), std::filesystem::file_size(f.exported));
+  auto m = load_export(int8);
+  int64_t int8_tensors = 0;
+  for (const auto& b : m.named_buffers()) int8_tensors += b.value.scalar_type() == torch::kChar;
+  // Every Linear (4 per attention, 2 per FFN, fc_out) and both embeddings, under each name.
+  const auto& c = f.native.meta.model;
+  EXPECT_EQ(int8_tensors, 6 * c.num_encoder_layers + 10 * c.num_decoder_layers + 3);
+  ExportedModel exported(int8, torch::kCPU);
+  EXPECT_EQ(exported.dtype(), "int8");
+
+  // The archive's TorchScript (what Python runs) and the native model rebuilt from the archive
+  // with the int8 kernels compute the same integer sums: equal logits up to float rounding.
+  torch::NoGradGuard no_grad;
+  auto script_logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
+  Transformer native = exported.native_model();
+  quantize_linears_int8(*native);
+  auto native_logits = native->forward(f.src, f.tgt_in);
+  // (A row whose float inputs differ in the last bits between the two paths may round one of
+  // its int8 values the other way: a few 1e-3 of the largest logit.)
+  EXPECT_LT((script_logits - native_logits).abs().max().item<double>(), 1e-2 * native_logits.abs().max().item<double>());
+  // Within int8's rounding of the float model.
+  auto agree = script_logits.argmax(-1).eq(f.native.model->forward(f.src, f.tgt_in).argmax(-1));
+  EXPECT_GT(agree.to(torch::kFloat).mean().item<double>(), 0.9);
+
+  // translate: an int8 export runs the native int8 model by default, its TorchScript at
+  // --dtype fp32; a float export at --dtype int8 translates exactly as its checkpoint does.
+  auto translate = [&](const std::string& model, const std::string& dtype) {
+    TranslatorConfig config;
+    config.model = model;
+    config.device = "cpu";
+    config.dtype = dtype;
+    return load_translator(config).translate_text(f.sentences, TranslationOptions{});
+  };
+  auto by_default = translate(int8, "auto");
+  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}}).model()) << "expected the native model";
+  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}}).model()) << "expected the TorchScript";
+  EXPECT_EQ(by_default, translate(int8, "fp32"));
+  EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));
+
+  auto frozen = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " +
+                                  f.dir.file("int8-frozen.ts") + " --dtype int8 --freeze");
+  EXPECT_EQ(frozen.exit_code, 2) << frozen.output;
+  EXPECT_NE(frozen.output.find("--freeze"), std::string::npos) << frozen.output;
+}
+
 TEST(ExportTorchScript, CorruptCheckpointFailsClearly) {
   auto& f = fixture();
   const std::string corrupt = f.dir.file("corrupt.pt");
@@ -535,7 +598,7 @@ TEST(ExportTorchScript, CorruptCheckpointFailsClearly) {
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
   EXPECT_NE(missing.output.find("not found"), std::string::npos) << missing.output;
   auto bad_dtype = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " +
-                                     f.dir.file("y.ts") + " --dtype int8");
+                                     f.dir.file("y.ts") + " --dtype int4");
   EXPECT_EQ(bad_dtype.exit_code, 2) << bad_dtype.output;
   auto no_output = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint);
   EXPECT_EQ(no_output.exit_code, 2) << no_output.output;
@@ -610,6 +673,16 @@ TEST(ExportTorchScript, PythonLoadsTheFileWithoutTorchmt) {
   TranslationOptions beam5;
   beam5.search.beam_size = 5;
   EXPECT_EQ(example.output, load_translator(f.exported, torch::kCPU, torch::kFloat).translate_text({f.sentences[0]}, beam5)[0] + "\n");
+
+  // An int8 export runs in Python as well, as its TorchScript runs in C++.
+  const std::string int8 = f.dir.file("python-int8.ts");
+  auto exported = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " + int8 + " --dtype int8");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto int8_example = test::run_command(test::python() + " " + test::source_dir() + "/tools/ts_translate.py " + int8 +
+                                        " --beam 5 '" + f.sentences[0] + "'");
+  EXPECT_EQ(int8_example.exit_code, 0) << int8_example.output;
+  EXPECT_EQ(int8_example.output,
+            load_translator(int8, torch::kCPU, torch::kFloat).translate_text({f.sentences[0]}, beam5)[0] + "\n");
 }
 
 // CTranslate2 export: CTranslate2's own Python spec code is the oracle for the files, and its

@@ -79,18 +79,29 @@ TEST(TranslateCommand, StreamsWindowByWindowAndLineByLine) {
   EXPECT_NE(bad.output.find("--buffer-size"), std::string::npos) << bad.output;
 }
 
-TEST(TranslateCommand, Int8TranslatesCheckpointsOnTheCpuOnly) {
+TEST(TranslateCommand, Int8TranslatesCheckpointsAndExportsAlike) {
   test::TempDir dir;
   test::write_text(dir.file("in.de"), "Guten Morgen.\n\nWie geht es dir?\n");
-  auto r = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " --dtype int8 -i " +
-                             dir.file("in.de") + " 2>/dev/null)");
+  const std::string input = " -i " + dir.file("in.de") + " 2>/dev/null)";
+  auto checkpoint = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " --dtype int8" + input);
+  ASSERT_EQ(checkpoint.exit_code, 0) << checkpoint.output;
+  EXPECT_EQ(count_lines(checkpoint.output), 3u) << checkpoint.output;
+  auto r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count_lines(r.output), 3u) << r.output;
-  r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
+  auto exported = test::run_command("(" + tm() + " translate -m " + dir.file("model.ts") + " --dtype int8" + input);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_EQ(exported.output, checkpoint.output);
+  r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("int8.ts") + " --dtype int8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_command(tm() + " translate -m " + dir.file("model.ts") + " --dtype int8 < " + dir.file("in.de"));
+  auto int8 = test::run_command("(" + tm() + " translate -m " + dir.file("int8.ts") + input);
+  ASSERT_EQ(int8.exit_code, 0) << int8.output;
+  EXPECT_EQ(count_lines(int8.output), 3u) << int8.output;
+  // A frozen export has no weights left to quantize: one line naming the cause.
+  r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("frozen.ts") + " --freeze");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(tm() + " translate -m " + dir.file("frozen.ts") + " --dtype int8 < " + dir.file("in.de"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--dtype int8 needs a checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("without --freeze"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(r.output), 1u) << r.output;
 }
 
@@ -154,7 +165,7 @@ TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
 TEST(TranslateCommand, InvalidUtf8IsReplacedAndEveryLineTranslated) {
   test::TempDir dir;
   test::write_text(dir.file("in.de"), "Guten Morgen.\n\xff\xfe kaputt\nDanke.\n");
-  for (const std::string input : {"-i " + dir.file("in.de"), "< " + dir.file("in.de")}) {
+  for (const std::string& input : {"-i " + dir.file("in.de"), "< " + dir.file("in.de")}) {
     auto r = test::run_command("(" + tm() + " translate -m " + tiny_checkpoint() + " " + input + " -o " +
                                dir.file("out.en") + ")");
     ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -18,6 +18,7 @@
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/model/int8_linear.h"
 #include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
@@ -84,18 +85,6 @@ class ModelBinWriter {
   }
   std::vector<std::tuple<std::string, at::Tensor, Ct2Type>> variables_;
 };
-
-// What CTranslate2's spec does for "int8": per output row, scale = 127 / max|w| (127 for an
-// all-zero row), q = rint(w * scale) as int8, all in float32.
-std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
-  auto w = weight.to(torch::kFloat).contiguous();  // [out, in]
-  auto amax = w.abs().amax(1);                     // [out]
-  amax.masked_fill_(amax == 0, 127.0f);
-  amax.clamp_min_(127.0f / FLT_MAX);
-  auto scale = torch::full_like(amax, 127.0f) / amax;
-  auto q = (w * scale.unsqueeze(1)).round().to(torch::kChar);  // round: half to even, as numpy's rint
-  return {q, scale};
-}
 
 struct Writer {
   ModelBinWriter bin;

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
@@ -102,6 +103,37 @@ c10::Device ExportedModel::device() const { return impl_->device; }
 std::string ExportedModel::dtype() const { return impl_->dtype; }
 bool ExportedModel::frozen() const { return impl_->frozen; }
 
+Transformer ExportedModel::native_model() const {
+  if (impl_->frozen)
+    throw std::invalid_argument("a frozen export keeps no weights to rebuild the model from; export it without --freeze");
+  std::unordered_map<std::string, at::Tensor> tensors;
+  for (const auto& p : impl_->module.named_parameters(/*recurse=*/true)) tensors.emplace(p.name, p.value);
+  for (const auto& b : impl_->module.named_buffers(/*recurse=*/true)) tensors.emplace(b.name, b.value);
+  Transformer model(nullptr);
+  {
+    SkipParameterInit no_random_draws;  // every parameter is set below
+    model = Transformer(impl_->config);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    auto it = tensors.find(p.key());
+    if (it == tensors.end()) throw std::runtime_error("the export lacks the weight " + p.key());
+    at::Tensor value = it->second.to(torch::kCPU);
+    if (value.scalar_type() == torch::kChar) {  // int8: q / inverse scale per row (kInt8Linear)
+      const std::string scope = p.key().substr(0, p.key().rfind('.'));
+      auto scale = tensors.find(scope + ".weight_scale");
+      if (scale == tensors.end()) throw std::runtime_error("the export lacks " + scope + ".weight_scale");
+      value = value.to(torch::kFloat) / scale->second.to(torch::kCPU, torch::kFloat).unsqueeze(1);
+    }
+    if (value.sizes() != p.value().sizes())
+      throw std::runtime_error("the export's " + p.key() + " has shape " + c10::str(value.sizes()) +
+                               ", the model " + c10::str(p.value().sizes()));
+    p.value().copy_(value);
+  }
+  model->eval();
+  return model;
+}
+
 Translator make_translator(const ExportedModel& model, c10::ScalarType dtype) {
   DecoderFactory factory = [model](bool use_cache) {
     if (!use_cache) throw std::invalid_argument("--no-cache is not available for TorchScript exports");
@@ -144,13 +176,23 @@ Translator load_translator(const TranslatorConfig& config) {
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
   if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
   const c10::Device device = resolve_device(config.device);
-  if (config.dtype != "int8") return load_translator(config.model, device, resolve_dtype(config.dtype, device));
-  // int8: the checkpoint's Linear weights quantized per row at load, activations per row at
-  // run time (torchmt/model/int8_linear.h); everything else runs in fp32.
-  if (!device.is_cpu()) throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
-  auto translator = load_translator(config.model, device, c10::ScalarType::Float);
-  if (!translator.model())
-    throw std::invalid_argument("--dtype int8 needs a checkpoint; " + config.model + " is a TorchScript export");
+  // int8: the model's Linear weights quantized per row at load, activations per row at run
+  // time (torchmt/model/int8_linear.h); everything else runs in fp32. An int8 export runs so
+  // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript.
+  if (config.dtype == "int8" && !device.is_cpu())
+    throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
+  if (is_torchscript_export(config.model)) {
+    ExportedModel exported(config.model, device);
+    if (config.dtype == "int8" || (config.dtype == "auto" && exported.dtype() == "int8" && device.is_cpu())) {
+      Translator translator(exported.native_model(), exported.tokenizer(), exported.target_tokenizer(), device,
+                            c10::ScalarType::Float);
+      quantize_linears_int8(*translator.model());
+      return translator;
+    }
+    return make_translator(exported, resolve_dtype(config.dtype, device));
+  }
+  if (config.dtype != "int8") return Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
+  auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
   quantize_linears_int8(*translator.model());
   return translator;
 }

@@ -16,6 +16,7 @@
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/model/int8_linear.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/device.h"
@@ -34,7 +35,8 @@ using torch::jit::Module;
 // encoder layers are one class), so each kind's methods are compiled once.
 class ScriptBuilder {
  public:
-  explicit ScriptBuilder(c10::ScalarType dtype) : cu_(std::make_shared<torch::jit::CompilationUnit>()), dtype_(dtype) {}
+  ScriptBuilder(c10::ScalarType dtype, bool int8)
+      : cu_(std::make_shared<torch::jit::CompilationUnit>()), dtype_(dtype), int8_(int8) {}
 
   Module make(const std::string& kind) {
     auto it = types_.find(kind);
@@ -83,7 +85,30 @@ class ScriptBuilder {
     return m;
   }
 
+  // int8: {q [out, in], inverse scale [out]} of a weight, once per native tensor (tied weights
+  // stay one pair).
+  std::pair<at::Tensor, at::Tensor> quantized(const at::Tensor& t) {
+    auto it = quantized_.find(t.unsafeGetTensorImpl());
+    if (it != quantized_.end()) return it->second;
+    auto q = quantize_rows_int8(t);
+    quantized_.emplace(t.unsafeGetTensorImpl(), q);
+    return q;
+  }
+
+  // A module of an int8 kind: weight and weight_scale as buffers, the rest as parameters.
+  Module build_int8(const std::string& kind, const at::Tensor& weight_tensor,
+                    const std::vector<std::pair<std::string, at::Tensor>>& parameters, const std::string& source) {
+    Module m = make(kind);
+    auto [q, scale] = quantized(weight_tensor);
+    m.register_buffer("weight", q);
+    m.register_buffer("weight_scale", scale);
+    for (const auto& [name, tensor] : parameters) m.register_parameter(name, weight(tensor), false);
+    define(m, kind, source);
+    return m;
+  }
+
   Module linear(const torch::nn::Linear& l) {
+    if (int8_) return build_int8("Int8Linear", l->weight, {{"bias", l->bias}}, ts_source::kInt8Linear);
     return build("Linear", {}, {{"weight", l->weight}, {"bias", l->bias}}, {}, ts_source::kLinear);
   }
 
@@ -92,6 +117,7 @@ class ScriptBuilder {
   }
 
   Module embedding(const torch::nn::Embedding& e) {
+    if (int8_) return build_int8("Int8Embedding", e->weight, {}, ts_source::kInt8Embedding);
     return build("Embedding", {}, {{"weight", e->weight}}, {}, ts_source::kEmbedding);
   }
 
@@ -207,9 +233,11 @@ class ScriptBuilder {
  private:
   std::shared_ptr<torch::jit::CompilationUnit> cu_;
   c10::ScalarType dtype_;
+  bool int8_;
   std::map<std::string, c10::ClassTypePtr> types_;
   std::set<std::string> defined_;
   std::unordered_map<const void*, at::Tensor> converted_;
+  std::unordered_map<const void*, std::pair<at::Tensor, at::Tensor>> quantized_;
 };
 
 // What users and ScriptedDecoder call; freezing drops every other method.
@@ -227,9 +255,14 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (checkpoint.meta.src_spm_model.empty())
     throw std::runtime_error("the checkpoint carries no SentencePiece model; an export must embed one");
 
+  if (options.quantize_int8 && options.dtype != c10::ScalarType::Float)
+    throw std::invalid_argument("--dtype int8 keeps the other weights (biases, LayerNorm) in fp32");
+  if (options.quantize_int8 && options.freeze)
+    throw std::invalid_argument("--freeze would fold the int8 weights back into float constants; export int8 without it");
+
   torch::NoGradGuard no_grad;
   Transformer model = checkpoint.model;
-  ScriptBuilder builder(options.dtype);
+  ScriptBuilder builder(options.dtype, options.quantize_int8);
   Module module = builder.transformer(model);
   module.eval();
   if (options.freeze) {
@@ -244,7 +277,7 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   FlatConfig marker;
   marker.set("format", kTorchScriptFormat);
   marker.set("format_version", std::to_string(kTorchScriptFormatVersion));
-  marker.set("dtype", dtype_name(options.dtype));
+  marker.set("dtype", options.quantize_int8 ? "int8" : dtype_name(options.dtype));
   marker.set("frozen", options.freeze ? "true" : "false");
   marker.set("torchmt_version", TORCHMT_VERSION);
   marker.set("torch_version", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

@@ -24,6 +24,27 @@ def forward(self, x: Tensor) -> Tensor:
     return torch.layer_norm(x, [self.weight.size(0)], self.weight, self.bias, 1e-05)
 )TS";
 
+// `export --dtype int8`. Buffers: weight [out, in] int8, weight_scale [out] (127 / max|w| of
+// the row: w ~ weight / weight_scale), bias [out] float. Each input row is quantized as the
+// native int8 kernel does (torchmt/model/int8_linear.h): q = round(x * 127 / max|x|); the
+// integer products are summed in float (exact while 127 * 127 * in < 2^24, in <= 1040).
+inline const char* kInt8Linear = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    xf = x.float()
+    amax = xf.abs().amax(-1, True)
+    nonzero = amax > 0
+    inverse = torch.where(nonzero, torch.full_like(amax, 127.0) / amax, torch.ones_like(amax))
+    x_scale = torch.where(nonzero, amax / 127.0, torch.ones_like(amax))
+    acc = torch.matmul(torch.round(xf * inverse), self.weight.float().t())
+    return acc * (x_scale / self.weight_scale) + self.bias
+)TS";
+
+// `export --dtype int8`. Buffers: weight [V, D] int8, weight_scale [V] as kInt8Linear.
+inline const char* kInt8Embedding = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    return torch.embedding(self.weight, x).float() / torch.embedding(self.weight_scale.unsqueeze(1), x)
+)TS";
+
 // Attribute: weight [V, D].
 inline const char* kEmbedding = R"TS(
 def forward(self, x: Tensor) -> Tensor:

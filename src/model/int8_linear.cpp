@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -205,12 +206,22 @@ bool cpu_has_avx512_vnni() {
 
 void set_int8_force_portable(bool value) { force_portable = value; }
 
-std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
   auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
+  auto amax = w.abs().amax(1);                                             // [out]
+  amax.masked_fill_(amax == 0, 127.0f);
+  amax.clamp_min_(127.0f / FLT_MAX);
+  auto inverse = torch::full_like(amax, 127.0f) / amax;
+  auto q = (w * inverse.unsqueeze(1)).round().to(torch::kChar);  // round: half to even, as rint
+  return {q, inverse};
+}
+
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
+  auto [qw, inverse] = quantize_rows_int8(weight);
   auto q = std::make_shared<Int8LinearWeights>();
-  q->out = w.size(0);
-  q->in = w.size(1);
+  q->out = qw.size(0);
+  q->in = qw.size(1);
   q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;
   q->out_padded = (q->out + kBlockOut - 1) / kBlockOut * kBlockOut;
   q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
@@ -221,21 +232,22 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
     auto b = bias.detach().to(torch::kCPU, torch::kFloat).contiguous();
     std::copy(b.data_ptr<float>(), b.data_ptr<float>() + q->out, q->bias.begin());
   }
-  const float* data = w.data_ptr<float>();
+  const int8_t* data = qw.data_ptr<int8_t>();
+  const float* inverse_data = inverse.data_ptr<float>();
   const int64_t groups = q->in_padded / kGroupIn;
   for (int64_t n = 0; n < q->out; ++n) {
-    const float* row = data + n * q->in;
-    float amax = 0.f;
-    for (int64_t k = 0; k < q->in; ++k) amax = std::max(amax, std::fabs(row[k]));
-    const float inverse = amax > 0.f ? 127.f / amax : 1.f;
-    q->scale[static_cast<size_t>(n)] = amax > 0.f ? amax / 127.f : 0.f;
+    const int8_t* row = data + n * q->in;
+    // The scale back is 1 / inverse_scale, with 0 for an all-zero row (its products are all 0).
+    bool any = false;
     const int64_t block = n / kBlockOut, lane = n % kBlockOut;
     int32_t sum = 0;
     for (int64_t k = 0; k < q->in; ++k) {
-      const auto v = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
-      q->packed[static_cast<size_t>(((block * groups + k / kGroupIn) * kBlockOut + lane) * kGroupIn + k % kGroupIn)] = v;
-      sum += v;
+      q->packed[static_cast<size_t>(((block * groups + k / kGroupIn) * kBlockOut + lane) * kGroupIn + k % kGroupIn)] =
+          row[k];
+      sum += row[k];
+      any = any || row[k] != 0;
     }
+    q->scale[static_cast<size_t>(n)] = any ? 1.f / inverse_data[n] : 0.f;
     q->row_sum[static_cast<size_t>(n)] = 128 * sum;
   }
   return q;

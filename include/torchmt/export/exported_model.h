@@ -16,7 +16,9 @@
 //   load_translator(path, device, dtype)
 //                       a Translator for a checkpoint or an export, chosen by content
 //   load_translator(TranslatorConfig)
-//                       the same from what a user configured (validated; sets threads)
+//                       the same from what a user configured (validated; sets threads);
+//                       int8 (`--dtype int8`, or an int8 export at `--dtype auto`) runs the
+//                       native model with int8 kernels, for checkpoints and exports alike
 //   seal_model_file(path)
 //                       adds the checksum to a file of torchmt 0.2 or earlier
 // Thread-compatible (one model per thread); calls run under NoGradGuard.
@@ -30,6 +32,7 @@
 #include "torchmt/decoding/search.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/model/model_config.h"
+#include "torchmt/model/transformer.h"
 
 namespace torchmt {
 
@@ -46,8 +49,11 @@ class ExportedModel {
   const Tokenizer& target_tokenizer() const;  // tgt_spm.model when the export has one, else tokenizer()
   const ModelConfig& config() const;
   c10::Device device() const;
-  std::string dtype() const;  // "fp32" | "bf16" | "fp16" as exported
+  std::string dtype() const;  // "fp32" | "bf16" | "fp16" | "int8" as exported
   bool frozen() const;
+  // The native model with the archive's weights (int8 ones dequantized), on the CPU: what
+  // `translate --dtype int8` quantizes for its kernels. Not for frozen exports (no weights).
+  Transformer native_model() const;
 
  private:
   struct Impl;

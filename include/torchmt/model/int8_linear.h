@@ -15,6 +15,7 @@
 // the same output for a row.
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -30,7 +31,13 @@ struct Int8LinearWeights {
   std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
 };
 
-// weight [out, in] float (any float dtype), bias [out] or undefined.
+// The one per-row quantization of a weight [out, in] (any float dtype), as CTranslate2's
+// "int8": inverse_scale = 127 / max|w[n, :]| (127 for an all-zero row), q = rint(w *
+// inverse_scale) as int8 (round half to even), in float32; w ~ q / inverse_scale.
+// Returns {q [out, in] int8, inverse_scale [out] float}.
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight);
+
+// The layer for the kernel: weight [out, in] float (any float dtype), bias [out] or undefined.
 std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias);
 
 // x [..., in] (float; other float types are converted) -> [..., out] float32, on the CPU,
