@@ -1,0 +1,105 @@
+#include "torchmt/decoding/row_top_k.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+namespace torchmt {
+namespace {
+
+// A row's best k so far, sorted best first (ties: the earlier index first, as it came first).
+struct BestK {
+  float* value;
+  int64_t* index;
+  int64_t k;
+  int64_t filled = 0;
+
+  float threshold() const { return filled < k ? -std::numeric_limits<float>::infinity() : value[k - 1]; }
+  // `v` beats the k-th best (or the list is not full): it takes its place in order.
+  void insert(float v, int64_t i) {
+    int64_t pos = filled < k ? filled++ : k - 1;
+    while (pos > 0 && value[pos - 1] < v) {
+      value[pos] = value[pos - 1];
+      index[pos] = index[pos - 1];
+      --pos;
+    }
+    value[pos] = v;
+    index[pos] = i;
+  }
+};
+
+// Entries [from, n) of a row into `best` (the first k are in already).
+void scan_portable(const float* x, int64_t from, int64_t n, BestK& best) {
+  float threshold = best.threshold();
+  for (int64_t j = from; j < n; ++j)
+    if (x[j] > threshold) {  // false for NaN; an equal value comes later, so it stays out
+      best.insert(x[j], j);
+      threshold = best.threshold();
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void scan_avx512(const float* x, int64_t from, int64_t n, BestK& best) {
+  float threshold = best.threshold();
+  int64_t j = from;
+  for (; j + 16 <= n; j += 16) {
+    __mmask16 above = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), _mm512_set1_ps(threshold), _CMP_GT_OQ);
+    while (above) {
+      const int64_t at = j + __builtin_ctz(above);
+      above = static_cast<__mmask16>(above & (above - 1));
+      if (x[at] > threshold) {  // the threshold may have risen within these 16
+        best.insert(x[at], at);
+        threshold = best.threshold();
+      }
+    }
+  }
+  scan_portable(x, j, n, best);
+}
+
+bool has_avx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+#endif
+
+}  // namespace
+
+void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices) {
+  TORCH_CHECK(k >= 1 && k <= n, "row_top_k: k must be in [1, ", n, "], got ", k);
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = x + r * n;
+      BestK best{values + r * k, indices + r * k, k};
+      for (int64_t j = 0; j < k; ++j)
+        best.insert(std::isnan(row[j]) ? -std::numeric_limits<float>::infinity() : row[j], j);
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (has_avx512f()) {
+        scan_avx512(row, k, n, best);
+        continue;
+      }
+#endif
+      scan_portable(row, k, n, best);
+    }
+  });
+}
+
+std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k) {
+  TORCH_CHECK(x.dim() == 2, "row_top_k: expected [rows, n]");
+  if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
+    auto [values, indices] = k == 1 ? x.max(-1, /*keepdim=*/true) : x.topk(k, -1);
+    return {values, indices};
+  }
+  auto input = x.contiguous();
+  auto values = torch::empty({x.size(0), k}, input.options());                   // [rows, k]
+  auto indices = torch::empty({x.size(0), k}, input.options().dtype(torch::kLong));  // [rows, k]
+  row_top_k(input.data_ptr<float>(), x.size(0), x.size(1), k, values.data_ptr<float>(), indices.data_ptr<int64_t>());
+  return {values, indices};
+}
+
+}  // namespace torchmt
