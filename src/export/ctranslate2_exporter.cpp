@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <cfloat>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

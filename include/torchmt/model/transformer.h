@@ -21,7 +21,8 @@ namespace torchmt {
 class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
  public:
   explicit TransformerImpl(const ModelConfig& config);
-  // Builds the submodules (LibTorch's reset()), then reset_parameters().
+  // Builds the submodules (LibTorch's reset()), then reset_parameters() unless a
+  // SkipParameterInit is alive (a model about to be loaded: torchmt/model/linear.h).
   void reset() override;
   // Fresh weights for training from scratch; see transformer.cpp for the scheme.
   void reset_parameters();
