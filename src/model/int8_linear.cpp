@@ -148,7 +148,7 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
 
 constexpr int64_t kPanelBlocks = 4;  // blocks per register tile (64 outputs)
 // Rows per register tile: 4 x 4 accumulators + 4 weights + 1 input. With 6 rows GCC 12 kept
-// the accumulators on the stack (spills every step) and the kernel was 2x slower.
+// the accumulators on the stack (spills every step): 49 vs 28 us for 256 x 256 at 64 rows.
 constexpr int64_t kRowTile = 4;
 
 template <int Cols>
