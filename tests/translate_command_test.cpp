@@ -150,6 +150,11 @@ TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --bogus < /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " in.de < /dev/null");  // no -i
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unexpected argument 'in.de' (an input file goes after -i/--input)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
   r = test::run_command("printf 'ok\\n\\377\\376\\n' | " + tm() + " translate -m " + tiny_checkpoint() +
                         " --strict-utf8");
   EXPECT_EQ(r.exit_code, 1) << r.output;

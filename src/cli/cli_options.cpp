@@ -87,7 +87,10 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
     return std::nullopt;
   }
   if (!r.unmatched().empty()) {
-    std::cerr << argv[0] << ": unexpected argument '" << r.unmatched().front() << "'\n";
+    // A file given without its flag (as fairseq-interactive or sacreBLEU take them): say which.
+    const bool takes_input = std::any_of(rows.begin(), rows.end(), [](const OptionRow& row) { return row.flag() == "input"; });
+    std::cerr << argv[0] << ": unexpected argument '" << escape_control(r.unmatched().front()) << "'"
+              << (takes_input ? " (an input file goes after -i/--input)" : "") << "\n";
     exit_code = kExitUsage;
     return std::nullopt;
   }
