@@ -76,9 +76,10 @@ class ScriptBuilder {
   };
   Module build(const std::string& kind, const std::vector<std::pair<std::string, Module>>& children,
                const std::vector<std::pair<std::string, at::Tensor>>& parameters, const std::vector<Attribute>& attributes,
-               const std::string& source) {
+               const std::string& source, const std::vector<std::pair<std::string, at::Tensor>>& buffers = {}) {
     Module m = make(kind);
     for (const auto& [name, child] : children) m.register_module(name, child);
+    for (const auto& [name, tensor] : buffers) m.register_buffer(name, tensor);  // stored as given
     for (const auto& [name, tensor] : parameters) m.register_parameter(name, weight(tensor), false);
     for (const auto& a : attributes) m.register_attribute(a.name, a.type, a.value);
     define(m, kind, source);
@@ -98,13 +99,8 @@ class ScriptBuilder {
   // A module of an int8 kind: weight and weight_scale as buffers, the rest as parameters.
   Module build_int8(const std::string& kind, const at::Tensor& weight_tensor,
                     const std::vector<std::pair<std::string, at::Tensor>>& parameters, const std::string& source) {
-    Module m = make(kind);
     auto [q, scale] = quantized(weight_tensor);
-    m.register_buffer("weight", q);
-    m.register_buffer("weight_scale", scale);
-    for (const auto& [name, tensor] : parameters) m.register_parameter(name, weight(tensor), false);
-    define(m, kind, source);
-    return m;
+    return build(kind, {}, parameters, {}, source, {{"weight", q}, {"weight_scale", scale}});
   }
 
   Module linear(const torch::nn::Linear& l) {

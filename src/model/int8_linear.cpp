@@ -239,17 +239,14 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
   const int64_t groups = q->in_padded / kGroupIn;
   for (int64_t n = 0; n < q->out; ++n) {
     const int8_t* row = data + n * q->in;
-    // The scale back is 1 / inverse_scale, with 0 for an all-zero row (its products are all 0).
-    bool any = false;
     const int64_t block = n / kBlockOut, lane = n % kBlockOut;
     int32_t sum = 0;
     for (int64_t k = 0; k < q->in; ++k) {
       q->packed[static_cast<size_t>(((block * groups + k / kGroupIn) * kBlockOut + lane) * kGroupIn + k % kGroupIn)] =
           row[k];
       sum += row[k];
-      any = any || row[k] != 0;
     }
-    q->scale[static_cast<size_t>(n)] = any ? 1.f / inverse_data[n] : 0.f;
+    q->scale[static_cast<size_t>(n)] = 1.f / inverse_data[n];  // an all-zero row's sums are 0 whatever it is
     q->row_sum[static_cast<size_t>(n)] = 128 * sum;
   }
   return q;
