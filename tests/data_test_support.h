@@ -4,6 +4,7 @@
 
 #include "test_support.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/training/train_options.h"
 
 namespace torchmt::test {
@@ -53,6 +54,25 @@ inline TrainOptions tiny_run(const std::string& out, const std::string& src = sa
   o.keep_last = 0;
   o.threads = 1;  // a tiny model gains nothing from more, and a loaded CI machine hurts OpenMP
   return o;
+}
+
+// A random tiny model with the sample tokenizer embedded: enough to exercise the CLI.
+inline const std::string& tiny_checkpoint() {
+  static TempDir dir;
+  static const std::string path = [] {
+    ModelConfig c = ModelConfig::preset("tiny");
+    c.src_vocab_size = c.tgt_vocab_size = sample_tokenizer().vocab_size();
+    c.max_positions = 64;
+    torch::manual_seed(3);
+    Transformer model(c);
+    CheckpointMeta meta;
+    meta.model = c;
+    meta.src_spm_model = meta.tgt_spm_model = sample_tokenizer().serialized();
+    meta.src_spm_checksum = meta.tgt_spm_checksum = sample_tokenizer().checksum();
+    save_checkpoint(dir.file("tiny.pt"), model, nullptr, meta);
+    return dir.file("tiny.pt");
+  }();
+  return path;
 }
 
 }  // namespace torchmt::test

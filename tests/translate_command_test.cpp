@@ -10,24 +10,7 @@
 namespace torchmt {
 namespace {
 
-// A random tiny model with the sample tokenizer embedded: enough to exercise the CLI.
-const std::string& tiny_checkpoint() {
-  static test::TempDir dir;
-  static const std::string path = [] {
-    ModelConfig c = ModelConfig::preset("tiny");
-    c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
-    c.max_positions = 64;
-    torch::manual_seed(3);
-    Transformer model(c);
-    CheckpointMeta meta;
-    meta.model = c;
-    meta.src_spm_model = meta.tgt_spm_model = test::sample_tokenizer().serialized();
-    meta.src_spm_checksum = meta.tgt_spm_checksum = test::sample_tokenizer().checksum();
-    save_checkpoint(dir.file("tiny.pt"), model, nullptr, meta);
-    return dir.file("tiny.pt");
-  }();
-  return path;
-}
+using test::tiny_checkpoint;
 
 std::string tm() { return test::torchmt_binary(); }
 

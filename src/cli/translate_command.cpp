@@ -20,17 +20,8 @@ namespace {
 void write_attention_picture(Translator& translator, const std::string& source, const Translation& translation,
                              const std::string& path, int64_t layer, int64_t head) {
   if (translation.hypotheses.empty()) throw std::runtime_error("--attention-svg: the first input line is empty");
-  const auto& ids = translation.hypotheses.front().tokens;
-  auto weights = translator.cross_attention(source, ids, layer, head);  // [T, S]
-  std::vector<std::string> target_labels;
-  for (auto id : ids) target_labels.push_back(translator.tgt_tokenizer().id_to_piece(id));
-  target_labels.push_back("</s>");
-  std::vector<std::string> source_labels;
-  for (auto id : translator.encode_source(source)) source_labels.push_back(translator.src_tokenizer().id_to_piece(id));
-  // Row t of the weights is the decoder input at t (bos + prefix), predicting target t.
-  std::string title = "cross-attention, decoder layer " + (layer < 0 ? std::string("last") : std::to_string(layer)) +
-                      ", " + (head < 0 ? std::string("mean of heads") : "head " + std::to_string(head));
-  atomic_write(path, render_attention_svg(weights, target_labels, source_labels, title));
+  atomic_write(path, render_attention_svg(
+                         cross_attention_map(translator, source, translation.hypotheses.front().tokens, layer, head)));
 }
 
 struct TranslateCommandOptions {

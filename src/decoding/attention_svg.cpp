@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/decoding/translator.h"
+
 namespace torchmt {
 namespace {
 
@@ -78,6 +80,23 @@ std::string render_attention_svg(const at::Tensor& weights, const std::vector<st
   o << "<text x='" << bar_x + 20 << "' y='" << top + 10 << "'>" << peak_text << "</text>\n"
     << "<text x='" << bar_x + 20 << "' y='" << top + cell * rows << "'>0</text>\n</svg>\n";
   return o.str();
+}
+
+AttentionMap cross_attention_map(Translator& translator, const std::string& source,
+                                 const std::vector<int64_t>& target_ids, int64_t layer, int64_t head) {
+  AttentionMap map;
+  map.weights = translator.cross_attention(source, target_ids, layer, head);  // [T, S]
+  for (auto id : target_ids) map.target_pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
+  map.target_pieces.push_back("</s>");
+  for (auto id : translator.encode_source(source)) map.source_pieces.push_back(translator.src_tokenizer().id_to_piece(id));
+  // Row t of the weights is the decoder input at t (bos + prefix), predicting target t.
+  map.title = "cross-attention, decoder layer " + (layer < 0 ? std::string("last") : std::to_string(layer)) + ", " +
+              (head < 0 ? std::string("mean of heads") : "head " + std::to_string(head));
+  return map;
+}
+
+std::string render_attention_svg(const AttentionMap& map) {
+  return render_attention_svg(map.weights, map.target_pieces, map.source_pieces, map.title);
 }
 
 }  // namespace torchmt

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,35 +30,12 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/file_lock.h"
 #include "torchmt/util/integrity.h"
+#include "torchmt/util/stop_signals.h"
 
 namespace fs = std::filesystem;
 
 namespace torchmt {
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
-
-// Installs SIGINT/SIGTERM handlers for the trainer's lifetime.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop.store(false);
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 std::string clock_text(double seconds) {
   const auto s = static_cast<int64_t>(seconds);
@@ -317,7 +293,7 @@ TrainSummary TrainingRun::loop() {
     return batches;
   };
   std::vector<Batch> batches;
-  while (!stop.reached(position_) && !g_stop.load()) {
+  while (!stop.reached(position_) && !StopSignals::requested()) {
     const auto step_start = Clock::now();
     const int64_t epoch_before = position_.epoch;
     if (batches.empty()) batches = next_batches();
@@ -332,7 +308,7 @@ TrainSummary TrainingRun::loop() {
     ahead.step += 1;
     ahead.epoch = epoch_after;
     ahead.batch_index = batch_index_after;
-    if (!stop.reached(ahead) && !g_stop.load()) batches = next_batches();
+    if (!stop.reached(ahead) && !StopSignals::requested()) batches = next_batches();
     result.wait();
     if (!result.applied) {
       ++bad_steps;
@@ -363,7 +339,7 @@ TrainSummary TrainingRun::loop() {
     if (epoch_done) summary_.epochs_completed += 1;
     if (o_.validate_every > 0 ? position_.step % o_.validate_every == 0 : epoch_done) validate_and_save(true);
   }
-  summary_.interrupted = g_stop.load();
+  summary_.interrupted = StopSignals::requested();
   if (summary_.interrupted) {
     progress_.line("interrupted: saving " + checkpoints_.last_path());
     validate_and_save(false);
@@ -390,7 +366,7 @@ void TrainingRun::log_update(int64_t epoch, double lr, double eta) {
 
 }  // namespace
 
-void request_training_stop() { g_stop.store(true); }
+void request_training_stop() { StopSignals::request(); }
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) { options_.validate(); }
 

@@ -1,0 +1,93 @@
+#pragma once
+// Dynamic batching for a server: requests from many threads are queued and packed into
+// token-budget batches across requests, decoded by one Translator (its worker pool and
+// precision, the same as `torchmt translate`), and each request gets its own answer back.
+//
+// One dispatcher thread: it waits for the oldest queued request, then up to `max_wait_ms`
+// from that request's arrival for company (or until the queued source tokens reach
+// `max_batch_tokens`), takes whole requests with the same search settings in arrival order up
+// to the budget, and translates them as one job. The Translator splits the job into one batch
+// per worker, so a batch of 64 one-sentence requests keeps every core busy.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "torchmt/decoding/attention_svg.h"
+#include "torchmt/decoding/translator.h"
+
+namespace torchmt {
+
+class ServiceMetrics;
+
+struct ServiceOptions {
+  int64_t max_batch_tokens = 4096;  // source tokens (pieces + </s>) per batch, summed over its sentences
+  double max_wait_ms = 5;           // how long the oldest request waits for others to share its batch
+  int64_t max_queue_sentences = 8192;  // beyond this, submit() refuses (the server answers 503)
+};
+
+struct ServiceJob {
+  std::vector<std::string> sentences;
+  TranslationOptions options;
+  bool attention = false;  // also each sentence's cross-attention (native models)
+  int64_t attention_layer = -1, attention_head = -1;
+};
+
+struct ServiceResult {
+  std::vector<Translation> translations;  // one per sentence, in order
+  std::vector<AttentionMap> attention;    // one per sentence when asked (empty map for an empty line)
+};
+
+class ServiceBusy : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TranslationService {
+ public:
+  // `translator` and `metrics` (may be null) must outlive the service.
+  TranslationService(Translator& translator, ServiceOptions options, ServiceMetrics* metrics = nullptr);
+  ~TranslationService();  // stop()
+  TranslationService(const TranslationService&) = delete;
+  TranslationService& operator=(const TranslationService&) = delete;
+
+  // Queues a job; the future holds its result or the exception its decoding threw
+  // (std::invalid_argument for an attention layer/head out of range). Throws ServiceBusy when
+  // the queue is full and std::runtime_error after stop().
+  std::future<ServiceResult> submit(ServiceJob job);
+
+  // Refuses new jobs, finishes every queued one, joins the dispatcher. Idempotent.
+  void stop();
+
+  // Source tokens of a sentence as the batch budget counts them.
+  int64_t source_tokens(const std::string& sentence) const;
+
+ private:
+  struct Pending {
+    ServiceJob job;
+    int64_t tokens = 0;
+    std::chrono::steady_clock::time_point arrived;
+    std::promise<ServiceResult> promise;
+  };
+  void dispatch_loop();
+  void run(std::vector<std::unique_ptr<Pending>>& batch);
+  void publish_queue_locked();
+
+  Translator& translator_;
+  ServiceOptions options_;
+  ServiceMetrics* metrics_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  int64_t queued_sentences_ = 0;
+  bool stopping_ = false;
+  std::thread dispatcher_;
+};
+
+}  // namespace torchmt

@@ -1,0 +1,19 @@
+#pragma once
+// SIGINT / SIGTERM as a request to stop, not a kill: while a StopSignals lives, either signal
+// sets a flag that the owner's loop polls (the trainer saves a checkpoint and returns; the
+// server stops accepting, finishes what is in flight and exits 0). The previous handlers come
+// back when it is destroyed. One at a time per process.
+namespace torchmt {
+
+class StopSignals {
+ public:
+  StopSignals();  // clears the flag and installs the handlers
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  static bool requested();  // a signal arrived (or request() was called) since construction
+  static void request();    // as if a signal had arrived (tests, embedding programs)
+};
+
+}  // namespace torchmt

@@ -1,0 +1,130 @@
+// torchmt serve: an HTTP translation service (LibreTranslate's API and torchmt's own, a web
+// page, health and Prometheus metrics) with dynamic batching across requests. SIGINT/SIGTERM
+// stop accepting, answer what is in flight, and exit 0.
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cli_options.h"
+#include "torchmt/export/exported_model.h"
+#include "torchmt/serving/http_server.h"
+#include "torchmt/serving/metrics.h"
+#include "torchmt/serving/translation_service.h"
+#include "torchmt/util/stop_signals.h"
+
+namespace torchmt::cli {
+namespace {
+
+struct ServeCommandOptions {
+  TranslatorConfig translator;
+  ServerOptions server;
+  ServiceOptions service;
+};
+
+const OptionTable<ServeCommandOptions>& serve_option_table() {
+  using O = ServeCommandOptions;
+  const OptionExtra http{"", "server", {}};
+  static const auto table =
+      OptionTable<O>("serve")
+          .include(translator_option_table(), &O::translator)
+          .add("host", [](O& o) -> std::string& { return o.server.host; },
+               "address to listen on (0.0.0.0 = every interface: anyone who reaches the machine can use it)", http)
+          .add("port", [](O& o) -> int& { return o.server.port; }, "TCP port (0 = any free port, printed at start)", http)
+          .add("max_batch_tokens", [](O& o) -> int64_t& { return o.service.max_batch_tokens; },
+               "source tokens per batch, packed across requests", http)
+          .add("max_wait_ms", [](O& o) -> double& { return o.service.max_wait_ms; },
+               "how long a request waits for others to share its batch", http)
+          .add("max_queue_sentences", [](O& o) -> int64_t& { return o.service.max_queue_sentences; },
+               "sentences waiting at most; beyond, requests get 503", http)
+          .add("max_body_bytes", [](O& o) -> int64_t& { return o.server.max_body_bytes; },
+               "request body size cap (413 beyond)", http)
+          .add("max_sentences", [](O& o) -> int64_t& { return o.server.api.limits.max_sentences; },
+               "lines per request cap (413 beyond)", http)
+          .add("max_sentence_chars", [](O& o) -> int64_t& { return o.server.api.limits.max_sentence_chars; },
+               "characters per line cap (413 beyond)", http)
+          .add("max_beam", [](O& o) -> int64_t& { return o.server.api.limits.max_beam; },
+               "largest beam (and n-best) a request may ask for", http)
+          .add("request_timeout", [](O& o) -> double& { return o.server.request_timeout_s; },
+               "seconds a request may wait for its translation (503 beyond)", http)
+          .add("read_timeout", [](O& o) -> double& { return o.server.read_timeout_s; },
+               "seconds a client has to send its request", http)
+          .add("connections", [](O& o) -> int64_t& { return o.server.connections; },
+               "connections served at once (more wait their turn)", http)
+          .add("source_language", [](O& o) -> std::string& { return o.server.api.source_language; },
+               "the model's source language code for LibreTranslate clients (empty = accept any)", http)
+          .add("target_language", [](O& o) -> std::string& { return o.server.api.target_language; },
+               "the model's target language code", http);
+  return table;
+}
+
+void validate(const ServeCommandOptions& o) {
+  auto positive = [](double v, const char* flag) {
+    if (!(v > 0)) throw std::invalid_argument(std::string("--") + flag + " must be positive");
+  };
+  if (o.server.port < 0 || o.server.port > 65535) throw std::invalid_argument("--port must be between 0 and 65535");
+  positive(static_cast<double>(o.service.max_batch_tokens), "max-batch-tokens");
+  if (!(o.service.max_wait_ms >= 0)) throw std::invalid_argument("--max-wait-ms must be 0 or more");
+  positive(static_cast<double>(o.service.max_queue_sentences), "max-queue-sentences");
+  positive(static_cast<double>(o.server.max_body_bytes), "max-body-bytes");
+  positive(static_cast<double>(o.server.api.limits.max_sentences), "max-sentences");
+  positive(static_cast<double>(o.server.api.limits.max_sentence_chars), "max-sentence-chars");
+  positive(static_cast<double>(o.server.api.limits.max_beam), "max-beam");
+  positive(o.server.request_timeout_s, "request-timeout");
+  positive(o.server.read_timeout_s, "read-timeout");
+  positive(static_cast<double>(o.server.connections), "connections");
+  if (o.server.api.source_language.empty() != o.server.api.target_language.empty())
+    throw std::invalid_argument("--source-language and --target-language go together");
+}
+
+int run_serve(int argc, char** argv) {
+  int code = kExitOk;
+  auto o = parse_options(serve_option_table(),
+                         "Serve a model over HTTP: LibreTranslate's POST /translate, POST /v1/translate, a web page "
+                         "at /, GET /health and GET /metrics.",
+                         argc, argv, code);
+  if (!o) return code;
+  if (!check_usage([&] { validate(*o); }, argv[0])) return kExitUsage;
+  if (!HttpServer::available()) {
+    std::cerr << argv[0] << ": this torchmt was built without cpp-httplib (Debian: libcpp-httplib-dev; "
+                            "tools/setup.sh installs it)\n";
+    return kExitFailure;
+  }
+  std::unique_ptr<Translator> translator;
+  if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
+    return kExitUsage;
+
+  ServiceMetrics metrics;
+  TranslationService service(*translator, o->service, &metrics);
+  ServerOptions server_options = o->server;
+  server_options.translation = o->translator.translation;
+  server_options.model_name = o->translator.model;
+  HttpServer server(*translator, service, metrics, server_options);
+  const int port = server.bind();
+
+  StopSignals signals;  // from here on SIGINT/SIGTERM stop the server gracefully
+  std::atomic<bool> finished{false};
+  std::thread runner([&] {
+    server.run();
+    finished = true;
+  });
+  std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << o->translator.model
+            << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ")" << std::endl;
+  if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1")
+    std::cerr << "torchmt serve: warning: listening on " << o->server.host
+              << ", not on loopback only: whoever reaches this address can use the server" << std::endl;
+  while (!StopSignals::requested() && !finished) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::cerr << "torchmt serve: stopping (answering the requests in flight)" << std::endl;
+  server.stop();
+  runner.join();
+  service.stop();
+  std::cerr << "torchmt serve: stopped" << std::endl;
+  return kExitOk;
+}
+
+const CommandRegistration registration({"serve", "serve a model over HTTP (LibreTranslate API, web page, metrics)",
+                                        run_serve, 45});
+
+}  // namespace
+}  // namespace torchmt::cli

@@ -1,0 +1,262 @@
+#include "torchmt/serving/http_api.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "torchmt/util/strings.h"
+#include "torchmt/util/utf8.h"
+
+namespace torchmt {
+namespace {
+
+using nlohmann::json;
+
+// The media type without parameters, lower case: "application/json; charset=utf-8" -> "application/json".
+std::string media_type(const std::string& content_type) {
+  std::string type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.erase(0, 1);
+  for (auto& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return type;
+}
+
+bool looks_like_json(const std::string& body) {
+  const auto first = body.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && body[first] == '{';
+}
+
+void require_utf8(const std::string& body) {
+  if (auto at = find_invalid_utf8(body))
+    throw ApiError(400, "request body is not valid UTF-8 (byte " + std::to_string(*at) + ")");
+}
+
+json parse_json_object(const std::string& body) {
+  json doc;
+  try {
+    doc = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse error".
+    std::string what = e.what();
+    const auto at = what.find("] ");
+    throw ApiError(400, "invalid JSON: " + escape_control(at == std::string::npos ? what : what.substr(at + 2)));
+  }
+  if (!doc.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return doc;
+}
+
+// q: a string or a list of strings, each one text of one or more lines.
+std::vector<std::string> texts_of(const json& q, bool& list) {
+  std::vector<std::string> texts;
+  if (q.is_string()) {
+    list = false;
+    texts.push_back(q.get<std::string>());
+  } else if (q.is_array()) {
+    list = true;
+    for (const auto& item : q) {
+      if (!item.is_string()) throw ApiError(400, "Invalid request: q must be a string or a list of strings");
+      texts.push_back(item.get<std::string>());
+    }
+  } else {
+    throw ApiError(400, "Invalid request: q must be a string or a list of strings");
+  }
+  return texts;
+}
+
+// Each text's lines become sentences (a text with line breaks keeps them in its answer).
+void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits& limits, ApiRequest& request) {
+  for (const auto& text : texts) {
+    size_t lines = 0;
+    for (size_t begin = 0;;) {
+      size_t end = text.find('\n', begin);
+      std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      request.sentences.push_back(std::move(line));
+      ++lines;
+      if (static_cast<int64_t>(request.sentences.size()) > limits.max_sentences)
+        throw ApiError(413, "too many sentences: at most " + std::to_string(limits.max_sentences) +
+                                " lines per request");
+      if (end == std::string::npos) break;
+      begin = end + 1;
+    }
+    request.lines_per_text.push_back(lines);
+  }
+  for (size_t i = 0; i < request.sentences.size(); ++i) {
+    const auto& s = request.sentences[i];
+    // Code points: bytes that do not start one (10xxxxxx) are continuation bytes.
+    int64_t chars = 0;
+    for (unsigned char c : s) chars += (c & 0xC0) != 0x80;
+    if (chars > limits.max_sentence_chars)
+      throw ApiError(413, "sentence " + std::to_string(i + 1) + " has " + std::to_string(chars) +
+                              " characters (at most " + std::to_string(limits.max_sentence_chars) + ")");
+  }
+}
+
+void check_language(const std::string& given, const std::string& served, const ApiSettings& settings,
+                    const char* which) {
+  if (served.empty() || given.empty() || given == served || given == "auto") return;
+  throw ApiError(400, std::string(which) + " language '" + escape_control(given) + "' is not supported (this model translates " +
+                          settings.source_language + " to " + settings.target_language + ")");
+}
+
+void check_options(const RequestOptions& o, const ApiLimits& limits) {
+  const auto& s = o.search;
+  if (s.beam_size < 1 || s.beam_size > limits.max_beam)
+    throw ApiError(400, "beam must be between 1 and " + std::to_string(limits.max_beam));
+  if (s.nbest < 1 || s.nbest > s.beam_size) throw ApiError(400, "nbest must be between 1 and beam");
+  if (!std::isfinite(s.length_penalty) || s.length_penalty < 0 || s.length_penalty > 10)
+    throw ApiError(400, "lenpen must be between 0 and 10");
+  if (!std::isfinite(s.max_len_a) || s.max_len_a < 0 || s.max_len_a > 100)
+    throw ApiError(400, "max_len_a must be between 0 and 100");
+  if (s.max_len_b < 0 || s.max_len_b > 100000) throw ApiError(400, "max_len_b must be between 0 and 100000");
+  if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
+    throw ApiError(400, "attention_layer or attention_head out of range");
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string form_decode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%') {
+      const int hi = i + 2 < s.size() ? hex_value(s[i + 1]) : -1;
+      const int lo = i + 2 < s.size() ? hex_value(s[i + 2]) : -1;
+      if (hi < 0 || lo < 0) throw ApiError(400, "invalid form encoding: a '%' not followed by two hex digits");
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const OptionTable<RequestOptions>& request_option_table() {
+  using R = RequestOptions;
+  static const auto table =
+      OptionTable<R>("request")
+          .add("beam", [](R& r) -> int64_t& { return r.search.beam_size; }, "beam size (1 = greedy)")
+          .add("lenpen", [](R& r) -> double& { return r.search.length_penalty; }, "GNMT length penalty alpha")
+          .add("max_len_a", [](R& r) -> double& { return r.search.max_len_a; },
+               "output length at most max_len_a * source length + max_len_b")
+          .add("max_len_b", [](R& r) -> int64_t& { return r.search.max_len_b; }, "see max_len_a")
+          .add("nbest", [](R& r) -> int64_t& { return r.search.nbest; }, "hypotheses per sentence (<= beam)")
+          .add("scores", &R::scores, "answer each sentence's hypotheses with their scores")
+          .add("attention", &R::attention, "answer each sentence's cross-attention (weights, pieces and an SVG)")
+          .add("attention_layer", &R::attention_layer, "decoder layer of the attention (-1 = last)")
+          .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)");
+  return table;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_form(const std::string& body) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t begin = 0; begin <= body.size();) {
+    size_t end = body.find('&', begin);
+    if (end == std::string::npos) end = body.size();
+    const std::string field = body.substr(begin, end - begin);
+    if (!field.empty()) {
+      const size_t eq = field.find('=');
+      out.emplace_back(form_decode(field.substr(0, eq)),
+                       eq == std::string::npos ? std::string() : form_decode(field.substr(eq + 1)));
+    }
+    begin = end + 1;
+  }
+  return out;
+}
+
+ApiRequest parse_libretranslate_request(const std::string& content_type, const std::string& body,
+                                        const ApiSettings& settings) {
+  const std::string type = media_type(content_type);
+  json doc;
+  if (type == "application/json" || (type.empty() && looks_like_json(body))) {
+    require_utf8(body);
+    doc = parse_json_object(body);
+  } else if (type == "application/x-www-form-urlencoded" || type.empty()) {
+    doc = json::object();
+    for (auto& [key, value] : parse_form(body)) {
+      require_utf8(value);
+      require_utf8(key);
+      if (!doc.contains(key)) doc[key] = value;  // the first of repeated keys
+    }
+  } else {
+    throw ApiError(415, "unsupported content type '" + escape_control(type) +
+                            "' (application/json or application/x-www-form-urlencoded)");
+  }
+  if (!doc.contains("q")) throw ApiError(400, "Invalid request: missing q parameter");
+  ApiRequest request;
+  request.options.search = settings.search;
+  const auto texts = texts_of(doc["q"], request.list);
+  auto text_field = [&](const char* key) -> std::string {
+    if (!doc.contains(key) || doc[key].is_null()) return "";
+    if (!doc[key].is_string()) throw ApiError(400, std::string("Invalid request: ") + key + " must be a string");
+    return doc[key].get<std::string>();
+  };
+  check_language(text_field("source"), settings.source_language, settings, "source");
+  check_language(text_field("target"), settings.target_language, settings, "target");
+  const std::string format = text_field("format");
+  if (!format.empty() && format != "text")
+    throw ApiError(400, "format '" + escape_control(format) + "' is not supported (text only)");
+  if (doc.contains("alternatives") && !doc["alternatives"].is_null()) {
+    const auto& a = doc["alternatives"];
+    int64_t n = -1;
+    if (a.is_number_integer()) n = a.get<int64_t>();
+    else if (a.is_string()) n = std::atoll(a.get<std::string>().c_str());
+    if (n < 0 || n + 1 > settings.limits.max_beam)
+      throw ApiError(400, "alternatives must be between 0 and " + std::to_string(settings.limits.max_beam - 1));
+    request.options.search.nbest = n + 1;
+    request.options.search.beam_size = std::max(request.options.search.beam_size, n + 1);
+  }
+  check_options(request.options, settings.limits);
+  split_into_sentences(texts, settings.limits, request);
+  return request;
+}
+
+ApiRequest parse_v1_request(const std::string& content_type, const std::string& body, const ApiSettings& settings) {
+  const std::string type = media_type(content_type);
+  // A JSON object sent as a form or as text (curl -d's default) is read as JSON too.
+  const bool lenient = type.empty() || type == "application/x-www-form-urlencoded" || type == "text/plain";
+  if (!(type == "application/json" || (lenient && looks_like_json(body))))
+    throw ApiError(415, "unsupported content type '" + escape_control(type) + "' (a JSON object)");
+  require_utf8(body);
+  const json doc = parse_json_object(body);
+  if (!doc.contains("q")) throw ApiError(400, "Invalid request: missing q parameter");
+  ApiRequest request;
+  const auto texts = texts_of(doc["q"], request.list);
+  // The options through their table, so names, types and errors are the table's.
+  FlatConfig config;
+  for (const auto& [key, value] : doc.items()) {
+    if (key == "q") continue;
+    if (value.is_string()) config.set(key, value.get<std::string>());
+    else if (value.is_boolean() || value.is_number()) config.set(key, value.dump());
+    else throw ApiError(400, "option '" + escape_control(key) + "' must be a single value");
+  }
+  RequestOptions start;
+  start.search = settings.search;
+  try {
+    request.options = request_option_table().read(config, start, false);
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(400, e.what());
+  }
+  check_options(request.options, settings.limits);
+  split_into_sentences(texts, settings.limits, request);
+  return request;
+}
+
+std::string error_json(const std::string& message) {
+  return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace torchmt

@@ -1,0 +1,250 @@
+// The server's parts below HTTP: request parsing (LibreTranslate's API and /v1), metrics, and the
+// dynamic batcher (concurrent requests, shared batches, answers to their own request).
+// tests/serve_test.py runs the `torchmt serve` binary itself (serve_process_test below).
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "data_test_support.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/serving/http_api.h"
+#include "torchmt/serving/http_server.h"
+#include "torchmt/serving/metrics.h"
+#include "torchmt/serving/translation_service.h"
+
+namespace torchmt {
+namespace {
+
+ApiSettings settings() {
+  ApiSettings s;
+  s.limits.max_sentences = 4;
+  s.limits.max_sentence_chars = 10;
+  s.limits.max_beam = 8;
+  s.source_language = "de";
+  s.target_language = "en";
+  return s;
+}
+
+int status_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return e.status();
+  }
+  return 0;
+}
+
+TEST(HttpApi, LibreTranslateJsonAndFormBodies) {
+  auto r = parse_libretranslate_request("application/json; charset=utf-8",
+                                        R"({"q": "Guten Tag.", "source": "de", "target": "en", "format": "text", "api_key": ""})",
+                                        settings());
+  EXPECT_EQ(r.sentences, std::vector<std::string>{"Guten Tag."});
+  EXPECT_FALSE(r.list);
+  r = parse_libretranslate_request("application/json", R"({"q": ["a", "b\r\nc"], "source": "auto"})", settings());
+  EXPECT_TRUE(r.list);
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"a", "b", "c"}));  // a text's lines are sentences
+  EXPECT_EQ(r.lines_per_text, (std::vector<size_t>{1, 2}));
+  r = parse_libretranslate_request("application/x-www-form-urlencoded", "q=Guten+Tag%21&source=de&target=en",
+                                   settings());
+  EXPECT_EQ(r.sentences, std::vector<std::string>{"Guten Tag!"});
+  r = parse_libretranslate_request("application/json", R"({"q": "x", "alternatives": 2})", settings());
+  EXPECT_EQ(r.options.search.nbest, 3);
+  EXPECT_GE(r.options.search.beam_size, 3);
+}
+
+TEST(HttpApi, BadRequestsGetTheirStatus) {
+  const auto s = settings();
+  auto lt = [&](const std::string& type, const std::string& body) {
+    return status_of([&] { parse_libretranslate_request(type, body, s); });
+  };
+  EXPECT_EQ(lt("application/json", R"({"source": "de"})"), 400);           // no q
+  EXPECT_EQ(lt("application/json", R"({"q": )"), 400);                     // malformed JSON
+  EXPECT_EQ(lt("application/json", R"(["q"])"), 400);                      // not an object
+  EXPECT_EQ(lt("application/json", "{\"q\": \"\xff\"}"), 400);             // invalid UTF-8
+  EXPECT_EQ(lt("application/json", R"({"q": 5})"), 400);                   // q of the wrong type
+  EXPECT_EQ(lt("application/json", R"({"q": ["a", 1]})"), 400);
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "source": "fr"})"), 400);  // another language
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "format": "html"})"), 400);
+  EXPECT_EQ(lt("application/json", R"({"q": ["1", "2", "3", "4", "5"]})"), 413);  // > 4 sentences
+  EXPECT_EQ(lt("application/json", R"({"q": "a\nb\nc\nd\ne"})"), 413);             // lines count
+  EXPECT_EQ(lt("application/json", R"({"q": "elf Zeichen"})"), 413);               // > 10 characters
+  EXPECT_EQ(lt("application/json", R"({"q": "zehn Zeich"})"), 0);                  // exactly 10
+  EXPECT_EQ(lt("application/json", R"({"q": "äöüäöüäöüä"})"), 0);                  // characters, not bytes
+  EXPECT_EQ(lt("application/x-www-form-urlencoded", "q=%zz"), 400);
+  EXPECT_EQ(lt("multipart/form-data", "--x"), 415);
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "alternatives": 8})"), 400);  // beyond max_beam
+  try {
+    parse_libretranslate_request("application/json", R"({"source": "de"})", s);
+  } catch (const ApiError& e) {
+    EXPECT_STREQ(e.what(), "Invalid request: missing q parameter");  // LibreTranslate's words
+  }
+}
+
+TEST(HttpApi, V1OptionsGoThroughTheRequestTable) {
+  const auto s = settings();
+  auto r = parse_v1_request("application/json",
+                            R"({"q": "a", "beam": 4, "nbest": 2, "lenpen": 1.0, "max_len_b": 20, "scores": true,
+                                "attention": true, "attention_head": 1})",
+                            s);
+  EXPECT_EQ(r.options.search.beam_size, 4);
+  EXPECT_EQ(r.options.search.nbest, 2);
+  EXPECT_DOUBLE_EQ(r.options.search.length_penalty, 1.0);
+  EXPECT_EQ(r.options.search.max_len_b, 20);
+  EXPECT_TRUE(r.options.scores);
+  EXPECT_TRUE(r.options.attention);
+  EXPECT_EQ(r.options.attention_head, 1);
+  // Unset keys keep the server's defaults.
+  r = parse_v1_request("", R"({"q": "a"})", s);
+  EXPECT_EQ(r.options.search.beam_size, s.search.beam_size);
+  EXPECT_EQ(r.options.search.max_len_a, s.search.max_len_a);
+  // curl -d sends a form content type: a JSON object is still read.
+  EXPECT_EQ(parse_v1_request("application/x-www-form-urlencoded", R"({"q": "a"})", s).sentences.size(), 1u);
+  auto v1 = [&](const std::string& body) { return status_of([&] { parse_v1_request("application/json", body, s); }); };
+  EXPECT_EQ(v1(R"({"q": "a", "bogus": 1})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "beam": 9})"), 400);    // > max_beam
+  EXPECT_EQ(v1(R"({"q": "a", "beam": 0})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "beam": 2, "nbest": 3})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "beam": "many"})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "beam": [1]})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "lenpen": -1})"), 400);
+  EXPECT_EQ(status_of([&] { parse_v1_request("text/csv", R"({"q": "a"})", s); }), 415);
+  try {
+    parse_v1_request("application/json", R"({"q": "a", "bogus": 1})", s);
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("bogus"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(error_json("bad \"x\"\n\xff"), "{\"error\":\"bad \\\"x\\\"\\n\xEF\xBF\xBD\"}");
+}
+
+TEST(ServiceMetricsText, CountersAndCumulativeHistograms) {
+  ServiceMetrics m;
+  m.record_request("/translate", 200, 0.02);
+  m.record_request("/translate", 200, 0.3);
+  m.record_request("/translate", 413, 0.001);
+  m.record_batch(3, 5, 40, 50, 0.1);
+  m.set_queue(2, 7);
+  const auto text = m.prometheus();
+  EXPECT_NE(text.find("torchmt_requests_total{endpoint=\"/translate\",code=\"200\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("torchmt_requests_total{endpoint=\"/translate\",code=\"413\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_request_duration_seconds_bucket{le=\"0.025\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("torchmt_request_duration_seconds_bucket{le=\"0.5\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_request_duration_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_batch_sentences_bucket{le=\"4\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_batch_sentences_bucket{le=\"8\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_sentences_total 5\n"), std::string::npos);
+  EXPECT_NE(text.find("torchmt_queue_sentences 7\n"), std::string::npos);
+  EXPECT_EQ(m.batches(), 1);
+  EXPECT_DOUBLE_EQ(m.mean_batch_sentences(), 5.0);
+}
+
+Translator random_translator() {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
+  c.max_positions = 64;
+  torch::manual_seed(9);
+  return Translator(Transformer(c), test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
+}
+
+// 24 clients at once, one sentence each: every answer is its own sentence's (as translate()
+// gives it alone), and the batcher put several requests into one batch.
+TEST(TranslationService, ConcurrentRequestsShareBatchesAndGetTheirOwnAnswers) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  lines.resize(24);
+  TranslationOptions options;
+  std::vector<std::string> expected;
+  for (const auto& line : lines) expected.push_back(translator.translate_text({line}, options).front());
+
+  ServiceMetrics metrics;
+  ServiceOptions service_options;
+  service_options.max_wait_ms = 200;  // long enough for the 24 threads to arrive together
+  TranslationService service(translator, service_options, &metrics);
+  std::vector<std::future<ServiceResult>> answers(lines.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < lines.size(); ++i)
+    clients.emplace_back([&, i] { answers[i] = service.submit(ServiceJob{{lines[i]}, options}); });
+  for (auto& c : clients) c.join();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto result = answers[i].get();
+    ASSERT_EQ(result.translations.size(), 1u);
+    EXPECT_EQ(result.translations[0].texts.front(), expected[i]) << "sentence " << i;
+  }
+  EXPECT_LT(metrics.batches(), static_cast<int64_t>(lines.size()));
+  EXPECT_GT(metrics.mean_batch_sentences(), 1.0);
+}
+
+// The budget splits the queue into batches; different searches never share one; stop()
+// answers everything queued before it returns.
+TEST(TranslationService, BudgetSearchesAndStop) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  lines.resize(12);
+  ServiceMetrics metrics;
+  ServiceOptions service_options;
+  service_options.max_wait_ms = 50;
+  service_options.max_batch_tokens = 1;  // every request alone
+  TranslationService service(translator, service_options, &metrics);
+  TranslationOptions greedy, beam;
+  beam.search.beam_size = 3;
+  beam.search.nbest = 2;
+  std::vector<std::future<ServiceResult>> answers;
+  for (size_t i = 0; i < lines.size(); ++i) answers.push_back(service.submit(ServiceJob{{lines[i]}, i % 2 ? beam : greedy}));
+  service.stop();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_EQ(answers[i].wait_for(std::chrono::seconds(0)), std::future_status::ready);
+    auto result = answers[i].get();
+    EXPECT_EQ(result.translations[0].hypotheses.size(), i % 2 ? 2u : 1u);
+  }
+  EXPECT_EQ(metrics.batches(), static_cast<int64_t>(lines.size()));
+  EXPECT_THROW(service.submit(ServiceJob{{"x"}, greedy}), std::runtime_error);
+
+  ServiceOptions tiny_queue;
+  tiny_queue.max_queue_sentences = 2;
+  tiny_queue.max_wait_ms = 1000;
+  TranslationService busy(translator, tiny_queue);
+  auto first = busy.submit(ServiceJob{{"a", "b"}, greedy});
+  EXPECT_THROW(busy.submit(ServiceJob{{"c"}, greedy}), ServiceBusy);
+  busy.stop();
+  EXPECT_EQ(first.get().translations.size(), 2u);
+}
+
+TEST(TranslationService, AttentionOfEachSentence) {
+  auto translator = random_translator();
+  TranslationService service(translator, ServiceOptions{});
+  ServiceJob job{{"Guten Morgen!", ""}, TranslationOptions{}};
+  job.attention = true;
+  auto result = service.submit(job).get();
+  ASSERT_EQ(result.attention.size(), 2u);
+  const auto& map = result.attention[0];
+  ASSERT_TRUE(map.weights.defined());
+  EXPECT_EQ(map.weights.size(0), static_cast<int64_t>(map.target_pieces.size()));
+  EXPECT_EQ(map.weights.size(1), static_cast<int64_t>(map.source_pieces.size()));
+  EXPECT_TRUE(torch::allclose(map.weights.sum(1), torch::ones({map.weights.size(0)}), 1e-4, 1e-4));
+  EXPECT_FALSE(result.attention[1].weights.defined());  // the empty line
+  job.attention_layer = 7;  // the tiny model has fewer layers
+  auto bad = service.submit(job);
+  EXPECT_THROW(bad.get(), std::invalid_argument);
+}
+
+// The binary end to end (HTTP, both APIs against `torchmt translate`, concurrency, caps,
+// malformed bodies, SIGTERM with requests in flight), from Python's standard library.
+TEST(ServeCommand, EndToEndOverHttp) {
+  if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
+  auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_test.py " +
+                             test::torchmt_binary() + " " + test::tiny_checkpoint() + " " + test::sample_de());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// The web page in a real browser: headless Chromium types a sentence and finds the translation
+// and the heatmap; the screenshot is kept (path printed).
+TEST(ServeCommand, WebPageInHeadlessChromium) {
+  if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
+  auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_browser_test.py " +
+                             test::torchmt_binary() + " " + test::tiny_checkpoint());
+  if (r.exit_code == 77) GTEST_SKIP() << r.output;  // no Chromium / chromedriver / selenium here
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace torchmt
