@@ -166,6 +166,11 @@ def main():
         status, answer = post_json(port, "/translate", {"q": sentences[0]})
         check(status == 200 and answer["translatedText"] == greedy[0], "still serving after garbage")
         check(proc.poll() is None, "the server is still running")
+        # A second server on the same port is refused, with one line naming the address.
+        second = subprocess.run([TORCHMT, "serve", "-m", MODEL, "--port", str(port)], capture_output=True,
+                                text=True, timeout=120)
+        check(second.returncode != 0 and f"127.0.0.1:{port}" in second.stderr
+              and len(second.stderr.strip().split("\n")) == 1, f"second server on the port: {second.stderr!r}")
     finally:
         if proc.poll() is None:
             proc.kill()

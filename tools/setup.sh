@@ -13,7 +13,9 @@ PYTHON=${PYTHON:-python3}
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 
-apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev pkg-config ninja-build cmake g++)
+# libcpp-httplib-dev: torchmt serve; chromium + chromium-driver: the browser test of its page.
+apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev pkg-config ninja-build cmake g++
+              libcpp-httplib-dev chromium chromium-driver)
 if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
   missing=()
   for p in "${apt_packages[@]}"; do
@@ -42,9 +44,9 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing torch==2.13.0 (CPU wheel)" >&2
     "$PYTHON" -m pip install -q torch==2.13.0
   fi
-  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece, ctranslate2' 2>/dev/null; then
-    echo "setup: installing sacrebleu, sentencepiece and ctranslate2 (test oracles, benchmark peer)" >&2
-    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5
+  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece, ctranslate2, selenium' 2>/dev/null; then
+    echo "setup: installing sacrebleu, sentencepiece, ctranslate2 and selenium (test oracles, benchmark peer, browser driver)" >&2
+    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5 selenium==4.51.0
   fi
 fi
 

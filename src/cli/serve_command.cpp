@@ -96,7 +96,10 @@ int run_serve(int argc, char** argv) {
     return kExitUsage;
 
   ServiceMetrics metrics;
-  TranslationService service(*translator, o->service, &metrics);
+  ServiceOptions service_options = o->service;
+  service_options.workers = o->translator.translation.workers;
+  service_options.threads_per_worker = o->translator.translation.threads_per_worker;
+  TranslationService service(*translator, service_options, &metrics);
   ServerOptions server_options = o->server;
   server_options.translation = o->translator.translation;
   server_options.model_name = o->translator.model;
@@ -110,7 +113,8 @@ int run_serve(int argc, char** argv) {
     finished = true;
   });
   std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << o->translator.model
-            << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ")" << std::endl;
+            << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ", "
+            << service.plan().workers << " workers x " << service.plan().threads_per_worker << " threads)" << std::endl;
   if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1")
     std::cerr << "torchmt serve: warning: listening on " << o->server.host
               << ", not on loopback only: whoever reaches this address can use the server" << std::endl;

@@ -30,7 +30,9 @@ Translator::Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt
       cpu_threads_(at::get_num_threads()),
       pool_(std::make_shared<WorkerPool>()) {
   make_decoder_ = [model = model_](bool use_cache) mutable -> std::unique_ptr<IncrementalDecoder> {
-    model->eval();
+    // Only a model in training mode (the trainer validating) is written to: concurrent
+    // translate() calls (a server's workers) on a model in eval mode only read the flag.
+    if (model->is_training()) model->eval();
     return std::make_unique<TransformerDecoder>(model, use_cache);
   };
 }
@@ -142,7 +144,8 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
 
   const WorkerPlan plan = plan_workers(options, batches.size());
   // Decoders are made here, one per worker, not in the workers: making one may touch the
-  // shared model (eval()), which must not happen from two threads at once.
+  // shared model (eval() of a model in training mode), which must not happen from two threads
+  // at once.
   std::vector<std::unique_ptr<IncrementalDecoder>> decoders;
   for (int64_t w = 0; w < plan.workers; ++w) decoders.push_back(make_decoder_(options.use_cache));
 
@@ -197,7 +200,7 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
                                        int64_t layer, int64_t head) {
   if (!model_) throw std::runtime_error("cross-attention weights need a checkpoint (not available for this model format)");
   torch::NoGradGuard no_grad;
-  model_->eval();
+  if (model_->is_training()) model_->eval();
   auto src_ids = encode_source(source);
   auto src = torch::tensor(src_ids, torch::kLong).unsqueeze(0).to(device_);  // [1, S]
   std::vector<int64_t> tgt_ids{kBosId};

@@ -13,6 +13,8 @@
 #include "torchmt/serving/translation_service.h"
 
 #if TORCHMT_WITH_HTTPLIB
+#include <sys/socket.h>
+
 #include <httplib.h>
 #endif
 
@@ -70,6 +72,7 @@ struct HttpServer::Impl {
   std::mutex mutex;
   std::condition_variable finished_cv;
   bool stop_requested = false, running = false, finished = false;
+  socket_t listen_socket = -1;
 
   Impl(Translator& t, TranslationService& s, ServiceMetrics& m, ServerOptions o)
       : translator(t), service(s), metrics(m), options(std::move(o)) {
@@ -82,6 +85,16 @@ struct HttpServer::Impl {
     server.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(read_timeout));
     server.set_keep_alive_timeout(5);
     server.set_tcp_nodelay(true);
+    // httplib's default is SO_REUSEPORT, with which a second server on the same port starts
+    // silently and takes half of the connections; SO_REUSEADDR only restarts over TIME_WAIT.
+    server.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_socket = sock;
+    });
+    // A connection per request would queue behind httplib's listen backlog (5) under load;
+    // clients keep theirs (the keep-alive timeout still closes idle ones).
+    server.set_keep_alive_max_count(100000);
     routes();
   }
 
@@ -258,6 +271,10 @@ struct HttpServer::Impl {
     if (!ok)
       throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
                                " (address in use, not an address of this machine, or not allowed)");
+    // httplib listens with a backlog of 5: a burst of new clients (64 at once in bench_serve)
+    // overflowed it, and the kernel retried their connections a second later (p99 1.26 s).
+    // Listening again on a listening socket only changes its backlog.
+    if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
     return port;
   }
 

@@ -38,7 +38,7 @@ ServiceMetrics::ServiceMetrics()
 void ServiceMetrics::record_request(const std::string& endpoint, int status, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++requests_[{endpoint, status}];
-  latency_.observe(seconds);
+  if (seconds >= 0) latency_.observe(seconds);
 }
 
 void ServiceMetrics::record_batch(int64_t requests, int64_t sentences, int64_t source_tokens, int64_t target_tokens,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 
+#include <ATen/Parallel.h>
+
 #include "torchmt/serving/metrics.h"
 
 namespace torchmt {
@@ -20,7 +22,14 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
 
 TranslationService::TranslationService(Translator& translator, ServiceOptions options, ServiceMetrics* metrics)
     : translator_(translator), options_(options), metrics_(metrics) {
-  dispatcher_ = std::thread([this] { dispatch_loop(); });
+  // The workers call translate() at once: the model goes to eval mode here, before they start,
+  // so that they only read its mode.
+  if (translator_.model()) translator_.model()->eval();
+  TranslationOptions wanted;
+  wanted.workers = options_.workers;
+  wanted.threads_per_worker = options_.threads_per_worker;
+  plan_ = translator_.plan_workers(wanted, size_t{1} << 20);  // as many batches as it likes
+  for (int64_t w = 0; w < plan_.workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
 TranslationService::~TranslationService() { stop(); }
@@ -60,47 +69,68 @@ void TranslationService::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (dispatcher_.joinable()) dispatcher_.join();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
 }
 
 void TranslationService::publish_queue_locked() {
   if (metrics_) metrics_->set_queue(static_cast<int64_t>(queue_.size()), queued_sentences_);
 }
 
-void TranslationService::dispatch_loop() {
+void TranslationService::worker_loop() {
+  // This thread's team for its operations, set once (setting it per call would clear oneDNN's
+  // caches each time; translate() leaves a matching team alone).
+  at::set_num_threads(static_cast<int>(plan_.threads_per_worker));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
+    ++idle_workers_;
     wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything queued is done
-    // Only this thread removes from the queue, so the oldest stays where it is while we wait.
-    const Pending* oldest = queue_.front().get();
+    if (queue_.empty()) {
+      --idle_workers_;
+      return;  // stopping, and everything queued is done
+    }
+    // The oldest request and its arrival; it may be taken by another worker while this one
+    // waits, so its time is copied and the queue is looked at again after the wait.
+    const auto deadline =
+        queue_.front()->arrived + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double, std::milli>(options_.max_wait_ms));
     auto tokens_like_oldest = [&] {
       int64_t tokens = 0;
       for (const auto& p : queue_)
-        if (same_search(p->job.options, oldest->job.options)) tokens += p->tokens;
+        if (same_search(p->job.options, queue_.front()->job.options)) tokens += p->tokens;
       return tokens;
     };
-    const auto deadline =
-        oldest->arrived + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double, std::milli>(options_.max_wait_ms));
-    wake_.wait_until(lock, deadline,
-                     [&] { return stopping_ || tokens_like_oldest() >= options_.max_batch_tokens; });
-    // Whole requests in arrival order, up to the budget (the oldest always goes).
+    wake_.wait_until(lock, deadline, [&] {
+      return stopping_ || queue_.empty() || tokens_like_oldest() >= options_.max_batch_tokens;
+    });
+    if (queue_.empty()) {
+      --idle_workers_;
+      continue;
+    }
+    // Whole requests like the oldest, in arrival order: this worker's share of them when
+    // others are free too, never more than the budget (the oldest always goes).
+    const TranslationOptions key = queue_.front()->job.options;
+    int64_t like = 0;
+    for (const auto& p : queue_)
+      if (same_search(p->job.options, key)) like += static_cast<int64_t>(p->job.sentences.size());
+    const int64_t share = (like + idle_workers_ - 1) / std::max<int64_t>(1, idle_workers_);
+    --idle_workers_;
     std::vector<std::unique_ptr<Pending>> batch;
-    int64_t tokens = 0;
-    const TranslationOptions key = oldest->job.options;
-    for (auto it = queue_.begin(); it != queue_.end();) {
+    int64_t tokens = 0, sentences = 0;
+    for (auto it = queue_.begin(); it != queue_.end() && (batch.empty() || sentences < share);) {
       if (!same_search((*it)->job.options, key)) {
         ++it;
         continue;
       }
       if (!batch.empty() && tokens + (*it)->tokens > options_.max_batch_tokens) break;
       tokens += (*it)->tokens;
+      sentences += static_cast<int64_t>((*it)->job.sentences.size());
       queued_sentences_ -= static_cast<int64_t>((*it)->job.sentences.size());
       batch.push_back(std::move(*it));
       it = queue_.erase(it);
     }
     publish_queue_locked();
+    if (!queue_.empty()) wake_.notify_one();  // the rest is another free worker's
     lock.unlock();
     run(batch);
     lock.lock();
@@ -116,12 +146,11 @@ void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
     source_tokens += p->tokens;
   }
   TranslationOptions options = batch.front()->job.options;
-  // One batch per worker: the job is split evenly so that every core has a share of it.
-  if (options.batch_source_tokens == 0) {
-    const auto workers = translator_.plan_workers(options, lines.size()).workers;
-    const auto n = static_cast<int64_t>(lines.size());
-    options.batch_size = std::max<int64_t>(1, std::min(options.batch_size, (n + workers - 1) / workers));
-  }
+  // The whole batch on this worker (its threads were set when it started).
+  options.workers = 1;
+  options.threads_per_worker = plan_.threads_per_worker;
+  options.batch_size = std::max<int64_t>(options.batch_size, static_cast<int64_t>(lines.size()));
+  options.batch_source_tokens = 0;
   std::vector<Translation> translations;
   try {
     translations = translator_.translate(lines, options);

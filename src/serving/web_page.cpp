@@ -14,6 +14,7 @@ const std::string& web_page_html() {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>torchmt</title>
+<link rel="icon" href="data:,">
 <style>
   :root { color-scheme: light dark; font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
   body { margin: 0 auto; max-width: 72rem; padding: 1rem; line-height: 1.4; }

@@ -54,6 +54,8 @@ class Translator {
   static Translator from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
 
   // Output in input order, whatever the number of workers (options.workers; 0 = plan_workers).
+  // Several threads may call it at once with options.workers 1 (a server's workers), once the
+  // model is in eval mode (it is after the first call).
   std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options);
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,

@@ -30,7 +30,7 @@ class Histogram {
 class ServiceMetrics {
  public:
   ServiceMetrics();
-  void record_request(const std::string& endpoint, int status, double seconds);
+  void record_request(const std::string& endpoint, int status, double seconds);  // seconds < 0: not timed
   void record_batch(int64_t requests, int64_t sentences, int64_t source_tokens, int64_t target_tokens,
                     double seconds);
   void set_queue(int64_t requests, int64_t sentences);

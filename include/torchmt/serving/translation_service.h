@@ -3,11 +3,13 @@
 // token-budget batches across requests, decoded by one Translator (its worker pool and
 // precision, the same as `torchmt translate`), and each request gets its own answer back.
 //
-// One dispatcher thread: it waits for the oldest queued request, then up to `max_wait_ms`
+// `workers` threads (CTranslate2's inter_threads; each with `threads_per_worker` threads inside
+// its operations): a free worker waits for the oldest queued request, then up to `max_wait_ms`
 // from that request's arrival for company (or until the queued source tokens reach
-// `max_batch_tokens`), takes whole requests with the same search settings in arrival order up
-// to the budget, and translates them as one job. The Translator splits the job into one batch
-// per worker, so a batch of 64 one-sentence requests keeps every core busy.
+// `max_batch_tokens`), and takes whole requests with the same search settings in arrival order:
+// its share of them when other workers are free too (so that a burst keeps every worker busy),
+// at most the budget. It decodes them as one batch while the other workers take the next ones,
+// so no worker waits for another's batch to end.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +29,8 @@ namespace torchmt {
 class ServiceMetrics;
 
 struct ServiceOptions {
+  int64_t workers = 0;              // batches decoded at once; 0 = the Translator's plan (a worker per core, 1 on CUDA)
+  int64_t threads_per_worker = 0;   // threads inside each worker's operations; 0 = the plan's
   int64_t max_batch_tokens = 4096;  // source tokens (pieces + </s>) per batch, summed over its sentences
   double max_wait_ms = 5;           // how long the oldest request waits for others to share its batch
   int64_t max_queue_sentences = 8192;  // beyond this, submit() refuses (the server answers 503)
@@ -62,11 +66,13 @@ class TranslationService {
   // the queue is full and std::runtime_error after stop().
   std::future<ServiceResult> submit(ServiceJob job);
 
-  // Refuses new jobs, finishes every queued one, joins the dispatcher. Idempotent.
+  // Refuses new jobs, finishes every queued one, joins the workers. Idempotent.
   void stop();
 
   // Source tokens of a sentence as the batch budget counts them.
   int64_t source_tokens(const std::string& sentence) const;
+  // The workers and threads it runs.
+  WorkerPlan plan() const { return plan_; }
 
  private:
   struct Pending {
@@ -75,19 +81,21 @@ class TranslationService {
     std::chrono::steady_clock::time_point arrived;
     std::promise<ServiceResult> promise;
   };
-  void dispatch_loop();
+  void worker_loop();
   void run(std::vector<std::unique_ptr<Pending>>& batch);
   void publish_queue_locked();
 
   Translator& translator_;
   ServiceOptions options_;
   ServiceMetrics* metrics_;
+  WorkerPlan plan_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Pending>> queue_;
   int64_t queued_sentences_ = 0;
+  int64_t idle_workers_ = 0;  // workers waiting for a batch
   bool stopping_ = false;
-  std::thread dispatcher_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace torchmt

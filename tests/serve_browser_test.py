@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The page `torchmt serve` shows, in a real browser: headless Chromium (Debian's chromium and
+chromium-driver, driven by Selenium) opens it, types a German sentence key by key, and waits
+for the translation (which must equal `torchmt translate`'s) and the attention heatmap (an
+image the browser decoded, of non-zero size). Also at a phone's width. Screenshots are kept.
+
+    serve_browser_test.py TORCHMT MODEL [SCREENSHOT_DIR]
+
+Exit 0 when all hold, 77 when there is no browser to drive here, 1 otherwise.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TORCHMT, MODEL = sys.argv[1:3]
+SHOTS = sys.argv[3] if len(sys.argv) > 3 else os.path.join(tempfile.gettempdir(), "torchmt-serve-screenshots")
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    print("selenium is not installed (tools/setup.sh installs it)")
+    sys.exit(77)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
+if not CHROMIUM or not os.path.exists(DRIVER):
+    print("no chromium / chromedriver here (Debian: chromium chromium-driver; tools/setup.sh installs them)")
+    sys.exit(77)
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def main():
+    sentence = "Ein Hund läuft über die Wiese."
+    want = subprocess.run([TORCHMT, "translate", "-m", MODEL, "--beam", "5"], input=sentence + "\n",
+                          capture_output=True, text=True, check=True).stdout.rstrip("\n")
+    proc = subprocess.Popen([TORCHMT, "serve", "-m", MODEL, "--port", "0"], stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in proc.stderr:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+        if m:
+            port = int(m.group(1))
+            break
+    check(port, "the server did not start")
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    os.makedirs(SHOTS, exist_ok=True)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1200,900"):
+        options.add_argument(arg)
+    driver = None
+    try:
+        driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+        for width, height, name in ((1200, 900, "desktop"), (390, 844, "phone")):
+            driver.set_window_size(width, height)
+            driver.get(f"http://127.0.0.1:{port}/")
+            box = driver.find_element(By.ID, "source")
+            for ch in sentence:  # typed key by key, as a person does
+                box.send_keys(ch)
+                time.sleep(0.01)
+            WebDriverWait(driver, 60).until(
+                lambda d: d.find_element(By.ID, "target").text.strip() == want
+                and d.execute_script(
+                    "const i = document.getElementById('heatmap-image');"
+                    "return i !== null && i.complete && i.naturalWidth > 0;"))
+            target = driver.find_element(By.ID, "target").text.strip()
+            check(target == want, f"{name}: page shows {target!r}, translate gives {want!r}")
+            size = driver.execute_script(
+                "const i = document.getElementById('heatmap-image'); return [i.naturalWidth, i.clientWidth];")
+            check(size[0] > 50 and size[1] > 0, f"{name}: heatmap size {size}")
+            # Nothing wider than the screen on a phone: the page scrolls only vertically.
+            overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth;")
+            check(overflow <= 1, f"{name}: the page is {overflow}px wider than the window")
+            shot = os.path.join(SHOTS, f"serve-{name}.png")
+            driver.save_screenshot(shot)
+            check(os.path.getsize(shot) > 1000, f"{name}: screenshot {shot}")
+            print(f"{name}: translation and heatmap shown; screenshot {shot}")
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        check(not errors, f"console errors: {errors}")
+    finally:
+        if driver:
+            driver.quit()
+        proc.terminate()
+        proc.wait(timeout=60)
+    print("serve page: typed sentence translated and heatmap drawn in headless Chromium: ok")
+
+
+if __name__ == "__main__":
+    main()
