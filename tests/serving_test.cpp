@@ -197,7 +197,7 @@ TEST(TranslationService, BudgetSearchesAndStop) {
     EXPECT_EQ(result.translations[0].hypotheses.size(), i % 2 ? 2u : 1u);
   }
   EXPECT_EQ(metrics.batches(), static_cast<int64_t>(lines.size()));
-  EXPECT_THROW(service.submit(ServiceJob{{"x"}, greedy}), std::runtime_error);
+  EXPECT_THROW(service.submit(ServiceJob{{"x"}, greedy}), ServiceBusy);  // after stop()
 
   ServiceOptions tiny_queue;
   tiny_queue.max_queue_sentences = 2;

@@ -207,7 +207,7 @@ struct HttpServer::Impl {
     } catch (const ServiceBusy& e) {
       reply_error(res, 503, e.what());
     } catch (const std::exception& e) {
-      reply_error(res, e.what() == std::string("the server is shutting down") ? 503 : 500, e.what());
+      reply_error(res, 500, std::string("internal error: ") + e.what());
     }
     metrics.add_in_flight(-1);
     metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());

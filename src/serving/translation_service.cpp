@@ -50,7 +50,7 @@ std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) throw std::runtime_error("the server is shutting down");
+    if (stopping_) throw ServiceBusy("the server is shutting down");
     const auto n = static_cast<int64_t>(pending->job.sentences.size());
     if (queued_sentences_ + n > options_.max_queue_sentences)
       throw ServiceBusy("the translation queue is full (" + std::to_string(queued_sentences_) +

@@ -61,7 +61,7 @@ FlatConfig parse_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number beyond a double (out_of_range)
     std::string what = e.what();
     throw std::runtime_error("malformed JSON: " + what.substr(what.find(']') + 2));
   }

@@ -48,6 +48,7 @@ struct ServiceResult {
   std::vector<AttentionMap> attention;    // one per sentence when asked (empty map for an empty line)
 };
 
+// The service cannot take a job now (queue full, shutting down): the server's 503.
 class ServiceBusy : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -63,7 +64,7 @@ class TranslationService {
 
   // Queues a job; the future holds its result or the exception its decoding threw
   // (std::invalid_argument for an attention layer/head out of range). Throws ServiceBusy when
-  // the queue is full and std::runtime_error after stop().
+  // the queue is full or after stop().
   std::future<ServiceResult> submit(ServiceJob job);
 
   // Refuses new jobs, finishes every queued one, joins the workers. Idempotent.
