@@ -83,6 +83,9 @@ Level run_level(int port, const std::vector<std::string>& sentences, int clients
     threads.emplace_back([&, c] {
       httplib::Client client("127.0.0.1", port);
       client.set_keep_alive(true);
+      // Headers and body go out in two writes: with Nagle's algorithm the body waited for the
+      // server's delayed ACK (40 ms per request, measured: p50 52 ms at 1 client, int8).
+      client.set_tcp_nodelay(true);
       client.set_read_timeout(600, 0);
       for (size_t i; (i = next++) < sentences.size();) {
         const auto t0 = Clock::now();
