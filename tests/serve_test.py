@@ -190,13 +190,14 @@ def main():
     for t in threads:
         t.start()
     deadline = time.time() + 30
-    while time.time() < deadline:
+    in_flight = 0
+    while time.time() < deadline and in_flight < 8:
         _, _, data = request(port, "GET", "/metrics")
         m = re.search(r"^torchmt_requests_in_flight (\d+)$", data.decode(), re.M)
-        if m and int(m.group(1)) == 8:
-            break
+        in_flight = int(m.group(1)) if m else 0
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
+    check(in_flight == 8, f"requests in flight before SIGTERM: {in_flight} of 8")
     for t in threads:
         t.join()
     code = proc.wait(timeout=60)

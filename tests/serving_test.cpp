@@ -3,6 +3,7 @@
 // tests/serve_test.py runs the `torchmt serve` binary itself (serve_process_test below).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -237,11 +238,12 @@ TEST(ServeCommand, EndToEndOverHttp) {
 }
 
 // The web page in a real browser: headless Chromium types a sentence and finds the translation
-// and the heatmap; the screenshot is kept (path printed).
+// and the heatmap; the screenshots are kept in test-artifacts/ of the build directory.
 TEST(ServeCommand, WebPageInHeadlessChromium) {
   if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
+  const auto artifacts = (std::filesystem::current_path() / "test-artifacts").string();
   auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_browser_test.py " +
-                             test::torchmt_binary() + " " + test::tiny_checkpoint());
+                             test::torchmt_binary() + " " + test::tiny_checkpoint() + " " + artifacts);
   if (r.exit_code == 77) GTEST_SKIP() << r.output;  // no Chromium / chromedriver / selenium here
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
