@@ -4,6 +4,7 @@
 
 #include "test_support.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/decoding/translator.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/training/train_options.h"
 
@@ -73,6 +74,15 @@ inline const std::string& tiny_checkpoint() {
     return dir.file("tiny.pt");
   }();
   return path;
+}
+
+// A random tiny model in memory with the sample tokenizer, fp32 on the CPU.
+inline Translator random_translator() {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = sample_tokenizer().vocab_size();
+  c.max_positions = 64;
+  torch::manual_seed(9);
+  return Translator(Transformer(c), sample_tokenizer(), sample_tokenizer(), torch::kCPU, torch::kFloat);
 }
 
 }  // namespace torchmt::test

@@ -139,13 +139,7 @@ TEST(ServiceMetricsText, CountersAndCumulativeHistograms) {
   EXPECT_DOUBLE_EQ(m.mean_batch_sentences(), 5.0);
 }
 
-Translator random_translator() {
-  ModelConfig c = ModelConfig::preset("tiny");
-  c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
-  c.max_positions = 64;
-  torch::manual_seed(9);
-  return Translator(Transformer(c), test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
-}
+using test::random_translator;
 
 // 24 clients at once, one sentence each: every answer is its own sentence's (as translate()
 // gives it alone), and the batcher put several requests into one batch.

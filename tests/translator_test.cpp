@@ -8,13 +8,7 @@
 namespace torchmt {
 namespace {
 
-Translator random_translator() {
-  ModelConfig c = ModelConfig::preset("tiny");
-  c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
-  c.max_positions = 64;
-  torch::manual_seed(9);
-  return Translator(Transformer(c), test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
-}
+using test::random_translator;
 
 std::vector<std::string> sample_lines(size_t n) {
   auto lines = read_lines(test::sample_de());
