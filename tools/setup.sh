@@ -13,9 +13,10 @@ PYTHON=${PYTHON:-python3}
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 
-# libcpp-httplib-dev: torchmt serve; chromium + chromium-driver: the browser test of its page.
+# libcpp-httplib-dev: torchmt serve; chromium + chromium-driver: the browser test of its page;
+# libgloo-dev: the headers of the Gloo library LibTorch ships compiled (c10d, train --nproc-per-node).
 apt_packages=(libsentencepiece-dev libcxxopts-dev libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev pkg-config ninja-build cmake g++
-              libcpp-httplib-dev chromium chromium-driver)
+              libcpp-httplib-dev chromium chromium-driver libgloo-dev)
 if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
   missing=()
   for p in "${apt_packages[@]}"; do

@@ -3,7 +3,9 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "torchmt/training/process_group.h"
 #include "torchmt/training/trainer.h"
+#include "torchmt/training/worker_launcher.h"
 #include "torchmt/util/integrity.h"
 
 namespace torchmt::cli {
@@ -31,7 +33,14 @@ int run_train(int argc, char** argv) {
   auto train_options = read_options(table, *line, argv[0], code);
   if (!train_options) return code;
   if (!check_usage([&] { train_options->validate(); }, argv[0])) return kExitUsage;
+  if (train_options->nproc_per_node > 1 && !DistributedEnv::from_environment().present) {
+    // This process launches the workers, each of which runs this same command line.
+    std::vector<std::string> args{"torchmt", "train"};
+    args.insert(args.end(), argv + 1, argv + argc);
+    return launch_local_workers(static_cast<int>(train_options->nproc_per_node), args);
+  }
   TrainSummary s = Trainer(*train_options).run();
+  if (!s.reporting) return kExitOk;
   std::cerr << (s.interrupted ? "interrupted" : "done") << ": " << s.steps << " steps in this run, "
             << static_cast<int64_t>(s.train_seconds) << " s of training, " << static_cast<int64_t>(s.tokens_per_sec)
             << " target tokens/s, best validation BLEU " << s.best_bleu << " (" << s.best_checkpoint << ")\n";

@@ -105,14 +105,19 @@ void TokenBatcher::seek(int64_t epoch, int64_t batch_index) {
   batch_index_ = batch_index;
 }
 
-Batch TokenBatcher::next(const c10::Device& device) {
+void TokenBatcher::skip() {
   if (batches_.empty()) throw std::runtime_error("no batches: the corpus has no pairs");
-  const auto& members = batches_[static_cast<size_t>(order_[static_cast<size_t>(batch_index_)])];
   if (++batch_index_ == batches_per_epoch()) {
     ++epoch_;
     batch_index_ = 0;
     order_ = epoch_order(epoch_);
   }
+}
+
+Batch TokenBatcher::next(const c10::Device& device) {
+  if (batches_.empty()) throw std::runtime_error("no batches: the corpus has no pairs");
+  const auto& members = batches_[static_cast<size_t>(order_[static_cast<size_t>(batch_index_)])];
+  skip();
 
   const auto& pairs = corpus_->pairs;
   const int64_t rows = static_cast<int64_t>(members.size());

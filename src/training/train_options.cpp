@@ -7,7 +7,7 @@ namespace torchmt {
 const OptionTable<TrainOptions>& train_option_table() {
   using O = TrainOptions;
   const OptionExtra data{"", "data", {}}, model{"", "model", {}}, optim{"", "optimisation", {}},
-      run{"", "run", {}};
+      run{"", "run", {}}, dist{"", "distributed", {}};
   static const auto table = OptionTable<O>("training")
       .add("train_src", &O::train_src, "training source file (plain or .gz)", data)
       .add("train_tgt", &O::train_tgt, "training target file", data)
@@ -48,7 +48,16 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("validate_every", &O::validate_every, "validate every N steps (0 = every epoch)", run)
       .add("log_every", &O::log_every, "steps between log lines when stderr is not a terminal", run)
       .add("keep_last", &O::keep_last, "numbered checkpoints to keep", run)
-      .add("valid_batch_size", &O::valid_batch_size, "sentences per batch when translating the validation set", run);
+      .add("valid_batch_size", &O::valid_batch_size, "sentences per batch when translating the validation set", run)
+      .add("nproc_per_node", &O::nproc_per_node,
+           "data-parallel workers to start on this machine (processes on c10d/Gloo; across machines start "
+           "one process per worker with torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT instead)",
+           dist)
+      .add("dist_timeout", &O::dist_timeout,
+           "seconds a worker waits for the others (a worker that died or hangs stops the job after this)", dist)
+      .add("bucket_mb", &O::bucket_mb, "MB of gradients per all-reduce bucket", dist)
+      .add("overlap_allreduce", &O::overlap_allreduce,
+           "start each bucket's all-reduce during the backward pass (false: after it)", dist);
   return table;
 }
 
@@ -78,6 +87,9 @@ void TrainOptions::validate() const {
           "--tie-embeddings must be auto, true or false");
   require(keep_last >= 0 && log_every >= 1 && validate_every >= 0, "invalid logging/checkpoint interval");
   require(!out.empty(), "--out must name a run directory");
+  require(nproc_per_node >= 1 && nproc_per_node <= 1024, "--nproc-per-node must be between 1 and 1024");
+  require(dist_timeout > 0, "--dist-timeout must be positive");
+  require(bucket_mb > 0, "--bucket-mb must be positive");
 }
 
 }  // namespace torchmt

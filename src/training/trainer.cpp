@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -20,9 +21,11 @@
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/training/adam_optimizer.h"
 #include "torchmt/training/checkpoint_manager.h"
+#include "torchmt/training/gradient_reducer.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/label_smoothed_cross_entropy.h"
 #include "torchmt/training/metrics_log.h"
+#include "torchmt/training/process_group.h"
 #include "torchmt/training/stop_criteria.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/training/validator.h"
@@ -70,8 +73,11 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
 
 class Progress {
  public:
-  explicit Progress(int64_t log_every) : tty_(::isatty(STDERR_FILENO) == 1), log_every_(log_every) {}
+  // `quiet`: a data-parallel worker other than rank 0 (rank 0 reports for the job).
+  Progress(int64_t log_every, bool quiet)
+      : tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), log_every_(log_every) {}
   void update(int64_t step, const std::string& text) {
+    if (quiet_) return;
     if (tty_) {
       std::cerr << "\r\033[K" << text << std::flush;
       dirty_ = true;
@@ -80,13 +86,14 @@ class Progress {
     }
   }
   void line(const std::string& text) {
+    if (quiet_) return;
     if (dirty_) std::cerr << "\n";
     dirty_ = false;
     std::cerr << text << "\n";
   }
 
  private:
-  bool tty_;
+  bool tty_, quiet_;
   int64_t log_every_;
   bool dirty_ = false;
 };
@@ -106,11 +113,43 @@ std::string ensure_tokenizer(const TrainOptions& o, Progress& progress) {
   return path;
 }
 
+// The tokenizer every rank uses: rank 0's (given or trained into its run directory), sent to
+// the others as bytes, so workers on other machines need no shared run directory.
+Tokenizer shared_tokenizer(const TrainOptions& o, Progress& progress, ProcessGroup* group, std::string& path) {
+  std::string proto;
+  if (group == nullptr || group->rank() == 0) {
+    path = ensure_tokenizer(o, progress);
+    proto = Tokenizer::load(path).serialized();
+  }
+  if (group != nullptr) group->broadcast_bytes(proto, 0);
+  if (group != nullptr && group->rank() != 0) path = o.spm.empty() ? o.out + "/spm.model" : o.spm;
+  return Tokenizer::from_serialized(proto);
+}
+
+// The process group when this process is one of several data-parallel workers.
+std::unique_ptr<ProcessGroup> join_process_group(const TrainOptions& o, const DistributedEnv& env) {
+  if (!env.present) return nullptr;
+  if (env.world_size > 1 && o.nproc_per_node > 1 && env.local_world_size != o.nproc_per_node)
+    throw std::invalid_argument("--nproc-per-node " + std::to_string(o.nproc_per_node) + " but LOCAL_WORLD_SIZE is " +
+                                std::to_string(env.local_world_size));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000));
+  return std::make_unique<ProcessGroup>(env, timeout);
+}
+
 // Creates the run directory and applies the thread count; refuses to overwrite a run or to
-// resume nothing. Returns `o`.
-const TrainOptions& prepare_run_directory(const TrainOptions& o) {
+// resume nothing (rank 0 decides for a data-parallel job: the others may not share its disk).
+// Returns `o`.
+const TrainOptions& prepare_run_directory(const TrainOptions& o, const DistributedEnv& env) {
+  if (o.threads > 0) {
+    torch::set_num_threads(static_cast<int>(o.threads));
+  } else if (env.local_world_size > 1) {
+    // The cores are shared by this machine's workers (measured: 2 workers x 2 threads on 2
+    // cores oversubscribe; each worker its share).
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    torch::set_num_threads(static_cast<int>(std::max<unsigned>(1, cores / static_cast<unsigned>(env.local_world_size))));
+  }
+  if (env.rank != 0) return o;
   fs::create_directories(o.out);
-  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   const std::string last = CheckpointManager(o.out, o.keep_last).last_path();
   if (o.resume && !fs::exists(last)) throw std::runtime_error("--resume: no checkpoint to resume at " + last);
   if (!o.resume && fs::exists(last))
@@ -145,9 +184,15 @@ class TrainingRun {
   void validate_and_save(bool validate);
   void log_update(int64_t epoch, double lr, double eta);
 
+  // Before and after rank 0's work that the others must not overlap (setup, validation, saving).
+  void wait_for_rank0();
+
+  const DistributedEnv env_;
   const TrainOptions& o_;
-  FileLock run_lock_;  // one writer per run directory, from here to the end of the run
+  const bool rank0_;
+  std::optional<FileLock> run_lock_;  // rank 0: one writer per run directory, to the end of the run
   Progress progress_;
+  std::unique_ptr<ProcessGroup> group_;  // data-parallel workers only
   c10::Device device_;
   c10::ScalarType dtype_;
   CheckpointManager checkpoints_;
@@ -160,6 +205,7 @@ class TrainingRun {
   std::unique_ptr<AdamOptimizer> optimizer_;
   std::unique_ptr<TokenBatcher> batcher_;  // points into train_
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<GradientReducer> reducer_;
   CheckpointMeta meta_;
   TrainingPosition& position_ = meta_.position;
   // This process's progress.
@@ -172,24 +218,31 @@ class TrainingRun {
 };
 
 TrainingRun::TrainingRun(const TrainOptions& o)
-    : o_(prepare_run_directory(o)),
-      run_lock_(o.out + "/train.lock", "run directory " + o.out),
-      progress_(o.log_every),
-      device_(resolve_device(o.device)),
+    : env_(DistributedEnv::from_environment()),
+      o_(prepare_run_directory(o, env_)),
+      rank0_(env_.rank == 0),
+      progress_(o.log_every, !rank0_),
+      group_(join_process_group(o, env_)),
+      device_(resolve_device(o.device, env_.local_rank)),
       dtype_(resolve_dtype(o.dtype, device_)),
       checkpoints_(o.out, o.keep_last),
-      spm_path_(ensure_tokenizer(o, progress_)),
-      tokenizer_(Tokenizer::load(spm_path_)) {
-  // Corpora (encoded once, then cached next to the run).
+      tokenizer_(shared_tokenizer(o, progress_, group_.get(), spm_path_)) {
+  if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
+  if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d Gloo, " +
+                             env_.master_addr + ":" + std::to_string(env_.master_port) + ")");
+  // Corpora (encoded once, then cached next to the run: rank 0 first, the others read its cache
+  // when they share the disk).
   CorpusOptions corpus_options;
   corpus_options.max_sentence_tokens = o.max_sentence_tokens;
   corpus_options.cache_dir = o.out + "/cache";
   const auto t0 = Clock::now();
+  if (!rank0_) wait_for_rank0();
   train_ = load_parallel_corpus(o.train_src, o.train_tgt, tokenizer_, tokenizer_, corpus_options);
+  if (rank0_) wait_for_rank0();
   progress_.line("train: " + train_.stats.summary() + (train_.from_cache ? " (cached)" : "") + " in " +
                  std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
   if (train_.pairs.empty()) throw std::runtime_error("no training pairs left after filtering " + o.train_src);
-  if (!o.valid_src.empty()) {
+  if (!o.valid_src.empty() && rank0_) {
     validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
                        device_, dtype_);
     progress_.line("valid: " + validator_->summary());
@@ -211,9 +264,9 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   meta_.src_spm_path = meta_.tgt_spm_path = fs::absolute(spm_path_).string();
   meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
-  if (const int64_t stale = checkpoints_.remove_stale_temporaries(); stale > 0)
+  if (const int64_t stale = rank0_ ? checkpoints_.remove_stale_temporaries() : 0; stale > 0)
     progress_.line("removed " + std::to_string(stale) + " temporary file(s) left by an interrupted run in " + o.out);
-  if (o.resume) {
+  if (o.resume && rank0_) {
     // checkpoint_last.pt, or when it is damaged the newest numbered checkpoint that verifies.
     std::vector<std::string> candidates = checkpoints_.numbered();
     candidates.push_back(checkpoints_.last_path());
@@ -236,8 +289,35 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     progress_.line("resumed " + resumed_from + " at step " + std::to_string(position_.step) +
                    ", epoch " + std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));
   }
+  if (group_) {
+    // Every rank starts from rank 0's weights, optimizer state and position (whatever the
+    // others initialised or could read), so a job may resume on a different number of workers.
+    std::vector<at::Tensor> state = unique_parameters(*model_);
+    for (auto* part : {&optimizer_->state().exp_avg, &optimizer_->state().exp_avg_sq, &optimizer_->state().steps})
+      state.insert(state.end(), part->begin(), part->end());
+    {
+      torch::NoGradGuard no_grad;
+      group_->broadcast(state, 0);
+    }
+    auto where = torch::tensor({static_cast<double>(position_.step), static_cast<double>(position_.epoch),
+                                static_cast<double>(position_.batch_index), position_.best_bleu, position_.best_loss,
+                                position_.train_seconds},
+                               torch::kDouble);
+    group_->broadcast({where}, 0);
+    position_.step = static_cast<int64_t>(where[0].item<double>());
+    position_.epoch = static_cast<int64_t>(where[1].item<double>());
+    position_.batch_index = static_cast<int64_t>(where[2].item<double>());
+    position_.best_bleu = where[3].item<double>();
+    position_.best_loss = where[4].item<double>();
+    position_.train_seconds = where[5].item<double>();
+    batcher_->seek(position_.epoch, position_.batch_index);
+    reducer_ = std::make_unique<GradientReducer>(unique_parameters(*model_), *group_,
+                                                 static_cast<int64_t>(o.bucket_mb * 1024 * 1024),
+                                                 o.overlap_allreduce);
+  }
   seconds_before_ = position_.train_seconds;
-  atomic_write(o.out + "/config.yaml",
+  if (rank0_)
+    atomic_write(o.out + "/config.yaml",
                seal_text("# effective configuration of this run (torchmt train --config " + o.out +
                          "/config.yaml); the last line is its checksum: delete it after editing by hand\n" +
                          meta_.train_config));
@@ -245,10 +325,24 @@ TrainingRun::TrainingRun(const TrainOptions& o)
                  std::to_string(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
                  std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%), device " + device_.str() +
                  ", " + dtype_name(dtype_) + ", " + std::to_string(torch::get_num_threads()) + " threads");
-  metrics_ = std::make_unique<MetricsLog>(o.out, position_.step);
+  if (group_)
+    progress_.line("gradient all-reduce: " + std::to_string(reducer_->bytes() / 1024) + " KiB per update in " +
+                   std::to_string(reducer_->buckets()) + " bucket(s), " +
+                   (o.overlap_allreduce ? "overlapped with backward" : "after backward") + "; global batch " +
+                   std::to_string(group_->size()) + " x " + std::to_string(o.batch_tokens) + " tokens x " +
+                   std::to_string(o.update_freq));
+  if (rank0_) metrics_ = std::make_unique<MetricsLog>(o.out, position_.step);
+}
+
+void TrainingRun::wait_for_rank0() {
+  if (group_) group_->barrier();
 }
 
 void TrainingRun::validate_and_save(bool validate) {
+  if (!rank0_) {
+    wait_for_rank0();  // rank 0 validates and writes for the job
+    return;
+  }
   bool best = !validator_;
   if (validate && validator_) {
     const ValidationScores scores = validator_->run(model_);
@@ -278,23 +372,41 @@ void TrainingRun::validate_and_save(bool validate) {
     last_validated_step_ = position_.step;
   }
   checkpoints_.save(model_, &optimizer_->state(), meta_, best, validate);
+  wait_for_rank0();
 }
 
 TrainSummary TrainingRun::loop() {
+  const int64_t world = group_ ? group_->size() : 1, rank = group_ ? group_->rank() : 0;
   const StopCriteria stop({o_.max_steps, o_.max_epochs, o_.max_minutes}, batcher_->batches_per_epoch(),
-                          o_.update_freq);
+                          o_.update_freq * world);
   const InverseSqrtSchedule schedule(o_.lr_factor, model_config_.d_model, o_.warmup);
   TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
                     o_.clip_norm);
+  step.distribute(reducer_.get(), group_.get());
   int64_t bad_steps = 0;
+  // An update reads world x update_freq batches of the one global order; rank r takes every
+  // world-th from the r-th, so N workers see what one worker with --update-freq N sees.
   auto next_batches = [&] {
     std::vector<Batch> batches;
-    for (int64_t micro = 0; micro < o_.update_freq; ++micro) batches.push_back(batcher_->next(device_));
+    for (int64_t i = 0; i < o_.update_freq * world; ++i) {
+      if (i % world == rank)
+        batches.push_back(batcher_->next(device_));
+      else
+        batcher_->skip();
+    }
     return batches;
   };
+  // Whether to go on: every rank must agree (a time limit or a signal may reach one first).
+  auto keep_going = [&] {
+    const bool go = !stop.reached(position_) && !StopSignals::requested();
+    return group_ ? group_->all_true(go) : go;
+  };
   std::vector<Batch> batches;
-  while (!stop.reached(position_) && !StopSignals::requested()) {
+  while (keep_going()) {
     const auto step_start = Clock::now();
+    // Dropout's randomness under data parallelism: a function of (seed, update, rank), so a
+    // resumed job draws what it would have drawn, whatever it was saved with.
+    if (group_) torch::manual_seed(o_.seed * 1000003ULL + static_cast<uint64_t>(position_.step) * 1009ULL + rank);
     const int64_t epoch_before = position_.epoch;
     if (batches.empty()) batches = next_batches();
     // Where the batcher stands after this update's batches: what a checkpoint records.
@@ -339,7 +451,7 @@ TrainSummary TrainingRun::loop() {
     if (epoch_done) summary_.epochs_completed += 1;
     if (o_.validate_every > 0 ? position_.step % o_.validate_every == 0 : epoch_done) validate_and_save(true);
   }
-  summary_.interrupted = StopSignals::requested();
+  summary_.interrupted = StopSignals::requested() || (!stop.reached(position_) && group_);
   if (summary_.interrupted) {
     progress_.line("interrupted: saving " + checkpoints_.last_path());
     validate_and_save(false);
@@ -350,6 +462,7 @@ TrainSummary TrainingRun::loop() {
   summary_.tokens_per_sec = train_seconds_ > 0 ? total_tokens_ / train_seconds_ : 0;
   summary_.best_bleu = position_.best_bleu;
   summary_.best_checkpoint = checkpoints_.best_path();
+  summary_.reporting = rank0_;
   return summary_;
 }
 

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/special_ids.h"
+#include "torchmt/training/gradient_reducer.h"
+#include "torchmt/training/process_group.h"
 #include "torchmt/util/device.h"
 
 namespace torchmt {
@@ -22,7 +24,9 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   model_->train();
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
   StepResult result;
-  for (const Batch& batch : batches) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& batch = batches[i];
+    if (reducer_ != nullptr && i + 1 == batches.size()) reducer_->arm();
     at::Tensor logits;
     {
       AutocastGuard autocast(device_, dtype_);
@@ -34,6 +38,15 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
     result.tokens += batch.tgt_tokens;
   }
   torch::NoGradGuard no_grad;
+  if (reducer_ != nullptr) reducer_->finish();
+  if (group_ != nullptr) {
+    // [loss, tokens] summed over the ranks (doubles: token counts stay exact).
+    at::Tensor totals = torch::stack({loss_sum.to(torch::kCPU, torch::kDouble),
+                                      torch::scalar_tensor(static_cast<double>(result.tokens), torch::kDouble)});
+    group_->all_reduce_sum(totals, "all-reduce of the loss and target tokens");
+    loss_sum = totals[0].to(loss_sum.device(), loss_sum.scalar_type());
+    result.tokens = static_cast<int64_t>(totals[1].item<double>());
+  }
   std::vector<at::Tensor> grads;
   for (const auto& p : optimizer_.params())
     if (p.grad().defined()) grads.push_back(p.grad());

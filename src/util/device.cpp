@@ -11,18 +11,18 @@
 
 namespace torchmt {
 
-c10::Device resolve_device(const std::string& spec) {
-  if (spec == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+c10::Device resolve_device(const std::string& spec, int default_index) {
   c10::Device device(c10::kCPU);
+  if (spec == "auto" && !torch::cuda::is_available()) return device;
   try {
-    device = c10::Device(spec);
+    device = spec == "auto" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(default_index)) : c10::Device(spec);
   } catch (const std::exception&) {
     throw std::invalid_argument("invalid device '" + spec + "' (expected auto, cpu, cuda or cuda:N)");
   }
   if (device.is_cuda()) {
     if (!torch::cuda::is_available())
       throw std::runtime_error("device '" + spec + "' requested but this machine has no usable CUDA device");
-    const int64_t index = device.has_index() ? device.index() : 0;
+    const int64_t index = device.has_index() ? device.index() : default_index;
     if (index >= static_cast<int64_t>(torch::cuda::device_count()))
       throw std::runtime_error("device '" + spec + "' does not exist (" + std::to_string(torch::cuda::device_count()) +
                                " CUDA devices)");

@@ -42,6 +42,8 @@ class TokenBatcher {
   // The next batch on `device` (pinned memory and non-blocking copies on CUDA); after the
   // last batch of an epoch, rolls over to the next epoch's order.
   Batch next(const c10::Device& device);
+  // Moves past the next batch without building it (another data-parallel rank's batch).
+  void skip();
 
   // Pad positions / all positions, over one epoch's batches (the same every epoch).
   double padding_fraction() const;

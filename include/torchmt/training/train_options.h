@@ -42,6 +42,11 @@ struct TrainOptions {
   int64_t log_every = 100;     // steps between log lines when stderr is not a terminal
   int64_t keep_last = 3;       // numbered checkpoints kept
   int64_t valid_batch_size = 128;
+  // Data parallelism (c10d): workers spawned here, or one per process from torchrun's variables
+  int64_t nproc_per_node = 1;
+  double dist_timeout = 600;     // seconds a collective waits for the other workers
+  double bucket_mb = 25;         // gradient all-reduce bucket size (PyTorch DDP's default)
+  bool overlap_allreduce = true;  // start a bucket's all-reduce during backward
 
   // Reads and validates; throws std::invalid_argument on unknown keys or bad values.
   static TrainOptions from_config(const FlatConfig& config);

@@ -19,6 +19,7 @@ struct TrainSummary {
   double tokens_per_sec = 0;
   bool interrupted = false;  // stopped by SIGINT/SIGTERM (checkpoint saved)
   std::string best_checkpoint;
+  bool reporting = true;  // false on data-parallel workers other than rank 0
 };
 
 class Trainer {

@@ -28,11 +28,21 @@ struct StepResult {
   at::Tensor pending;     // [2] fp32 on the device: loss, gradient norm; undefined once waited
 };
 
+class GradientReducer;
+class ProcessGroup;
+
 class TrainingStep {
  public:
   TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmoothedCrossEntropy criterion, c10::Device device,
                c10::ScalarType dtype, double clip_norm);
   // Accumulates gradients over `batches` and applies one update with learning rate `lr`.
+  // Under data parallelism: the last micro-batch's gradients are summed over the ranks by
+  // `reducer`, and the loss and target tokens over `group`, so every rank normalises by the
+  // global token count and applies the same update (loss and tokens in the result are global).
+  void distribute(GradientReducer* reducer, ProcessGroup* group) {
+    reducer_ = reducer;
+    group_ = group;
+  }
   StepResult run(const std::vector<Batch>& batches, double lr);
 
  private:
@@ -42,6 +52,8 @@ class TrainingStep {
   c10::Device device_;
   c10::ScalarType dtype_;
   double clip_norm_;
+  GradientReducer* reducer_ = nullptr;
+  ProcessGroup* group_ = nullptr;
 };
 
 // Mean NLL per target token of `batches` in eval mode (restores train mode after).

@@ -9,7 +9,9 @@ namespace torchmt {
 
 // "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N". Throws a one-line error
 // for a malformed spec or a CUDA device that this machine does not have.
-c10::Device resolve_device(const std::string& spec);
+// `default_index`: the GPU that "auto" and "cuda" (no index) mean: a data-parallel worker's
+// LOCAL_RANK, one GPU per worker.
+c10::Device resolve_device(const std::string& spec, int default_index = 0);
 
 // "fp32", "bf16", "fp16" or "auto" (bf16 where the device computes it natively: CUDA, or
 // a CPU with AMX / AVX512-BF16; fp32 otherwise).
