@@ -105,6 +105,25 @@ TEST(TokenBatcher, SeekResumesExactly) {
   EXPECT_THROW(end.seek(1, n + 1), std::invalid_argument);
 }
 
+// Data-parallel ranks skip each other's batches: skipping k and taking the next is taking the
+// (k+1)-th, across an epoch's end too.
+TEST(TokenBatcher, SkipMovesPastABatchWithoutBuildingIt) {
+  TokenBatcher run(sample_corpus(), {256, 9, true});
+  const int64_t n = run.batches_per_epoch();
+  std::vector<Batch> stream;
+  for (int64_t i = 0; i < n + 3; ++i) stream.push_back(run.next(torch::kCPU));
+  TokenBatcher skipping(sample_corpus(), {256, 9, true});
+  for (int64_t i = 0; i < n + 3; ++i) {
+    if (i % 2 == 0) {
+      skipping.skip();
+      continue;
+    }
+    expect_same_batch(skipping.next(torch::kCPU), stream[static_cast<size_t>(i)]);
+  }
+  EXPECT_EQ(skipping.epoch(), run.epoch());
+  EXPECT_EQ(skipping.batch_index(), run.batch_index());
+}
+
 TEST(TokenBatcher, TeacherForcingTensors) {
   const auto& corpus = sample_corpus();
   std::map<int64_t, const EncodedPair*> by_index;

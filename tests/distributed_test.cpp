@@ -1,0 +1,338 @@
+// Data parallelism on c10d/Gloo: the gradient reducer and the training step with two ranks
+// (threads of this process, each with its own process group over loopback), and
+// `torchmt train --nproc-per-node 2` end to end (equivalence with one worker, exact resume on
+// any number of workers, a worker that dies or hangs).
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "data_test_support.h"
+#include "torchmt/data/parallel_corpus.h"
+#include "torchmt/data/special_ids.h"
+#include "torchmt/data/token_batcher.h"
+#include "torchmt/io/checkpoint.h"
+#include "torchmt/training/adam_optimizer.h"
+#include "torchmt/training/gradient_reducer.h"
+#include "torchmt/training/process_group.h"
+#include "torchmt/training/training_step.h"
+
+namespace torchmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+DistributedEnv loopback(int rank, int world, int port) {
+  DistributedEnv env;
+  env.present = true;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_world_size = world;
+  env.local_rank = rank;
+  env.master_port = port;
+  return env;
+}
+
+// Two batches' rows as one batch (padded to the longer of each side).
+Batch merge(const Batch& a, const Batch& b) {
+  auto pad_cat = [](const at::Tensor& x, const at::Tensor& y) {
+    const int64_t len = std::max(x.size(1), y.size(1));
+    auto widen = [&](const at::Tensor& t) {
+      return torch::constant_pad_nd(t, {0, len - t.size(1)}, kPadId);  // [rows, len]
+    };
+    return torch::cat({widen(x), widen(y)}, 0);
+  };
+  Batch m;
+  m.src = pad_cat(a.src, b.src);
+  m.tgt_in = pad_cat(a.tgt_in, b.tgt_in);
+  m.tgt_out = pad_cat(a.tgt_out, b.tgt_out);
+  m.src_tokens = a.src_tokens + b.src_tokens;
+  m.tgt_tokens = a.tgt_tokens + b.tgt_tokens;
+  return m;
+}
+
+ModelConfig tiny_config() {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
+  c.dropout = 0.0;  // one worker and two draw different masks otherwise
+  c.pad_id = kPadId;
+  return c;
+}
+
+Transformer copy_of(const Transformer& source) {
+  Transformer m(source->config());
+  torch::NoGradGuard no_grad;
+  auto theirs = source->named_parameters();
+  for (auto& p : m->named_parameters()) p.value().copy_(theirs[p.key()]);
+  return m;
+}
+
+// `noise_step`: how far Adam may move a parameter whose gradient is zero in exact arithmetic
+// (the key projections' bias: softmax ignores the q.b_k it adds to a whole row), where two
+// summation orders leave different rounding noise and Adam scales noise to lr-sized steps.
+void expect_same_weights(const Transformer& a, const Transformer& b, double tolerance, const std::string& what,
+                         double noise_step = 0.0) {
+  auto pb = b->named_parameters();
+  for (const auto& p : a->named_parameters()) {
+    const double diff = (p.value() - pb[p.key()]).abs().max().item<double>();
+    const bool zero_gradient = p.key().size() > 8 && p.key().substr(p.key().size() - 8) == "W_k.bias";
+    EXPECT_LE(diff, zero_gradient ? std::max(tolerance, noise_step) : tolerance) << what << ": " << p.key();
+  }
+}
+
+// K updates of the same data three ways: one process with both batches as micro-batches
+// (--update-freq 2), one process with both batches' rows in one batch, and two ranks with one
+// batch each (small buckets, so several all-reduces overlap backward).
+TEST(DataParallel, TwoRanksUpdateLikeOneProcessWithBothBatches) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  static const EncodedCorpus corpus =
+      load_parallel_corpus(test::sample_de(), test::sample_en(), test::sample_tokenizer(), test::sample_tokenizer(), {});
+  TokenBatcher batcher(corpus, {400, 3, true});
+  constexpr int kUpdates = 4;
+  std::vector<std::array<Batch, 2>> data;
+  for (int u = 0; u < kUpdates; ++u) data.push_back({batcher.next(torch::kCPU), batcher.next(torch::kCPU)});
+
+  torch::manual_seed(5);
+  Transformer start(tiny_config());
+  auto train = [&](Transformer model, const std::function<std::vector<Batch>(int)>& batches,
+                   GradientReducer* reducer, ProcessGroup* group, AdamOptimizer& opt) {
+    TrainingStep step(model, opt, LabelSmoothedCrossEntropy(0.1, kPadId), torch::kCPU, torch::kFloat, 1.0);
+    step.distribute(reducer, group);
+    double loss = 0;
+    for (int u = 0; u < kUpdates; ++u) {
+      StepResult r = step.run(batches(u), 1e-3);
+      r.wait();
+      EXPECT_TRUE(r.applied);
+      loss += r.loss;
+    }
+    return loss;
+  };
+
+  Transformer accumulated = copy_of(start);
+  AdamOptimizer opt_a(unique_parameters(*accumulated), AdamOptions{});
+  const double loss_a = train(accumulated, [&](int u) { return std::vector<Batch>{data[u][0], data[u][1]}; }, nullptr,
+                              nullptr, opt_a);
+  Transformer merged = copy_of(start);
+  AdamOptimizer opt_m(unique_parameters(*merged), AdamOptions{});
+  train(merged, [&](int u) { return std::vector<Batch>{merge(data[u][0], data[u][1])}; }, nullptr, nullptr, opt_m);
+
+  const int port = free_port();
+  std::vector<Transformer> ranks{copy_of(start), copy_of(start)};
+  std::vector<double> rank_loss(2);
+  std::vector<int64_t> buckets(2);
+  auto run_rank = [&](int rank) {
+    ProcessGroup group(loopback(rank, 2, port), std::chrono::seconds(60));
+    AdamOptimizer opt(unique_parameters(*ranks[rank]), AdamOptions{});
+    GradientReducer reducer(unique_parameters(*ranks[rank]), group, 64 * 1024, /*overlap=*/true);
+    buckets[rank] = reducer.buckets();
+    rank_loss[rank] = train(ranks[rank], [&](int u) { return std::vector<Batch>{data[u][rank]}; }, &reducer, &group,
+                            opt);
+  };
+  auto other = std::async(std::launch::async, run_rank, 1);
+  run_rank(0);
+  other.get();
+
+  EXPECT_GT(buckets[0], 3);
+  // The loss reported is the job's (both ranks'), the same on each rank.
+  EXPECT_NEAR(rank_loss[0], loss_a, 1e-3 * std::abs(loss_a));
+  EXPECT_EQ(rank_loss[0], rank_loss[1]);
+  expect_same_weights(ranks[0], ranks[1], 0.0, "rank 0 vs rank 1");
+  expect_same_weights(ranks[0], accumulated, 1e-6, "two ranks vs --update-freq 2");
+  expect_same_weights(ranks[0], merged, 1e-6, "two ranks vs one batch of both", kUpdates * 1e-3 * 1.01);
+}
+
+// Without overlap the same sums arrive after backward; with no gradient for a parameter
+// (unused in this backward) its bucket still carries zeros rather than hanging.
+TEST(DataParallel, ReducerWithoutOverlapAndWithAParameterWithoutGradient) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  const int port = free_port();
+  std::vector<at::Tensor> sums(2);
+  auto run_rank = [&](int rank) {
+    ProcessGroup group(loopback(rank, 2, port), std::chrono::seconds(60));
+    auto used = torch::ones({3}, torch::requires_grad());
+    auto unused = torch::ones({2}, torch::requires_grad());
+    for (bool overlap : {false, true}) {
+      GradientReducer reducer({used, unused}, group, 8, overlap);
+      EXPECT_EQ(reducer.buckets(), 2);
+      reducer.arm();
+      (used * static_cast<float>(rank + 1)).sum().backward();
+      reducer.finish();
+      EXPECT_TRUE(torch::equal(used.grad(), torch::full({3}, 3.0f))) << "overlap " << overlap;
+      ASSERT_TRUE(unused.grad().defined());
+      EXPECT_TRUE(torch::equal(unused.grad(), torch::zeros({2})));
+      used.mutable_grad().zero_();
+    }
+    EXPECT_TRUE(group.all_true(true));
+    EXPECT_FALSE(group.all_true(rank == 0));
+    std::string bytes = rank == 0 ? std::string("sp\0model", 8) : "";
+    group.broadcast_bytes(bytes, 0);
+    EXPECT_EQ(bytes, std::string("sp\0model", 8));
+  };
+  auto other = std::async(std::launch::async, run_rank, 1);
+  run_rank(0);
+  other.get();
+}
+
+TEST(DataParallel, EnvironmentVariablesAreCheckedWithOneLineErrors) {
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_FALSE(DistributedEnv::from_environment().present);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("RANK", "5", 1);
+  try {
+    DistributedEnv::from_environment();
+    ADD_FAILURE() << "RANK 5 of 4 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK=5"), std::string::npos) << e.what();
+  }
+  ::setenv("RANK", "3", 1);
+  ::setenv("MASTER_PORT", "http", 1);
+  EXPECT_THROW(DistributedEnv::from_environment(), std::invalid_argument);
+  ::setenv("MASTER_PORT", "29511", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  const auto env = DistributedEnv::from_environment();
+  EXPECT_TRUE(env.present);
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_port, 29511);
+  for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_PORT", "LOCAL_WORLD_SIZE"}) ::unsetenv(v);
+}
+
+// --- the command ---------------------------------------------------------------------------
+
+std::string train_command(const test::TempDir& dir, const std::string& out, const std::string& extra) {
+  return test::torchmt_binary() + " train --train-src " + test::sample_de() + " --train-tgt " + test::sample_en() +
+         " --spm " + test::sample_spm_path() +
+         " --preset tiny --dtype fp32 --device cpu --batch-tokens 600 --warmup 50 --keep-last 0 --log-every 1000 "
+         "--out " +
+         dir.file(out) + " " + extra;
+}
+
+TEST(TrainCommand, TwoWorkersTrainAsOneWithUpdateFreq2AndResumeOnAnyNumberOfWorkers) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  test::TempDir dir;
+  auto run = [&](const std::string& out, const std::string& extra) {
+    auto r = test::run_command(train_command(dir, out, extra));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const std::string two = run("two", "--dropout 0 --max-steps 6 --nproc-per-node 2 --bucket-mb 0.1");
+  EXPECT_NE(two.find("data parallel: 2 workers"), std::string::npos) << two;
+  EXPECT_EQ(two.find("step 6"), two.rfind("step 6")) << "one worker reports, not both:\n" << two;
+  run("one", "--dropout 0 --max-steps 6 --update-freq 2 --threads 1");
+  auto a = load_checkpoint(dir.file("two/checkpoint_last.pt"), torch::kCPU);
+  auto b = load_checkpoint(dir.file("one/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_EQ(a.meta.position.step, 6);
+  EXPECT_EQ(a.meta.position.batch_index, b.meta.position.batch_index);
+  expect_same_weights(a.model, b.model, 1e-6, "2 workers vs 1 worker --update-freq 2");
+
+  // Exact resume with dropout (its randomness is a function of the update and the rank).
+  run("straight", "--max-steps 8 --nproc-per-node 2");
+  run("resumed", "--max-steps 4 --nproc-per-node 2");
+  const std::string resumed = run("resumed", "--max-steps 8 --nproc-per-node 2 --resume");
+  EXPECT_NE(resumed.find("resumed"), std::string::npos) << resumed;
+  auto s = load_checkpoint(dir.file("straight/checkpoint_last.pt"), torch::kCPU);
+  auto r = load_checkpoint(dir.file("resumed/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_EQ(r.meta.position.step, 8);
+  expect_same_weights(s.model, r.model, 0.0, "2 workers straight vs resumed");
+
+  // A 2-worker run continues on one worker: the same global position, one worker's batches.
+  run("resumed", "--max-steps 10 --nproc-per-node 1 --resume --update-freq 2");
+  auto one = load_checkpoint(dir.file("resumed/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_EQ(one.meta.position.step, 10);
+}
+
+// The worker with RANK=`rank` among the processes whose command line names `out`.
+pid_t find_worker(const std::string& out, int rank) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = test::read_text("/proc/" + pid + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(out + " ") == std::string::npos && cmdline.find(out + "\0") == std::string::npos) continue;
+    std::string environ = test::read_text("/proc/" + pid + "/environ");
+    if (environ.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos ||
+        environ.rfind("RANK=" + std::to_string(rank) + '\0', 0) == 0)
+      return static_cast<pid_t>(std::stoi(pid));
+  }
+  return -1;
+}
+
+// Starts a long 2-worker job, waits for its first checkpoint, hits rank 1 with `sig`, and
+// returns the job's result and how long it took to stop after the signal.
+std::pair<test::CommandResult, double> hit_worker(const test::TempDir& dir, const std::string& out, int sig) {
+  const std::string command =
+      train_command(dir, out, "--max-steps 100000 --validate-every 10 --nproc-per-node 2 --dist-timeout 5");
+  auto job = std::async(std::launch::async, [&] { return test::run_command(command); });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(dir.file(out + "/checkpoint_last.pt")) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const pid_t worker = find_worker(dir.file(out), 1);
+  EXPECT_GT(worker, 0) << "no worker with RANK=1";
+  const auto hit = std::chrono::steady_clock::now();
+  if (worker > 0) ::kill(worker, sig);
+  auto result = job.get();
+  return {result, std::chrono::duration<double>(std::chrono::steady_clock::now() - hit).count()};
+}
+
+TEST(TrainCommand, AWorkerThatDiesStopsTheJobNamingItAndCheckpointsStayLoadable) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  test::TempDir dir;
+  auto [result, seconds] = hit_worker(dir, "killed", SIGKILL);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("worker rank 1 (pid"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("was killed by signal 9"), std::string::npos) << result.output;
+  EXPECT_LT(seconds, 30.0) << result.output;
+  auto last = load_checkpoint(dir.file("killed/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_GE(last.meta.position.step, 10);
+}
+
+TEST(TrainCommand, AWorkerThatHangsStopsTheJobAfterTheTimeout) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  test::TempDir dir;
+  auto [result, seconds] = hit_worker(dir, "hung", SIGSTOP);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("rank 0: "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("(timeout 5 s)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("worker rank 0 (pid"), std::string::npos) << result.output;
+  EXPECT_GE(seconds, 4.0) << result.output;
+  EXPECT_LT(seconds, 30.0) << result.output;
+  EXPECT_NO_THROW(load_checkpoint(dir.file("hung/checkpoint_last.pt"), torch::kCPU));
+}
+
+TEST(TrainCommand, BadDistributedSettingsAreOneLineErrors) {
+  test::TempDir dir;
+  auto r = test::run_command(train_command(dir, "bad", "--nproc-per-node 0 --max-steps 1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--nproc-per-node must be between 1 and 1024"), std::string::npos) << r.output;
+  r = test::run_command("WORLD_SIZE=2 RANK=7 " + train_command(dir, "bad", "--max-steps 1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("RANK=7"), std::string::npos) << r.output;
+  // A worker whose peers never come: it gives up after the timeout, naming the address.
+  r = test::run_command("WORLD_SIZE=2 RANK=1 MASTER_PORT=" + std::to_string(free_port()) + " " +
+                        train_command(dir, "alone", "--max-steps 1 --dist-timeout 2"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("rank 1 of 2 could not join the group at 127.0.0.1:"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace torchmt
