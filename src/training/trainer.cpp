@@ -213,6 +213,7 @@ class TrainingRun {
   double seconds_before_ = 0;  // training time of earlier runs (resume)
   double train_seconds_ = 0;   // this process, training steps only
   int64_t total_tokens_ = 0, last_validated_step_ = -1;
+  double allreduce_wait_ = 0;  // seconds this process waited for gradient all-reduces
   LossWindow window_;
   Clock::time_point run_start_ = Clock::now();
 };
@@ -440,6 +441,7 @@ TrainSummary TrainingRun::loop() {
     position_.batch_index = batch_index_after;
     summary_.steps += 1;
     train_seconds_ += std::chrono::duration<double>(Clock::now() - step_start).count();
+    if (reducer_) allreduce_wait_ += reducer_->last_wait_seconds();
     position_.train_seconds = seconds_before_ + train_seconds_;
     total_tokens_ += result.tokens;
     window_.add(result.loss, result.tokens);
@@ -457,6 +459,16 @@ TrainSummary TrainingRun::loop() {
     validate_and_save(false);
   } else if (last_validated_step_ != position_.step) {
     validate_and_save(true);  // once more when training ends
+  }
+  if (reducer_ && summary_.steps > 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "data parallel: %.1f ms per update waiting for the gradient all-reduce after backward (%.1f%% of "
+                  "the update; %.0f KiB per update)",
+                  1000 * allreduce_wait_ / static_cast<double>(summary_.steps),
+                  train_seconds_ > 0 ? 100 * allreduce_wait_ / train_seconds_ : 0.0,
+                  static_cast<double>(reducer_->bytes()) / 1024);
+    progress_.line(buf);
   }
   summary_.train_seconds = position_.train_seconds;
   summary_.tokens_per_sec = train_seconds_ > 0 ? total_tokens_ / train_seconds_ : 0;
