@@ -4,9 +4,7 @@
 // any number of workers, a worker that dies or hangs).
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -24,23 +22,14 @@
 #include "torchmt/training/gradient_reducer.h"
 #include "torchmt/training/process_group.h"
 #include "torchmt/training/training_step.h"
+#include "torchmt/training/worker_launcher.h"
 
 namespace torchmt {
 namespace {
 
 namespace fs = std::filesystem;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+int free_port() { return free_loopback_port(); }
 
 DistributedEnv loopback(int rank, int world, int port) {
   DistributedEnv env;

@@ -18,9 +18,8 @@
 #include <torch/torch.h>
 
 namespace torchmt {
-namespace {
 
-int env_int(const char* name, int fallback, int min, int max) {
+int environment_int(const char* name, int fallback, int min, int max) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
@@ -30,6 +29,8 @@ int env_int(const char* name, int fallback, int min, int max) {
                                 std::to_string(min) + ", " + std::to_string(max) + "]");
   return static_cast<int>(value);
 }
+
+namespace {
 
 std::string seconds_text(std::chrono::milliseconds t) {
   return std::to_string(t.count() / 1000) + (t.count() % 1000 ? "." + std::to_string(t.count() % 1000 / 100) : "") +
@@ -43,13 +44,13 @@ DistributedEnv DistributedEnv::from_environment() {
   const char* world = std::getenv("WORLD_SIZE");
   if (world == nullptr || *world == '\0') return env;
   env.present = true;
-  env.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
-  env.rank = env_int("RANK", -1, 0, env.world_size - 1);
+  env.world_size = environment_int("WORLD_SIZE", 1, 1, 1 << 20);
+  env.rank = environment_int("RANK", -1, 0, env.world_size - 1);
   if (env.rank < 0) throw std::invalid_argument("environment variable RANK is missing (WORLD_SIZE is set)");
-  env.local_world_size = env_int("LOCAL_WORLD_SIZE", env.world_size, 1, env.world_size);
-  env.local_rank = env_int("LOCAL_RANK", env.rank % env.local_world_size, 0, env.local_world_size - 1);
+  env.local_world_size = environment_int("LOCAL_WORLD_SIZE", env.world_size, 1, env.world_size);
+  env.local_rank = environment_int("LOCAL_RANK", env.rank % env.local_world_size, 0, env.local_world_size - 1);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') env.master_addr = addr;
-  env.master_port = env_int("MASTER_PORT", env.master_port, 1, 65535);
+  env.master_port = environment_int("MASTER_PORT", env.master_port, 1, 65535);
   return env;
 }
 

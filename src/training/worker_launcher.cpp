@@ -14,22 +14,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "torchmt/training/process_group.h"
 #include "torchmt/util/stop_signals.h"
 
 namespace torchmt {
-namespace {
-
-int env_or(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > 65535)
-    throw std::invalid_argument(std::string("environment variable ") + name + "=" + v + " is not a valid number");
-  return static_cast<int>(x);
-}
-
-// A port nobody listens on now (the kernel's pick); rank 0's store binds it moments later.
 int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error(std::string("cannot open a socket: ") + std::strerror(errno));
@@ -46,6 +34,8 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
 std::string describe(int status) {
   if (WIFSIGNALED(status))
     return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
@@ -55,8 +45,8 @@ std::string describe(int status) {
 }  // namespace
 
 int launch_local_workers(int nproc, const std::vector<std::string>& args) {
-  const int nnodes = std::max(1, env_or("NNODES", 1));
-  const int node_rank = env_or("NODE_RANK", 0);
+  const int nnodes = environment_int("NNODES", 1, 1, 1 << 16);
+  const int node_rank = environment_int("NODE_RANK", 0, 0, 1 << 16);
   if (node_rank >= nnodes)
     throw std::invalid_argument("NODE_RANK " + std::to_string(node_rank) + " must be below NNODES " +
                                 std::to_string(nnodes));
@@ -64,7 +54,8 @@ int launch_local_workers(int nproc, const std::vector<std::string>& args) {
   const std::string master_addr = addr_env != nullptr && *addr_env != '\0' ? addr_env : "127.0.0.1";
   if (nnodes > 1 && (addr_env == nullptr || std::getenv("MASTER_PORT") == nullptr))
     throw std::invalid_argument("NNODES > 1 needs MASTER_ADDR and MASTER_PORT (node 0's address and a free port)");
-  const int master_port = env_or("MASTER_PORT", 0) > 0 ? env_or("MASTER_PORT", 0) : free_loopback_port();
+  const int given_port = environment_int("MASTER_PORT", 0, 1, 65535);
+  const int master_port = given_port > 0 ? given_port : free_loopback_port();
 
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));

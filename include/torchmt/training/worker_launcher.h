@@ -14,4 +14,7 @@ namespace torchmt {
 // Returns the exit status for the command: 0 when every worker exited 0.
 int launch_local_workers(int nproc, const std::vector<std::string>& args);
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick), for rank 0's store.
+int free_loopback_port();
+
 }  // namespace torchmt
