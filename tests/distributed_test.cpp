@@ -76,18 +76,27 @@ Transformer copy_of(const Transformer& source) {
   return m;
 }
 
-// `noise_step`: how far Adam may move a parameter whose gradient is zero in exact arithmetic
-// (the key projections' bias: softmax ignores the q.b_k it adds to a whole row), where two
-// summation orders leave different rounding noise and Adam scales noise to lr-sized steps.
-void expect_same_weights(const Transformer& a, const Transformer& b, double tolerance, const std::string& what,
-                         double noise_step = 0.0) {
+void expect_same_weights(const Transformer& a, const Transformer& b, double tolerance, const std::string& what) {
   auto pb = b->named_parameters();
   for (const auto& p : a->named_parameters()) {
     const double diff = (p.value() - pb[p.key()]).abs().max().item<double>();
-    const bool zero_gradient = p.key().size() > 8 && p.key().substr(p.key().size() - 8) == "W_k.bias";
-    EXPECT_LE(diff, zero_gradient ? std::max(tolerance, noise_step) : tolerance) << what << ": " << p.key();
+    EXPECT_LE(diff, tolerance) << what << ": " << p.key();
   }
 }
+
+// Adam whose step is proportional to the gradient (eps 1 dominates sqrt(v) for these
+// gradients). With the recipe's eps 1e-9 Adam scales any gradient component to an lr-sized
+// step, rounding noise included: where two summation orders (one padded batch vs two) leave
+// 1e-9 of noise on a component that is ~0 in exact arithmetic, the weights then differ by
+// ~lr (seen: 9e-6 on a cross-attention key weight on an Intel Xeon, not on an AMD EPYC).
+// Proportional steps keep rounding noise at rounding size while a wrong gradient (a missing
+// rank, a wrong normaliser) still moves the weights by ~lr x gradient, far above 1e-6.
+AdamOptions proportional_adam() {
+  AdamOptions o;
+  o.eps = 1.0;
+  return o;
+}
+constexpr double kEquivalenceLr = 1e-2;
 
 // K updates of the same data three ways: one process with both batches as micro-batches
 // (--update-freq 2), one process with both batches' rows in one batch, and two ranks with one
@@ -109,7 +118,7 @@ TEST(DataParallel, TwoRanksUpdateLikeOneProcessWithBothBatches) {
     step.distribute(reducer, group);
     double loss = 0;
     for (int u = 0; u < kUpdates; ++u) {
-      StepResult r = step.run(batches(u), 1e-3);
+      StepResult r = step.run(batches(u), kEquivalenceLr);
       r.wait();
       EXPECT_TRUE(r.applied);
       loss += r.loss;
@@ -118,11 +127,11 @@ TEST(DataParallel, TwoRanksUpdateLikeOneProcessWithBothBatches) {
   };
 
   Transformer accumulated = copy_of(start);
-  AdamOptimizer opt_a(unique_parameters(*accumulated), AdamOptions{});
+  AdamOptimizer opt_a(unique_parameters(*accumulated), proportional_adam());
   const double loss_a = train(accumulated, [&](int u) { return std::vector<Batch>{data[u][0], data[u][1]}; }, nullptr,
                               nullptr, opt_a);
   Transformer merged = copy_of(start);
-  AdamOptimizer opt_m(unique_parameters(*merged), AdamOptions{});
+  AdamOptimizer opt_m(unique_parameters(*merged), proportional_adam());
   train(merged, [&](int u) { return std::vector<Batch>{merge(data[u][0], data[u][1])}; }, nullptr, nullptr, opt_m);
 
   const int port = free_port();
@@ -131,7 +140,7 @@ TEST(DataParallel, TwoRanksUpdateLikeOneProcessWithBothBatches) {
   std::vector<int64_t> buckets(2);
   auto run_rank = [&](int rank) {
     ProcessGroup group(loopback(rank, 2, port), std::chrono::seconds(60));
-    AdamOptimizer opt(unique_parameters(*ranks[rank]), AdamOptions{});
+    AdamOptimizer opt(unique_parameters(*ranks[rank]), proportional_adam());
     GradientReducer reducer(unique_parameters(*ranks[rank]), group, 64 * 1024, /*overlap=*/true);
     buckets[rank] = reducer.buckets();
     rank_loss[rank] = train(ranks[rank], [&](int u) { return std::vector<Batch>{data[u][rank]}; }, &reducer, &group,
@@ -147,7 +156,13 @@ TEST(DataParallel, TwoRanksUpdateLikeOneProcessWithBothBatches) {
   EXPECT_EQ(rank_loss[0], rank_loss[1]);
   expect_same_weights(ranks[0], ranks[1], 0.0, "rank 0 vs rank 1");
   expect_same_weights(ranks[0], accumulated, 1e-6, "two ranks vs --update-freq 2");
-  expect_same_weights(ranks[0], merged, 1e-6, "two ranks vs one batch of both", kUpdates * 1e-3 * 1.01);
+  expect_same_weights(ranks[0], merged, 1e-6, "two ranks vs one batch of both");
+  // The comparison can fail: the weights did move by far more than the tolerance.
+  double moved = 0;
+  auto initial = start->named_parameters();
+  for (const auto& p : ranks[0]->named_parameters())
+    moved = std::max(moved, (p.value() - initial[p.key()]).abs().max().item<double>());
+  EXPECT_GT(moved, 1e-4);
 }
 
 // Without overlap the same sums arrive after backward; with no gradient for a parameter
@@ -234,8 +249,13 @@ TEST(TrainCommand, TwoWorkersTrainAsOneWithUpdateFreq2AndResumeOnAnyNumberOfWork
   EXPECT_EQ(a.meta.position.batch_index, b.meta.position.batch_index);
   expect_same_weights(a.model, b.model, 1e-6, "2 workers vs 1 worker --update-freq 2");
 
-  // Exact resume with dropout (its randomness is a function of the update and the rank).
-  run("straight", "--max-steps 8 --nproc-per-node 2");
+  // Exact resume with dropout (its randomness is a function of the update and the rank). The
+  // straight run validates at its last update, where rank 0 has nothing left to do at the end
+  // and the other worker must know it.
+  const std::string straight = run("straight", "--max-steps 8 --nproc-per-node 2 --validate-every 4 --valid-src " +
+                                                   test::sample_de() + " --valid-tgt " + test::sample_en());
+  EXPECT_NE(straight.find("valid | epoch"), std::string::npos) << straight;
+  EXPECT_TRUE(fs::exists(dir.file("straight/metrics.csv")));
   run("resumed", "--max-steps 4 --nproc-per-node 2");
   const std::string resumed = run("resumed", "--max-steps 8 --nproc-per-node 2 --resume");
   EXPECT_NE(resumed.find("resumed"), std::string::npos) << resumed;

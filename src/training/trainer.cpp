@@ -143,8 +143,8 @@ const TrainOptions& prepare_run_directory(const TrainOptions& o, const Distribut
   if (o.threads > 0) {
     torch::set_num_threads(static_cast<int>(o.threads));
   } else if (env.local_world_size > 1) {
-    // The cores are shared by this machine's workers (measured: 2 workers x 2 threads on 2
-    // cores oversubscribe; each worker its share).
+    // This machine's workers share its cores: each takes its share, as torchrun sets
+    // OMP_NUM_THREADS=1 per worker, rather than every worker spawning a thread per core.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     torch::set_num_threads(static_cast<int>(std::max<unsigned>(1, cores / static_cast<unsigned>(env.local_world_size))));
   }
@@ -156,6 +156,19 @@ const TrainOptions& prepare_run_directory(const TrainOptions& o, const Distribut
     throw std::runtime_error("run directory " + o.out +
                              " already holds a checkpoint; pass --resume or choose another --out");
   return o;
+}
+
+// A seed from (seed, update, rank) without collisions between nearby values (splitmix64's
+// finaliser over each part in turn).
+uint64_t mix_seed(uint64_t seed, uint64_t update, uint64_t rank) {
+  uint64_t h = seed;
+  for (uint64_t part : {update, rank}) {
+    h += 0x9E3779B97F4A7C15ULL + part;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+  }
+  return h;
 }
 
 // Label-smoothed training loss per target token since the last validation.
@@ -407,7 +420,7 @@ TrainSummary TrainingRun::loop() {
     const auto step_start = Clock::now();
     // Dropout's randomness under data parallelism: a function of (seed, update, rank), so a
     // resumed job draws what it would have drawn, whatever it was saved with.
-    if (group_) torch::manual_seed(o_.seed * 1000003ULL + static_cast<uint64_t>(position_.step) * 1009ULL + rank);
+    if (group_) torch::manual_seed(mix_seed(o_.seed, static_cast<uint64_t>(position_.step), static_cast<uint64_t>(rank)));
     const int64_t epoch_before = position_.epoch;
     if (batches.empty()) batches = next_batches();
     // Where the batcher stands after this update's batches: what a checkpoint records.
@@ -453,11 +466,21 @@ TrainSummary TrainingRun::loop() {
     if (epoch_done) summary_.epochs_completed += 1;
     if (o_.validate_every > 0 ? position_.step % o_.validate_every == 0 : epoch_done) validate_and_save(true);
   }
-  summary_.interrupted = StopSignals::requested() || (!stop.reached(position_) && group_);
+  // Ended before a limit: a signal, here or (under data parallelism) at another worker.
+  summary_.interrupted = StopSignals::requested() || !stop.reached(position_);
+  bool validate_once_more = !summary_.interrupted && last_validated_step_ != position_.step;
+  if (group_) {
+    // Rank 0's view decides (a time limit may read differently elsewhere; only rank 0 knows
+    // when it last validated), and every rank then makes the same calls.
+    auto decision = torch::tensor({summary_.interrupted ? 1.0 : 0.0, validate_once_more ? 1.0 : 0.0}, torch::kDouble);
+    group_->broadcast({decision}, 0);
+    summary_.interrupted = decision[0].item<double>() != 0;
+    validate_once_more = decision[1].item<double>() != 0;
+  }
   if (summary_.interrupted) {
     progress_.line("interrupted: saving " + checkpoints_.last_path());
     validate_and_save(false);
-  } else if (last_validated_step_ != position_.step) {
+  } else if (validate_once_more) {
     validate_and_save(true);  // once more when training ends
   }
   if (reducer_ && summary_.steps > 0) {
