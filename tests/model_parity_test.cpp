@@ -1,5 +1,7 @@
 // C++ modules vs the Python reference classes (tests/reference): same weights, same
 // padded batch -> same logits to 1e-5, and identical state-dict keys and shapes.
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "test_support.h"
@@ -38,13 +40,15 @@ std::pair<torch::Tensor, torch::Tensor> padded_batch(const ModelConfig& c) {
   return {src, tgt};
 }
 
-void check_model_parity(const std::string& activation, bool tied) {
+void check_model_parity(const std::string& activation, bool tied,
+                        const std::function<void(ModelConfig&)>& variant = nullptr) {
   TempDir dir;
   ModelConfig config = parity_config(activation);
   if (tied) {
     config.tgt_vocab_size = config.src_vocab_size;
     config.tie_embeddings = true;
   }
+  if (variant) variant(config);
   torch::manual_seed(1);
   Transformer model(config);
   model->eval();
@@ -70,6 +74,32 @@ void check_model_parity(const std::string& activation, bool tied) {
 TEST(ModelParity, LogitsMatchReferenceGelu) { check_model_parity("gelu", false); }
 TEST(ModelParity, LogitsMatchReferenceRelu) { check_model_parity("relu", false); }
 TEST(ModelParity, LogitsMatchReferenceTiedEmbeddings) { check_model_parity("relu", true); }
+
+// The documents' modern variants, each a switch of the same model (state-dict keys and
+// shapes are checked by parity.py before the logits).
+TEST(ModelParity, PreLnMatchesReference) {
+  check_model_parity("gelu", false, [](ModelConfig& c) { c.norm = Norm::kPre; });
+}
+TEST(ModelParity, RotaryPositionsMatchReference) {
+  check_model_parity("relu", false, [](ModelConfig& c) { c.positions = Positions::kRope; });
+}
+TEST(ModelParity, LearnedPositionsMatchReference) {
+  check_model_parity("relu", false, [](ModelConfig& c) { c.positions = Positions::kLearned; });
+}
+TEST(ModelParity, GroupedQueryAttentionMatchesReference) {
+  check_model_parity("relu", false, [](ModelConfig& c) { c.kv_heads = 2; });
+}
+TEST(ModelParity, MultiQueryAttentionMatchesReference) {
+  check_model_parity("gelu", true, [](ModelConfig& c) { c.kv_heads = 1; });
+}
+TEST(ModelParity, ModernPresetMatchesReference) {
+  check_model_parity("relu", true, [](ModelConfig& c) {
+    const ModelConfig modern = ModelConfig::preset("modern-small");
+    c.norm = modern.norm;
+    c.positions = modern.positions;
+    c.kv_heads = c.num_heads / 2;
+  });
+}
 
 TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {
   TempDir dir;
@@ -102,12 +132,14 @@ TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {
 }
 
 TEST(ModelParity, BaseParameterCountMatchesReference) {
-  ModelConfig base = ModelConfig::preset("base");
-  base.src_vocab_size = base.tgt_vocab_size = 8000;
-  Transformer model(base);
-  auto run = test::run_command(test::python() + " " + parity_script() + " count '" + base.to_json() + "'");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(std::to_string(count_parameters(model)) + "\n", run.output);
+  for (const std::string preset : {"base", "modern-base"}) {
+    ModelConfig base = ModelConfig::preset(preset);
+    base.src_vocab_size = base.tgt_vocab_size = 8000;
+    Transformer model(base);
+    auto run = test::run_command(test::python() + " " + parity_script() + " count '" + base.to_json() + "'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(std::to_string(count_parameters(model)) + "\n", run.output) << preset;
+  }
 }
 
 }  // namespace

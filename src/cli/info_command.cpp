@@ -18,7 +18,7 @@ struct InfoCommandOptions {
 const OptionTable<InfoCommandOptions>& info_option_table() {
   using O = InfoCommandOptions;
   static const auto table = OptionTable<O>("info")
-      .add("preset", &O::preset, "tiny|small|base|big")
+      .add("preset", &O::preset, "tiny|small|base|big|paper-small|paper-base|modern-small|modern-base")
       .add("vocab_size", &O::vocab_size, "joint vocabulary size");
   return table;
 }

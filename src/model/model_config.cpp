@@ -1,5 +1,6 @@
 #include "torchmt/model/model_config.h"
 
+#include <set>
 #include <stdexcept>
 
 #include "torchmt/util/option_table.h"
@@ -15,20 +16,54 @@ Activation parse_activation(const std::string& name) {
 
 std::string activation_name(Activation activation) { return activation == Activation::kGELU ? "gelu" : "relu"; }
 
+Norm parse_norm(const std::string& name) {
+  if (name == "post") return Norm::kPost;
+  if (name == "pre") return Norm::kPre;
+  throw std::invalid_argument("norm must be post or pre, got '" + escape_control(name) + "'");
+}
+
+std::string norm_name(Norm norm) { return norm == Norm::kPre ? "pre" : "post"; }
+
+Positions parse_positions(const std::string& name) {
+  if (name == "sinusoidal") return Positions::kSinusoidal;
+  if (name == "learned") return Positions::kLearned;
+  if (name == "rope") return Positions::kRope;
+  throw std::invalid_argument("positions must be sinusoidal, learned or rope, got '" + escape_control(name) + "'");
+}
+
+std::string positions_name(Positions positions) {
+  switch (positions) {
+    case Positions::kLearned: return "learned";
+    case Positions::kRope: return "rope";
+    default: return "sinusoidal";
+  }
+}
+
 ModelConfig ModelConfig::preset(const std::string& name) {
+  static const std::string kModern = "modern-";
+  if (name.rfind(kModern, 0) == 0) {
+    const std::string size = name.substr(kModern.size());
+    if (size != "small" && size != "base")
+      throw std::invalid_argument("unknown model preset '" + escape_control(name) + "' (modern-small or modern-base)");
+    ModelConfig c = preset(size);
+    c.norm = Norm::kPre;
+    c.positions = Positions::kRope;
+    c.kv_heads = c.num_heads / 2;  // half the heads' K/V: the KV cache halves
+    return c;
+  }
   ModelConfig c;
-  if (name == "base") {
+  if (name == "base" || name == "paper-base") {
     // Paper defaults (the struct's own defaults).
   } else if (name == "big") {
     c.d_model = 1024; c.num_heads = 16; c.d_ff = 4096; c.dropout = 0.3;
-  } else if (name == "small") {
+  } else if (name == "small" || name == "paper-small") {
     c.d_model = 256; c.num_heads = 4; c.num_encoder_layers = 3; c.num_decoder_layers = 3;
     c.d_ff = 1024; c.dropout = 0.1; c.tie_embeddings = true;
   } else if (name == "tiny") {
     c.d_model = 64; c.num_heads = 4; c.num_encoder_layers = 2; c.num_decoder_layers = 2;
     c.d_ff = 128; c.dropout = 0.0; c.max_positions = 256;
   } else {
-    throw std::invalid_argument("unknown model preset '" + escape_control(name) + "' (expected tiny, small, base or big)");
+    throw std::invalid_argument("unknown model preset '" + escape_control(name) + "' (expected tiny, small, base, big, paper-small, paper-base, modern-small or modern-base)");
   }
   return c;
 }
@@ -48,6 +83,11 @@ void ModelConfig::validate() const {
   require(!tie_embeddings || src_vocab_size == tgt_vocab_size,
           "tied embeddings need one joint vocabulary (src and tgt sizes differ)");
   require(pad_id >= 0 && pad_id < std::min(src_vocab_size, tgt_vocab_size), "pad_id out of range");
+  require(kv_heads >= 0 && kv_heads <= num_heads && num_heads % key_value_heads() == 0,
+          "kv_heads (" + std::to_string(kv_heads) + ") must divide num_heads (" + std::to_string(num_heads) +
+              "); 0 = num_heads");
+  require(positions != Positions::kRope || (d_model / num_heads) % 2 == 0,
+          "rotary positions need an even head width (d_model / num_heads = " + std::to_string(d_model / num_heads) + ")");
 }
 
 namespace {
@@ -70,7 +110,15 @@ const OptionTable<ModelConfig>& model_config_table() {
          [](C& c, const std::string& v) { c.activation = parse_activation(v); },
          [](const C& c) { return activation_name(c.activation); })
       .add("tie_embeddings", &C::tie_embeddings, "share source, target and output embeddings")
-      .add("pad_id", &C::pad_id, "padding token id");
+      .add("pad_id", &C::pad_id, "padding token id")
+      .add_custom(
+         "norm", OptionKind::kText, "layer norm placement: post (paper) | pre (Pre-LN)",
+         [](C& c, const std::string& v) { c.norm = parse_norm(v); }, [](const C& c) { return norm_name(c.norm); })
+      .add_custom(
+         "positions", OptionKind::kText, "positions: sinusoidal (paper) | learned | rope",
+         [](C& c, const std::string& v) { c.positions = parse_positions(v); },
+         [](const C& c) { return positions_name(c.positions); })
+      .add("kv_heads", &C::kv_heads, "key/value heads (grouped-query attention; 0 = num_heads, 1 = multi-query)");
   return table;
 }
 
@@ -81,7 +129,10 @@ std::string ModelConfig::to_json() const { return model_config_table().write(*th
 ModelConfig ModelConfig::from_json(const std::string& json) {
   const FlatConfig f = FlatConfig::parse(json);
   const auto& table = model_config_table();
+  // Fields added after 0.2: absent in older files, where they were the paper's.
+  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads"};
   for (const auto& row : table.rows()) {
+    if (kLater.count(row.key)) continue;
     bool present = f.has(row.key);
     for (const auto& old : row.old_keys) present = present || f.has(old);
     if (!present) throw std::invalid_argument("model configuration lacks '" + row.key + "'");

@@ -28,17 +28,22 @@ void MultiHeadAttentionImpl::reset() {
   const int64_t d = options.embed_dim();
   if (d % options.num_heads() != 0) throw std::invalid_argument("embed_dim must be divisible by num_heads");
   head_dim = d / options.num_heads();
-  W_q = register_module("W_q", make_linear(d, d));
-  W_k = register_module("W_k", make_linear(d, d));
-  W_v = register_module("W_v", make_linear(d, d));
-  W_o = register_module("W_o", make_linear(d, d));
+  if (options.kv_heads() < 0 || options.num_heads() % kv_heads() != 0)
+    throw std::invalid_argument("kv_heads must divide num_heads");
+  const int64_t kv = kv_heads() * head_dim;
+  const bool g = grouped();  // GroupedQueryAttention's names (see the header)
+  W_q = register_module(g ? "q_proj" : "W_q", make_linear(d, d));
+  W_k = register_module(g ? "k_proj" : "W_k", make_linear(d, kv));
+  W_v = register_module(g ? "v_proj" : "W_v", make_linear(d, kv));
+  W_o = register_module(g ? "o_proj" : "W_o", make_linear(d, d));
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
 torch::Tensor MultiHeadAttentionImpl::split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const {
   const int64_t batch = x.size(0);
-  return apply_linear(projection, x).view({batch, -1, options.num_heads(), head_dim})  // [B, T, H, d_k]
-      .transpose(1, 2);                                                  // [B, H, T, d_k]
+  const int64_t heads = projection->weight.size(0) / head_dim;
+  return apply_linear(projection, x).view({batch, -1, heads, head_dim})  // [B, T, n, d_k]
+      .transpose(1, 2);                                                  // [B, n, T, d_k]
 }
 
 torch::Tensor MultiHeadAttentionImpl::merge_heads(const torch::Tensor& x) const {
@@ -64,13 +69,23 @@ bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q, bool paddi
 torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, const torch::Tensor& k,
                                                       const torch::Tensor& v, const torch::Tensor& mask,
                                                       torch::Tensor* weights_out, bool mask_sanitized) {
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));  // [B, H, Tq, Tk]
+  const int64_t batch = q.size(0), heads = q.size(1), tq = q.size(2), groups = k.size(1), tk = k.size(2);
+  const int64_t per_group = heads / groups;
+  const double scale = std::sqrt(static_cast<double>(head_dim));
+  // Grouped heads broadcast over their K/V head instead of copying it per query head.
+  auto scores = per_group == 1
+                    ? torch::matmul(q, k.transpose(-2, -1)) / scale  // [B, H, Tq, Tk]
+                    : (torch::matmul(q.reshape({batch, groups, per_group * tq, head_dim}),  // [B, G, H/G*Tq, d_k]
+                                     k.transpose(-2, -1)) / scale)
+                          .view({batch, heads, tq, tk});                                    // [B, H, Tq, Tk]
   if (mask.defined())
     scores = scores.masked_fill((mask_sanitized ? mask : without_empty_rows(mask)).logical_not(),
                                 -std::numeric_limits<float>::infinity());
   auto weights = torch::softmax(scores, -1);
   if (weights_out) *weights_out = weights;
-  return torch::matmul(dropout(weights), v);  // [B, H, Tq, d_k]
+  if (per_group == 1) return torch::matmul(dropout(weights), v);  // [B, H, Tq, d_k]
+  return torch::matmul(dropout(weights).view({batch, groups, per_group * tq, tk}), v)  // [B, G, H/G*Tq, d_k]
+      .view({batch, heads, tq, head_dim});                                             // [B, H, Tq, d_k]
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -83,23 +98,33 @@ torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch
   c10::optional<torch::Tensor> attn_mask;
   if (mask.defined() && !causal_alone) attn_mask = mask_sanitized ? mask : without_empty_rows(mask);
   const double p = is_training() ? options.dropout() : 0.0;
-  auto out = at::scaled_dot_product_attention(q, k, v, attn_mask, p, causal_alone);  // [B, H, Tq, d_k]
+  // LibTorch before 2.5 has no enable_gqa: K/V heads repeated for the fused kernel.
+  const int64_t per_group = q.size(1) / k.size(1);
+  const auto kf = per_group > 1 ? k.repeat_interleave(per_group, 1) : k;  // [B, H, Tk, d_k]
+  const auto vf = per_group > 1 ? v.repeat_interleave(per_group, 1) : v;  // [B, H, Tk, d_k]
+  auto out = at::scaled_dot_product_attention(q, kf, vf, attn_mask, p, causal_alone);  // [B, H, Tq, d_k]
   return apply_linear(W_o, merge_heads(out));
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
-                                              const torch::Tensor& value, const torch::Tensor& mask, bool causal) {
-  return attend(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask,
-                /*mask_sanitized=*/false, causal);
+                                              const torch::Tensor& value, const torch::Tensor& mask, bool causal,
+                                              const RotaryTables& rotary) {
+  auto q = split_heads(W_q, query);  // [B, H, Tq, d_k]
+  auto k = split_heads(W_k, key);    // [B, G, Tk, d_k]
+  if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
+  return attend(q, k, split_heads(W_v, value), mask, /*mask_sanitized=*/false, causal);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_weights(const torch::Tensor& query,
                                                                                       const torch::Tensor& key,
                                                                                       const torch::Tensor& value,
-                                                                                      const torch::Tensor& mask) {
+                                                                                      const torch::Tensor& mask,
+                                                                                      const RotaryTables& rotary) {
   torch::Tensor weights;
-  auto out = attend_explicit(split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value), mask, &weights,
-                             /*mask_sanitized=*/false);
+  auto q = split_heads(W_q, query);  // [B, H, Tq, d_k]
+  auto k = split_heads(W_k, key);    // [B, G, Tk, d_k]
+  if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
+  auto out = attend_explicit(q, k, split_heads(W_v, value), mask, &weights, /*mask_sanitized=*/false);
   return {apply_linear(W_o, merge_heads(out)), weights};
 }
 

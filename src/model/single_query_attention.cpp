@@ -17,6 +17,7 @@ using namespace cpu_kernels;
 
 struct HeadView {
   int64_t heads, keys, dim;
+  int64_t group;                                        // query heads per K/V head (grouped-query attention)
   int64_t q_stride_b, q_stride_h;                       // q [B, H, 1, d], last dim contiguous
   int64_t k_stride_b, k_stride_h, k_stride_t;           // k [B, H, Tk, d], last dim contiguous
   int64_t v_stride_b, v_stride_h, v_stride_t;           // v [B, H, Tk, d], last dim contiguous
@@ -44,7 +45,7 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
         scores[t] = -std::numeric_limits<float>::infinity();
         continue;
       }
-      const T* kt = k + b * s.k_stride_b + h * s.k_stride_h + t * s.k_stride_t;
+      const T* kt = k + b * s.k_stride_b + (h / s.group) * s.k_stride_h + t * s.k_stride_t;
       f32x16 lanes = splat(0.0f);
       for (int64_t j = 0; j < vec_end; j += kLanes) lanes += load16(query.data() + j) * load16_as_float(kt + j);
       float dot = tree_sum16(lanes);
@@ -59,7 +60,7 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
     for (int64_t t = 0; t < s.keys; ++t) {
       const float w = scores[t] * inv_total;
       if (w == 0.0f) continue;
-      const T* vt = v + b * s.v_stride_b + h * s.v_stride_h + t * s.v_stride_t;
+      const T* vt = v + b * s.v_stride_b + (h / s.group) * s.v_stride_h + t * s.v_stride_t;
       for (int64_t j = 0; j < vec_end; j += kLanes) store16(acc.data() + j, load16(acc.data() + j) + w * load16_as_float(vt + j));
       for (int64_t j = vec_end; j < s.dim; ++j) acc[j] += w * load_as_float(vt + j);
     }
@@ -93,8 +94,9 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
       !k_in.device().is_cpu() || !v_in.device().is_cpu())
     return {};
   const int64_t batch = q_in.size(0), heads = q_in.size(1), dim = q_in.size(3), keys = k_in.size(2);
-  if (k_in.sizes() != v_in.sizes() || k_in.size(0) != batch || k_in.size(1) != heads || k_in.size(3) != dim ||
-      keys == 0)
+  const int64_t kv_heads = k_in.size(1);
+  if (k_in.sizes() != v_in.sizes() || k_in.size(0) != batch || kv_heads == 0 || heads % kv_heads != 0 ||
+      k_in.size(3) != dim || keys == 0)
     return {};
   at::Tensor mask;
   if (mask_in.defined()) {
@@ -113,6 +115,7 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
 
   HeadView s{};
   s.heads = heads;
+  s.group = heads / kv_heads;
   s.keys = keys;
   s.dim = dim;
   s.q_stride_b = q.stride(0);

@@ -44,15 +44,24 @@ void TransformerImpl::reset() {
   };
   src_embedding = register_module("src_embedding", embedding(c.src_vocab_size));
   tgt_embedding = register_module("tgt_embedding", embedding(c.tgt_vocab_size));
-  pos_encoding = register_module(
-      "pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model, c.max_positions).dropout(c.dropout)));
-  auto layer_options =
-      TransformerLayerOptions(c.d_model, c.num_heads, c.d_ff).dropout(c.dropout).activation(c.activation);
+  pos_encoding = register_module("pos_encoding", PositionalEncoding(PositionalEncodingOptions(c.d_model, c.max_positions)
+                                                                       .dropout(c.dropout)
+                                                                       .kind(c.positions)
+                                                                       .head_dim(c.d_model / c.num_heads)));
+  auto layer_options = TransformerLayerOptions(c.d_model, c.num_heads, c.d_ff)
+                           .dropout(c.dropout)
+                           .activation(c.activation)
+                           .norm(c.norm)
+                           .kv_heads(c.key_value_heads());
   encoder_layers = register_module("encoder_layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_encoder_layers; ++i) encoder_layers->push_back(TransformerEncoderLayer(layer_options));
   decoder_layers = register_module("decoder_layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_decoder_layers; ++i) decoder_layers->push_back(TransformerDecoderLayer(layer_options));
   fc_out = register_module("fc_out", make_linear(c.d_model, c.tgt_vocab_size));
+  if (c.norm == Norm::kPre) {
+    encoder_norm = register_module("encoder_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
+    decoder_norm = register_module("decoder_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
+  }
 
   if (initialize) reset_parameters();
   if (c.tie_embeddings) tie_embeddings();
@@ -71,6 +80,8 @@ void TransformerImpl::reset_parameters() {
     } else if (auto* linear = module->as<torch::nn::Linear>()) {
       torch::nn::init::xavier_uniform_(linear->weight);
       if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);
+    } else if (auto* positions = module->as<PositionalEncoding>()) {
+      positions->reset_parameters();  // a learned table; nothing for the others
     }
   }
 }
@@ -86,21 +97,25 @@ void TransformerImpl::tie_embeddings() {
 
 torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Tensor& src_mask) {
   auto x = pos_encoding(src_embedding(src) * embed_scale_);  // [B, S, D]
-  for (auto& layer : *encoder_layers) x = layer->as<TransformerEncoderLayer>()->forward(x, src_mask);
-  return x;
+  RotaryTables rotary;
+  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
+  for (auto& layer : *encoder_layers) x = layer->as<TransformerEncoderLayer>()->forward(x, src_mask, rotary);
+  return encoder_norm ? encoder_norm(x) : x;
 }
 
 torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Tensor& memory,
                                       const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
                                       std::vector<torch::Tensor>* cross_weights) {
   auto x = pos_encoding(tgt_embedding(tgt) * embed_scale_);  // [B, T, D]
+  RotaryTables rotary;
+  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
   for (auto& layer : *decoder_layers) {
     torch::Tensor weights;
     x = layer->as<TransformerDecoderLayer>()->forward(x, memory, src_mask, tgt_mask,
-                                                      cross_weights ? &weights : nullptr);
+                                                      cross_weights ? &weights : nullptr, rotary);
     if (cross_weights) cross_weights->push_back(weights);
   }
-  return x;
+  return decoder_norm ? decoder_norm(x) : x;
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt,
@@ -124,9 +139,12 @@ DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const tor
 
 torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, DecoderCache& cache) {
   auto x = pos_encoding->forward(tgt_embedding(last_tokens.unsqueeze(1)) * embed_scale_, cache.length);  // [B, 1, D]
+  RotaryTables rotary;
+  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(cache.length, 1, x.scalar_type());
   for (size_t i = 0; i < decoder_layers->size(); ++i)
-    x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask);
+    x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask, rotary);
   cache.length += 1;
+  if (decoder_norm) x = decoder_norm(x);
   return apply_linear(fc_out, x.squeeze(1));  // [B, V]
 }
 

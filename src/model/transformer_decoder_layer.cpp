@@ -11,7 +11,8 @@ TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerLayerO
 
 void TransformerDecoderLayerImpl::reset() {
   const int64_t d = options.embed_dim();
-  auto attn_options = MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout());
+  auto attn_options =
+      MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout()).kv_heads(options.kv_heads());
   self_attn = register_module("self_attn", MultiHeadAttention(attn_options));
   cross_attn = register_module("cross_attn", MultiHeadAttention(attn_options));
   ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
@@ -29,32 +30,41 @@ namespace {
 // and Marian's decoders have one): with a cache, x is the newest position, its K/V are
 // appended to the cached self-attention K/V (the newest position may see every cached one:
 // no target mask) and the cross-attention reads the K/V prepare_cache computed once.
+// Post-norm: x = norm(x + sublayer(x)); Pre-LN: x = x + sublayer(norm(x)).
 torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& memory,
                         const torch::Tensor& src_mask, const torch::Tensor& tgt_mask, LayerKVCache* cache,
-                        torch::Tensor* cross_weights) {
+                        torch::Tensor* cross_weights, const RotaryTables& rotary) {
   auto& self_attn = layer.self_attn;
   auto& cross_attn = layer.cross_attn;
+  const bool pre = layer.options.norm() == Norm::kPre;
+  const auto in = pre ? layer.norm1(x) : x;
   torch::Tensor self_out;
   if (cache) {
-    auto q = self_attn->split_heads(self_attn->W_q, x);  // [B, H, 1, d_k]
-    auto k = self_attn->split_heads(self_attn->W_k, x);  // [B, H, 1, d_k]
-    auto v = self_attn->split_heads(self_attn->W_v, x);  // [B, H, 1, d_k]
-    cache->self_k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, H, t, d_k]
-    cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, H, t, d_k]
+    auto q = self_attn->split_heads(self_attn->W_q, in);  // [B, H, 1, d_k]
+    auto k = self_attn->split_heads(self_attn->W_k, in);  // [B, G, 1, d_k]
+    auto v = self_attn->split_heads(self_attn->W_v, in);  // [B, G, 1, d_k]
+    if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
+    cache->self_k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, G, t, d_k]
+    cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, G, t, d_k]
     self_out = self_attn->attend(q, cache->self_k, cache->self_v, torch::Tensor());
   } else {
-    self_out = self_attn(x, x, x, tgt_mask, /*causal=*/true);
+    self_out = self_attn(in, in, in, tgt_mask, /*causal=*/true, rotary);
   }
-  auto h = layer.norm1(x + layer.dropout(self_out));
+  auto h = pre ? x + layer.dropout(self_out) : layer.norm1(x + layer.dropout(self_out));
+  const auto cross_in = pre ? layer.norm2(h) : h;
   torch::Tensor cross;
   if (cache) {
-    auto cq = cross_attn->split_heads(cross_attn->W_q, h);  // [B, H, 1, d_k]
+    auto cq = cross_attn->split_heads(cross_attn->W_q, cross_in);  // [B, H, 1, d_k]
     // start_cache sanitised the source mask once for all steps.
     cross = cross_attn->attend(cq, cache->cross_k, cache->cross_v, src_mask, /*mask_sanitized=*/true);
   } else if (cross_weights) {
-    std::tie(cross, *cross_weights) = cross_attn->forward_with_weights(h, memory, memory, src_mask);
+    std::tie(cross, *cross_weights) = cross_attn->forward_with_weights(cross_in, memory, memory, src_mask);
   } else {
-    cross = cross_attn(h, memory, memory, src_mask);
+    cross = cross_attn(cross_in, memory, memory, src_mask);
+  }
+  if (pre) {
+    h = h + layer.dropout(cross);
+    return h + layer.dropout(layer.ffn(layer.norm3(h)));
   }
   h = layer.norm2(h + layer.dropout(cross));
   return layer.norm3(h + layer.dropout(layer.ffn(h)));
@@ -64,20 +74,20 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
 
 torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
                                                    const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
-                                                   torch::Tensor* cross_weights) {
-  return run_layer(*this, x, memory, src_mask, tgt_mask, nullptr, cross_weights);
+                                                   torch::Tensor* cross_weights, const RotaryTables& rotary) {
+  return run_layer(*this, x, memory, src_mask, tgt_mask, nullptr, cross_weights, rotary);
 }
 
 void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, LayerKVCache& cache) {
-  cache.cross_k = cross_attn->split_heads(cross_attn->W_k, memory);  // [B, H, S, d_k]
-  cache.cross_v = cross_attn->split_heads(cross_attn->W_v, memory);  // [B, H, S, d_k]
+  cache.cross_k = cross_attn->split_heads(cross_attn->W_k, memory);  // [B, G, S, d_k]
+  cache.cross_v = cross_attn->split_heads(cross_attn->W_v, memory);  // [B, G, S, d_k]
   cache.self_k = torch::Tensor();
   cache.self_v = torch::Tensor();
 }
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,
-                                                        const torch::Tensor& src_mask) {
-  return run_layer(*this, x, torch::Tensor(), src_mask, torch::Tensor(), &cache, nullptr);
+                                                        const torch::Tensor& src_mask, const RotaryTables& rotary) {
+  return run_layer(*this, x, torch::Tensor(), src_mask, torch::Tensor(), &cache, nullptr, rotary);
 }
 
 }  // namespace torchmt

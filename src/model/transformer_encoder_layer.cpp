@@ -12,7 +12,7 @@ TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerLayerO
 void TransformerEncoderLayerImpl::reset() {
   const int64_t d = options.embed_dim();
   self_attn = register_module(
-      "self_attn", MultiHeadAttention(MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout())));
+      "self_attn", MultiHeadAttention(MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout()).kv_heads(options.kv_heads())));
   ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
                                                .dropout(options.dropout())
                                                .activation(options.activation())));
@@ -21,8 +21,14 @@ void TransformerEncoderLayerImpl::reset() {
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 
-torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
-  auto h = norm1(x + dropout(self_attn(x, x, x, mask)));
+torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask,
+                                                   const RotaryTables& rotary) {
+  if (options.norm() == Norm::kPre) {
+    auto n = norm1(x);
+    auto h = x + dropout(self_attn(n, n, n, mask, /*causal=*/false, rotary));
+    return h + dropout(ffn(norm2(h)));
+  }
+  auto h = norm1(x + dropout(self_attn(x, x, x, mask, /*causal=*/false, rotary)));
   return norm2(h + dropout(ffn(h)));
 }
 

@@ -18,7 +18,7 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("max_sentence_tokens", &O::max_sentence_tokens,
            "skip a training pair when a side has more tokens than this (eos included); nothing is truncated",
            {"", "data", {"max_len"}})
-      .add("preset", &O::preset, "model preset: tiny|small|base|big", model)
+      .add("preset", &O::preset, "model preset: tiny|small|base|big|paper-small|paper-base|modern-small|modern-base", model)
       .add("d_model", &O::d_model, "override the preset's d_model (-1 = keep)", model)
       .add("num_heads", &O::num_heads, "override the number of attention heads (-1 = keep)", model)
       .add("encoder_layers", &O::encoder_layers, "override the encoder layers (-1 = keep)", model)
@@ -27,6 +27,10 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("dropout", &O::dropout, "override the dropout (-1 = keep)", model)
       .add("activation", &O::activation, "override the activation: relu|gelu", model)
       .add("tie_embeddings", &O::tie_embeddings, "auto|true|false (auto: the preset's choice)", model)
+      .add("norm", &O::norm, "override the layer norm placement: post (paper) | pre (Pre-LN)", model)
+      .add("positions", &O::positions, "override the positions: sinusoidal | learned | rope", model)
+      .add("kv_heads", &O::kv_heads,
+           "override the key/value heads: grouped-query attention (-1 = keep, 0 = num_heads, 1 = multi-query)", model)
       .add("batch_tokens", &O::batch_tokens,
            "tokens per batch: rows x (longest source + longest target), padding included",
            {"", "optimisation", {"max_tokens"}})

@@ -62,6 +62,9 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
   if (o.d_ff > 0) c.d_ff = o.d_ff;
   if (o.dropout >= 0) c.dropout = o.dropout;
   if (!o.activation.empty()) c.activation = parse_activation(o.activation);
+  if (!o.norm.empty()) c.norm = parse_norm(o.norm);
+  if (!o.positions.empty()) c.positions = parse_positions(o.positions);
+  if (o.kv_heads >= 0) c.kv_heads = o.kv_heads;
   if (o.tie_embeddings == "true") c.tie_embeddings = true;
   if (o.tie_embeddings == "false") c.tie_embeddings = false;
   if (c.tie_embeddings && !joint_vocab) throw std::invalid_argument("--tie-embeddings needs a joint vocabulary");

@@ -1,7 +1,8 @@
 #pragma once
 // Decoding state for incremental decoding, owned by the caller (never hidden in modules).
 // Per decoder layer: self-attention K/V that grow by one position per step, and the
-// cross-attention K/V computed once from the encoder output. All [B, H, T, d_k].
+// cross-attention K/V computed once from the encoder output. All [B, G, T, d_k], G = the
+// model's kv_heads (grouped-query attention caches G heads, not H).
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -9,8 +10,8 @@
 namespace torchmt {
 
 struct LayerKVCache {
-  at::Tensor self_k, self_v;    // [B, H, t, d_k], t = positions decoded so far
-  at::Tensor cross_k, cross_v;  // [B, H, S, d_k]
+  at::Tensor self_k, self_v;    // [B, G, t, d_k], t = positions decoded so far
+  at::Tensor cross_k, cross_v;  // [B, G, S, d_k]
 };
 
 struct DecoderCache {

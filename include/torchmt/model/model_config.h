@@ -13,6 +13,20 @@ enum class Activation { kReLU, kGELU };
 Activation parse_activation(const std::string& name);
 std::string activation_name(Activation activation);
 
+// Where each sub-layer's LayerNorm sits: after the residual sum as in the paper (post), or
+// on the sub-layer's input with one final LayerNorm per stack (pre; reference 004's
+// "what modern models use").
+enum class Norm { kPost, kPre };
+Norm parse_norm(const std::string& name);  // "post" | "pre"
+std::string norm_name(Norm norm);
+
+// How positions enter the model: the paper's sinusoidal table added to the embeddings, a
+// learned table in its place, or rotary embeddings applied to self-attention's queries and
+// keys (reference 000 section 4.4 and 002: apply_rotary_pos_emb / rotate_half).
+enum class Positions { kSinusoidal, kLearned, kRope };
+Positions parse_positions(const std::string& name);  // "sinusoidal" | "learned" | "rope"
+std::string positions_name(Positions positions);
+
 struct ModelConfig {
   int64_t src_vocab_size = 8000;
   int64_t tgt_vocab_size = 8000;
@@ -30,13 +44,23 @@ struct ModelConfig {
   // Share source, target and output embeddings (needs one joint vocabulary).
   bool tie_embeddings = false;
   int64_t pad_id = 0;
+  Norm norm = Norm::kPost;
+  Positions positions = Positions::kSinusoidal;
+  // Key/value heads of every attention (grouped-query attention, reference 002's
+  // GroupedQueryAttention num_groups): 0 = num_heads (multi-head attention), 1 = multi-query.
+  int64_t kv_heads = 0;
 
-  // "base" (paper), "big" (paper), "small" (CPU-sized for Multi30k), "tiny" (tests).
+  int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : num_heads; }
+
+  // "base" / "paper-base" (paper), "big" (paper), "small" / "paper-small" (CPU-sized for
+  // Multi30k), "modern-small" / "modern-base" (the same sizes with Pre-LN, rotary positions and
+  // grouped-query attention), "tiny" (tests).
   static ModelConfig preset(const std::string& name);
   // Throws std::invalid_argument naming the offending field.
   void validate() const;
   std::string to_json() const;
-  // Every field must be present (a checkpoint or export written by torchmt has them all).
+  // Every field must be present (a checkpoint or export written by torchmt has them all),
+  // except those added after 0.2 (norm, positions, kv_heads), which default to the paper's.
   static ModelConfig from_json(const std::string& json);
 };
 

@@ -2,6 +2,13 @@
 // Multi-head attention (paper §3.2.2), mirrors the reference `MultiHeadAttention`:
 // projections W_q, W_k, W_v, W_o and dropout on the attention weights.
 //
+// With kv_heads < num_heads it is the reference's `GroupedQueryAttention` (002): keys and
+// values have kv_heads heads (`num_groups` there), query head h reads K/V head
+// h / (num_heads / kv_heads), and the projections carry that class's names, q_proj, k_proj,
+// v_proj and o_proj (the document leaves the output projection out; o_proj is its usual name).
+// The members W_q..W_o hold them either way: one implementation, two sets of state-dict names.
+// Rotary positions (rotary.h) rotate the queries and keys when forward() is given tables.
+//
 // Three paths compute the same function:
 //  - fused: at::scaled_dot_product_attention (flash / memory-efficient kernels on CUDA),
 //    used whenever the weights are not requested, except on CPU where it is slower (bf16,
@@ -12,6 +19,8 @@
 // Masks follow torchmt/model/masks.h (bool, true = may attend). A query whose keys are all
 // masked attends to all of them instead of producing NaN.
 #include <tuple>
+
+#include "torchmt/model/rotary.h"
 
 #include <torch/nn/cloneable.h>
 #include "torchmt/model/dropout.h"
@@ -25,6 +34,7 @@ struct MultiHeadAttentionOptions {
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, num_heads);
   TORCH_ARG(double, dropout) = 0.1;
+  TORCH_ARG(int64_t, kv_heads) = 0;  // 0 = num_heads
 };
 
 // Which path forward() takes: kAuto chooses by device, dtype and mask (use_fused_kernel);
@@ -42,20 +52,26 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   // mask and'ed with right padding of the keys (a decoder's self-attention), so a fused
   // kernel may apply causality alone (is_causal, flash attention): padding that sits after
   // every real query is already hidden from it, and padded queries' outputs are never used.
+  // `rotary`: tables for the positions of query and key (self-attention), applied to both.
   torch::Tensor forward(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
-                        const torch::Tensor& mask = {}, bool causal = false);
+                        const torch::Tensor& mask = {}, bool causal = false, const RotaryTables& rotary = {});
   // Explicit path; returns (output [B, Tq, D], weights [B, H, Tq, Tk]).
   std::tuple<torch::Tensor, torch::Tensor> forward_with_weights(const torch::Tensor& query, const torch::Tensor& key,
                                                                 const torch::Tensor& value,
-                                                                const torch::Tensor& mask = {});
+                                                                const torch::Tensor& mask = {},
+                                                                const RotaryTables& rotary = {});
 
   // Building blocks for incremental decoding (the cache holds projected heads).
-  // x [B, T, D] -> [B, H, T, d_k] through the given projection.
+  // x [B, T, D] -> [B, n, T, d_k] through the given projection (n = its outputs / d_k: H for
+  // W_q, kv_heads for W_k and W_v).
   torch::Tensor split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const;
-  // q [B, H, Tq, d_k], k/v [B, H, Tk, d_k] -> [B, Tq, D] after W_o. `mask_sanitized`:
+  // q [B, H, Tq, d_k], k/v [B, G, Tk, d_k] (G = kv_heads) -> [B, Tq, D] after W_o. `mask_sanitized`:
   // the caller already applied without_empty_rows (decoding reuses one source mask per step).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask, bool mask_sanitized = false, bool causal = false);
+
+  int64_t kv_heads() const { return options.kv_heads() > 0 ? options.kv_heads() : options.num_heads(); }
+  bool grouped() const { return kv_heads() != options.num_heads(); }
 
   MultiHeadAttentionOptions options;
   int64_t head_dim = 0;

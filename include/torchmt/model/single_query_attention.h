@@ -4,7 +4,8 @@
 
 namespace torchmt {
 
-// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B, H, Tk, d_k] when
+// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B, G, Tk, d_k] (G divides
+// H; query head h reads K/V head h / (H / G): grouped-query attention, G = H for MHA) when
 // the call is inference (grad mode off) on the CPU in fp32 or bf16; returns the heads
 // already merged, [B, 1, H * d_k], in q's dtype, or an undefined tensor when it does not
 // apply. `mask` (bool, true = may attend, masks.h) broadcasts to [B, H, 1, Tk]; a query

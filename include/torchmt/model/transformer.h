@@ -1,13 +1,15 @@
 #pragma once
 // The encoder-decoder Transformer, mirrors the reference `Transformer`: src_embedding,
 // tgt_embedding, pos_encoding, encoder_layers, decoder_layers, fc_out; embeddings are
-// scaled by sqrt(d_model). State-dict keys and shapes equal the reference's.
+// scaled by sqrt(d_model). State-dict keys and shapes equal the reference's. With Pre-LN
+// (norm: pre) each stack ends in a LayerNorm, encoder_norm and decoder_norm.
 #include <vector>
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include "torchmt/model/kv_cache.h"
@@ -50,6 +52,7 @@ class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
   PositionalEncoding pos_encoding{nullptr};
   torch::nn::ModuleList encoder_layers{nullptr}, decoder_layers{nullptr};
   torch::nn::Linear fc_out{nullptr};
+  torch::nn::LayerNorm encoder_norm{nullptr}, decoder_norm{nullptr};  // Pre-LN only
 
  private:
   void tie_embeddings();

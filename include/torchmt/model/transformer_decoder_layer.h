@@ -1,5 +1,5 @@
 #pragma once
-// One decoder layer (paper §3.1, post-norm), mirrors the reference `TransformerDecoderLayer`:
+// One decoder layer (paper §3.1, post-norm or Pre-LN as the encoder layer), mirrors the reference `TransformerDecoderLayer`:
 // self_attn (masked), cross_attn over the encoder output, ffn, norm1..norm3, dropout.
 #include <torch/nn/cloneable.h>
 #include "torchmt/model/dropout.h"
@@ -19,14 +19,18 @@ class TransformerDecoderLayerImpl : public torch::nn::Cloneable<TransformerDecod
   // x [B, T, D], memory [B, S, D], src_mask [B, 1, 1, S], tgt_mask [B, 1, T, T] -> [B, T, D].
   // When `cross_weights` is given the cross-attention runs the explicit path and stores
   // its weights [B, H, T, S] there.
+  // `rotary`: the tables of positions 0..T-1 for the self-attention (positions: rope).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory, const torch::Tensor& src_mask = {},
-                        const torch::Tensor& tgt_mask = {}, torch::Tensor* cross_weights = nullptr);
+                        const torch::Tensor& tgt_mask = {}, torch::Tensor* cross_weights = nullptr,
+                        const RotaryTables& rotary = {});
 
   // Fills cache.cross_k / cross_v from the encoder output (once per sentence).
   void prepare_cache(const torch::Tensor& memory, LayerKVCache& cache);
   // x [B, 1, D]: the newest target position; attends to the cached positions and itself,
-  // appends its K/V to the cache. Equal to forward() on the full prefix, last row.
-  torch::Tensor forward_step(const torch::Tensor& x, LayerKVCache& cache, const torch::Tensor& src_mask);
+  // appends its K/V to the cache (rotated at its position when `rotary` holds that
+  // position's tables). Equal to forward() on the full prefix, last row.
+  torch::Tensor forward_step(const torch::Tensor& x, LayerKVCache& cache, const torch::Tensor& src_mask,
+                             const RotaryTables& rotary = {});
 
   TransformerLayerOptions options;
   MultiHeadAttention self_attn{nullptr}, cross_attn{nullptr};

@@ -1,6 +1,7 @@
 #pragma once
-// One encoder layer (paper §3.1, post-norm), mirrors the reference `TransformerEncoderLayer`:
-// self_attn, ffn, norm1, norm2 and a dropout on each sub-layer output.
+// One encoder layer (paper §3.1), mirrors the reference `TransformerEncoderLayer`:
+// self_attn, ffn, norm1, norm2 and a dropout on each sub-layer output. Post-norm as in the
+// paper (x = norm(x + sublayer(x))) or Pre-LN (x = x + sublayer(norm(x)), reference 004).
 #include <string>
 
 #include <torch/nn/cloneable.h>
@@ -21,14 +22,17 @@ struct TransformerLayerOptions {
   TORCH_ARG(int64_t, ff_dim);
   TORCH_ARG(double, dropout) = 0.1;
   TORCH_ARG(Activation, activation) = Activation::kReLU;
+  TORCH_ARG(Norm, norm) = Norm::kPost;
+  TORCH_ARG(int64_t, kv_heads) = 0;  // 0 = num_heads
 };
 
 class TransformerEncoderLayerImpl : public torch::nn::Cloneable<TransformerEncoderLayerImpl> {
  public:
   explicit TransformerEncoderLayerImpl(const TransformerLayerOptions& options);
   void reset() override;
-  // x [B, S, D], mask [B, 1, 1, S] (true = may attend) -> [B, S, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {});
+  // x [B, S, D], mask [B, 1, 1, S] (true = may attend) -> [B, S, D]; `rotary`: the tables of
+  // positions 0..S-1 (positions: rope).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}, const RotaryTables& rotary = {});
 
   TransformerLayerOptions options;
   MultiHeadAttention self_attn{nullptr};

@@ -20,6 +20,8 @@ struct TrainOptions {
   double dropout = -1.0;
   std::string activation;
   std::string tie_embeddings = "auto";  // auto (preset, when the vocabulary is joint) | true | false
+  std::string norm, positions;          // empty = the preset's
+  int64_t kv_heads = -1;
   // Optimisation (the paper's recipe)
   int64_t batch_tokens = 4096;  // rows * (longest source + longest target) per batch, padding included
   int64_t update_freq = 1;
