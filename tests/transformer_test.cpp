@@ -1,8 +1,11 @@
 // Properties of the Transformer itself, on CPU and (when present) CUDA.
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "test_support.h"
 #include "torchmt/model/masks.h"
+#include "torchmt/model/rotary.h"
 #include "torchmt/model/transformer.h"
 
 namespace torchmt {
@@ -17,15 +20,34 @@ ModelConfig small_test_config() {
   return c;
 }
 
-class TransformerOnDevice : public ::testing::TestWithParam<std::string> {
+// Each switch of the model configuration (model_config.h) on its own, and the modern preset's
+// combination.
+ModelConfig variant_config(const std::string& variant) {
+  ModelConfig c = small_test_config();
+  if (variant == "pre_ln" || variant == "modern") c.norm = Norm::kPre;
+  if (variant == "rope" || variant == "modern") c.positions = Positions::kRope;
+  if (variant == "learned") c.positions = Positions::kLearned;
+  if (variant == "gqa" || variant == "modern") c.kv_heads = 2;
+  if (variant == "mqa") c.kv_heads = 1;
+  return c;
+}
+
+class TransformerOnDevice : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    if (GetParam() == "cuda") {
+    const std::string name = std::get<0>(GetParam());
+    if (name == "cuda") {
       TORCHMT_SKIP_WITHOUT_CUDA();
     }
-    device = GetParam() == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(GetParam());
+    device = name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(name);
     torch::manual_seed(11);
-    model = Transformer(small_test_config());
+    model = Transformer(variant_config(std::get<1>(GetParam())));
+    if (model->config().norm == Norm::kPre) {
+      // LayerNorm's fresh ones/zeros would hide a misplaced norm: give them values.
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->named_parameters())
+        if (p.key().find("norm") != std::string::npos) p.value().uniform_(0.5, 1.5);
+    }
     model->to(device);
     model->eval();
   }
@@ -121,6 +143,8 @@ TEST_P(TransformerOnDevice, IncrementalDecodingEqualsFullRecomputation) {
     EXPECT_TRUE(torch::allclose(step, full.select(1, t), 1e-5, 1e-5)) << "position " << t;
   }
   EXPECT_EQ(cache.layers[0].self_k.size(2), tgt.size(1));
+  EXPECT_EQ(cache.layers[0].self_k.size(1), model->config().key_value_heads());
+  EXPECT_EQ(cache.layers[0].cross_k.size(1), model->config().key_value_heads());
 }
 
 TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {
@@ -130,7 +154,112 @@ TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {
   EXPECT_EQ(make_target_mask(src, 0).sizes(), torch::IntArrayRef({1, 1, 2, 2}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, TransformerOnDevice, ::testing::Values("cpu", "cuda"));
+INSTANTIATE_TEST_SUITE_P(Devices, TransformerOnDevice,
+                         ::testing::Combine(::testing::Values("cpu", "cuda"),
+                                            ::testing::Values("paper", "pre_ln", "rope", "learned", "gqa", "mqa",
+                                                              "modern")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// RoPE: attention scores depend only on relative positions. Queries and keys rotated at
+// positions shifted by the same k give the same scores.
+TEST(Rotary, ScoresDependOnlyOnRelativePositions) {
+  ModelConfig c = variant_config("rope");
+  PositionalEncoding positions(
+      PositionalEncodingOptions(c.d_model, 64).kind(Positions::kRope).head_dim(c.d_model / c.num_heads));
+  const int64_t d = c.d_model / c.num_heads;
+  torch::manual_seed(2);
+  auto q = torch::randn({1, 2, 5, d});  // [B, H, T, d_k]
+  auto k = torch::randn({1, 2, 5, d});
+  auto scores_at = [&](int64_t offset) {
+    auto [cos, sin] = positions->rotary(offset, 5, torch::kFloat);
+    auto [qr, kr] = apply_rotary_pos_emb(q, k, sin, cos);
+    return torch::matmul(qr, kr.transpose(-2, -1));  // [B, H, T, T]
+  };
+  const auto at0 = scores_at(0);
+  for (int64_t shift : {1, 7, 40})
+    EXPECT_TRUE(torch::allclose(at0, scores_at(shift), 1e-4, 1e-4)) << "shift " << shift;
+  // Not trivially: unrotated scores differ, and rotation by different offsets for q and k too.
+  EXPECT_FALSE(torch::allclose(at0, torch::matmul(q, k.transpose(-2, -1)), 1e-3, 1e-3));
+  auto [c0, s0] = positions->rotary(0, 5, torch::kFloat);
+  auto [c3, s3] = positions->rotary(3, 5, torch::kFloat);
+  auto mixed = torch::matmul(q * c0 + rotate_half(q) * s0, (k * c3 + rotate_half(k) * s3).transpose(-2, -1));
+  EXPECT_FALSE(torch::allclose(at0, mixed, 1e-3, 1e-3));
+  // rotate_half as the reference: [x1, x2] -> [-x2, x1].
+  EXPECT_TRUE(torch::equal(rotate_half(torch::tensor({1.0f, 2.0f, 3.0f, 4.0f})), torch::tensor({-3.0f, -4.0f, 1.0f, 2.0f})));
+}
+
+// GQA with G K/V heads is multi-head attention whose K/V projections repeat each group's
+// rows for the H / G query heads that share it; kv_heads == heads is multi-head attention.
+TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeyValueHeads) {
+  torch::NoGradGuard no_grad;
+  const int64_t d = 32, heads = 4, groups = 2, hd = d / heads;
+  torch::manual_seed(4);
+  MultiHeadAttention gqa(MultiHeadAttentionOptions(d, heads).dropout(0.0).kv_heads(groups));
+  MultiHeadAttention mha(MultiHeadAttentionOptions(d, heads).dropout(0.0));
+  gqa->eval();
+  mha->eval();
+  EXPECT_TRUE(gqa->named_parameters().contains("q_proj.weight"));
+  EXPECT_TRUE(mha->named_parameters().contains("W_q.weight"));
+  EXPECT_EQ(gqa->W_k->weight.sizes(), torch::IntArrayRef({groups * hd, d}));
+  auto repeat_rows = [&](const torch::Tensor& w) {  // [G*d_k, ...] -> [H*d_k, ...]
+    auto shape = w.sizes().vec();
+    auto grouped = w.reshape({groups, 1, hd, -1}).expand({groups, heads / groups, hd, w.numel() / (groups * hd)});
+    shape[0] = heads * hd;
+    return grouped.reshape(shape);
+  };
+  mha->W_q->weight.copy_(gqa->W_q->weight);
+  mha->W_q->bias.copy_(gqa->W_q->bias);
+  mha->W_o->weight.copy_(gqa->W_o->weight);
+  mha->W_o->bias.copy_(gqa->W_o->bias);
+  mha->W_k->weight.copy_(repeat_rows(gqa->W_k->weight));
+  mha->W_k->bias.copy_(repeat_rows(gqa->W_k->bias));
+  mha->W_v->weight.copy_(repeat_rows(gqa->W_v->weight));
+  mha->W_v->bias.copy_(repeat_rows(gqa->W_v->bias));
+  auto x = torch::randn({2, 5, d});
+  auto memory = torch::randn({2, 7, d});
+  auto mask = torch::ones({2, 1, 1, 7}, torch::kBool);
+  mask.index_put_({1, 0, 0, torch::indexing::Slice(4)}, false);
+  for (auto kernel : {AttentionKernel::kExplicit, AttentionKernel::kFused}) {
+    set_attention_kernel(kernel);
+    EXPECT_TRUE(torch::allclose(gqa(x, memory, memory, mask), mha(x, memory, memory, mask), 1e-5, 1e-5));
+  }
+  set_attention_kernel(AttentionKernel::kAuto);
+  auto [out_g, w_g] = gqa->forward_with_weights(x, memory, memory, mask);
+  auto [out_m, w_m] = mha->forward_with_weights(x, memory, memory, mask);
+  EXPECT_TRUE(torch::allclose(w_g, w_m, 1e-5, 1e-5));
+  // One decoding query per sentence: the single-query CPU kernel reads the shared heads.
+  auto q1 = x.narrow(1, 0, 1);
+  auto kg = gqa->split_heads(gqa->W_k, memory), vg = gqa->split_heads(gqa->W_v, memory);  // [B, G, S, d_k]
+  EXPECT_EQ(kg.size(1), groups);
+  auto step = gqa->attend(gqa->split_heads(gqa->W_q, q1), kg, vg, mask);
+  EXPECT_TRUE(torch::allclose(step, mha(q1, memory, memory, mask), 1e-5, 1e-5));
+}
+
+// The KV cache of a decoding model holds kv_heads heads: its bytes shrink by heads / kv_heads.
+TEST(GroupedQueryAttention, KeyValueCacheShrinksByHeadsOverKvHeads) {
+  torch::NoGradGuard no_grad;
+  auto cache_bytes = [](const ModelConfig& c) {
+    torch::manual_seed(1);
+    Transformer model(c);
+    model->eval();
+    auto src = torch::randint(3, c.src_vocab_size, {3, 9});
+    auto src_mask = make_padding_mask(src, c.pad_id);
+    DecoderCache cache = model->start_cache(model->encode(src, src_mask), src_mask);
+    auto last = torch::full({3}, 1, torch::kLong);
+    for (int t = 0; t < 4; ++t) model->decode_step(last, cache);
+    int64_t bytes = 0;
+    for (const auto& l : cache.layers)
+      for (const auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v}) bytes += t->numel() * t->element_size();
+    return bytes;
+  };
+  const ModelConfig mha = variant_config("paper");
+  const int64_t full = cache_bytes(mha);
+  for (int64_t kv : {2, 1}) {
+    ModelConfig c = mha;
+    c.kv_heads = kv;
+    EXPECT_EQ(cache_bytes(c) * (mha.num_heads / kv), full) << "kv_heads " << kv;
+  }
+}
 
 TEST(Transformer, StateDictNamesMirrorTheReference) {
   Transformer model(small_test_config());
@@ -174,6 +303,30 @@ TEST(Transformer, PresetsHaveThePaperShapes) {
   EXPECT_THROW(ModelConfig::preset("huge"), std::invalid_argument);
   auto round = ModelConfig::from_json(ModelConfig::preset("small").to_json());
   EXPECT_EQ(round.to_json(), ModelConfig::preset("small").to_json());
+  // paper-* are today's presets; modern-* the same sizes with Pre-LN, RoPE and GQA.
+  EXPECT_EQ(ModelConfig::preset("paper-small").to_json(), ModelConfig::preset("small").to_json());
+  EXPECT_EQ(ModelConfig::preset("paper-base").to_json(), base.to_json());
+  auto modern = ModelConfig::preset("modern-base");
+  EXPECT_EQ(modern.norm, Norm::kPre);
+  EXPECT_EQ(modern.positions, Positions::kRope);
+  EXPECT_EQ(modern.key_value_heads(), 4);
+  EXPECT_EQ(modern.d_model, base.d_model);
+  EXPECT_EQ(ModelConfig::from_json(modern.to_json()).to_json(), modern.to_json());
+  EXPECT_THROW(ModelConfig::preset("modern-big"), std::invalid_argument);
+  // A configuration written before these switches existed reads as the paper's model.
+  std::string old;
+  {
+    std::istringstream lines(ModelConfig::preset("small").to_json());  // one key per line, none of these last
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("\"norm\"") == std::string::npos && line.find("\"positions\"") == std::string::npos &&
+          line.find("\"kv_heads\"") == std::string::npos)
+        old += line + "\n";
+  }
+  ASSERT_EQ(old.find("norm"), std::string::npos) << old;
+  EXPECT_EQ(ModelConfig::from_json(old).to_json(), ModelConfig::preset("small").to_json()) << old;
+  auto bad_kv = base;
+  bad_kv.kv_heads = 3;
+  EXPECT_THROW(bad_kv.validate(), std::invalid_argument);
   auto bad = base;
   bad.num_heads = 7;
   EXPECT_THROW(bad.validate(), std::invalid_argument);
