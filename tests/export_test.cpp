@@ -267,6 +267,56 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
   for (size_t i = 0; i < greedy.size(); ++i) EXPECT_EQ(plain.get(i).toIntVector(), greedy[i]);
 }
 
+// Every switch of the model configuration exports: the same state-dict names and values,
+// the same logits, and the same greedy and beam ids through the exported decoder interface
+// (KV cache with kv_heads heads, rotation at the cached offset, final LayerNorms).
+TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
+  const auto& base = fixture();
+  const Tokenizer& tok = test::sample_tokenizer();
+  for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern"}) {
+    SCOPED_TRACE(variant);
+    ModelConfig config = ModelConfig::preset("tiny");
+    config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
+    if (variant == "pre_ln" || variant == "modern") config.norm = Norm::kPre;
+    if (variant == "rope" || variant == "modern") config.positions = Positions::kRope;
+    if (variant == "learned") config.positions = Positions::kLearned;
+    if (variant == "gqa") config.kv_heads = 1;
+    if (variant == "modern") {
+      config.kv_heads = 2;
+      config.tie_embeddings = true;
+    }
+    torch::manual_seed(7);
+    Transformer model(config);
+    train_briefly(model, tok, 40);
+    CheckpointMeta meta;
+    meta.model = config;
+    meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
+    meta.src_spm_checksum = meta.tgt_spm_checksum = tok.checksum();
+    Fixture f;
+    f.checkpoint = f.dir.file("checkpoint.pt");
+    save_checkpoint(f.checkpoint, model, nullptr, meta);
+    f.native = load_checkpoint(f.checkpoint, torch::kCPU);
+    f.src = base.src;
+    f.sources = base.sources;
+    f.exported = f.dir.file("model.ts");
+    make_exporter("torchscript")->write(f.native, ExportOptions{}, f.exported);
+    auto m = load_export(f.exported);
+
+    std::map<std::string, torch::Tensor> script;
+    for (const auto& p : m.named_parameters()) script[p.name] = p.value;
+    for (const auto& b : m.named_buffers()) script[b.name] = b.value;
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : script) keys.push_back(k);
+    EXPECT_EQ(keys, native_state_keys(f.native.model));
+
+    torch::NoGradGuard no_grad;
+    auto expected = f.native.model->forward(base.src, base.tgt_in);
+    auto logits = run_script_method(m, "forward", {base.src, base.tgt_in}).toTensor();
+    EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-5);
+    for (int64_t beam : {1, 5}) EXPECT_EQ(script_ids(m, f.src, beam), native_ids(f, beam)) << "beam " << beam;
+  }
+}
+
 TEST(ExportTorchScript, ExportTranslatesThroughTheCheckpointsTranslator) {
   auto& f = fixture();
   ExportedModel exported(f.exported, torch::kCPU);

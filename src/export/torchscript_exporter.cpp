@@ -117,23 +117,49 @@ class ScriptBuilder {
     return build("Embedding", {}, {{"weight", e->weight}}, {}, ts_source::kEmbedding);
   }
 
+  // Buffers stay buffers and parameters parameters, as in the native module.
   Module positional_encoding(const PositionalEncoding& p) {
+    if (p->options.kind() == Positions::kRope) {
+      Module m = make("RotaryPositionalEncoding");
+      m.register_buffer("cos", weight(p->cos));
+      m.register_buffer("sin", weight(p->sin));
+      define(m, "RotaryPositionalEncoding", ts_source::kRotaryPositionalEncoding);
+      return m;
+    }
     Module m = make("PositionalEncoding");
-    m.register_buffer("pe", weight(p->pe));  // a buffer, not a parameter, as in the native module
+    if (p->options.kind() == Positions::kLearned)
+      m.register_parameter("pe", weight(p->pe), false);
+    else
+      m.register_buffer("pe", weight(p->pe));
     define(m, "PositionalEncoding", ts_source::kPositionalEncoding);
     return m;
   }
 
   Module attention(MultiHeadAttention& a) {
     const auto int_type = c10::IntType::get();
-    return build("MultiHeadAttention",
-                 {{"W_q", linear(a->W_q)}, {"W_k", linear(a->W_k)}, {"W_v", linear(a->W_v)}, {"W_o", linear(a->W_o)}},
+    // Grouped-query attention: the reference's GroupedQueryAttention names, in the module
+    // tree and in the source.
+    const bool g = a->grouped();
+    static const std::string grouped_source = [] {
+      std::string src = ts_source::kMultiHeadAttention;
+      for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+               {"self.W_q", "self.q_proj"}, {"self.W_k", "self.k_proj"}, {"self.W_v", "self.v_proj"},
+               {"self.W_o", "self.o_proj"}})
+        for (size_t at = src.find(from); at != std::string::npos; at = src.find(from, at + to.size()))
+          src.replace(at, from.size(), to);
+      return src;
+    }();
+    return build(g ? "GroupedQueryAttention" : "MultiHeadAttention",
+                 {{g ? "q_proj" : "W_q", linear(a->W_q)},
+                  {g ? "k_proj" : "W_k", linear(a->W_k)},
+                  {g ? "v_proj" : "W_v", linear(a->W_v)},
+                  {g ? "o_proj" : "W_o", linear(a->W_o)}},
                  {},
                  {{"num_heads", int_type, a->options.num_heads()},
                   {"head_dim", int_type, a->head_dim},
                   {"embed_dim", int_type, a->options.embed_dim()},
                   {"scale", c10::FloatType::get(), std::sqrt(static_cast<double>(a->head_dim))}},
-                 ts_source::kMultiHeadAttention);
+                 g ? grouped_source : std::string(ts_source::kMultiHeadAttention));
   }
 
   Module feed_forward(FeedForward& f) {
@@ -146,7 +172,7 @@ class ScriptBuilder {
     return build("TransformerEncoderLayer",
                  {{"self_attn", attention(l->self_attn)}, {"ffn", feed_forward(l->ffn)},
                   {"norm1", layer_norm(l->norm1)}, {"norm2", layer_norm(l->norm2)}},
-                 {}, {}, ts_source::kEncoderLayer);
+                 {}, {{"pre_norm", c10::BoolType::get(), l->options.norm() == Norm::kPre}}, ts_source::kEncoderLayer);
   }
 
   Module decoder_layer(TransformerDecoderLayer& l) {
@@ -154,18 +180,20 @@ class ScriptBuilder {
                  {{"self_attn", attention(l->self_attn)}, {"cross_attn", attention(l->cross_attn)},
                   {"ffn", feed_forward(l->ffn)}, {"norm1", layer_norm(l->norm1)}, {"norm2", layer_norm(l->norm2)},
                   {"norm3", layer_norm(l->norm3)}},
-                 {}, {}, ts_source::kDecoderLayer);
+                 {}, {{"pre_norm", c10::BoolType::get(), l->options.norm() == Norm::kPre}}, ts_source::kDecoderLayer);
   }
 
   // Layer lists: children "0".."N-1" (the native state-dict names); TorchScript cannot
   // iterate a C++-built module, so the methods are unrolled for the layer count.
   Module encoder_layers(torch::nn::ModuleList& layers) {
     Module m = make("EncoderLayers");
-    std::string src = "def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:\n";
+    std::string src =
+        "def forward(self, x: Tensor, mask: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> "
+        "Tensor:\n";
     for (size_t i = 0; i < layers->size(); ++i) {
       TransformerEncoderLayer layer(layers->ptr<TransformerEncoderLayerImpl>(i));
       m.register_module(std::to_string(i), encoder_layer(layer));
-      src += "    x = getattr(self, \"" + std::to_string(i) + "\").forward(x, mask)\n";
+      src += "    x = getattr(self, \"" + std::to_string(i) + "\").forward(x, mask, cos, sin)\n";
     }
     src += "    return x\n";
     define(m, "EncoderLayers", src);
@@ -175,27 +203,28 @@ class ScriptBuilder {
   Module decoder_layers(torch::nn::ModuleList& layers) {
     Module m = make("DecoderLayers");
     std::string fwd =
-        "def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor]) -> "
-        "Tensor:\n";
+        "def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor], "
+        "cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:\n";
     std::string start =
         "def start(self, memory: Tensor) -> Tuple[List[Tensor], List[Tensor]]:\n"
         "    ks: List[Tensor] = []\n"
         "    vs: List[Tensor] = []\n";
     // state = [src_mask, self_k[0..L), self_v[0..L), cross_k[0..L), cross_v[0..L)]
     const size_t n_layers = layers->size();
-    std::string step = "def step(self, x: Tensor, state: List[Tensor]) -> Tensor:\n";
+    std::string step =
+        "def step(self, x: Tensor, state: List[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:\n";
     for (size_t i = 0; i < n_layers; ++i) {
       const std::string n = std::to_string(i);
       const std::string layer = "getattr(self, \"" + n + "\")";
       TransformerDecoderLayer native(layers->ptr<TransformerDecoderLayerImpl>(i));
       m.register_module(n, decoder_layer(native));
-      fwd += "    x = " + layer + ".forward(x, memory, src_mask, tgt_mask)\n";
+      fwd += "    x = " + layer + ".forward(x, memory, src_mask, tgt_mask, cos, sin)\n";
       start += "    kv" + n + " = " + layer + ".cross_kv(memory)\n    ks.append(kv" + n + "[0])\n    vs.append(kv" + n +
                "[1])\n";
       const std::string sk = std::to_string(1 + i), sv = std::to_string(1 + n_layers + i),
                         ck = std::to_string(1 + 2 * n_layers + i), cv = std::to_string(1 + 3 * n_layers + i);
       step += "    out" + n + " = " + layer + ".step(x, state[" + sk + "], state[" + sv + "], state[" + ck +
-              "], state[" + cv + "], state[0])\n    x = out" + n + "[0]\n    state[" + sk + "] = out" + n +
+              "], state[" + cv + "], state[0], cos, sin)\n    x = out" + n + "[0]\n    state[" + sk + "] = out" + n +
               "[1]\n    state[" + sv + "] = out" + n + "[2]\n";
     }
     fwd += "    return x\n";
@@ -208,20 +237,32 @@ class ScriptBuilder {
   Module transformer(Transformer& model) {
     const ModelConfig& c = model->config();
     const auto int_type = c10::IntType::get();
-    Module m = build("Transformer",
-                     {{"src_embedding", embedding(model->src_embedding)},
-                      {"tgt_embedding", embedding(model->tgt_embedding)},
-                      {"pos_encoding", positional_encoding(model->pos_encoding)},
-                      {"encoder_layers", encoder_layers(model->encoder_layers)},
-                      {"decoder_layers", decoder_layers(model->decoder_layers)},
-                      {"fc_out", linear(model->fc_out)}},
+    std::vector<std::pair<std::string, Module>> children{
+        {"src_embedding", embedding(model->src_embedding)},
+        {"tgt_embedding", embedding(model->tgt_embedding)},
+        {"pos_encoding", positional_encoding(model->pos_encoding)},
+        {"encoder_layers", encoder_layers(model->encoder_layers)},
+        {"decoder_layers", decoder_layers(model->decoder_layers)},
+        {"fc_out", linear(model->fc_out)}};
+    // The stacks' final LayerNorm (Pre-LN) or nothing, as methods the source calls.
+    const bool pre = c.norm == Norm::kPre;
+    if (pre) {
+      children.emplace_back("encoder_norm", layer_norm(model->encoder_norm));
+      children.emplace_back("decoder_norm", layer_norm(model->decoder_norm));
+    }
+    const std::string stack_ends =
+        pre ? "\ndef encoder_out(self, x: Tensor) -> Tensor:\n    return self.encoder_norm.forward(x)\n"
+              "\ndef decoder_out(self, x: Tensor) -> Tensor:\n    return self.decoder_norm.forward(x)\n"
+            : "\ndef encoder_out(self, x: Tensor) -> Tensor:\n    return x\n"
+              "\ndef decoder_out(self, x: Tensor) -> Tensor:\n    return x\n";
+    Module m = build("Transformer", children,
                      {},
                      {{"embed_scale", c10::FloatType::get(), std::sqrt(static_cast<double>(c.d_model))},
                       {"pad_id", int_type, c.pad_id},
                       {"bos_id", int_type, kBosId},
                       {"eos_id", int_type, kEosId},
                       {"max_positions", int_type, c.max_positions}},
-                     ts_source::kTransformer);
+                     std::string(ts_source::kTransformer) + stack_ends);
     define_archive_search(m);
     return m;
   }

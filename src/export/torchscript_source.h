@@ -51,26 +51,61 @@ def forward(self, x: Tensor) -> Tensor:
     return torch.embedding(self.weight, x)
 )TS";
 
-// Buffer: pe [1, max_positions, D]. `offset`: position of x's first row.
+// Buffer (sinusoidal) or parameter (learned): pe [1, max_positions, D]. `offset`: position of
+// x's first row. rotary(): no tables (the layers get None).
 inline const char* kPositionalEncoding = R"TS(
 def forward(self, x: Tensor, offset: int) -> Tensor:
     length = x.size(1)
     assert offset + length <= self.pe.size(1), "sequence of " + str(offset + length) + " positions exceeds the model's max_positions " + str(self.pe.size(1))
     return x + self.pe.narrow(1, offset, length).to(x.dtype)
+
+def rotary(self, offset: int, length: int) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    return (None, None)
 )TS";
 
-// Submodules W_q W_k W_v W_o; attributes num_heads, head_dim, embed_dim, scale (= sqrt(head_dim)).
-// attend(): the fused kernel where the native module uses it (CUDA, or fp32 in eval), the
-// explicit softmax(QK^T / sqrt(d_k)) V otherwise; a query whose keys are all masked
-// attends to all of them.
+// positions: rope. Buffers cos, sin [max_positions, d_k]; nothing is added to x, rotary()
+// hands the self-attention the tables of positions offset..offset+length-1.
+inline const char* kRotaryPositionalEncoding = R"TS(
+def forward(self, x: Tensor, offset: int) -> Tensor:
+    length = x.size(1)
+    assert offset + length <= self.cos.size(0), "sequence of " + str(offset + length) + " positions exceeds the model's max_positions " + str(self.cos.size(0))
+    return x
+
+def rotary(self, offset: int, length: int) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    return (self.cos.narrow(0, offset, length), self.sin.narrow(0, offset, length))
+)TS";
+
+// Submodules W_q W_k W_v W_o (q_proj k_proj v_proj o_proj for grouped-query attention: the
+// exporter renames them in this source); attributes num_heads, head_dim, embed_dim, scale
+// (= sqrt(head_dim)). K/V have n = outputs / head_dim heads; each serves num_heads / n query
+// heads. attend(): the fused kernel where the native module uses it (CUDA, or fp32 in eval),
+// the explicit softmax(QK^T / sqrt(d_k)) V otherwise; a query whose keys are all masked
+// attends to all of them. cos/sin: rotary tables for query and key positions (self-attention).
 inline const char* kMultiHeadAttention = R"TS(
 def split_heads(self, y: Tensor) -> Tensor:
-    return y.view([y.size(0), -1, self.num_heads, self.head_dim]).transpose(1, 2)
+    return y.view([y.size(0), -1, y.size(-1) // self.head_dim, self.head_dim]).transpose(1, 2)
 
 def merge_heads(self, x: Tensor) -> Tensor:
     return x.transpose(1, 2).contiguous().view([x.size(0), -1, self.embed_dim])
 
+def queries(self, x: Tensor) -> Tensor:
+    return self.split_heads(self.W_q.forward(x))
+
+def keys(self, x: Tensor) -> Tensor:
+    return self.split_heads(self.W_k.forward(x))
+
+def values(self, x: Tensor) -> Tensor:
+    return self.split_heads(self.W_v.forward(x))
+
+def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.size(-1) // 2
+    rotated = torch.cat([torch.neg(x.narrow(-1, half, half)), x.narrow(-1, 0, half)], -1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
 def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+    if k.size(1) != q.size(1):
+        k = k.repeat_interleave(q.size(1) // k.size(1), 1)
+        v = v.repeat_interleave(q.size(1) // v.size(1), 1)
     if q.is_cuda or q.element_size() == 4:
         if mask is None:
             out = torch.scaled_dot_product_attention(q, k, v, None, 0.0)
@@ -85,11 +120,13 @@ def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Ten
         out = torch.matmul(torch.softmax(scores, -1), v)
     return self.W_o.forward(self.merge_heads(out))
 
-def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
-    q = self.split_heads(self.W_q.forward(query))
-    k = self.split_heads(self.W_k.forward(key))
-    v = self.split_heads(self.W_v.forward(value))
-    return self.attend(q, k, v, mask)
+def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:
+    q = self.queries(query)
+    k = self.keys(key)
+    if cos is not None and sin is not None:
+        q = self.rotate(q, cos, sin)
+        k = self.rotate(k, cos, sin)
+    return self.attend(q, k, self.values(value), mask)
 )TS";
 
 // Submodules linear1, linear2; attribute use_gelu.
@@ -103,44 +140,64 @@ def forward(self, x: Tensor) -> Tensor:
     return self.linear2.forward(h)
 )TS";
 
+// Attribute pre_norm: Pre-LN (x + sublayer(norm(x))) or the paper's post-norm.
 inline const char* kEncoderLayer = R"TS(
-def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
-    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, mask))
+def forward(self, x: Tensor, mask: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:
+    if self.pre_norm:
+        n = self.norm1.forward(x)
+        h = x + self.self_attn.forward(n, n, n, mask, cos, sin)
+        return h + self.ffn.forward(self.norm2.forward(h))
+    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, mask, cos, sin))
     return self.norm2.forward(h + self.ffn.forward(h))
 )TS";
 
 // step(): x [B, 1, D] is the newest target position t; self_k/self_v hold positions < t
-// ([B, H, t, d_k], empty at t = 0) and come back extended by position t.
+// ([B, G, t, d_k], empty at t = 0) and come back extended by position t (its key rotated at
+// t when cos/sin are given). Attribute pre_norm as the encoder layer.
 inline const char* kDecoderLayer = R"TS(
-def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor]) -> Tensor:
-    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, tgt_mask))
-    h = self.norm2.forward(h + self.cross_attn.forward(h, memory, memory, src_mask))
+def forward(self, x: Tensor, memory: Tensor, src_mask: Optional[Tensor], tgt_mask: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:
+    if self.pre_norm:
+        n = self.norm1.forward(x)
+        h = x + self.self_attn.forward(n, n, n, tgt_mask, cos, sin)
+        h = h + self.cross_attn.forward(self.norm2.forward(h), memory, memory, src_mask, None, None)
+        return h + self.ffn.forward(self.norm3.forward(h))
+    h = self.norm1.forward(x + self.self_attn.forward(x, x, x, tgt_mask, cos, sin))
+    h = self.norm2.forward(h + self.cross_attn.forward(h, memory, memory, src_mask, None, None))
     return self.norm3.forward(h + self.ffn.forward(h))
 
 def cross_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
-    k = self.cross_attn.split_heads(self.cross_attn.W_k.forward(memory))
-    v = self.cross_attn.split_heads(self.cross_attn.W_v.forward(memory))
-    return (k, v)
+    return (self.cross_attn.keys(memory), self.cross_attn.values(memory))
 
-def step(self, x: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    q = self.self_attn.split_heads(self.self_attn.W_q.forward(x))
-    k = torch.cat([self_k, self.self_attn.split_heads(self.self_attn.W_k.forward(x))], 2)
-    v = torch.cat([self_v, self.self_attn.split_heads(self.self_attn.W_v.forward(x))], 2)
+def step(self, x: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor, cross_v: Tensor, src_mask: Tensor, cos: Optional[Tensor], sin: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    n = x
+    if self.pre_norm:
+        n = self.norm1.forward(x)
+    q = self.self_attn.queries(n)
+    new_k = self.self_attn.keys(n)
+    if cos is not None and sin is not None:
+        q = self.self_attn.rotate(q, cos, sin)
+        new_k = self.self_attn.rotate(new_k, cos, sin)
+    k = torch.cat([self_k, new_k], 2)
+    v = torch.cat([self_v, self.self_attn.values(n)], 2)
+    if self.pre_norm:
+        h = x + self.self_attn.attend(q, k, v, None)
+        h = h + self.cross_attn.attend(self.cross_attn.queries(self.norm2.forward(h)), cross_k, cross_v, src_mask)
+        return (h + self.ffn.forward(self.norm3.forward(h)), k, v)
     h = self.norm1.forward(x + self.self_attn.attend(q, k, v, None))
-    cq = self.cross_attn.split_heads(self.cross_attn.W_q.forward(h))
-    h = self.norm2.forward(h + self.cross_attn.attend(cq, cross_k, cross_v, src_mask))
+    h = self.norm2.forward(h + self.cross_attn.attend(self.cross_attn.queries(h), cross_k, cross_v, src_mask))
     return (self.norm3.forward(h + self.ffn.forward(h)), k, v)
 )TS";
 
 // The top-level module: submodules src_embedding, tgt_embedding, pos_encoding,
 // encoder_layers, decoder_layers (containers whose methods are generated per layer count,
-// see torchscript_exporter.cpp), fc_out; attributes embed_scale, pad_id, bos_id, eos_id,
-// max_positions.
+// see torchscript_exporter.cpp), fc_out, and for Pre-LN encoder_norm and decoder_norm (the
+// exporter adds encoder_out / decoder_out: the final LayerNorm, or nothing); attributes
+// embed_scale, pad_id, bos_id, eos_id, max_positions.
 //
 // Incremental decoding is the decoder interface of torchmt::IncrementalDecoder, with the
 // state held by the caller as one list of tensors (L = decoder layers):
 //   state = [src_mask, self_k[0..L), self_v[0..L), cross_k[0..L), cross_v[0..L)]
-//   start(src) -> state        encode; self K/V empty ([B, H, 0, d_k])
+//   start(src) -> state        encode; self K/V empty ([B, G, 0, d_k], G = kv_heads)
 //   step(last, t, state) -> log-probabilities [N, V] (fp32); extends self K/V in place
 //   select(index, state)       rows kept / reordered / duplicated (beams, finished rows)
 //   reorder(index, state)      a select within sentences: only the self-attention K/V move
@@ -157,7 +214,8 @@ def target_mask(self, tgt: Tensor) -> Tensor:
 
 def encode_masked(self, src: Tensor, src_mask: Tensor) -> Tensor:
     x = self.pos_encoding.forward(self.src_embedding.forward(src) * self.embed_scale, 0)
-    return self.encoder_layers.forward(x, src_mask)
+    rotary = self.pos_encoding.rotary(0, x.size(1))
+    return self.encoder_out(self.encoder_layers.forward(x, src_mask, rotary[0], rotary[1]))
 
 def encode(self, src: Tensor) -> Tensor:
     src = src.to(self.fc_out.weight.device)
@@ -170,7 +228,9 @@ def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
     tgt_mask = self.target_mask(tgt_in)
     memory = self.encode_masked(src, src_mask)
     x = self.pos_encoding.forward(self.tgt_embedding.forward(tgt_in) * self.embed_scale, 0)
-    return self.fc_out.forward(self.decoder_layers.forward(x, memory, src_mask, tgt_mask))
+    rotary = self.pos_encoding.rotary(0, x.size(1))
+    x = self.decoder_layers.forward(x, memory, src_mask, tgt_mask, rotary[0], rotary[1])
+    return self.fc_out.forward(self.decoder_out(x))
 
 def start(self, src: Tensor) -> List[Tensor]:
     src = src.to(self.fc_out.weight.device)
@@ -190,7 +250,8 @@ def start(self, src: Tensor) -> List[Tensor]:
 
 def step(self, last: Tensor, t: int, state: List[Tensor]) -> Tensor:
     x = self.pos_encoding.forward(self.tgt_embedding.forward(last.unsqueeze(1)) * self.embed_scale, t)
-    x = self.decoder_layers.step(x, state)
+    rotary = self.pos_encoding.rotary(t, 1)
+    x = self.decoder_out(self.decoder_layers.step(x, state, rotary[0], rotary[1]))
     return torch.log_softmax(self.fc_out.forward(x.squeeze(1)).to(6), -1)
 
 def select(self, index: Tensor, state: List[Tensor]) -> None:
