@@ -134,6 +134,19 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!model) throw std::invalid_argument("no model to export");
   if (c.d_model % c.num_heads != 0)
     throw std::invalid_argument("CTranslate2 export: d_model must be a multiple of num_heads");
+  // What this writer maps onto CTranslate2's TransformerSpec: the paper's model. The modern
+  // switches (model_config.h) would need its pre_norm, rotary and num_heads_kv fields, which
+  // this exporter does not write yet: refused rather than exported wrong.
+  {
+    std::string unsupported;
+    if (c.norm != Norm::kPost) unsupported += " norm " + norm_name(c.norm);
+    if (c.positions != Positions::kSinusoidal) unsupported += " positions " + positions_name(c.positions);
+    if (c.key_value_heads() != c.num_heads) unsupported += " kv_heads " + std::to_string(c.kv_heads);
+    if (!unsupported.empty())
+      throw std::invalid_argument("CTranslate2 export supports the paper's model (norm post, sinusoidal positions, "
+                                  "kv_heads = num_heads); this model has" + unsupported +
+                                  " (use --format torchscript)");
+  }
   if (checkpoint.meta.src_spm_model.empty())
     throw std::invalid_argument("CTranslate2 export: the checkpoint carries no SentencePiece model");
   std::error_code ec;
