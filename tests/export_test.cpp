@@ -273,7 +273,7 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
 TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
   const auto& base = fixture();
   const Tokenizer& tok = test::sample_tokenizer();
-  for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern"}) {
+  for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern", "moe"}) {
     SCOPED_TRACE(variant);
     ModelConfig config = ModelConfig::preset("tiny");
     config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
@@ -284,6 +284,11 @@ TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
     if (variant == "modern") {
       config.kv_heads = 2;
       config.tie_embeddings = true;
+    }
+    if (variant == "moe") {
+      config.ffn = Ffn::kMoe;
+      config.experts = 3;
+      config.top_k = 2;
     }
     torch::manual_seed(7);
     Transformer model(config);

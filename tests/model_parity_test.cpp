@@ -6,6 +6,7 @@
 
 #include "test_support.h"
 #include "torchmt/model/masks.h"
+#include "torchmt/model/moe_layer.h"
 #include "torchmt/model/multi_head_attention.h"
 #include "torchmt/model/transformer.h"
 
@@ -101,6 +102,41 @@ TEST(ModelParity, ModernPresetMatchesReference) {
   });
 }
 
+TEST(ModelParity, MixtureOfExpertsMatchesReference) {
+  check_model_parity("gelu", false, [](ModelConfig& c) {
+    c.ffn = Ffn::kMoe;
+    c.experts = 4;
+    c.top_k = 2;
+  });
+}
+
+// One MoELayer against the document's dense computation (every expert on every token), and
+// its load-balancing loss against the reference's.
+TEST(ModelParity, MoELayerOutputAndAuxLossMatchReference) {
+  TempDir dir;
+  ModelConfig c = parity_config("relu");
+  c.ffn = Ffn::kMoe;
+  c.experts = 5;
+  c.top_k = 3;
+  torch::manual_seed(9);
+  MoELayer moe(MoELayerOptions(c.d_model, c.d_ff, c.experts).top_k(c.top_k).dropout(0.0));
+  moe->eval();
+  auto x = torch::randn({3, 7, c.d_model});
+  auto items = test::state_items(*moe);
+  items["config_json"] = c.to_json();
+  items["x"] = x;
+  test::save_for_python(dir.file("in.pt"), items);
+  auto run = test::run_command(test::python() + " " + parity_script() + " moe " + dir.file("in.pt") + " " +
+                               dir.file("out.pt"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto expected = test::load_from_python(dir.file("out.pt"));
+  torch::NoGradGuard no_grad;
+  auto out = moe(x);
+  EXPECT_TRUE(torch::allclose(out, expected.at("output"), 1e-5, 1e-5))
+      << (out - expected.at("output")).abs().max().item<double>();
+  EXPECT_NEAR(moe->aux_loss.item<double>(), expected.at("aux_loss").item<double>(), 1e-6);
+}
+
 TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {
   TempDir dir;
   torch::manual_seed(3);
@@ -132,8 +168,9 @@ TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {
 }
 
 TEST(ModelParity, BaseParameterCountMatchesReference) {
-  for (const std::string preset : {"base", "modern-base"}) {
-    ModelConfig base = ModelConfig::preset(preset);
+  for (const std::string preset : {"base", "modern-base", "moe"}) {
+    ModelConfig base = ModelConfig::preset(preset == "moe" ? "small" : preset);
+    if (preset == "moe") base.ffn = Ffn::kMoe;
     base.src_vocab_size = base.tgt_vocab_size = 8000;
     Transformer model(base);
     auto run = test::run_command(test::python() + " " + parity_script() + " count '" + base.to_json() + "'");

@@ -8,6 +8,7 @@
 #include "torchmt/training/adam_optimizer.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/label_smoothed_cross_entropy.h"
+#include "torchmt/training/training_step.h"
 
 namespace torchmt {
 namespace {
@@ -124,6 +125,47 @@ TEST(AdamOptimizer, MatchesTorchAdamUpdates) {
   }
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6));
   EXPECT_EQ(ours.steps()[0].item<float>(), 5.0f);
+}
+
+// ffn: moe: the load-balancing loss trains the gates (and, through their inputs, what lies
+// before them), never what lies after the last layer (fc_out: no clipping here, and Adam's
+// update of a parameter depends on its own gradient alone); the reported loss is the
+// translation loss without it.
+TEST(TrainingStep, MoeAuxLossTrainsTheGateAndIsNotReported) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 30;
+  c.ffn = Ffn::kMoe;
+  c.experts = 4;
+  c.top_k = 2;
+  Batch batch;
+  batch.src = torch::tensor({5, 6, 7, 8, 3, 9, 10, 11, 12, 3}, torch::kLong).view({2, 5});
+  batch.tgt_in = torch::tensor({2, 13, 14, 15, 2, 16, 17, 18}, torch::kLong).view({2, 4});
+  batch.tgt_out = torch::tensor({13, 14, 15, 3, 16, 17, 18, 3}, torch::kLong).view({2, 4});
+  batch.src_tokens = 10;
+  batch.tgt_tokens = 8;
+  auto train = [&](double coefficient, double* loss) {
+    torch::manual_seed(3);
+    Transformer model(c);
+    AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
+    TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(0.1, 0), torch::kCPU, torch::kFloat, 0.0);
+    step.set_moe_aux_loss(coefficient);
+    StepResult r = step.run({batch}, 1e-2);
+    r.wait();
+    *loss = r.loss;
+    return model;
+  };
+  double loss_without = 0, loss_with = 0;
+  Transformer without = train(0.0, &loss_without), with = train(1.0, &loss_with);
+  EXPECT_DOUBLE_EQ(loss_with, loss_without);
+  auto theirs = without->named_parameters();
+  int64_t gates = 0;
+  for (const auto& p : with->named_parameters()) {
+    const bool gate = p.key().find(".ffn.gate.") != std::string::npos;
+    gates += gate;
+    if (gate) EXPECT_FALSE(torch::equal(p.value(), theirs[p.key()])) << p.key();
+    if (p.key().rfind("fc_out.", 0) == 0) EXPECT_TRUE(torch::equal(p.value(), theirs[p.key()])) << p.key();
+  }
+  EXPECT_EQ(gates, 2 * (c.num_encoder_layers + c.num_decoder_layers));  // weight and bias per layer
 }
 
 }  // namespace

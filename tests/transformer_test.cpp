@@ -1,10 +1,12 @@
 // Properties of the Transformer itself, on CPU and (when present) CUDA.
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "test_support.h"
 #include "torchmt/model/masks.h"
+#include "torchmt/model/moe_layer.h"
 #include "torchmt/model/rotary.h"
 #include "torchmt/model/transformer.h"
 
@@ -29,6 +31,11 @@ ModelConfig variant_config(const std::string& variant) {
   if (variant == "learned") c.positions = Positions::kLearned;
   if (variant == "gqa" || variant == "modern") c.kv_heads = 2;
   if (variant == "mqa") c.kv_heads = 1;
+  if (variant == "moe") {
+    c.ffn = Ffn::kMoe;
+    c.experts = 4;
+    c.top_k = 2;
+  }
   return c;
 }
 
@@ -123,11 +130,28 @@ TEST_P(TransformerOnDevice, EveryParameterGetsAGradient) {
   auto src = tokens({{5, 6, 7, 0}, {8, 9, 10, 11}});
   auto tgt = tokens({{2, 10, 0}, {2, 14, 15}});
   auto logits = model->forward(src, tgt);
-  logits.pow(2).mean().backward();
+  auto loss = logits.pow(2).mean();
+  if (auto aux = model->moe_aux_loss(); aux.defined()) loss = loss + aux;
+  loss.backward();
+  // A mixture's expert gets a gradient when tokens were routed to it (and only then).
+  std::map<std::string, int64_t> expert_tokens;
+  for (const auto& m : model->named_modules())
+    if (const auto* moe = m.value()->as<MoELayer>())
+      for (size_t e = 0; e < moe->tokens_per_expert.size(); ++e)
+        expert_tokens[m.key() + ".experts." + std::to_string(e) + "."] = moe->tokens_per_expert[e];
+  int64_t experts_used = 0;
   for (const auto& p : model->named_parameters()) {
+    bool routed = true;
+    for (const auto& [prefix, tokens] : expert_tokens)
+      if (p.key().rfind(prefix, 0) == 0) routed = tokens > 0, experts_used += tokens > 0;
+    if (!routed) {
+      EXPECT_TRUE(!p.value().grad().defined() || p.value().grad().abs().sum().item<double>() == 0.0) << p.key();
+      continue;
+    }
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
   }
+  if (!expert_tokens.empty()) EXPECT_GT(experts_used, 0);
 }
 
 TEST_P(TransformerOnDevice, IncrementalDecodingEqualsFullRecomputation) {
@@ -157,7 +181,7 @@ TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {
 INSTANTIATE_TEST_SUITE_P(Devices, TransformerOnDevice,
                          ::testing::Combine(::testing::Values("cpu", "cuda"),
                                             ::testing::Values("paper", "pre_ln", "rope", "learned", "gqa", "mqa",
-                                                              "modern")),
+                                                              "modern", "moe")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // RoPE: attention scores depend only on relative positions. Queries and keys rotated at
@@ -233,6 +257,60 @@ TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeyValueHeads) {
   EXPECT_EQ(kg.size(1), groups);
   auto step = gqa->attend(gqa->split_heads(gqa->W_q, q1), kg, vg, mask);
   EXPECT_TRUE(torch::allclose(step, mha(q1, memory, memory, mask), 1e-5, 1e-5));
+}
+
+// MoE: each token goes to exactly top_k experts, and the dispatched computation equals the
+// dense one (every expert on every token, weighted by the gate where chosen).
+TEST(MixtureOfExperts, EachTokenGoesToTopKExpertsAndDispatchEqualsDenseComputation) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const int64_t d = 16, experts = 5, k = 2;
+  MoELayer moe(MoELayerOptions(d, 24, experts).top_k(k).dropout(0.0));
+  moe->eval();
+  auto x = torch::randn({3, 6, d});
+  auto out = moe(x);
+  int64_t routed = 0;
+  for (int64_t n : moe->tokens_per_expert) routed += n;
+  EXPECT_EQ(routed, 3 * 6 * k);  // every token to exactly k experts
+  int64_t used = 0;
+  for (int64_t n : moe->tokens_per_expert) used += n > 0;
+  EXPECT_GT(used, k);  // the routing spreads: not the same k experts for every token
+
+  auto flat = x.reshape({-1, d});
+  auto probs = torch::softmax(moe->gate(flat), -1);  // [N, E]
+  auto [w, chosen] = probs.topk(k, -1);
+  auto expected = torch::zeros_like(flat);
+  for (int64_t e = 0; e < experts; ++e) {
+    auto y = moe->experts[e]->as<FeedForward>()->forward(flat);                 // every token
+    auto weight = (chosen == e).to(torch::kFloat).mul(w).sum(-1, true);        // [N, 1], 0 where not chosen
+    expected += y * weight;
+  }
+  EXPECT_TRUE(torch::allclose(out.reshape({-1, d}), expected, 1e-5, 1e-5));
+
+  // The load-balancing loss by hand: E * sum_e (share of assignments to e) * (mean prob of e).
+  auto share = torch::zeros({experts});
+  for (int64_t e = 0; e < experts; ++e) share[e] = (chosen == e).sum().item<double>() / (chosen.numel());
+  const double by_hand = experts * (share * probs.mean(0)).sum().item<double>();
+  EXPECT_NEAR(moe->aux_loss.item<double>(), by_hand, 1e-6);
+}
+
+// One expert with top_k 1 is the dense feed-forward network with the same weights.
+TEST(MixtureOfExperts, OneExpertTopOneEqualsTheDenseFeedForward) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  MoELayer moe(MoELayerOptions(16, 24, 1).top_k(1).dropout(0.0));
+  FeedForward dense(FeedForwardOptions(16, 24).dropout(0.0));
+  moe->eval();
+  dense->eval();
+  auto expert = moe->experts[0]->as<FeedForward>();
+  dense->linear1->weight.copy_(expert->linear1->weight);
+  dense->linear1->bias.copy_(expert->linear1->bias);
+  dense->linear2->weight.copy_(expert->linear2->weight);
+  dense->linear2->bias.copy_(expert->linear2->bias);
+  auto x = torch::randn({2, 5, 16});
+  EXPECT_TRUE(torch::allclose(moe(x), dense(x), 1e-6, 1e-6));
+  EXPECT_NEAR(moe->aux_loss.item<double>(), 1.0, 1e-6);  // one expert: f = P = 1
+  EXPECT_THROW(MoELayer(MoELayerOptions(16, 24, 2).top_k(3)), std::invalid_argument);
 }
 
 // The KV cache of a decoding model holds kv_heads heads: its bytes shrink by heads / kv_heads.

@@ -142,9 +142,10 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
     if (c.norm != Norm::kPost) unsupported += " norm " + norm_name(c.norm);
     if (c.positions != Positions::kSinusoidal) unsupported += " positions " + positions_name(c.positions);
     if (c.key_value_heads() != c.num_heads) unsupported += " kv_heads " + std::to_string(c.kv_heads);
+    if (c.ffn != Ffn::kDense) unsupported += " ffn " + ffn_name(c.ffn);
     if (!unsupported.empty())
       throw std::invalid_argument("CTranslate2 export supports the paper's model (norm post, sinusoidal positions, "
-                                  "kv_heads = num_heads); this model has" + unsupported +
+                                  "kv_heads = num_heads, ffn dense); this model has" + unsupported +
                                   " (use --format torchscript)");
   }
   if (checkpoint.meta.src_spm_model.empty())
@@ -180,7 +181,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
     const auto& layer = model->encoder_layers[i]->as<TransformerEncoderLayer>();
     const std::string s = "encoder/layer_" + std::to_string(i);
     self_attention(s, layer->self_attn, layer->norm1);
-    feed_forward(s, layer->ffn, layer->norm2);
+    feed_forward(s, layer->ffn.dense, layer->norm2);
   }
   bin.add_int8("encoder/multi_query_attention", 0);
   bin.add_int16("encoder/num_heads", static_cast<int16_t>(c.num_heads));
@@ -202,7 +203,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
     w.linear(s + "/attention/linear_1", {layer->cross_attn->W_k, layer->cross_attn->W_v});
     w.linear(s + "/attention/linear_2", {layer->cross_attn->W_o});
     w.layer_norm(s + "/attention/layer_norm", layer->norm2);
-    feed_forward(s, layer->ffn, layer->norm3);
+    feed_forward(s, layer->ffn.dense, layer->norm3);
   }
   bin.add_int16("decoder/num_heads", static_cast<int16_t>(c.num_heads));
   bin.add("decoder/position_encodings/encodings", w.floating(pe));

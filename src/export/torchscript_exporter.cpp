@@ -168,6 +168,35 @@ class ScriptBuilder {
                  ts_source::kFeedForward);
   }
 
+  // A mixture of experts: children experts ("0".."E-1", a container whose dispatch() is
+  // unrolled per expert count, as the layer lists) and gate; attribute top_k.
+  Module mixture_of_experts(MoELayer& moe) {
+    Module experts = make("MoEExperts");
+    std::string src =
+        "def dispatch(self, flat: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:\n"
+        "    out = torch.zeros_like(flat)\n";
+    for (size_t e = 0; e < moe->experts->size(); ++e) {
+      FeedForward expert(moe->experts->ptr<FeedForwardImpl>(e));
+      const std::string n = std::to_string(e);
+      experts.register_module(n, feed_forward(expert));
+      // The (token, slot) pairs routed to expert n; its output weighted and added to its rows.
+      src += "    hit = torch.nonzero(chosen == " + n + ")\n"
+             "    if hit.size(0) > 0:\n"
+             "        tokens = hit.select(1, 0)\n"
+             "        w = weights.reshape([-1]).index_select(0, tokens * weights.size(1) + hit.select(1, 1))\n"
+             "        y = getattr(self, \"" + n + "\").forward(flat.index_select(0, tokens))\n"
+             "        out.index_add_(0, tokens, (y * w.unsqueeze(1)).to(out.dtype))\n";
+    }
+    src += "    return out\n";
+    define(experts, "MoEExperts", src);
+    return build("MoELayer", {{"experts", experts}, {"gate", linear(moe->gate)}}, {},
+                 {{"top_k", c10::IntType::get(), moe->top_k}}, ts_source::kMoELayer);
+  }
+
+  Module feed_forward(FeedForwardSlot& slot) {
+    return slot.moe ? mixture_of_experts(slot.moe) : feed_forward(slot.dense);
+  }
+
   Module encoder_layer(TransformerEncoderLayer& l) {
     return build("TransformerEncoderLayer",
                  {{"self_attn", attention(l->self_attn)}, {"ffn", feed_forward(l->ffn)},

@@ -141,6 +141,16 @@ def forward(self, x: Tensor) -> Tensor:
 )TS";
 
 // Attribute pre_norm: Pre-LN (x + sublayer(norm(x))) or the paper's post-norm.
+// Mixture of experts (native: torchmt/model/moe_layer.h): softmax gate, each token's top_k
+// experts, every expert run on its own tokens only, outputs weighted by the gate probability.
+inline const char* kMoELayer = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    flat = x.reshape([-1, x.size(-1)])
+    probs = torch.softmax(self.gate.forward(flat).float(), -1)
+    top = probs.topk(self.top_k, -1)
+    return self.experts.dispatch(flat, top[0], top[1]).view(x.shape)
+)TS";
+
 inline const char* kEncoderLayer = R"TS(
 def forward(self, x: Tensor, mask: Optional[Tensor], cos: Optional[Tensor], sin: Optional[Tensor]) -> Tensor:
     if self.pre_norm:

@@ -39,6 +39,14 @@ std::string positions_name(Positions positions) {
   }
 }
 
+Ffn parse_ffn(const std::string& name) {
+  if (name == "dense") return Ffn::kDense;
+  if (name == "moe") return Ffn::kMoe;
+  throw std::invalid_argument("ffn must be dense or moe, got '" + escape_control(name) + "'");
+}
+
+std::string ffn_name(Ffn ffn) { return ffn == Ffn::kMoe ? "moe" : "dense"; }
+
 ModelConfig ModelConfig::preset(const std::string& name) {
   static const std::string kModern = "modern-";
   if (name.rfind(kModern, 0) == 0) {
@@ -86,6 +94,9 @@ void ModelConfig::validate() const {
   require(kv_heads >= 0 && kv_heads <= num_heads && num_heads % key_value_heads() == 0,
           "kv_heads (" + std::to_string(kv_heads) + ") must divide num_heads (" + std::to_string(num_heads) +
               "); 0 = num_heads");
+  require(ffn == Ffn::kDense || (experts >= 1 && top_k >= 1 && top_k <= experts),
+          "a mixture of experts needs experts >= 1 and 1 <= top_k <= experts (experts " + std::to_string(experts) +
+              ", top_k " + std::to_string(top_k) + ")");
   require(positions != Positions::kRope || (d_model / num_heads) % 2 == 0,
           "rotary positions need an even head width (d_model / num_heads = " + std::to_string(d_model / num_heads) + ")");
 }
@@ -118,7 +129,12 @@ const OptionTable<ModelConfig>& model_config_table() {
          "positions", OptionKind::kText, "positions: sinusoidal (paper) | learned | rope",
          [](C& c, const std::string& v) { c.positions = parse_positions(v); },
          [](const C& c) { return positions_name(c.positions); })
-      .add("kv_heads", &C::kv_heads, "key/value heads (grouped-query attention; 0 = num_heads, 1 = multi-query)");
+      .add("kv_heads", &C::kv_heads, "key/value heads (grouped-query attention; 0 = num_heads, 1 = multi-query)")
+      .add_custom(
+         "ffn", OptionKind::kText, "feed-forward: dense (paper) | moe (mixture of experts)",
+         [](C& c, const std::string& v) { c.ffn = parse_ffn(v); }, [](const C& c) { return ffn_name(c.ffn); })
+      .add("experts", &C::experts, "experts per layer (ffn: moe)")
+      .add("top_k", &C::top_k, "experts each token uses (ffn: moe)");
   return table;
 }
 
@@ -130,7 +146,7 @@ ModelConfig ModelConfig::from_json(const std::string& json) {
   const FlatConfig f = FlatConfig::parse(json);
   const auto& table = model_config_table();
   // Fields added after 0.2: absent in older files, where they were the paper's.
-  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads"};
+  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads", "ffn", "experts", "top_k"};
   for (const auto& row : table.rows()) {
     if (kLater.count(row.key)) continue;
     bool present = f.has(row.key);

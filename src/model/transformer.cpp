@@ -52,7 +52,9 @@ void TransformerImpl::reset() {
                            .dropout(c.dropout)
                            .activation(c.activation)
                            .norm(c.norm)
-                           .kv_heads(c.key_value_heads());
+                           .kv_heads(c.key_value_heads())
+                           .experts(c.ffn == Ffn::kMoe ? c.experts : 0)
+                           .top_k(c.top_k);
   encoder_layers = register_module("encoder_layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_encoder_layers; ++i) encoder_layers->push_back(TransformerEncoderLayer(layer_options));
   decoder_layers = register_module("decoder_layers", torch::nn::ModuleList());
@@ -146,6 +148,14 @@ torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, Dec
   cache.length += 1;
   if (decoder_norm) x = decoder_norm(x);
   return apply_linear(fc_out, x.squeeze(1));  // [B, V]
+}
+
+torch::Tensor TransformerImpl::moe_aux_loss() const {
+  torch::Tensor total;
+  for (const auto& module : modules(/*include_self=*/false))
+    if (const auto* moe = module->as<MoELayer>(); moe && moe->aux_loss.defined())
+      total = total.defined() ? total + moe->aux_loss : moe->aux_loss;
+  return total;
 }
 
 int64_t count_parameters(const Transformer& model) {

@@ -15,9 +15,7 @@ void TransformerDecoderLayerImpl::reset() {
       MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout()).kv_heads(options.kv_heads());
   self_attn = register_module("self_attn", MultiHeadAttention(attn_options));
   cross_attn = register_module("cross_attn", MultiHeadAttention(attn_options));
-  ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
-                                               .dropout(options.dropout())
-                                               .activation(options.activation())));
+  ffn.build(*this, options);
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));

@@ -4,6 +4,22 @@
 
 namespace torchmt {
 
+void FeedForwardSlot::build(torch::nn::Module& layer, const TransformerLayerOptions& options) {
+  const int64_t d = options.embed_dim();
+  if (options.experts() > 0) {
+    dense = nullptr;
+    moe = layer.register_module("ffn", MoELayer(MoELayerOptions(d, options.ff_dim(), options.experts())
+                                                    .top_k(options.top_k())
+                                                    .dropout(options.dropout())
+                                                    .activation(options.activation())));
+  } else {
+    moe = nullptr;
+    dense = layer.register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
+                                                         .dropout(options.dropout())
+                                                         .activation(options.activation())));
+  }
+}
+
 TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(const TransformerLayerOptions& options_)
     : options(options_) {
   reset();
@@ -13,9 +29,7 @@ void TransformerEncoderLayerImpl::reset() {
   const int64_t d = options.embed_dim();
   self_attn = register_module(
       "self_attn", MultiHeadAttention(MultiHeadAttentionOptions(d, options.num_heads()).dropout(options.dropout()).kv_heads(options.kv_heads())));
-  ffn = register_module("ffn", FeedForward(FeedForwardOptions(d, options.ff_dim())
-                                               .dropout(options.dropout())
-                                               .activation(options.activation())));
+  ffn.build(*this, options);
   norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   dropout = register_module("dropout", Dropout(options.dropout()));

@@ -31,6 +31,10 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("positions", &O::positions, "override the positions: sinusoidal | learned | rope", model)
       .add("kv_heads", &O::kv_heads,
            "override the key/value heads: grouped-query attention (-1 = keep, 0 = num_heads, 1 = multi-query)", model)
+      .add("ffn", &O::ffn, "override the feed-forward: dense | moe (mixture of experts)", model)
+      .add("experts", &O::experts, "experts per layer with --ffn moe (-1 = keep: 4)", model)
+      .add("top_k", &O::top_k, "experts per token with --ffn moe (-1 = keep: 2)", model)
+      .add("moe_aux_loss", &O::moe_aux_loss, "weight of the mixture of experts' load-balancing loss", optim)
       .add("batch_tokens", &O::batch_tokens,
            "tokens per batch: rows x (longest source + longest target), padding included",
            {"", "optimisation", {"max_tokens"}})
@@ -83,6 +87,7 @@ void TrainOptions::validate() const {
   require(batch_tokens > 0, "--batch-tokens must be positive");
   require(max_sentence_tokens >= 2, "--max-sentence-tokens must be at least 2");
   require(update_freq >= 1, "--update-freq must be at least 1");
+  require(moe_aux_loss >= 0, "--moe-aux-loss must not be negative");
   require(max_epochs >= 0 && max_steps >= 0 && max_minutes >= 0, "limits must not be negative");
   require(lr_factor > 0 && warmup > 0, "--lr-factor and --warmup must be positive");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");

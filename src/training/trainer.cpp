@@ -65,6 +65,9 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
   if (!o.norm.empty()) c.norm = parse_norm(o.norm);
   if (!o.positions.empty()) c.positions = parse_positions(o.positions);
   if (o.kv_heads >= 0) c.kv_heads = o.kv_heads;
+  if (!o.ffn.empty()) c.ffn = parse_ffn(o.ffn);
+  if (o.experts > 0) c.experts = o.experts;
+  if (o.top_k > 0) c.top_k = o.top_k;
   if (o.tie_embeddings == "true") c.tie_embeddings = true;
   if (o.tie_embeddings == "false") c.tie_embeddings = false;
   if (c.tie_embeddings && !joint_vocab) throw std::invalid_argument("--tie-embeddings needs a joint vocabulary");
@@ -400,6 +403,7 @@ TrainSummary TrainingRun::loop() {
   TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
                     o_.clip_norm);
   step.distribute(reducer_.get(), group_.get());
+  step.set_moe_aux_loss(o_.moe_aux_loss);
   int64_t bad_steps = 0;
   // An update reads world x update_freq batches of the one global order; rank r takes every
   // world-th from the r-th, so N workers see what one worker with --update-freq N sees.

@@ -33,7 +33,11 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
       logits = model_->forward(batch.src, batch.tgt_in);  // [B, T, V]
     }
     auto out = criterion_(logits, batch.tgt_out);
-    out.loss.backward();
+    at::Tensor aux = moe_aux_coefficient_ > 0 ? model_->moe_aux_loss() : at::Tensor();
+    if (aux.defined())
+      (out.loss + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens))).backward();
+    else
+      out.loss.backward();
     loss_sum += out.loss.detach();
     result.tokens += batch.tgt_tokens;
   }

@@ -2,6 +2,7 @@
 
   parity.py model IN.pt OUT.pt   IN holds config_json, state.<key> tensors, src, tgt
   parity.py mha IN.pt OUT.pt     IN holds config_json, state.<key>, query, key, mask
+  parity.py moe IN.pt OUT.pt     IN holds config_json, state.<key> of one MoELayer, x
   parity.py count CONFIG_JSON    prints the reference parameter count
   parity.py checkpoint CKPT      loads a torchmt checkpoint into the reference model, prints its
                                  SentencePiece model size
@@ -63,6 +64,10 @@ def main():
         load_state(mha, blob)
         out, weights = mha(blob["query"], blob["key"], blob["key"], blob["mask"], return_weights=True)
         torch.save({"output": out, "weights": weights}, sys.argv[3])
+    elif mode == "moe":
+        moe = ref.MoELayer(cfg["d_model"], cfg["experts"], cfg["top_k"], cfg["d_ff"], 0.0, cfg["activation"]).eval()
+        load_state(moe, blob)
+        torch.save({"output": moe(blob["x"]), "aux_loss": moe.aux_loss(blob["x"])}, sys.argv[3])
     else:
         print("unknown mode " + mode)
         sys.exit(2)

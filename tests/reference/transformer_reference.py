@@ -6,7 +6,8 @@ this model and torchmt's C++ modules unchanged. Additions: an `activation` switc
 or the reference code's GELU), and the documents' modern variants (002, 004) as switches of the
 same model: Pre-LN layers with a final LayerNorm per stack, rotary positions
 (`apply_rotary_pos_emb` / `rotate_half` on self-attention), learned positions, and
-`GroupedQueryAttention` (q_proj / k_proj / v_proj over `num_groups` K/V heads, o_proj out).
+`GroupedQueryAttention` (q_proj / k_proj / v_proj over `num_groups` K/V heads, o_proj out), and
+`MoELayer` (experts / gate / top_k) in place of a layer's FeedForward.
 Test oracle only, never used by the product.
 """
 import math
@@ -100,6 +101,40 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
+class MoELayer(nn.Module):
+    """Reference 002's MoELayer (experts, gate, top_k) with this model's FeedForward experts;
+    computed as the document does, every expert on every token, masked by the routing."""
+
+    def __init__(self, d_model, num_experts, top_k=2, ff_dim=2048, dropout=0.1, activation="gelu"):
+        super().__init__()
+        self.experts = nn.ModuleList([FeedForward(d_model, ff_dim, dropout, activation) for _ in range(num_experts)])
+        self.gate = nn.Linear(d_model, num_experts)
+        self.top_k = top_k
+
+    def forward(self, x):
+        gates = F.softmax(self.gate(x), dim=-1)
+        topk_values, topk_indices = torch.topk(gates, self.top_k, dim=-1)
+        output = torch.zeros_like(x)
+        expert_output = torch.stack([e(x) for e in self.experts], dim=-2)
+        for i in range(self.top_k):
+            expert_mask = F.one_hot(topk_indices[..., i], num_classes=len(self.experts))
+            output += (expert_output * expert_mask.unsqueeze(-1)).sum(dim=-2) * topk_values[..., i:i + 1]
+        return output
+
+    def aux_loss(self, x):
+        """Switch / GShard load balancing: experts * sum_e f_e * P_e over the N x top_k choices."""
+        gates = F.softmax(self.gate(x.reshape(-1, x.size(-1))), dim=-1)
+        chosen = torch.topk(gates, self.top_k, dim=-1).indices.reshape(-1)
+        share = torch.bincount(chosen, minlength=len(self.experts)).float() / chosen.numel()
+        return len(self.experts) * (share * gates.mean(0)).sum()
+
+
+def make_ffn(embed_dim, ff_dim, dropout, activation, moe):
+    if moe:
+        return MoELayer(embed_dim, moe[0], moe[1], ff_dim, dropout, activation)
+    return FeedForward(embed_dim, ff_dim, dropout, activation)
+
+
 def make_attention(embed_dim, num_heads, dropout, kv_heads):
     if kv_heads and kv_heads != num_heads:
         return GroupedQueryAttention(embed_dim, num_heads, kv_heads, dropout)
@@ -107,10 +142,11 @@ def make_attention(embed_dim, num_heads, dropout, kv_heads):
 
 
 class TransformerEncoderLayer(nn.Module):
-    def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, activation="gelu", norm="post", kv_heads=0):
+    def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, activation="gelu", norm="post", kv_heads=0,
+                 moe=None):
         super().__init__()
         self.self_attn = make_attention(embed_dim, num_heads, dropout, kv_heads)
-        self.ffn = FeedForward(embed_dim, ff_dim, dropout, activation)
+        self.ffn = make_ffn(embed_dim, ff_dim, dropout, activation, moe)
         self.norm1 = nn.LayerNorm(embed_dim)
         self.norm2 = nn.LayerNorm(embed_dim)
         self.dropout = nn.Dropout(dropout)
@@ -126,11 +162,12 @@ class TransformerEncoderLayer(nn.Module):
 
 
 class TransformerDecoderLayer(nn.Module):
-    def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, activation="gelu", norm="post", kv_heads=0):
+    def __init__(self, embed_dim, num_heads, ff_dim, dropout=0.1, activation="gelu", norm="post", kv_heads=0,
+                 moe=None):
         super().__init__()
         self.self_attn = make_attention(embed_dim, num_heads, dropout, kv_heads)
         self.cross_attn = make_attention(embed_dim, num_heads, dropout, kv_heads)
-        self.ffn = FeedForward(embed_dim, ff_dim, dropout, activation)
+        self.ffn = make_ffn(embed_dim, ff_dim, dropout, activation, moe)
         self.norm1 = nn.LayerNorm(embed_dim)
         self.norm2 = nn.LayerNorm(embed_dim)
         self.norm3 = nn.LayerNorm(embed_dim)
@@ -188,16 +225,16 @@ class PositionalEncoding(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, src_vocab_size, tgt_vocab_size, embed_dim=512, num_heads=8, num_encoder_layers=6,
                  num_decoder_layers=6, ff_dim=2048, dropout=0.1, max_len=5000, activation="gelu", norm="post",
-                 positions="sinusoidal", kv_heads=0):
+                 positions="sinusoidal", kv_heads=0, moe=None):
         super().__init__()
         self.src_embedding = nn.Embedding(src_vocab_size, embed_dim)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, embed_dim)
         self.pos_encoding = PositionalEncoding(embed_dim, max_len, dropout, positions, embed_dim // num_heads)
         self.encoder_layers = nn.ModuleList(
-            [TransformerEncoderLayer(embed_dim, num_heads, ff_dim, dropout, activation, norm, kv_heads)
+            [TransformerEncoderLayer(embed_dim, num_heads, ff_dim, dropout, activation, norm, kv_heads, moe)
              for _ in range(num_encoder_layers)])
         self.decoder_layers = nn.ModuleList(
-            [TransformerDecoderLayer(embed_dim, num_heads, ff_dim, dropout, activation, norm, kv_heads)
+            [TransformerDecoderLayer(embed_dim, num_heads, ff_dim, dropout, activation, norm, kv_heads, moe)
              for _ in range(num_decoder_layers)])
         self.fc_out = nn.Linear(embed_dim, tgt_vocab_size)
         if norm == "pre":
@@ -229,7 +266,8 @@ def from_config(cfg):
     model = Transformer(cfg["src_vocab_size"], cfg["tgt_vocab_size"], cfg["d_model"], cfg["num_heads"],
                         cfg["num_encoder_layers"], cfg["num_decoder_layers"], cfg["d_ff"], cfg["dropout"],
                         cfg.get("max_positions", cfg.get("max_len")), cfg["activation"], cfg.get("norm", "post"),
-                        cfg.get("positions", "sinusoidal"), cfg.get("kv_heads", 0))
+                        cfg.get("positions", "sinusoidal"), cfg.get("kv_heads", 0),
+                        (cfg["experts"], cfg["top_k"]) if cfg.get("ffn") == "moe" else None)
     if cfg.get("tie_embeddings"):
         model.tgt_embedding.weight = model.src_embedding.weight
         model.fc_out.weight = model.src_embedding.weight

@@ -27,6 +27,12 @@ enum class Positions { kSinusoidal, kLearned, kRope };
 Positions parse_positions(const std::string& name);  // "sinusoidal" | "learned" | "rope"
 std::string positions_name(Positions positions);
 
+// Each layer's feed-forward network: one dense FFN (paper), or a mixture of `experts` FFNs of
+// which each token uses its `top_k` best (reference 002's MoELayer).
+enum class Ffn { kDense, kMoe };
+Ffn parse_ffn(const std::string& name);  // "dense" | "moe"
+std::string ffn_name(Ffn ffn);
+
 struct ModelConfig {
   int64_t src_vocab_size = 8000;
   int64_t tgt_vocab_size = 8000;
@@ -49,6 +55,9 @@ struct ModelConfig {
   // Key/value heads of every attention (grouped-query attention, reference 002's
   // GroupedQueryAttention num_groups): 0 = num_heads (multi-head attention), 1 = multi-query.
   int64_t kv_heads = 0;
+  Ffn ffn = Ffn::kDense;
+  int64_t experts = 4;  // ffn: moe
+  int64_t top_k = 2;    // ffn: moe
 
   int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : num_heads; }
 
@@ -60,7 +69,8 @@ struct ModelConfig {
   void validate() const;
   std::string to_json() const;
   // Every field must be present (a checkpoint or export written by torchmt has them all),
-  // except those added after 0.2 (norm, positions, kv_heads), which default to the paper's.
+  // except those added after 0.2 (norm, positions, kv_heads, ffn, experts, top_k), which
+  // default to the paper's.
   static ModelConfig from_json(const std::string& json);
 };
 

@@ -47,6 +47,9 @@ class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
   torch::Tensor decode_step(const torch::Tensor& last_tokens, DecoderCache& cache);
 
   const ModelConfig& config() const { return config_; }
+  // ffn: moe: the sum of every MoELayer's load-balancing loss from the last forward pass
+  // (scalar); undefined for a dense model.
+  torch::Tensor moe_aux_loss() const;
 
   torch::nn::Embedding src_embedding{nullptr}, tgt_embedding{nullptr};
   PositionalEncoding pos_encoding{nullptr};

@@ -34,7 +34,7 @@ class TransformerDecoderLayerImpl : public torch::nn::Cloneable<TransformerDecod
 
   TransformerLayerOptions options;
   MultiHeadAttention self_attn{nullptr}, cross_attn{nullptr};
-  FeedForward ffn{nullptr};
+  FeedForwardSlot ffn;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
   Dropout dropout{nullptr};
 };

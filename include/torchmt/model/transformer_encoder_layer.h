@@ -10,6 +10,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "torchmt/model/feed_forward.h"
+#include "torchmt/model/moe_layer.h"
 #include "torchmt/model/multi_head_attention.h"
 
 namespace torchmt {
@@ -24,6 +25,17 @@ struct TransformerLayerOptions {
   TORCH_ARG(Activation, activation) = Activation::kReLU;
   TORCH_ARG(Norm, norm) = Norm::kPost;
   TORCH_ARG(int64_t, kv_heads) = 0;  // 0 = num_heads
+  TORCH_ARG(int64_t, experts) = 0;   // > 0: the ffn is a MoELayer of that many experts
+  TORCH_ARG(int64_t, top_k) = 2;
+};
+
+// The layer's feed-forward sub-layer, dense or a mixture of experts (registered as "ffn"
+// either way), built from the layer options.
+struct FeedForwardSlot {
+  FeedForward dense{nullptr};
+  MoELayer moe{nullptr};
+  void build(torch::nn::Module& layer, const TransformerLayerOptions& options);
+  torch::Tensor operator()(const torch::Tensor& x) { return moe ? moe(x) : dense(x); }
 };
 
 class TransformerEncoderLayerImpl : public torch::nn::Cloneable<TransformerEncoderLayerImpl> {
@@ -36,7 +48,7 @@ class TransformerEncoderLayerImpl : public torch::nn::Cloneable<TransformerEncod
 
   TransformerLayerOptions options;
   MultiHeadAttention self_attn{nullptr};
-  FeedForward ffn{nullptr};
+  FeedForwardSlot ffn;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Dropout dropout{nullptr};
 };

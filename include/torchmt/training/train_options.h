@@ -22,6 +22,9 @@ struct TrainOptions {
   std::string tie_embeddings = "auto";  // auto (preset, when the vocabulary is joint) | true | false
   std::string norm, positions;          // empty = the preset's
   int64_t kv_heads = -1;
+  std::string ffn;                      // empty = the preset's (dense)
+  int64_t experts = -1, top_k = -1;     // -1 = keep
+  double moe_aux_loss = 0.01;           // weight of the MoE load-balancing loss
   // Optimisation (the paper's recipe)
   int64_t batch_tokens = 4096;  // rows * (longest source + longest target) per batch, padding included
   int64_t update_freq = 1;

@@ -43,6 +43,9 @@ class TrainingStep {
     reducer_ = reducer;
     group_ = group;
   }
+  // ffn: moe: the load-balancing loss joins the training loss with this weight per target
+  // token (Switch Transformer's alpha, 0.01 there); it is not part of the reported loss.
+  void set_moe_aux_loss(double coefficient) { moe_aux_coefficient_ = coefficient; }
   StepResult run(const std::vector<Batch>& batches, double lr);
 
  private:
@@ -52,6 +55,7 @@ class TrainingStep {
   c10::Device device_;
   c10::ScalarType dtype_;
   double clip_norm_;
+  double moe_aux_coefficient_ = 0.0;
   GradientReducer* reducer_ = nullptr;
   ProcessGroup* group_ = nullptr;
 };
