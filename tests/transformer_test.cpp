@@ -1,8 +1,10 @@
 // Properties of the Transformer itself, on CPU and (when present) CUDA.
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/function.h>
 
 #include "test_support.h"
 #include "torchmt/model/masks.h"
@@ -311,6 +313,50 @@ TEST(MixtureOfExperts, OneExpertTopOneEqualsTheDenseFeedForward) {
   EXPECT_TRUE(torch::allclose(moe(x), dense(x), 1e-6, 1e-6));
   EXPECT_NEAR(moe->aux_loss.item<double>(), 1.0, 1e-6);  // one expert: f = P = 1
   EXPECT_THROW(MoELayer(MoELayerOptions(16, 24, 2).top_k(3)), std::invalid_argument);
+}
+
+// Activation checkpointing: the same loss and gradients as without (dropout on: the
+// recomputation replays the random state), and a graph that keeps one node per layer instead
+// of the layer's intermediates.
+TEST(ActivationCheckpointing, SameGradientsAndAGraphWithoutTheLayersIntermediates) {
+  auto src = torch::tensor({5, 6, 7, 0, 8, 9, 10, 11}, torch::kLong).view({2, 4});
+  auto tgt = torch::tensor({2, 10, 0, 2, 14, 15}, torch::kLong).view({2, 3});
+  for (const std::string variant : {"paper", "modern", "moe"}) {
+    SCOPED_TRACE(variant);
+    auto run = [&](bool recompute, int64_t* nodes) {
+      ModelConfig c = variant_config(variant);
+      c.dropout = 0.1;
+      c.checkpoint_activations = recompute;
+      torch::manual_seed(21);
+      Transformer model(c);
+      model->train();
+      torch::manual_seed(22);
+      auto loss = model->forward(src, tgt).pow(2).mean();
+      // Nodes of the autograd graph (what backward will read; each keeps its saved tensors).
+      std::set<torch::autograd::Node*> seen;
+      std::vector<torch::autograd::Node*> stack{loss.grad_fn().get()};
+      while (!stack.empty()) {
+        auto* node = stack.back();
+        stack.pop_back();
+        if (!node || !seen.insert(node).second) continue;
+        for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+      }
+      *nodes = static_cast<int64_t>(seen.size());
+      loss.backward();
+      std::map<std::string, torch::Tensor> grads;
+      for (const auto& p : model->named_parameters()) grads[p.key()] = p.value().grad().defined() ? p.value().grad() : torch::zeros_like(p.value());
+      return std::make_pair(loss.item<double>(), grads);
+    };
+    int64_t nodes_plain = 0, nodes_recomputed = 0;
+    auto [loss_plain, grads_plain] = run(false, &nodes_plain);
+    auto [loss_recomputed, grads_recomputed] = run(true, &nodes_recomputed);
+    // The checkpointed forward runs without gradient mode, where some kernels round differently.
+    EXPECT_NEAR(loss_recomputed, loss_plain, 1e-6 * std::abs(loss_plain));
+    for (const auto& [key, g] : grads_plain)
+      EXPECT_TRUE(torch::allclose(grads_recomputed.at(key), g, 1e-6, 1e-6))
+          << key << " " << (grads_recomputed.at(key) - g).abs().max().item<double>();
+    EXPECT_LT(nodes_recomputed * 3, nodes_plain) << nodes_recomputed << " vs " << nodes_plain;
+  }
 }
 
 // The KV cache of a decoding model holds kv_heads heads: its bytes shrink by heads / kv_heads.

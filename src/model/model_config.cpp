@@ -134,7 +134,9 @@ const OptionTable<ModelConfig>& model_config_table() {
          "ffn", OptionKind::kText, "feed-forward: dense (paper) | moe (mixture of experts)",
          [](C& c, const std::string& v) { c.ffn = parse_ffn(v); }, [](const C& c) { return ffn_name(c.ffn); })
       .add("experts", &C::experts, "experts per layer (ffn: moe)")
-      .add("top_k", &C::top_k, "experts each token uses (ffn: moe)");
+      .add("top_k", &C::top_k, "experts each token uses (ffn: moe)")
+      .add("checkpoint_activations", &C::checkpoint_activations,
+           "recompute each layer's activations in backward instead of keeping them (training)");
   return table;
 }
 
@@ -146,7 +148,7 @@ ModelConfig ModelConfig::from_json(const std::string& json) {
   const FlatConfig f = FlatConfig::parse(json);
   const auto& table = model_config_table();
   // Fields added after 0.2: absent in older files, where they were the paper's.
-  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads", "ffn", "experts", "top_k"};
+  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads", "ffn", "experts", "top_k", "checkpoint_activations"};
   for (const auto& row : table.rows()) {
     if (kLater.count(row.key)) continue;
     bool present = f.has(row.key);

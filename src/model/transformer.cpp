@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/activation_checkpoint.h"
 #include "torchmt/model/linear.h"
 
 #include "torchmt/model/masks.h"
@@ -101,7 +102,18 @@ torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Ten
   auto x = pos_encoding(src_embedding(src) * embed_scale_);  // [B, S, D]
   RotaryTables rotary;
   std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
-  for (auto& layer : *encoder_layers) x = layer->as<TransformerEncoderLayer>()->forward(x, src_mask, rotary);
+  const bool recompute = config_.checkpoint_activations && is_training() && torch::GradMode::is_enabled();
+  for (auto& module : *encoder_layers) {
+    TransformerEncoderLayer layer(std::dynamic_pointer_cast<TransformerEncoderLayerImpl>(module));
+    if (recompute) {
+      // Captured by value: backward calls it again after encode() has returned.
+      x = checkpoint([layer, src_mask, rotary](const std::vector<at::Tensor>& in) mutable {
+        return layer->forward(in[0], src_mask, rotary);
+      }, {x});
+    } else {
+      x = layer->forward(x, src_mask, rotary);
+    }
+  }
   return encoder_norm ? encoder_norm(x) : x;
 }
 
@@ -111,10 +123,18 @@ torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Ten
   auto x = pos_encoding(tgt_embedding(tgt) * embed_scale_);  // [B, T, D]
   RotaryTables rotary;
   std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
-  for (auto& layer : *decoder_layers) {
+  const bool recompute =
+      config_.checkpoint_activations && is_training() && torch::GradMode::is_enabled() && !cross_weights;
+  for (auto& module : *decoder_layers) {
+    TransformerDecoderLayer layer(std::dynamic_pointer_cast<TransformerDecoderLayerImpl>(module));
+    if (recompute) {
+      x = checkpoint([layer, src_mask, tgt_mask, rotary](const std::vector<at::Tensor>& in) mutable {
+        return layer->forward(in[0], in[1], src_mask, tgt_mask, nullptr, rotary);
+      }, {x, memory});
+      continue;
+    }
     torch::Tensor weights;
-    x = layer->as<TransformerDecoderLayer>()->forward(x, memory, src_mask, tgt_mask,
-                                                      cross_weights ? &weights : nullptr, rotary);
+    x = layer->forward(x, memory, src_mask, tgt_mask, cross_weights ? &weights : nullptr, rotary);
     if (cross_weights) cross_weights->push_back(weights);
   }
   return decoder_norm ? decoder_norm(x) : x;

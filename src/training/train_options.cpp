@@ -34,6 +34,8 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("ffn", &O::ffn, "override the feed-forward: dense | moe (mixture of experts)", model)
       .add("experts", &O::experts, "experts per layer with --ffn moe (-1 = keep: 4)", model)
       .add("top_k", &O::top_k, "experts per token with --ffn moe (-1 = keep: 2)", model)
+      .add("checkpoint_activations", &O::checkpoint_activations,
+           "true|false: recompute each layer's activations in backward (less memory, ~1/3 more compute)", model)
       .add("moe_aux_loss", &O::moe_aux_loss, "weight of the mixture of experts' load-balancing loss", optim)
       .add("batch_tokens", &O::batch_tokens,
            "tokens per batch: rows x (longest source + longest target), padding included",
@@ -88,6 +90,8 @@ void TrainOptions::validate() const {
   require(max_sentence_tokens >= 2, "--max-sentence-tokens must be at least 2");
   require(update_freq >= 1, "--update-freq must be at least 1");
   require(moe_aux_loss >= 0, "--moe-aux-loss must not be negative");
+  require(checkpoint_activations.empty() || checkpoint_activations == "true" || checkpoint_activations == "false",
+          "--checkpoint-activations must be true or false");
   require(max_epochs >= 0 && max_steps >= 0 && max_minutes >= 0, "limits must not be negative");
   require(lr_factor > 0 && warmup > 0, "--lr-factor and --warmup must be positive");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");

@@ -68,6 +68,7 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
   if (!o.ffn.empty()) c.ffn = parse_ffn(o.ffn);
   if (o.experts > 0) c.experts = o.experts;
   if (o.top_k > 0) c.top_k = o.top_k;
+  if (!o.checkpoint_activations.empty()) c.checkpoint_activations = o.checkpoint_activations == "true";
   if (o.tie_embeddings == "true") c.tie_embeddings = true;
   if (o.tie_embeddings == "false") c.tie_embeddings = false;
   if (c.tie_embeddings && !joint_vocab) throw std::invalid_argument("--tie-embeddings needs a joint vocabulary");

@@ -74,6 +74,16 @@ c10::ScalarType active_cpu_autocast_dtype() {
 #endif
 }
 
+c10::ScalarType active_autocast_dtype(const c10::Device& device) {
+#if TORCHMT_DEVICE_GENERIC_AUTOCAST
+  if (!at::autocast::is_autocast_enabled(device.type())) return c10::ScalarType::Float;
+  return at::autocast::get_autocast_dtype(device.type());
+#else
+  if (device.is_cuda()) return at::autocast::is_enabled() ? at::autocast::get_autocast_gpu_dtype() : c10::ScalarType::Float;
+  return at::autocast::is_cpu_enabled() ? at::autocast::get_autocast_cpu_dtype() : c10::ScalarType::Float;
+#endif
+}
+
 AutocastGuard::AutocastGuard(const c10::Device& device, c10::ScalarType dtype) : device_type_(device.type()) {
   if (dtype == c10::ScalarType::Float) return;
   active_ = true;

@@ -58,6 +58,9 @@ struct ModelConfig {
   Ffn ffn = Ffn::kDense;
   int64_t experts = 4;  // ffn: moe
   int64_t top_k = 2;    // ffn: moe
+  // Recompute each layer's activations in backward instead of keeping them (reference 002's
+  // CheckpointTransformerLayer; torchmt/model/activation_checkpoint.h). Training only.
+  bool checkpoint_activations = false;
 
   int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : num_heads; }
 
@@ -69,7 +72,8 @@ struct ModelConfig {
   void validate() const;
   std::string to_json() const;
   // Every field must be present (a checkpoint or export written by torchmt has them all),
-  // except those added after 0.2 (norm, positions, kv_heads, ffn, experts, top_k), which
+  // except those added after 0.2 (norm, positions, kv_heads, ffn, experts, top_k,
+  // checkpoint_activations), which
   // default to the paper's.
   static ModelConfig from_json(const std::string& json);
 };

@@ -25,6 +25,7 @@ struct TrainOptions {
   std::string ffn;                      // empty = the preset's (dense)
   int64_t experts = -1, top_k = -1;     // -1 = keep
   double moe_aux_loss = 0.01;           // weight of the MoE load-balancing loss
+  std::string checkpoint_activations;   // empty = the preset's (false) | true | false
   // Optimisation (the paper's recipe)
   int64_t batch_tokens = 4096;  // rows * (longest source + longest target) per batch, padding included
   int64_t update_freq = 1;

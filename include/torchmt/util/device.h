@@ -27,6 +27,9 @@ c10::ScalarType active_cpu_autocast_dtype();
 
 // Enables autocast to `dtype` on `device` for its lifetime (no-op for fp32); restores the
 // previous state on exit. Works across LibTorch 2.1 .. 2.13 autocast APIs.
+// The dtype autocast computes in on `device` now; Float when autocast is off there.
+c10::ScalarType active_autocast_dtype(const c10::Device& device);
+
 class AutocastGuard {
  public:
   AutocastGuard(const c10::Device& device, c10::ScalarType dtype);
