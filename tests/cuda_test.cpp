@@ -2,6 +2,7 @@
 // autocast, search, the trainer with resume, and the CLI (train on the GPU, translate and
 // export there, the exported file on the CPU). Each skips on a machine without CUDA; the
 // optimizer's on-device skip of a non-finite update is checked on the CPU as well.
+#include <limits>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -110,6 +111,68 @@ TEST(Cuda, Bf16UpdatesKeepFp32WeightsAndLearn) {
     EXPECT_EQ(p.scalar_type(), torch::kFloat);
     EXPECT_TRUE(p.is_cuda());
   }
+}
+
+// fp16 with dynamic loss scaling: an update whose gradient holds an inf is skipped (weights
+// unchanged) and the scale halved; the next clean updates apply, and after growth_interval of
+// them the scale doubles; the model learns.
+TEST(Cuda, Fp16LossScalingSkipsAnOverflowAndRecovers) {
+  TORCHMT_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(5);
+  Transformer model(tiny_config());
+  model->to(kCuda);
+  AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
+  TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), kCuda, torch::kHalf, 1.0);
+  step.set_loss_scaling(1024.0, 3);
+  EXPECT_DOUBLE_EQ(step.loss_scale(), 1024.0);
+  CorpusOptions co;
+  auto corpus = load_parallel_corpus(test::sample_de(), test::sample_en(), test::sample_tokenizer(),
+                                     test::sample_tokenizer(), co);
+  TokenBatcher batcher(corpus, {600, 1, false});
+  const Batch batch = batcher.next(kCuda);
+  // The first backward writes an inf into one gradient (an fp16 overflow).
+  bool poisoned = false;
+  model->fc_out->bias.register_hook([&poisoned](const at::Tensor& g) {
+    if (poisoned) return at::Tensor();
+    poisoned = true;
+    auto bad = g.clone();
+    bad.view(-1)[0] = std::numeric_limits<float>::infinity();
+    return bad;
+  });
+  const auto before = model->fc_out->weight.detach().clone();
+  StepResult r = step.run({batch}, 3e-3);
+  r.wait();
+  EXPECT_FALSE(r.applied);
+  EXPECT_TRUE(torch::equal(model->fc_out->weight.detach(), before));
+  EXPECT_DOUBLE_EQ(step.loss_scale(), 512.0);
+  double first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    StepResult ok = step.run({batch}, 3e-3);
+    ok.wait();
+    ASSERT_TRUE(ok.applied) << "step " << i;
+    (i == 0 ? first : last) = ok.loss / static_cast<double>(ok.tokens);
+    if (i == 2) EXPECT_DOUBLE_EQ(step.loss_scale(), 1024.0);  // 3 clean updates: doubled
+  }
+  EXPECT_FALSE(torch::equal(model->fc_out->weight.detach(), before));
+  EXPECT_LT(last, first * 0.8);
+}
+
+// On the CPU fp16 training is refused in one line (the CLI: exit 2 before anything is written).
+TEST(Fp16, TrainingOnTheCpuIsAClearError) {
+  Transformer model(tiny_config());
+  AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
+  try {
+    TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), torch::kCPU, torch::kHalf, 1.0);
+    FAIL() << "fp16 on the CPU was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos) << e.what();
+  }
+  test::TempDir dir;
+  auto run = test::run_command(test::torchmt_binary() + " train --train-src " + test::sample_de() + " --train-tgt " +
+                               test::sample_en() + " --device cpu --dtype fp16 --out " + dir.file("run"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--dtype fp16 trains on CUDA only"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
 }
 
 TEST(Cuda, GreedyAndBeamSearchMatchTheCpu) {

@@ -162,7 +162,7 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
   // parameters through autocast's cache so a weight is converted once per autocast region.
   at::ScalarType dtype = x.scalar_type();
   at::Tensor w = weight, b = bias;
-  const at::ScalarType autocast_dtype = active_cpu_autocast_dtype();
+  const at::ScalarType autocast_dtype = active_autocast_dtype(c10::Device(c10::kCPU));
   if (autocast_dtype != at::kFloat) {
     if (autocast_dtype != at::kBFloat16) return {};
     dtype = at::kBFloat16;

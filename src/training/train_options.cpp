@@ -1,5 +1,7 @@
 #include "torchmt/training/train_options.h"
 
+#include "torchmt/util/device.h"
+
 #include <stdexcept>
 
 namespace torchmt {
@@ -51,7 +53,7 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
       .add("seed", &O::seed, "random seed", optim)
       .add("device", &O::device, "auto|cpu|cuda|cuda:N", run)
-      .add("dtype", &O::dtype, "auto|fp32|bf16 (auto: bf16 where the hardware computes it natively)", run)
+      .add("dtype", &O::dtype, "auto|fp32|bf16|fp16 (auto: bf16 where the hardware computes it natively; fp16: CUDA, with loss scaling)", run)
       .add("threads", &O::threads, "CPU threads (0 = all cores)", run)
       .add("out", &O::out, "run directory", run)
       .add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run)
@@ -90,6 +92,7 @@ void TrainOptions::validate() const {
   require(max_sentence_tokens >= 2, "--max-sentence-tokens must be at least 2");
   require(update_freq >= 1, "--update-freq must be at least 1");
   require(moe_aux_loss >= 0, "--moe-aux-loss must not be negative");
+  if (dtype == "fp16" || dtype == "float16") check_training_dtype(c10::ScalarType::Half, resolve_device(device, 0));
   require(checkpoint_activations.empty() || checkpoint_activations == "true" || checkpoint_activations == "false",
           "--checkpoint-activations must be true or false");
   require(max_epochs >= 0 && max_steps >= 0 && max_minutes >= 0, "limits must not be negative");

@@ -1,6 +1,7 @@
 #include "torchmt/training/training_step.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -18,7 +19,21 @@ TrainingStep::TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmo
       criterion_(criterion),
       device_(device),
       dtype_(dtype),
-      clip_norm_(clip_norm) {}
+      clip_norm_(clip_norm) {
+  check_training_dtype(dtype, device);
+  // fairseq's initial fp16 scale: the loss here is a sum over target tokens, so its gradients
+  // are thousands of times a mean loss's, and PyTorch's 2^16 would overflow for many updates.
+  if (dtype == c10::ScalarType::Half) set_loss_scaling(128.0, 2000);
+}
+
+void TrainingStep::set_loss_scaling(double initial_scale, int64_t growth_interval) {
+  if (dtype_ != c10::ScalarType::Half) return;
+  loss_scale_ = torch::full({}, initial_scale, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  growth_tracker_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt).device(device_));
+  growth_interval_ = growth_interval;
+}
+
+double TrainingStep::loss_scale() const { return loss_scale_.defined() ? loss_scale_.item<double>() : 1.0; }
 
 StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   model_->train();
@@ -34,10 +49,9 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
     }
     auto out = criterion_(logits, batch.tgt_out);
     at::Tensor aux = moe_aux_coefficient_ > 0 ? model_->moe_aux_loss() : at::Tensor();
-    if (aux.defined())
-      (out.loss + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens))).backward();
-    else
-      out.loss.backward();
+    at::Tensor objective = aux.defined() ? out.loss + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens))
+                                         : out.loss;
+    (loss_scale_.defined() ? objective * loss_scale_ : objective).backward();
     loss_sum += out.loss.detach();
     result.tokens += batch.tgt_tokens;
   }
@@ -57,16 +71,21 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   // Gradients of the summed loss, normalised per target token over the whole update, and
   // clipped to clip_norm, in one multiply by a factor computed on the device (no host sync;
   // the same arithmetic as torch.nn.utils.clip_grad_norm_ after a division by the tokens).
+  // Under fp16 the gradients are the scaled loss's: the factor also divides by the scale.
   const double per_token = 1.0 / static_cast<double>(std::max<int64_t>(1, result.tokens));
+  at::Tensor unscale = torch::full({}, per_token, loss_sum.options());
+  if (loss_scale_.defined()) unscale = unscale / loss_scale_;
   at::Tensor norm = grads.empty() ? torch::zeros({}, loss_sum.options())
-                                  : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * per_token;
-  at::Tensor factor = torch::full({}, per_token, norm.options());
+                                  : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * unscale;
+  at::Tensor factor = unscale.clone();
   if (clip_norm_ > 0) factor = factor * (clip_norm_ / (norm + 1e-6)).clamp_max(1.0);
   if (!grads.empty()) at::_foreach_mul_(grads, factor);
   // A non-finite loss or gradient skips the update on the device (found_inf).
   at::Tensor found_inf = (loss_sum.isfinite() & norm.isfinite()).logical_not().to(torch::kFloat);
   optimizer_.step(lr, found_inf);
   optimizer_.zero_grad();
+  if (loss_scale_.defined())
+    at::_amp_update_scale_(loss_scale_, growth_tracker_, found_inf, 2.0, 0.5, growth_interval_);
   result.pending = torch::stack({loss_sum.to(torch::kFloat), norm.to(torch::kFloat)});  // [2]
   if (result.pending.is_cpu()) result.wait();  // nothing to overlap on the CPU
   return result;

@@ -64,14 +64,10 @@ std::string dtype_name(c10::ScalarType dtype) {
   }
 }
 
-c10::ScalarType active_cpu_autocast_dtype() {
-#if TORCHMT_DEVICE_GENERIC_AUTOCAST
-  if (!at::autocast::is_autocast_enabled(c10::kCPU)) return c10::ScalarType::Float;
-  return at::autocast::get_autocast_dtype(c10::kCPU);
-#else
-  if (!at::autocast::is_cpu_enabled()) return c10::ScalarType::Float;
-  return at::autocast::get_autocast_cpu_dtype();
-#endif
+
+void check_training_dtype(c10::ScalarType dtype, const c10::Device& device) {
+  if (dtype == c10::ScalarType::Half && !device.is_cuda())
+    throw std::invalid_argument("--dtype fp16 trains on CUDA only (with dynamic loss scaling); on the CPU use bf16 or fp32");
 }
 
 c10::ScalarType active_autocast_dtype(const c10::Device& device) {

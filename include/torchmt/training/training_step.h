@@ -46,6 +46,13 @@ class TrainingStep {
   // ffn: moe: the load-balancing loss joins the training loss with this weight per target
   // token (Switch Transformer's alpha, 0.01 there); it is not part of the reported loss.
   void set_moe_aux_loss(double coefficient) { moe_aux_coefficient_ = coefficient; }
+  // fp16 (CUDA): dynamic loss scaling as PyTorch's GradScaler (reference 002). The loss is
+  // multiplied by the scale before backward so that small gradients survive fp16, and the
+  // gradients divided by it before the update; an update whose gradients overflowed is
+  // skipped and the scale halved, and after `growth_interval` clean updates in a row the scale
+  // doubles. All on the device (ATen's _amp_update_scale_): no host synchronisation.
+  void set_loss_scaling(double initial_scale, int64_t growth_interval);
+  double loss_scale() const;  // 1 without fp16 (reads the device)
   StepResult run(const std::vector<Batch>& batches, double lr);
 
  private:
@@ -56,6 +63,8 @@ class TrainingStep {
   c10::ScalarType dtype_;
   double clip_norm_;
   double moe_aux_coefficient_ = 0.0;
+  at::Tensor loss_scale_, growth_tracker_;  // fp16 only: [] fp32 and [] int32 on the device
+  int64_t growth_interval_ = 2000;
   GradientReducer* reducer_ = nullptr;
   ProcessGroup* group_ = nullptr;
 };

@@ -21,15 +21,18 @@ std::string dtype_name(c10::ScalarType dtype);
 // True when this CPU has native bf16 matrix instructions (AMX or AVX512_BF16).
 bool cpu_has_native_bf16();
 
-// The lower-precision dtype CPU autocast is casting matmul inputs to right now, or Float
-// when CPU autocast is off (for code that computes a linear layer outside the dispatcher).
-c10::ScalarType active_cpu_autocast_dtype();
+// Throws std::invalid_argument unless `dtype` can train on `device`: fp16 needs CUDA (its
+// dynamic loss scaling runs there: torchmt/training/training_step.h); fp32 and bf16 train
+// everywhere.
+void check_training_dtype(c10::ScalarType dtype, const c10::Device& device);
+
+// The lower-precision dtype autocast on `device` is casting matmul inputs to right now, or
+// Float when autocast is off there (for code that computes a linear layer outside the
+// dispatcher, and for recomputing a layer as its forward pass ran: activation_checkpoint.h).
+c10::ScalarType active_autocast_dtype(const c10::Device& device);
 
 // Enables autocast to `dtype` on `device` for its lifetime (no-op for fp32); restores the
 // previous state on exit. Works across LibTorch 2.1 .. 2.13 autocast APIs.
-// The dtype autocast computes in on `device` now; Float when autocast is off there.
-c10::ScalarType active_autocast_dtype(const c10::Device& device);
-
 class AutocastGuard {
  public:
   AutocastGuard(const c10::Device& device, c10::ScalarType dtype);
