@@ -8,6 +8,7 @@
 #include "torchmt/model/masks.h"
 #include "torchmt/model/moe_layer.h"
 #include "torchmt/model/multi_head_attention.h"
+#include "torchmt/model/self_attention.h"
 #include "torchmt/model/transformer.h"
 
 namespace torchmt {
@@ -135,6 +136,46 @@ TEST(ModelParity, MoELayerOutputAndAuxLossMatchReference) {
   EXPECT_TRUE(torch::allclose(out, expected.at("output"), 1e-5, 1e-5))
       << (out - expected.at("output")).abs().max().item<double>();
   EXPECT_NEAR(moe->aux_loss.item<double>(), expected.at("aux_loss").item<double>(), 1e-6);
+}
+
+// Reference 000's single-head SelfAttention: the Python class's output and weights, and
+// MultiHeadAttention with one head and an identity W_o.
+TEST(ModelParity, SingleHeadSelfAttentionMatchesReferenceAndOneHeadAttention) {
+  TempDir dir;
+  torch::manual_seed(12);
+  const int64_t d = 24;
+  SelfAttention sa(d);
+  auto x = torch::randn({2, 5, d});
+  auto mask = torch::ones({2, 1, 5}, torch::kBool);  // [B, 1, T]: padded keys of sentence 1
+  mask.index_put_({1, 0, torch::indexing::Slice(3)}, false);
+  auto items = test::state_items(*sa);
+  ModelConfig c = parity_config("relu");
+  c.d_model = d;
+  items["config_json"] = c.to_json();
+  items["x"] = x;
+  items["mask"] = mask;
+  test::save_for_python(dir.file("in.pt"), items);
+  auto run = test::run_command(test::python() + " " + parity_script() + " self_attention " + dir.file("in.pt") +
+                               " " + dir.file("out.pt"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto expected = test::load_from_python(dir.file("out.pt"));
+  torch::NoGradGuard no_grad;
+  auto [out, weights] = sa(x, mask);
+  EXPECT_TRUE(torch::allclose(out, expected.at("output"), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(weights, expected.at("weights"), 1e-5, 1e-5));
+
+  MultiHeadAttention one(MultiHeadAttentionOptions(d, 1).dropout(0.0));
+  one->eval();
+  for (auto [mine, theirs] : {std::make_pair(one->W_q, sa->W_q), std::make_pair(one->W_k, sa->W_k),
+                              std::make_pair(one->W_v, sa->W_v)}) {
+    mine->weight.copy_(theirs->weight);
+    mine->bias.copy_(theirs->bias);
+  }
+  one->W_o->weight.copy_(torch::eye(d));
+  one->W_o->bias.zero_();
+  auto [mha_out, mha_weights] = one->forward_with_weights(x, x, x, mask.unsqueeze(1));  // [B, 1, 1, T]
+  EXPECT_TRUE(torch::allclose(out, mha_out, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(weights, mha_weights.squeeze(1), 1e-5, 1e-5));
 }
 
 TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {

@@ -9,6 +9,7 @@
 
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
+#include "torchmt/model/self_attention.h"
 #include "torchmt/model/single_query_attention.h"
 
 namespace torchmt {
@@ -126,6 +127,24 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
   if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
   auto out = attend_explicit(q, k, split_heads(W_v, value), mask, &weights, /*mask_sanitized=*/false);
   return {apply_linear(W_o, merge_heads(out)), weights};
+}
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t embed_dim_) : embed_dim(embed_dim_) { reset(); }
+
+void SelfAttentionImpl::reset() {
+  W_q = register_module("W_q", make_linear(embed_dim, embed_dim));
+  W_k = register_module("W_k", make_linear(embed_dim, embed_dim));
+  W_v = register_module("W_v", make_linear(embed_dim, embed_dim));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> SelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  // One head of width D: softmax(Q K^T / sqrt(D)) V, as MultiHeadAttention's explicit path.
+  auto q = apply_linear(W_q, x), k = apply_linear(W_k, x), v = apply_linear(W_v, x);  // [B, T, D]
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(embed_dim));  // [B, T, T]
+  if (mask.defined())
+    scores = scores.masked_fill(without_empty_rows(mask).logical_not(), -std::numeric_limits<float>::infinity());
+  auto weights = torch::softmax(scores, -1);
+  return {torch::matmul(weights, v), weights};
 }
 
 }  // namespace torchmt

@@ -2,6 +2,7 @@
 
   parity.py model IN.pt OUT.pt   IN holds config_json, state.<key> tensors, src, tgt
   parity.py mha IN.pt OUT.pt     IN holds config_json, state.<key>, query, key, mask
+  parity.py self_attention IN.pt OUT.pt   IN holds config_json, state.<key> of SelfAttention, x, mask
   parity.py moe IN.pt OUT.pt     IN holds config_json, state.<key> of one MoELayer, x
   parity.py count CONFIG_JSON    prints the reference parameter count
   parity.py checkpoint CKPT      loads a torchmt checkpoint into the reference model, prints its
@@ -63,6 +64,11 @@ def main():
         mha = ref.MultiHeadAttention(cfg["d_model"], cfg["num_heads"], 0.0).eval()
         load_state(mha, blob)
         out, weights = mha(blob["query"], blob["key"], blob["key"], blob["mask"], return_weights=True)
+        torch.save({"output": out, "weights": weights}, sys.argv[3])
+    elif mode == "self_attention":
+        sa = ref.SelfAttention(cfg["d_model"]).eval()
+        load_state(sa, blob)
+        out, weights = sa(blob["x"], blob["mask"])
         torch.save({"output": out, "weights": weights}, sys.argv[3])
     elif mode == "moe":
         moe = ref.MoELayer(cfg["d_model"], cfg["experts"], cfg["top_k"], cfg["d_ff"], 0.0, cfg["activation"]).eval()

@@ -64,6 +64,25 @@ class GroupedQueryAttention(nn.Module):
         return (out, weights) if return_weights else out
 
 
+class SelfAttention(nn.Module):
+    """Reference 000 section 2.4: one head of width embed_dim, no output projection."""
+
+    def __init__(self, embed_dim):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.W_q = nn.Linear(embed_dim, embed_dim)
+        self.W_k = nn.Linear(embed_dim, embed_dim)
+        self.W_v = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.embed_dim)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = F.softmax(scores, dim=-1)
+        return torch.matmul(weights, v), weights
+
+
 class MultiHeadAttention(nn.Module):
     def __init__(self, embed_dim, num_heads, dropout=0.1):
         super().__init__()
