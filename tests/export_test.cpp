@@ -226,19 +226,23 @@ TEST(ExportTorchScript, ForwardLogitsEqualNativeOnPaddedBatch) {
   EXPECT_LT((memory - native_memory).abs().max().item<double>(), 1e-5);
 }
 
-TEST(ExportTorchScript, StateDictHasNativeNamesAndValues) {
-  auto& f = fixture();
-  auto m = load_export(f.exported);
+// The export's parameters and buffers have the native state dict's names and values.
+void expect_native_state(const torch::jit::Module& m, const Transformer& native) {
   std::map<std::string, torch::Tensor> script;
   for (const auto& p : m.named_parameters()) script[p.name] = p.value;
   for (const auto& b : m.named_buffers()) script[b.name] = b.value;
   std::vector<std::string> keys;
   for (const auto& [k, v] : script) keys.push_back(k);
-  EXPECT_EQ(keys, native_state_keys(f.native.model));
-  for (const auto& p : f.native.model->named_parameters()) {
+  EXPECT_EQ(keys, native_state_keys(native));
+  for (const auto& p : native->named_parameters()) {
     ASSERT_TRUE(script.count(p.key())) << p.key();
     EXPECT_TRUE(torch::equal(script[p.key()], p.value())) << p.key();
   }
+}
+
+TEST(ExportTorchScript, StateDictHasNativeNamesAndValues) {
+  auto& f = fixture();
+  expect_native_state(load_export(f.exported), f.native.model);
 }
 
 TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
@@ -306,13 +310,7 @@ TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
     f.exported = f.dir.file("model.ts");
     make_exporter("torchscript")->write(f.native, ExportOptions{}, f.exported);
     auto m = load_export(f.exported);
-
-    std::map<std::string, torch::Tensor> script;
-    for (const auto& p : m.named_parameters()) script[p.name] = p.value;
-    for (const auto& b : m.named_buffers()) script[b.name] = b.value;
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : script) keys.push_back(k);
-    EXPECT_EQ(keys, native_state_keys(f.native.model));
+    expect_native_state(m, f.native.model);
 
     torch::NoGradGuard no_grad;
     auto expected = f.native.model->forward(base.src, base.tgt_in);
