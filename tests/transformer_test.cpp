@@ -321,7 +321,7 @@ TEST(MixtureOfExperts, OneExpertTopOneEqualsTheDenseFeedForward) {
 TEST(ActivationCheckpointing, SameGradientsAndAGraphWithoutTheLayersIntermediates) {
   auto src = torch::tensor({5, 6, 7, 0, 8, 9, 10, 11}, torch::kLong).view({2, 4});
   auto tgt = torch::tensor({2, 10, 0, 2, 14, 15}, torch::kLong).view({2, 3});
-  for (const std::string variant : {"paper", "modern", "moe"}) {
+  for (const std::string variant : {"paper", "modern"}) {
     SCOPED_TRACE(variant);
     auto run = [&](bool recompute, int64_t* nodes) {
       ModelConfig c = variant_config(variant);
@@ -357,6 +357,10 @@ TEST(ActivationCheckpointing, SameGradientsAndAGraphWithoutTheLayersIntermediate
           << key << " " << (grads_recomputed.at(key) - g).abs().max().item<double>();
     EXPECT_LT(nodes_recomputed * 3, nodes_plain) << nodes_recomputed << " vs " << nodes_plain;
   }
+  // With a mixture of experts the load-balancing loss would be computed without gradients.
+  ModelConfig moe = variant_config("moe");
+  moe.checkpoint_activations = true;
+  EXPECT_THROW(moe.validate(), std::invalid_argument);
 }
 
 // The KV cache of a decoding model holds kv_heads heads: its bytes shrink by heads / kv_heads.
