@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite, then the same suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer (what CI runs: .ci/run). Arguments after the mode go to ctest.
-#   tools/test.sh              everything (67 min on 2 cores from a fresh clone, about 45 of them the ASan pass)
+#   tools/test.sh              everything (71 min on 2 cores from a fresh clone, 343 tests; about 45 of them the ASan pass)
 #   tools/test.sh --quick      without the sanitizer pass
 #   tools/test.sh --sanitize   only the sanitizer pass (build-asan/)
 set -euo pipefail
