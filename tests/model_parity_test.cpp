@@ -18,6 +18,21 @@ using test::TempDir;
 
 std::string parity_script() { return test::source_dir() + "/tests/reference/parity.py"; }
 
+// Runs `parity.py MODE` on `items` (written for Python in `dir`); false, with the script's
+// output as a test failure, when it exits non-zero.
+bool run_reference(const std::string& mode, const TempDir& dir, const std::map<std::string, c10::IValue>& items,
+                   std::map<std::string, torch::Tensor>* out) {
+  test::save_for_python(dir.file("in.pt"), items);
+  auto run = test::run_command(test::python() + " " + parity_script() + " " + mode + " " + dir.file("in.pt") + " " +
+                               dir.file("out.pt"));
+  if (run.exit_code != 0) {
+    ADD_FAILURE() << "parity.py " << mode << " exited " << run.exit_code << ": " << run.output;
+    return false;
+  }
+  *out = test::load_from_python(dir.file("out.pt"));
+  return true;
+}
+
 ModelConfig parity_config(const std::string& activation) {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = 53;
@@ -59,12 +74,9 @@ void check_model_parity(const std::string& activation, bool tied,
   items["config_json"] = config.to_json();
   items["src"] = src;
   items["tgt"] = tgt;
-  test::save_for_python(dir.file("in.pt"), items);
-
-  auto run = test::run_command(test::python() + " " + parity_script() + " model " + dir.file("in.pt") + " " +
-                               dir.file("out.pt"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto expected = test::load_from_python(dir.file("out.pt")).at("logits");
+  std::map<std::string, torch::Tensor> reference;
+  ASSERT_TRUE(run_reference("model", dir, items, &reference));
+  auto expected = reference.at("logits");
 
   torch::NoGradGuard no_grad;
   auto logits = model->forward(src, tgt);
@@ -126,11 +138,8 @@ TEST(ModelParity, MoELayerOutputAndAuxLossMatchReference) {
   auto items = test::state_items(*moe);
   items["config_json"] = c.to_json();
   items["x"] = x;
-  test::save_for_python(dir.file("in.pt"), items);
-  auto run = test::run_command(test::python() + " " + parity_script() + " moe " + dir.file("in.pt") + " " +
-                               dir.file("out.pt"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto expected = test::load_from_python(dir.file("out.pt"));
+  std::map<std::string, torch::Tensor> expected;
+  ASSERT_TRUE(run_reference("moe", dir, items, &expected));
   torch::NoGradGuard no_grad;
   auto out = moe(x);
   EXPECT_TRUE(torch::allclose(out, expected.at("output"), 1e-5, 1e-5))
@@ -154,11 +163,8 @@ TEST(ModelParity, SingleHeadSelfAttentionMatchesReferenceAndOneHeadAttention) {
   items["config_json"] = c.to_json();
   items["x"] = x;
   items["mask"] = mask;
-  test::save_for_python(dir.file("in.pt"), items);
-  auto run = test::run_command(test::python() + " " + parity_script() + " self_attention " + dir.file("in.pt") +
-                               " " + dir.file("out.pt"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto expected = test::load_from_python(dir.file("out.pt"));
+  std::map<std::string, torch::Tensor> expected;
+  ASSERT_TRUE(run_reference("self_attention", dir, items, &expected));
   torch::NoGradGuard no_grad;
   auto [out, weights] = sa(x, mask);
   EXPECT_TRUE(torch::allclose(out, expected.at("output"), 1e-5, 1e-5));
@@ -194,11 +200,8 @@ TEST(ModelParity, MultiHeadAttentionWithMaskMatchesReference) {
   items["query"] = query;
   items["key"] = key;
   items["mask"] = mask;
-  test::save_for_python(dir.file("in.pt"), items);
-  auto run = test::run_command(test::python() + " " + parity_script() + " mha " + dir.file("in.pt") + " " +
-                               dir.file("out.pt"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto expected = test::load_from_python(dir.file("out.pt"));
+  std::map<std::string, torch::Tensor> expected;
+  ASSERT_TRUE(run_reference("mha", dir, items, &expected));
 
   torch::NoGradGuard no_grad;
   auto fused = mha->forward(query, key, key, mask);
