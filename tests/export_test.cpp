@@ -104,6 +104,16 @@ void train_briefly(Transformer& model, const Tokenizer& tok, int steps) {
   model->eval();
 }
 
+// A checkpoint's metadata for a model trained `steps` updates with the sample tokenizer.
+CheckpointMeta sample_meta(const ModelConfig& config, const Tokenizer& tok, int64_t steps) {
+  CheckpointMeta meta;
+  meta.model = config;
+  meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
+  meta.src_spm_checksum = meta.tgt_spm_checksum = tok.checksum();
+  meta.position.step = steps;
+  return meta;
+}
+
 Fixture& fixture() {
   static const std::unique_ptr<Fixture> f = [] {
     auto f = std::make_unique<Fixture>();
@@ -114,11 +124,7 @@ Fixture& fixture() {
     Transformer model(config);
     train_briefly(model, tok, 80);
 
-    CheckpointMeta meta;
-    meta.model = config;
-    meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
-    meta.src_spm_checksum = meta.tgt_spm_checksum = tok.checksum();
-    meta.position.step = 80;
+    const CheckpointMeta meta = sample_meta(config, tok, 80);
     f->checkpoint = f->dir.file("checkpoint.pt");
     save_checkpoint(f->checkpoint, model, nullptr, meta);
     f->native = load_checkpoint(f->checkpoint, torch::kCPU);
@@ -297,10 +303,7 @@ TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
     torch::manual_seed(7);
     Transformer model(config);
     train_briefly(model, tok, 40);
-    CheckpointMeta meta;
-    meta.model = config;
-    meta.src_spm_model = meta.tgt_spm_model = tok.serialized();
-    meta.src_spm_checksum = meta.tgt_spm_checksum = tok.checksum();
+    const CheckpointMeta meta = sample_meta(config, tok, 40);
     Fixture f;
     f.checkpoint = f.dir.file("checkpoint.pt");
     save_checkpoint(f.checkpoint, model, nullptr, meta);
