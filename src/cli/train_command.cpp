@@ -4,6 +4,7 @@
 
 #include "cli_options.h"
 #include "torchmt/training/process_group.h"
+#include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
 #include "torchmt/training/worker_launcher.h"
 #include "torchmt/util/integrity.h"
@@ -30,6 +31,8 @@ int run_train(int argc, char** argv) {
       line->config = saved;
     }
   }
+  // A named recipe sets defaults underneath the file and the flags.
+  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
   auto train_options = read_options(table, *line, argv[0], code);
   if (!train_options) return code;
   if (!check_usage([&] { train_options->validate(); }, argv[0])) return kExitUsage;

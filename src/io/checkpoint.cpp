@@ -200,6 +200,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
     opt.insert("exp_avg", to_list(optimizer->exp_avg));
     opt.insert("exp_avg_sq", to_list(optimizer->exp_avg_sq));
     opt.insert("steps", to_list(optimizer->steps));
+    if (!optimizer->ema.empty()) opt.insert("ema", to_list(optimizer->ema));
     dict.insert("optimizer", opt);
     // RNG states: dropout masks after a resume continue the same stream.
     Dict rng = new_dict();
@@ -289,6 +290,15 @@ CheckpointMeta restore_training_state(const std::string& path, Transformer& mode
     restore("exp_avg", optimizer.exp_avg);
     restore("exp_avg_sq", optimizer.exp_avg_sq);
     restore("steps", optimizer.steps);
+    if (!optimizer.ema.empty()) {
+      if (opt.contains("ema")) {
+        restore("ema", optimizer.ema);
+      } else {  // a run that starts averaging on resume: from the weights it resumes with
+        const auto params = unique_parameters(*model);
+        if (params.size() != optimizer.ema.size()) throw std::runtime_error("checkpoint " + path + ": weight average does not match");
+        for (size_t i = 0; i < params.size(); ++i) optimizer.ema[i].copy_(params[i]);
+      }
+    }
     auto rng = dict.at("rng").toGenericDict();
     // Generators are handles: a copy sets the state of the default generator itself.
     at::Generator cpu_gen = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));

@@ -11,7 +11,7 @@
 namespace torchmt {
 namespace {
 
-constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds";
+constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds,lr,ema_bleu";
 
 std::string fmt(double v, int precision = 4) {
   char buf[64];
@@ -60,21 +60,34 @@ std::string panel(const std::vector<ValidationRecord>& r, double x0, double y0, 
   return o.str();
 }
 
+std::string lr_text(double lr) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3e", lr);
+  return buf;
+}
+
 }  // namespace
 
 std::string render_curves_svg(const std::vector<ValidationRecord>& r) {
-  std::vector<double> train, valid, bleu;
+  std::vector<double> train, valid, bleu, ema;
+  bool any_ema = false;
   for (const auto& rec : r) {
     train.push_back(rec.train_loss);
     valid.push_back(rec.valid_loss);
     bleu.push_back(rec.valid_bleu);
+    ema.push_back(rec.ema_bleu);
+    any_ema = any_ema || std::isfinite(rec.ema_bleu);
   }
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='340' font-family='sans-serif'>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n";
   o << panel(r, 0, 0, 450, 340, "loss per target token", {{"train (smoothed)", train}, {"valid (NLL)", valid}},
              {"#1f77b4", "#d62728"});
-  o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}}, {"#2ca02c"});
+  if (any_ema)
+    o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}, {"weight average", ema}},
+               {"#2ca02c", "#9467bd"});
+  else
+    o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}}, {"#2ca02c"});
   o << "</svg>\n";
   return o.str();
 }
@@ -85,12 +98,24 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resume_step)
   std::string line;
   if (!std::getline(in, line)) return;
   while (std::getline(in, line)) {
-    ValidationRecord rec;
-    char comma;
+    // Fields by position; rows written before lr and ema_bleu existed have 8, an empty field
+    // keeps the default.
+    std::vector<std::string> f;
     std::istringstream ls(line);
-    ls >> rec.step >> comma >> rec.epoch >> comma >> rec.train_loss >> comma >> rec.valid_loss >> comma >>
-        rec.valid_ppl >> comma >> rec.valid_bleu >> comma >> rec.tokens_per_sec >> comma >> rec.wall_seconds;
-    if (ls && rec.step <= resume_step) records_.push_back(rec);
+    for (std::string field; std::getline(ls, field, ',');) f.push_back(field);
+    if (f.size() < 8) continue;
+    ValidationRecord rec;
+    try {
+      rec.step = std::stoll(f[0]);
+      rec.epoch = std::stoll(f[1]);
+      double* numbers[] = {&rec.train_loss, &rec.valid_loss, &rec.valid_ppl, &rec.valid_bleu,
+                           &rec.tokens_per_sec, &rec.wall_seconds, &rec.lr, &rec.ema_bleu};
+      for (size_t i = 2; i < f.size() && i < 10; ++i)
+        if (!f[i].empty()) *numbers[i - 2] = std::stod(f[i]);
+    } catch (const std::exception&) {
+      continue;  // a damaged row: the history loses it, the run goes on
+    }
+    if (rec.step <= resume_step) records_.push_back(rec);
   }
 }
 
@@ -100,7 +125,8 @@ void MetricsLog::add(const ValidationRecord& record) {
   csv << kHeader << "\n";
   for (const auto& r : records_) {
     csv << r.step << "," << r.epoch << "," << fmt(r.train_loss) << "," << fmt(r.valid_loss) << "," << fmt(r.valid_ppl)
-        << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "\n";
+        << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "," << lr_text(r.lr) << ","
+        << (std::isfinite(r.ema_bleu) ? fmt(r.ema_bleu, 2) : std::string()) << "\n";
   }
   atomic_write(csv_path_, csv.str());
   atomic_write(svg_path_, render_curves_svg(records_));

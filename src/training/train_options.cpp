@@ -1,5 +1,6 @@
 #include "torchmt/training/train_options.h"
 
+#include "torchmt/training/train_recipes.h"
 #include "torchmt/util/device.h"
 
 #include <stdexcept>
@@ -20,6 +21,8 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("max_sentence_tokens", &O::max_sentence_tokens,
            "skip a training pair when a side has more tokens than this (eos included); nothing is truncated",
            {"", "data", {"max_len"}})
+      .add("recipe", &O::recipe,
+           "a named recipe that sets model and optimisation defaults (flags override): " + recipe_names(), model)
       .add("preset", &O::preset, "model preset: tiny|small|base|big|paper-small|paper-base|modern-small|modern-base", model)
       .add("d_model", &O::d_model, "override the preset's d_model (-1 = keep)", model)
       .add("num_heads", &O::num_heads, "override the number of attention heads (-1 = keep)", model)
@@ -48,6 +51,18 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("max_minutes", &O::max_minutes, "stop after N minutes of training (0 = no limit)", optim)
       .add("lr_factor", &O::lr_factor, "factor of the paper's learning-rate schedule", optim)
       .add("warmup", &O::warmup, "warm-up steps of the schedule", optim)
+      .add("lr_schedule", &O::lr_schedule,
+           "paper (Noam: --lr-factor, --warmup) | cosine | rsqrt: planned for the budget (--max-minutes, --max-steps "
+           "or --max-epochs): warm-up over --warmup-fraction of the planned updates, at the floor when the budget ends",
+           optim)
+      .add("lr", &O::lr, "peak learning rate of a cosine or rsqrt schedule", optim)
+      .add("warmup_fraction", &O::warmup_fraction, "cosine/rsqrt: warm-up as a fraction of the planned updates", optim)
+      .add("min_lr_ratio", &O::min_lr_ratio, "cosine/rsqrt: the floor the schedule ends at, as a fraction of --lr", optim)
+      .add("cooldown_fraction", &O::cooldown_fraction, "rsqrt: the final fraction that decays linearly to the floor", optim)
+      .add("ema_decay", &O::ema_decay,
+           "keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 = off); validated "
+           "beside the weights, and checkpoint_best.pt holds whichever scores higher",
+           optim)
       .add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim)
       .add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim)
       .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
@@ -74,7 +89,7 @@ const OptionTable<TrainOptions>& train_option_table() {
 }
 
 TrainOptions TrainOptions::from_config(const FlatConfig& config) {
-  TrainOptions o = train_option_table().read(config);
+  TrainOptions o = train_option_table().read(with_recipe(config));
   o.validate();
   return o;
 }
@@ -97,6 +112,15 @@ void TrainOptions::validate() const {
           "--checkpoint-activations must be true or false");
   require(max_epochs >= 0 && max_steps >= 0 && max_minutes >= 0, "limits must not be negative");
   require(lr_factor > 0 && warmup > 0, "--lr-factor and --warmup must be positive");
+  require(lr_schedule == "paper" || lr_schedule == "cosine" || lr_schedule == "rsqrt",
+          "--lr-schedule must be paper, cosine or rsqrt");
+  require(lr_schedule == "paper" || max_steps > 0 || max_epochs > 0 || max_minutes > 0,
+          "--lr-schedule " + lr_schedule + " plans for a budget: give --max-minutes, --max-steps or --max-epochs");
+  require(lr > 0 && lr < 1, "--lr must be in (0, 1)");
+  require(warmup_fraction >= 0 && warmup_fraction < 1, "--warmup-fraction must be in [0, 1)");
+  require(min_lr_ratio >= 0 && min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]");
+  require(cooldown_fraction > 0 && cooldown_fraction <= 1, "--cooldown-fraction must be in (0, 1]");
+  require(ema_decay == 0 || (ema_decay > 0 && ema_decay < 1), "--ema-decay must be 0 (off) or in (0, 1)");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(clip_norm >= 0, "--clip-norm must not be negative");
   require(tie_embeddings == "auto" || tie_embeddings == "true" || tie_embeddings == "false",

@@ -20,7 +20,10 @@
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/training/adam_optimizer.h"
+#include "torchmt/training/budget_schedule.h"
 #include "torchmt/training/checkpoint_manager.h"
+#include "torchmt/training/dtype_probe.h"
+#include "torchmt/training/exponential_moving_average.h"
 #include "torchmt/training/gradient_reducer.h"
 #include "torchmt/training/inverse_sqrt_schedule.h"
 #include "torchmt/training/label_smoothed_cross_entropy.h"
@@ -226,6 +229,8 @@ class TrainingRun {
   std::unique_ptr<TokenBatcher> batcher_;  // points into train_
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;  // --ema-decay; its tensors live in the optimizer state
+  double last_lr_ = 0;
   CheckpointMeta meta_;
   TrainingPosition& position_ = meta_.position;
   // This process's progress.
@@ -245,7 +250,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
       progress_(o.log_every, !rank0_),
       group_(join_process_group(o, env_)),
       device_(resolve_device(o.device, env_.local_rank)),
-      dtype_(resolve_dtype(o.dtype, device_)),
+      // "auto" is measured once the model exists (choose_training_dtype, in the constructor).
+      dtype_(o.dtype == "auto" ? c10::ScalarType::Float : resolve_dtype(o.dtype, device_)),
       checkpoints_(o.out, o.keep_last),
       tokenizer_(shared_tokenizer(o, progress_, group_.get(), spm_path_)) {
   if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
@@ -263,11 +269,6 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   progress_.line("train: " + train_.stats.summary() + (train_.from_cache ? " (cached)" : "") + " in " +
                  std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
   if (train_.pairs.empty()) throw std::runtime_error("no training pairs left after filtering " + o.train_src);
-  if (!o.valid_src.empty() && rank0_) {
-    validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
-                       device_, dtype_);
-    progress_.line("valid: " + validator_->summary());
-  }
 
   // Model, optimiser, batches.
   model_config_ = build_model_config(o, tokenizer_.vocab_size(), true);
@@ -275,10 +276,36 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   model_ = Transformer(model_config_);
   model_->to(device_);
   optimizer_ = std::make_unique<AdamOptimizer>(unique_parameters(*model_), AdamOptions{});
+  if (o.ema_decay > 0)
+    ema_ = std::make_unique<ExponentialMovingAverage>(unique_parameters(*model_), optimizer_->state().ema, o.ema_decay);
   BatcherOptions batcher_options;
   batcher_options.batch_tokens = o.batch_tokens;
   batcher_options.seed = o.seed;
   batcher_ = std::make_unique<TokenBatcher>(train_, batcher_options);
+  if (o.dtype == "auto") {
+    // Rank 0 measures (on the first batches of a batcher of its own) and every rank follows.
+    std::string reason;
+    if (rank0_) {
+      TokenBatcher probe_batches(train_, batcher_options);
+      std::vector<Batch> sample;
+      for (int64_t i = 0; i < std::min<int64_t>(4, probe_batches.batches_per_epoch()); ++i)
+        sample.push_back(probe_batches.next(device_));
+      const DtypeChoice choice = choose_training_dtype(model_config_, sample, device_);
+      dtype_ = choice.dtype;
+      reason = choice.reason;
+    }
+    if (group_) {
+      auto code = torch::tensor({dtype_ == c10::ScalarType::BFloat16 ? 1.0 : 0.0}, torch::kDouble);
+      group_->broadcast({code}, 0);
+      dtype_ = code.item<double>() != 0 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+    }
+    progress_.line("dtype auto: " + reason);
+  }
+  if (!o.valid_src.empty() && rank0_) {
+    validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
+                       device_, dtype_);
+    progress_.line("valid: " + validator_->summary());
+  }
 
   meta_.model = model_config_;
   meta_.train_config = o.to_config().to_yaml();
@@ -314,7 +341,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     // Every rank starts from rank 0's weights, optimizer state and position (whatever the
     // others initialised or could read), so a job may resume on a different number of workers.
     std::vector<at::Tensor> state = unique_parameters(*model_);
-    for (auto* part : {&optimizer_->state().exp_avg, &optimizer_->state().exp_avg_sq, &optimizer_->state().steps})
+    for (auto* part : {&optimizer_->state().exp_avg, &optimizer_->state().exp_avg_sq, &optimizer_->state().steps,
+                       &optimizer_->state().ema})
       state.insert(state.end(), part->begin(), part->end());
     {
       torch::NoGradGuard no_grad;
@@ -364,13 +392,21 @@ void TrainingRun::validate_and_save(bool validate) {
     wait_for_rank0();  // rank 0 validates and writes for the job
     return;
   }
-  bool best = !validator_;
+  bool best = !validator_, ema_wins = false;
   if (validate && validator_) {
     const ValidationScores scores = validator_->run(model_);
-    best = Validator::improves(scores, position_.best_bleu, position_.best_loss);
+    std::optional<ValidationScores> ema_scores;
+    if (ema_) {
+      ExponentialMovingAverage::Swap swap(*ema_);
+      ema_scores = validator_->run(model_);
+    }
+    // checkpoint_best.pt: the better of the weights and their average, when it beats the best so far.
+    ema_wins = ema_scores && Validator::improves(*ema_scores, scores.bleu, scores.loss);
+    const ValidationScores& chosen = ema_wins ? *ema_scores : scores;
+    best = Validator::improves(chosen, position_.best_bleu, position_.best_loss);
     if (best) {
-      position_.best_bleu = scores.bleu;
-      position_.best_loss = scores.loss;
+      position_.best_bleu = chosen.bleu;
+      position_.best_loss = chosen.loss;
     }
     ValidationRecord rec;
     rec.step = position_.step;
@@ -381,18 +417,30 @@ void TrainingRun::validate_and_save(bool validate) {
     rec.valid_bleu = scores.bleu;
     rec.tokens_per_sec = train_seconds_ > 0 ? total_tokens_ / train_seconds_ : 0;
     rec.wall_seconds = seconds_before_ + std::chrono::duration<double>(Clock::now() - run_start_).count();
+    rec.lr = last_lr_;
+    if (ema_scores) rec.ema_bleu = ema_scores->bleu;
     metrics_->add(rec);
     summary_.last_bleu = scores.bleu;
     summary_.last_valid_loss = scores.loss;
-    char buf[256];
+    char buf[320];
     std::snprintf(buf, sizeof(buf), "valid | epoch %lld | step %lld | loss %.3f | ppl %.2f | BLEU %.2f%s | %.1f s",
                   static_cast<long long>(rec.epoch), static_cast<long long>(rec.step), scores.loss, scores.ppl,
-                  scores.bleu, best ? " (best)" : "", scores.seconds);
-    progress_.line(buf);
+                  scores.bleu, best && !ema_wins ? " (best)" : "", scores.seconds);
+    std::string text = buf;
+    if (ema_scores) {
+      std::snprintf(buf, sizeof(buf), " | average: loss %.3f | BLEU %.2f%s", ema_scores->loss, ema_scores->bleu,
+                    best && ema_wins ? " (best)" : "");
+      text += buf;
+    }
+    progress_.line(text);
     window_ = LossWindow{};
     last_validated_step_ = position_.step;
   }
-  checkpoints_.save(model_, &optimizer_->state(), meta_, best, validate);
+  checkpoints_.save(model_, &optimizer_->state(), meta_, best && !ema_wins, validate);
+  if (best && ema_wins) {
+    ExponentialMovingAverage::Swap swap(*ema_);
+    checkpoints_.save_best(model_, meta_);
+  }
   wait_for_rank0();
 }
 
@@ -401,6 +449,42 @@ TrainSummary TrainingRun::loop() {
   const StopCriteria stop({o_.max_steps, o_.max_epochs, o_.max_minutes}, batcher_->batches_per_epoch(),
                           o_.update_freq * world);
   const InverseSqrtSchedule schedule(o_.lr_factor, model_config_.d_model, o_.warmup);
+  // A budget schedule plans the number of updates; for a time budget, rank 0 re-plans from its
+  // measured seconds per update after every update and every rank follows its plan.
+  std::optional<BudgetSchedule> budget;
+  std::optional<BudgetPlanner> planner;
+  int64_t planned = 0;
+  const double resumed_seconds_per_update =
+      position_.step > 0 ? position_.train_seconds / static_cast<double>(position_.step) : 1.0;
+  if (o_.lr_schedule != "paper") {
+    budget.emplace(BudgetScheduleOptions{parse_budget_shape(o_.lr_schedule), o_.lr, o_.warmup_fraction,
+                                         o_.min_lr_ratio, o_.cooldown_fraction});
+    planner.emplace(o_.max_steps, o_.max_epochs, o_.max_minutes,
+                    static_cast<double>(batcher_->batches_per_epoch()) / static_cast<double>(o_.update_freq * world));
+    planned = planner->planned_steps(position_, resumed_seconds_per_update);
+  }
+  auto replan = [&] {
+    planner->record(position_, train_seconds_);
+    if (o_.max_minutes <= 0) return;  // a step or epoch budget is exact from the start
+    planned = planner->planned_steps(position_, resumed_seconds_per_update);
+    if (group_) {
+      auto plan = torch::tensor({static_cast<double>(planned)}, torch::kDouble);
+      group_->broadcast({plan}, 0);
+      planned = static_cast<int64_t>(plan.item<double>());
+    }
+  };
+  bool plan_reported = false;
+  auto report_plan = [&] {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "schedule %s: %lld updates planned for the budget%s, warm-up %lld, peak %.2e, floor %.2e",
+                  o_.lr_schedule.c_str(), static_cast<long long>(planned),
+                  planner->measured() && o_.max_minutes > 0
+                      ? (" (" + std::to_string(planner->seconds_per_update()).substr(0, 5) + " s per update measured)").c_str()
+                      : "",
+                  static_cast<long long>(budget->warmup_steps(planned)), o_.lr, o_.lr * o_.min_lr_ratio);
+    progress_.line(buf);
+  };
   TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
                     o_.clip_norm);
   step.distribute(reducer_.get(), group_.get());
@@ -433,7 +517,8 @@ TrainSummary TrainingRun::loop() {
     if (batches.empty()) batches = next_batches();
     // Where the batcher stands after this update's batches: what a checkpoint records.
     const int64_t epoch_after = batcher_->epoch(), batch_index_after = batcher_->batch_index();
-    const double lr = schedule.lr(position_.step + 1);
+    const double lr = budget ? budget->lr(position_.step + 1, planned) : schedule.lr(position_.step + 1);
+    last_lr_ = lr;
     StepResult result = step.run(batches, lr);
     // While the device works on this update, the next one's batches are read and copied
     // (pinned memory, asynchronous); then the one wait of the update, for its loss and norm.
@@ -466,6 +551,15 @@ TrainSummary TrainingRun::loop() {
     position_.train_seconds = seconds_before_ + train_seconds_;
     total_tokens_ += result.tokens;
     window_.add(result.loss, result.tokens);
+    if (ema_) ema_->update(position_.step);
+    if (planner) {
+      replan();
+      // Once the throughput is known (or at once for an exact budget), say what the budget buys.
+      if (!plan_reported && (o_.max_minutes <= 0 || summary_.steps == 20)) {
+        report_plan();
+        plan_reported = true;
+      }
+    }
     summary_.last_train_loss = result.loss / static_cast<double>(std::max<int64_t>(1, result.tokens));
     const double eta = stop.eta_seconds(position_, train_seconds_ / static_cast<double>(summary_.steps));
     log_update(epoch_before, lr, eta);

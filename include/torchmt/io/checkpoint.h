@@ -21,6 +21,9 @@ namespace torchmt {
 // and second moments and step counts). Tensors are handles: restoring copies into them.
 struct OptimizerState {
   std::vector<at::Tensor> exp_avg, exp_avg_sq, steps;
+  // The exponential moving average of the weights (--ema-decay; Marian keeps it with the
+  // optimizer too), one entry per unique parameter; empty when off.
+  std::vector<at::Tensor> ema;
 };
 
 struct CheckpointMeta {

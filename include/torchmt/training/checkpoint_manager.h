@@ -21,6 +21,9 @@ class CheckpointManager {
   // numbered checkpoints beyond keep_last.
   void save(const Transformer& model, const OptimizerState* optimizer, const CheckpointMeta& meta, bool best,
             bool numbered);
+  // checkpoint_best.pt alone (weights and metadata): for weights other than the ones training
+  // goes on with (the moving average).
+  void save_best(const Transformer& model, const CheckpointMeta& meta);
   // The numbered checkpoints in the run directory, oldest step first.
   std::vector<std::string> numbered() const;
   // Removes the temporary files (NAME.tmp.XXXXXX) a killed writer left in the run directory;

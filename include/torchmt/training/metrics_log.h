@@ -1,6 +1,7 @@
 #pragma once
 // RUN_DIR/metrics.csv (one row per validation) and RUN_DIR/curves.svg (losses and BLEU
 // against steps), redrawn after every validation so a person can watch a run in a browser.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ struct ValidationRecord {
   double valid_bleu = 0;
   double tokens_per_sec = 0;  // target tokens, training only
   double wall_seconds = 0;    // since the run started (accumulated across resumes)
+  double lr = 0;              // the learning rate of the last update
+  double ema_bleu = std::numeric_limits<double>::quiet_NaN();  // of the weight average (--ema-decay), NaN when off
 };
 
 class MetricsLog {

@@ -14,6 +14,8 @@ struct TrainOptions {
   std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
   int64_t vocab_size = 8000;
   int64_t max_sentence_tokens = 256;  // a pair with a side longer than this (tokens, eos included) is skipped
+  // A named recipe (train_recipes.h) sets the defaults below; flags and --config override it
+  std::string recipe;
   // Model: preset plus optional overrides (-1 / empty = keep the preset's value)
   std::string preset = "small";
   int64_t d_model = -1, num_heads = -1, encoder_layers = -1, decoder_layers = -1, d_ff = -1;
@@ -34,6 +36,13 @@ struct TrainOptions {
   double max_minutes = 0.0;       // wall-clock budget, 0 = no limit
   double lr_factor = 1.0;
   int64_t warmup = 4000;
+  // The schedule: paper (the two lines above) or one planned for the budget (budget_schedule.h)
+  std::string lr_schedule = "paper";
+  double lr = 1e-3;               // peak of a budget schedule
+  double warmup_fraction = 0.05;  // of the planned updates
+  double min_lr_ratio = 0.01;     // floor / peak
+  double cooldown_fraction = 0.2; // rsqrt: the final linear part
+  double ema_decay = 0;           // exponential moving average of the weights; 0 = off
   double label_smoothing = 0.1;
   double clip_norm = 1.0;          // 0 = off
   int64_t max_bad_steps = 5;       // non-finite steps in a row before giving up

@@ -1,0 +1,41 @@
+#pragma once
+// An exponential moving average of the weights (Marian's --exponential-smoothing, Polyak
+// averaging): after each update, ema = d * ema + (1 - d) * w with d = min(decay, (1 + n) / (10 + n))
+// at the n-th update, so that the early average is not dominated by the random initial weights.
+// Validation and checkpoint_best.pt may use it in place of the raw weights (trainer.cpp).
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torchmt {
+
+class ExponentialMovingAverage {
+ public:
+  // `params`: the model's unique parameters; `shadow`: where the average lives (resized and
+  // initialised to the weights when empty; a checkpoint's average otherwise).
+  ExponentialMovingAverage(std::vector<at::Tensor> params, std::vector<at::Tensor>& shadow, double decay);
+  // After update number `update` (1-based) has been applied to the parameters.
+  void update(int64_t update);
+  double decay_at(int64_t update) const;
+
+  // While alive, the parameters hold the average; the raw weights come back on destruction.
+  class Swap {
+   public:
+    explicit Swap(ExponentialMovingAverage& ema);
+    ~Swap();
+    Swap(const Swap&) = delete;
+    Swap& operator=(const Swap&) = delete;
+
+   private:
+    ExponentialMovingAverage& ema_;
+    std::vector<at::Tensor> saved_;
+  };
+
+ private:
+  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor>& shadow_;
+  double decay_;
+};
+
+}  // namespace torchmt

@@ -1,0 +1,46 @@
+#include "torchmt/training/exponential_moving_average.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+namespace torchmt {
+
+ExponentialMovingAverage::ExponentialMovingAverage(std::vector<at::Tensor> params, std::vector<at::Tensor>& shadow,
+                                                   double decay)
+    : params_(std::move(params)), shadow_(shadow), decay_(decay) {
+  if (!(decay > 0 && decay < 1)) throw std::invalid_argument("--ema-decay must be in (0, 1)");
+  torch::NoGradGuard no_grad;
+  if (shadow_.empty()) {
+    for (const auto& p : params_) shadow_.push_back(p.detach().clone());
+  }
+  if (shadow_.size() != params_.size()) throw std::invalid_argument("weight average does not match the model");
+}
+
+double ExponentialMovingAverage::decay_at(int64_t update) const {
+  const double n = static_cast<double>(std::max<int64_t>(update, 0));
+  return std::min(decay_, (1 + n) / (10 + n));
+}
+
+void ExponentialMovingAverage::update(int64_t update) {
+  torch::NoGradGuard no_grad;
+  // ema += (1 - d) * (w - ema), one multi-tensor call.
+  at::_foreach_lerp_(shadow_, params_, at::Scalar(1 - decay_at(update)));
+}
+
+ExponentialMovingAverage::Swap::Swap(ExponentialMovingAverage& ema) : ema_(ema) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < ema_.params_.size(); ++i) {
+    saved_.push_back(ema_.params_[i].detach().clone());
+    ema_.params_[i].copy_(ema_.shadow_[i]);
+  }
+}
+
+ExponentialMovingAverage::Swap::~Swap() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < saved_.size(); ++i) ema_.params_[i].copy_(saved_[i]);
+}
+
+}  // namespace torchmt
