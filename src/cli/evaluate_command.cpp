@@ -51,6 +51,7 @@ int run_evaluate(int argc, char** argv) {
   if (translate_first &&
       !check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;
+  if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   std::vector<std::string> hyps, refs;
   try {

@@ -94,6 +94,7 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;
+  if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   ServiceMetrics metrics;
   ServiceOptions service_options = o->service;

@@ -10,6 +10,7 @@
 #include "cli_options.h"
 #include "torchmt/decoding/attention_svg.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/device.h"
 #include "input_lines.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/export/exported_model.h"
@@ -126,7 +127,9 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
   std::cerr << "translated " << count << " lines in " << seconds << " s ("
             << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " sentences/s, "
-            << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s)\n";
+            << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, "
+            << dtype_name(translator->dtype()) << ")\n";
+  if (!translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   if (!o->attention_svg.empty()) {
     if (count == 0) throw std::runtime_error("--attention-svg: no input");

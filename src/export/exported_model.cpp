@@ -1,5 +1,7 @@
 #include "torchmt/export/exported_model.h"
 
+#include "torchmt/decoding/translation_dtype.h"
+
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -189,9 +191,16 @@ Translator load_translator(const TranslatorConfig& config) {
       quantize_linears_int8(*translator.model());
       return translator;
     }
-    return make_translator(exported, resolve_dtype(config.dtype, device));
+    Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
+    if (config.dtype == "auto" && device.is_cpu()) choose_translation_dtype(translator, config.translation);
+    return translator;
   }
-  if (config.dtype != "int8") return Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
+  if (config.dtype != "int8") {
+    Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
+    // "auto" on a CPU: measured (translation_dtype.h), not taken from the CPU's flags.
+    if (config.dtype == "auto" && device.is_cpu()) choose_translation_dtype(translator, config.translation);
+    return translator;
+  }
   auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
   quantize_linears_int8(*translator.model());
   return translator;

@@ -31,6 +31,50 @@ void CheckpointManager::save_best(const Transformer& model, const CheckpointMeta
   save_checkpoint(best_path(), model, nullptr, meta);
 }
 
+bool CheckpointManager::offer_top(const Transformer& model, const CheckpointMeta& meta, double bleu, int64_t keep) {
+  if (keep <= 0) return false;
+  if (static_cast<int64_t>(top_.size()) >= keep && bleu <= top_.back().first) return false;
+  save_checkpoint(top_path(meta.position.step), model, nullptr, meta);
+  top_.emplace_back(bleu, meta.position.step);
+  // Highest BLEU first; among equals the newer.
+  std::sort(top_.begin(), top_.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  while (static_cast<int64_t>(top_.size()) > keep) {
+    std::error_code ec;
+    fs::remove(top_path(top_.back().second), ec);
+    top_.pop_back();
+  }
+  return true;
+}
+
+std::vector<std::string> CheckpointManager::top_paths() const {
+  std::vector<std::string> out;
+  for (const auto& [bleu, step] : top_) out.push_back(top_path(step));
+  return out;
+}
+
+void CheckpointManager::recall_top(const std::vector<std::pair<int64_t, double>>& step_bleu) {
+  static const std::regex pattern("top_([0-9]+)\\.pt");
+  top_.clear();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir_, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, pattern)) continue;
+    const int64_t step = std::stoll(m[1]);
+    auto it = std::find_if(step_bleu.begin(), step_bleu.end(), [&](const auto& p) { return p.first == step; });
+    if (it == step_bleu.end()) {
+      fs::remove(entry.path(), ec);  // from validations after the checkpoint resumed from
+    } else {
+      top_.emplace_back(it->second, step);
+    }
+  }
+  std::sort(top_.begin(), top_.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+}
+
 std::vector<std::string> CheckpointManager::numbered() const {
   static const std::regex pattern("checkpoint_([0-9]+)\\.pt");
   std::vector<std::pair<int64_t, std::string>> found;

@@ -30,17 +30,19 @@ void ExponentialMovingAverage::update(int64_t update) {
   at::_foreach_lerp_(shadow_, params_, at::Scalar(1 - decay_at(update)));
 }
 
-ExponentialMovingAverage::Swap::Swap(ExponentialMovingAverage& ema) : ema_(ema) {
+ScopedWeights::ScopedWeights(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values)
+    : params_(params) {
+  if (params.size() != values.size()) throw std::invalid_argument("weights do not match the model");
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < ema_.params_.size(); ++i) {
-    saved_.push_back(ema_.params_[i].detach().clone());
-    ema_.params_[i].copy_(ema_.shadow_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    saved_.push_back(params_[i].detach().clone());
+    params_[i].copy_(values[i]);
   }
 }
 
-ExponentialMovingAverage::Swap::~Swap() {
+ScopedWeights::~ScopedWeights() {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < saved_.size(); ++i) ema_.params_[i].copy_(saved_[i]);
+  for (size_t i = 0; i < saved_.size(); ++i) params_[i].copy_(saved_[i]);
 }
 
 }  // namespace torchmt

@@ -11,7 +11,7 @@
 namespace torchmt {
 namespace {
 
-constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds,lr,ema_bleu";
+constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds,lr,ema_bleu,avg_bleu";
 
 std::string fmt(double v, int precision = 4) {
   char buf[64];
@@ -66,28 +66,32 @@ std::string lr_text(double lr) {
   return buf;
 }
 
+std::string optional_bleu(double bleu) { return std::isfinite(bleu) ? fmt(bleu, 2) : std::string(); }
+
 }  // namespace
 
 std::string render_curves_svg(const std::vector<ValidationRecord>& r) {
-  std::vector<double> train, valid, bleu, ema;
-  bool any_ema = false;
+  std::vector<double> train, valid, bleu, ema, avg;
+  bool any_ema = false, any_avg = false;
   for (const auto& rec : r) {
     train.push_back(rec.train_loss);
     valid.push_back(rec.valid_loss);
     bleu.push_back(rec.valid_bleu);
     ema.push_back(rec.ema_bleu);
+    avg.push_back(rec.avg_bleu);
     any_ema = any_ema || std::isfinite(rec.ema_bleu);
+    any_avg = any_avg || std::isfinite(rec.avg_bleu);
   }
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='900' height='340' font-family='sans-serif'>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n";
   o << panel(r, 0, 0, 450, 340, "loss per target token", {{"train (smoothed)", train}, {"valid (NLL)", valid}},
              {"#1f77b4", "#d62728"});
-  if (any_ema)
-    o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}, {"weight average", ema}},
-               {"#2ca02c", "#9467bd"});
-  else
-    o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", {{"BLEU", bleu}}, {"#2ca02c"});
+  std::vector<std::pair<std::string, std::vector<double>>> bleu_series{{"BLEU", bleu}};
+  std::vector<std::string> colors{"#2ca02c"};
+  if (any_ema) bleu_series.emplace_back("moving average", ema), colors.push_back("#9467bd");
+  if (any_avg) bleu_series.emplace_back("best averaged", avg), colors.push_back("#ff7f0e");
+  o << panel(r, 450, 0, 450, 340, "validation BLEU (greedy)", bleu_series, colors);
   o << "</svg>\n";
   return o.str();
 }
@@ -109,8 +113,8 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resume_step)
       rec.step = std::stoll(f[0]);
       rec.epoch = std::stoll(f[1]);
       double* numbers[] = {&rec.train_loss, &rec.valid_loss, &rec.valid_ppl, &rec.valid_bleu,
-                           &rec.tokens_per_sec, &rec.wall_seconds, &rec.lr, &rec.ema_bleu};
-      for (size_t i = 2; i < f.size() && i < 10; ++i)
+                           &rec.tokens_per_sec, &rec.wall_seconds, &rec.lr, &rec.ema_bleu, &rec.avg_bleu};
+      for (size_t i = 2; i < f.size() && i < 11; ++i)
         if (!f[i].empty()) *numbers[i - 2] = std::stod(f[i]);
     } catch (const std::exception&) {
       continue;  // a damaged row: the history loses it, the run goes on
@@ -126,7 +130,7 @@ void MetricsLog::add(const ValidationRecord& record) {
   for (const auto& r : records_) {
     csv << r.step << "," << r.epoch << "," << fmt(r.train_loss) << "," << fmt(r.valid_loss) << "," << fmt(r.valid_ppl)
         << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "," << lr_text(r.lr) << ","
-        << (std::isfinite(r.ema_bleu) ? fmt(r.ema_bleu, 2) : std::string()) << "\n";
+        << optional_bleu(r.ema_bleu) << "," << optional_bleu(r.avg_bleu) << "\n";
   }
   atomic_write(csv_path_, csv.str());
   atomic_write(svg_path_, render_curves_svg(records_));

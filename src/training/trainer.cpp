@@ -380,7 +380,13 @@ TrainingRun::TrainingRun(const TrainOptions& o)
                    (o.overlap_allreduce ? "overlapped with backward" : "after backward") + "; global batch " +
                    std::to_string(group_->size()) + " x " + std::to_string(o.batch_tokens) + " tokens x " +
                    std::to_string(o.update_freq));
-  if (rank0_) metrics_ = std::make_unique<MetricsLog>(o.out, position_.step);
+  if (rank0_) {
+    metrics_ = std::make_unique<MetricsLog>(o.out, position_.step);
+    // --average-best: the kept weights of earlier validations, with their BLEU from metrics.csv.
+    std::vector<std::pair<int64_t, double>> validated;
+    for (const auto& r : metrics_->records()) validated.emplace_back(r.step, r.valid_bleu);
+    checkpoints_.recall_top(validated);
+  }
 }
 
 void TrainingRun::wait_for_rank0() {
@@ -392,21 +398,41 @@ void TrainingRun::validate_and_save(bool validate) {
     wait_for_rank0();  // rank 0 validates and writes for the job
     return;
   }
-  bool best = !validator_, ema_wins = false;
+  // The weights checkpoint_best.pt may hold: the weights themselves, their moving average
+  // (--ema-decay), the average of the best validations' weights (--average-best); the one that
+  // scores highest, when it beats the best so far.
+  enum Candidate { kWeights, kMovingAverage, kBestAverage };
+  static const char* const kNames[] = {"weights", "moving average", "average of the best"};
+  bool best = !validator_;
+  Candidate winner = kWeights;
+  std::vector<at::Tensor> best_average;  // the --average-best weights, when they win
   if (validate && validator_) {
     const ValidationScores scores = validator_->run(model_);
-    std::optional<ValidationScores> ema_scores;
+    std::optional<ValidationScores> ema_scores, top_scores;
     if (ema_) {
-      ExponentialMovingAverage::Swap swap(*ema_);
+      ScopedWeights swap(ema_->params(), ema_->average());
       ema_scores = validator_->run(model_);
     }
-    // checkpoint_best.pt: the better of the weights and their average, when it beats the best so far.
-    ema_wins = ema_scores && Validator::improves(*ema_scores, scores.bleu, scores.loss);
-    const ValidationScores& chosen = ema_wins ? *ema_scores : scores;
-    best = Validator::improves(chosen, position_.best_bleu, position_.best_loss);
+    std::vector<at::Tensor> top_average;
+    if (o_.average_best > 1 && checkpoints_.offer_top(model_, meta_, scores.bleu, o_.average_best) &&
+        checkpoints_.top_paths().size() >= 2) {
+      LoadedCheckpoint averaged = average_checkpoints(checkpoints_.top_paths());
+      for (auto& t : unique_parameters(*averaged.model)) top_average.push_back(t.to(device_));
+      ScopedWeights swap(unique_parameters(*model_), top_average);
+      top_scores = validator_->run(model_);
+    }
+    const ValidationScores* chosen = &scores;
+    for (auto [candidate, s] : {std::pair{kMovingAverage, &ema_scores}, std::pair{kBestAverage, &top_scores}}) {
+      if (*s && Validator::improves(**s, chosen->bleu, chosen->loss)) {
+        chosen = &**s;
+        winner = candidate;
+      }
+    }
+    best = Validator::improves(*chosen, position_.best_bleu, position_.best_loss);
     if (best) {
-      position_.best_bleu = chosen.bleu;
-      position_.best_loss = chosen.loss;
+      position_.best_bleu = chosen->bleu;
+      position_.best_loss = chosen->loss;
+      if (winner == kBestAverage) best_average = std::move(top_average);
     }
     ValidationRecord rec;
     rec.step = position_.step;
@@ -419,26 +445,28 @@ void TrainingRun::validate_and_save(bool validate) {
     rec.wall_seconds = seconds_before_ + std::chrono::duration<double>(Clock::now() - run_start_).count();
     rec.lr = last_lr_;
     if (ema_scores) rec.ema_bleu = ema_scores->bleu;
+    if (top_scores) rec.avg_bleu = top_scores->bleu;
     metrics_->add(rec);
     summary_.last_bleu = scores.bleu;
     summary_.last_valid_loss = scores.loss;
     char buf[320];
     std::snprintf(buf, sizeof(buf), "valid | epoch %lld | step %lld | loss %.3f | ppl %.2f | BLEU %.2f%s | %.1f s",
                   static_cast<long long>(rec.epoch), static_cast<long long>(rec.step), scores.loss, scores.ppl,
-                  scores.bleu, best && !ema_wins ? " (best)" : "", scores.seconds);
+                  scores.bleu, best && winner == kWeights ? " (best)" : "", scores.seconds);
     std::string text = buf;
-    if (ema_scores) {
-      std::snprintf(buf, sizeof(buf), " | average: loss %.3f | BLEU %.2f%s", ema_scores->loss, ema_scores->bleu,
-                    best && ema_wins ? " (best)" : "");
+    for (auto [candidate, s] : {std::pair{kMovingAverage, &ema_scores}, std::pair{kBestAverage, &top_scores}}) {
+      if (!*s) continue;
+      std::snprintf(buf, sizeof(buf), " | %s: loss %.3f, BLEU %.2f%s", kNames[candidate], (*s)->loss, (*s)->bleu,
+                    best && winner == candidate ? " (best)" : "");
       text += buf;
     }
     progress_.line(text);
     window_ = LossWindow{};
     last_validated_step_ = position_.step;
   }
-  checkpoints_.save(model_, &optimizer_->state(), meta_, best && !ema_wins, validate);
-  if (best && ema_wins) {
-    ExponentialMovingAverage::Swap swap(*ema_);
+  checkpoints_.save(model_, &optimizer_->state(), meta_, best && winner == kWeights, validate);
+  if (best && winner != kWeights) {
+    ScopedWeights swap(unique_parameters(*model_), winner == kMovingAverage ? ema_->average() : best_average);
     checkpoints_.save_best(model_, meta_);
   }
   wait_for_rank0();

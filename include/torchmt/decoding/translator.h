@@ -80,6 +80,13 @@ class Translator {
   const Tokenizer& tgt_tokenizer() const { return tgt_tok_; }
   c10::Device device() const { return device_; }
   c10::ScalarType dtype() const { return dtype_; }
+  // The precision of the next translate() calls (decoding/translation_dtype.h measures both).
+  // `reason`: why (what `--dtype auto` measured), for the commands to report.
+  void set_dtype(c10::ScalarType dtype, std::string reason = {}) {
+    dtype_ = dtype;
+    dtype_reason_ = std::move(reason);
+  }
+  const std::string& dtype_reason() const { return dtype_reason_; }
 
  private:
   Transformer model_{nullptr};
@@ -88,6 +95,7 @@ class Translator {
   Tokenizer src_tok_, tgt_tok_;
   c10::Device device_;
   c10::ScalarType dtype_;
+  std::string dtype_reason_;
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
 };

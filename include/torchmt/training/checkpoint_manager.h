@@ -5,6 +5,7 @@
 // `keep_last` kept. Every file is written atomically: a kill leaves the previous one.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "torchmt/io/checkpoint.h"
@@ -24,6 +25,14 @@ class CheckpointManager {
   // checkpoint_best.pt alone (weights and metadata): for weights other than the ones training
   // goes on with (the moving average).
   void save_best(const Transformer& model, const CheckpointMeta& meta);
+  // --average-best: the weights of the `keep` validations with the highest BLEU, as
+  // top_<step>.pt (weights and metadata). Adds these weights when they rank among the `keep`
+  // best (removing the one they push out) and returns whether they did.
+  bool offer_top(const Transformer& model, const CheckpointMeta& meta, double bleu, int64_t keep);
+  std::vector<std::string> top_paths() const;
+  // After a resume: the top_<step>.pt files there, ranked by the BLEU each step had (a file
+  // whose step has none, or is after the resumed position, is removed).
+  void recall_top(const std::vector<std::pair<int64_t, double>>& step_bleu);
   // The numbered checkpoints in the run directory, oldest step first.
   std::vector<std::string> numbered() const;
   // Removes the temporary files (NAME.tmp.XXXXXX) a killed writer left in the run directory;
@@ -31,8 +40,10 @@ class CheckpointManager {
   int64_t remove_stale_temporaries() const;
 
  private:
+  std::string top_path(int64_t step) const { return run_dir_ + "/top_" + std::to_string(step) + ".pt"; }
   std::string run_dir_;
   int64_t keep_last_;
+  std::vector<std::pair<double, int64_t>> top_;  // (BLEU, step), best first
 };
 
 }  // namespace torchmt

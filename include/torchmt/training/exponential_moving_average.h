@@ -19,23 +19,26 @@ class ExponentialMovingAverage {
   void update(int64_t update);
   double decay_at(int64_t update) const;
 
-  // While alive, the parameters hold the average; the raw weights come back on destruction.
-  class Swap {
-   public:
-    explicit Swap(ExponentialMovingAverage& ema);
-    ~Swap();
-    Swap(const Swap&) = delete;
-    Swap& operator=(const Swap&) = delete;
-
-   private:
-    ExponentialMovingAverage& ema_;
-    std::vector<at::Tensor> saved_;
-  };
+  const std::vector<at::Tensor>& params() const { return params_; }
+  const std::vector<at::Tensor>& average() const { return shadow_; }
 
  private:
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor>& shadow_;
   double decay_;
+};
+
+// While alive, `params` hold `values` (another set of weights of the same model: the moving
+// average, an average of checkpoints); the weights come back on destruction.
+class ScopedWeights {
+ public:
+  ScopedWeights(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values);
+  ~ScopedWeights();
+  ScopedWeights(const ScopedWeights&) = delete;
+  ScopedWeights& operator=(const ScopedWeights&) = delete;
+
+ private:
+  std::vector<at::Tensor> params_, saved_;
 };
 
 }  // namespace torchmt

@@ -17,7 +17,8 @@ struct ValidationRecord {
   double tokens_per_sec = 0;  // target tokens, training only
   double wall_seconds = 0;    // since the run started (accumulated across resumes)
   double lr = 0;              // the learning rate of the last update
-  double ema_bleu = std::numeric_limits<double>::quiet_NaN();  // of the weight average (--ema-decay), NaN when off
+  double ema_bleu = std::numeric_limits<double>::quiet_NaN();  // of the moving average (--ema-decay), NaN when off
+  double avg_bleu = std::numeric_limits<double>::quiet_NaN();  // of the average of the best (--average-best)
 };
 
 class MetricsLog {

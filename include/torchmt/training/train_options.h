@@ -43,6 +43,7 @@ struct TrainOptions {
   double min_lr_ratio = 0.01;     // floor / peak
   double cooldown_fraction = 0.2; // rsqrt: the final linear part
   double ema_decay = 0;           // exponential moving average of the weights; 0 = off
+  int64_t average_best = 0;       // average the weights of the N best validations; 0 = off
   double label_smoothing = 0.1;
   double clip_norm = 1.0;          // 0 = off
   int64_t max_bad_steps = 5;       // non-finite steps in a row before giving up

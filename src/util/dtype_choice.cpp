@@ -1,0 +1,47 @@
+#include "torchmt/util/dtype_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <ATen/Context.h>
+#include <torch/torch.h>
+
+#include "torchmt/util/device.h"
+#include "torchmt/util/probe_cache.h"
+
+namespace torchmt {
+namespace {
+
+// bf16 must beat fp32 by this much to be chosen: it rounds every matmul's inputs, so a near
+// tie goes to the exact one.
+constexpr double kBf16Margin = 1.05;
+
+}  // namespace
+
+DtypeChoice choose_dtype_by_measuring(const c10::Device& device, const std::string& key,
+                                      const std::function<double(c10::ScalarType)>& throughput,
+                                      const std::string& unit) {
+  if (device.is_cuda()) return {c10::ScalarType::BFloat16, "bf16: the GPU computes it natively"};
+  if (!cpu_has_native_bf16()) return {c10::ScalarType::Float, "fp32: this CPU has no native bf16 (AMX or AVX512-BF16)"};
+  const std::string full_key = ProbeCache::machine_key(torch::get_num_threads()) + "|" + key;
+  const ProbeCache cache("dtype-probe.tsv");
+  if (auto hit = cache.get(full_key)) {
+    const auto dtype = hit->value == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+    return {dtype, hit->value + ": measured earlier on this machine (" + hit->note + "; " + cache.path() + ")"};
+  }
+  // The work may draw random numbers (dropout, initial weights): the caller must not see that.
+  at::Generator generator = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  const at::Tensor rng_state = generator.get_state();
+  const double fp32 = throughput(c10::ScalarType::Float);
+  const double bf16 = throughput(c10::ScalarType::BFloat16);
+  generator.set_state(rng_state);
+  const bool use_bf16 = bf16 > kBf16Margin * fp32;
+  char note[200];
+  std::snprintf(note, sizeof(note), "fp32 %.0f vs bf16 %.0f %s, %.2fx", fp32, bf16, unit.c_str(),
+                bf16 / std::max(fp32, 1e-9));
+  const std::string value = use_bf16 ? "bf16" : "fp32";
+  cache.put(full_key, {value, note});
+  return {use_bf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float, value + ": measured now (" + note + ")"};
+}
+
+}  // namespace torchmt
