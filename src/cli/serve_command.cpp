@@ -94,7 +94,6 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;
-  if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   ServiceMetrics metrics;
   ServiceOptions service_options = o->service;
@@ -116,6 +115,8 @@ int run_serve(int argc, char** argv) {
   std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << o->translator.model
             << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ", "
             << service.plan().workers << " workers x " << service.plan().threads_per_worker << " threads)" << std::endl;
+  if (!translator->dtype_reason().empty())
+    std::cerr << "torchmt serve: dtype auto: " << translator->dtype_reason() << std::endl;
   if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1")
     std::cerr << "torchmt serve: warning: listening on " << o->server.host
               << ", not on loopback only: whoever reaches this address can use the server" << std::endl;

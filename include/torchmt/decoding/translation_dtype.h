@@ -1,7 +1,7 @@
 #pragma once
 // `translate --dtype auto` (and `evaluate`, `serve`): the translator's own search timed in fp32
-// and bf16 on a fixed set of sentences with the job's beam, batch and workers, once per
-// machine and model shape (util/dtype_choice.h). Decoding runs few-row matrix products where
+// and bf16 on a fixed set of sentences with the first job's beam, batch and workers, once per
+// machine and model (util/dtype_choice.h). Decoding runs few-row matrix products where
 // bf16 rarely pays on a CPU without AMX; this measures instead of assuming.
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
