@@ -8,6 +8,7 @@
 #include "torchmt/training/adam_optimizer.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/model/linear.h"
+#include "torchmt/training/training_step.h"
 #include "torchmt/util/integrity.h"
 
 namespace torchmt {
@@ -80,6 +81,37 @@ TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
   expect_error(dir.file("foreign.pt"), "carries no checksum");  // unverifiable: never unpickled
   test::write_text(dir.file("foreign.pt"), seal_zip(foreign_archive));
   expect_error(dir.file("foreign.pt"), "not a torchmt checkpoint");
+}
+
+// fp16's dynamic loss scale is part of the optimizer state: a resumed run goes on with it.
+TEST(Checkpoint, TheFp16LossScaleIsSavedAndRestored) {
+  test::TempDir dir;
+  const auto config = tiny_config();
+  const std::string plain = saved_checkpoint(dir, config);  // written without fp16
+  torch::manual_seed(2);
+  Transformer model(config);
+  AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
+  start_loss_scaling(optimizer.state(), torch::kCPU, 512.0);
+  optimizer.state().growth_tracker.fill_(7);
+  CheckpointMeta meta;
+  meta.model = config;
+  const std::string fp16 = dir.file("fp16.pt");
+  save_checkpoint(fp16, model, &optimizer.state(), meta);
+
+  auto restore = [&](const std::string& path, bool scaling) {
+    Transformer resumed(config);
+    AdamOptimizer fresh(unique_parameters(*resumed), AdamOptions{});
+    if (scaling) start_loss_scaling(fresh.state(), torch::kCPU);  // as the trainer does before a resume
+    restore_training_state(path, resumed, fresh.state());
+    return fresh.state();
+  };
+  const OptimizerState back = restore(fp16, true);
+  EXPECT_EQ(back.loss_scale.item<float>(), 512.0f);
+  EXPECT_EQ(back.growth_tracker.scalar_type(), torch::kInt);
+  EXPECT_EQ(back.growth_tracker.item<int>(), 7);
+  // Saved without fp16: the run's fresh scale stays; resumed without fp16: no scale appears.
+  EXPECT_EQ(restore(plain, true).loss_scale.item<float>(), 128.0f);
+  EXPECT_FALSE(restore(fp16, false).loss_scale.defined());
 }
 
 TEST(Checkpoint, ResumingIntoAnotherModelShapeIsRefused) {

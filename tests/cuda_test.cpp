@@ -155,6 +155,19 @@ TEST(Cuda, Fp16LossScalingSkipsAnOverflowAndRecovers) {
   }
   EXPECT_FALSE(torch::equal(model->fc_out->weight.detach(), before));
   EXPECT_LT(last, first * 0.8);
+  // The scale is part of the optimizer state: a checkpoint carries it into a resumed run.
+  test::TempDir dir;
+  CheckpointMeta meta;
+  meta.model = tiny_config();
+  save_checkpoint(dir.file("fp16.pt"), model, &adam.state(), meta);
+  Transformer again(tiny_config());
+  again->to(kCuda);
+  AdamOptimizer resumed_adam(unique_parameters(*again), AdamOptions{});
+  start_loss_scaling(resumed_adam.state(), kCuda);  // as the trainer does before it resumes
+  restore_training_state(dir.file("fp16.pt"), again, resumed_adam.state());
+  TrainingStep resumed(again, resumed_adam, LabelSmoothedCrossEntropy(0.1, 0), kCuda, torch::kHalf, 1.0);
+  EXPECT_DOUBLE_EQ(resumed.loss_scale(), step.loss_scale());
+  EXPECT_TRUE(torch::equal(resumed_adam.state().growth_tracker, adam.state().growth_tracker));
 }
 
 // On the CPU fp16 training is refused in one line (the CLI: exit 2 before anything is written).

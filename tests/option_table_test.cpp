@@ -157,5 +157,23 @@ TEST(OptionTable, TranslatorConfigValidationNamesTheFlag) {
   EXPECT_THROW(c.validate(), std::invalid_argument);
 }
 
+TEST(OptionTable, RealsAreWrittenAsTheShortestTextThatReadsBack) {
+  // Whole numbers stay whole ("--dist-timeout (default: 600)", not "6e+02").
+  EXPECT_EQ(real_text(60), "60");
+  EXPECT_EQ(real_text(600), "600");
+  EXPECT_EQ(real_text(0), "0");
+  EXPECT_EQ(real_text(-3), "-3");
+  EXPECT_EQ(real_text(0.1), "0.1");
+  EXPECT_EQ(real_text(0.999), "0.999");
+  EXPECT_EQ(real_text(1e-9), "1e-09");
+  EXPECT_EQ(real_text(2.5e20), "2.5e+20");
+  const double third = 1.0 / 3.0;
+  EXPECT_EQ(std::strtod(real_text(third).c_str(), nullptr), third);
+  Sample s;
+  s.rate = 60;
+  EXPECT_EQ(sample_table().write(s).get("rate"), "60");
+  EXPECT_NE(sample_table().write(s).to_yaml().find("rate: 60\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -201,6 +201,10 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
     opt.insert("exp_avg_sq", to_list(optimizer->exp_avg_sq));
     opt.insert("steps", to_list(optimizer->steps));
     if (!optimizer->ema.empty()) opt.insert("ema", to_list(optimizer->ema));
+    if (optimizer->loss_scale.defined()) {
+      opt.insert("loss_scale", optimizer->loss_scale.detach().to(torch::kCPU));
+      opt.insert("growth_tracker", optimizer->growth_tracker.detach().to(torch::kCPU));
+    }
     dict.insert("optimizer", opt);
     // RNG states: dropout masks after a resume continue the same stream.
     Dict rng = new_dict();
@@ -298,6 +302,11 @@ CheckpointMeta restore_training_state(const std::string& path, Transformer& mode
         if (params.size() != optimizer.ema.size()) throw std::runtime_error("checkpoint " + path + ": weight average does not match");
         for (size_t i = 0; i < params.size(); ++i) optimizer.ema[i].copy_(params[i]);
       }
+    }
+    // fp16: the scale the run had (a run saved without fp16 keeps the one it was given).
+    if (optimizer.loss_scale.defined() && opt.contains("loss_scale") && opt.contains("growth_tracker")) {
+      optimizer.loss_scale.copy_(opt.at("loss_scale").toTensor());
+      optimizer.growth_tracker.copy_(opt.at("growth_tracker").toTensor());
     }
     auto rng = dict.at("rng").toGenericDict();
     // Generators are handles: a copy sets the state of the default generator itself.

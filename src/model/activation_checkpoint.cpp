@@ -11,7 +11,7 @@ namespace {
 // What the recomputation must see again: fn, the random state before the forward pass (CPU
 // and, when the inputs are there, the CUDA generator), and the autocast dtype.
 struct Replay : torch::CustomClassHolder {
-  std::function<at::Tensor(const std::vector<at::Tensor>&)> fn;
+  CheckpointedFn fn;
   at::Tensor cpu_rng, device_rng;
   c10::Device device{c10::kCPU};
   c10::ScalarType autocast = c10::ScalarType::Float;
@@ -25,8 +25,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
  public:
   // `inputs` as a TensorList: autograd counts a TensorList's tensors as inputs (a
   // std::vector<Tensor> argument would be an opaque value, and nothing would flow back).
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<Replay> replay,
-                            at::TensorList inputs) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                c10::intrusive_ptr<Replay> replay, at::TensorList inputs) {
     ctx->saved_data["replay"] = c10::IValue::make_capsule(replay);
     std::vector<at::Tensor> list(inputs.begin(), inputs.end());
     ctx->save_for_backward(list);
@@ -49,7 +49,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       leaf.requires_grad_(t.requires_grad());
       inputs.push_back(leaf);
     }
-    at::Tensor output;
+    std::vector<at::Tensor> outputs;
     {
       // Replay the random state, then put back the one backward found.
       auto cpu = at::detail::getDefaultCPUGenerator();
@@ -63,11 +63,16 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       }
       torch::AutoGradMode grad_on(true);
       AutocastGuard autocast(r->device, r->autocast);
-      output = r->fn(inputs);
+      outputs = r->fn(inputs);
       cpu.set_state(cpu_now);
       if (device_now.defined()) generator_of(r->device).set_state(device_now);
     }
-    torch::autograd::backward({output}, {grads[0]});
+    // Outputs nothing downstream used arrive with zero gradients (materialised by autograd);
+    // an output that does not depend on a parameter or input has no graph to go through.
+    torch::autograd::variable_list heads, head_grads;
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i].defined() && outputs[i].requires_grad()) heads.push_back(outputs[i]), head_grads.push_back(grads[i]);
+    if (!heads.empty()) torch::autograd::backward(heads, head_grads);
     torch::autograd::variable_list out;
     out.emplace_back();  // replay
     for (const auto& t : inputs) out.push_back(t.defined() && t.requires_grad() ? t.grad() : at::Tensor());
@@ -77,7 +82,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-at::Tensor checkpoint(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn, const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> checkpoint(CheckpointedFn fn, const std::vector<at::Tensor>& inputs) {
   if (!at::GradMode::is_enabled()) return fn(inputs);
   auto replay = c10::make_intrusive<Replay>();
   replay->fn = std::move(fn);

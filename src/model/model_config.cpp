@@ -97,10 +97,6 @@ void ModelConfig::validate() const {
   require(ffn == Ffn::kDense || (experts >= 1 && top_k >= 1 && top_k <= experts),
           "a mixture of experts needs experts >= 1 and 1 <= top_k <= experts (experts " + std::to_string(experts) +
               ", top_k " + std::to_string(top_k) + ")");
-  // A layer recomputed in backward runs its forward pass without gradients, so a MoE layer's
-  // load-balancing loss would train nothing: refused rather than silently ineffective.
-  require(!(checkpoint_activations && ffn == Ffn::kMoe),
-          "checkpoint_activations with ffn moe is not supported yet (the load-balancing loss would get no gradient)");
   require(positions != Positions::kRope || (d_model / num_heads) % 2 == 0,
           "rotary positions need an even head width (d_model / num_heads = " + std::to_string(d_model / num_heads) + ")");
 }

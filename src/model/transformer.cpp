@@ -98,6 +98,24 @@ void TransformerImpl::tie_embeddings() {
   ParameterSlot::replace(*fc_out, "weight", shared);
 }
 
+namespace {
+
+// One layer under checkpoint(). A mixture's load-balancing loss leaves the layer as a second
+// output: computed in the gradient-free checkpointed forward it would train nothing, so the
+// layer's `aux_loss` is replaced by the output that autograd connects to the recomputation.
+torch::Tensor recomputed(MoELayer moe, std::function<torch::Tensor(const std::vector<at::Tensor>&)> layer_forward,
+                         const std::vector<at::Tensor>& inputs) {
+  auto outputs = checkpoint([moe, layer_forward](const std::vector<at::Tensor>& in) {
+    std::vector<at::Tensor> out{layer_forward(in)};
+    if (moe) out.push_back(moe->aux_loss);
+    return out;
+  }, inputs);
+  if (moe) moe->aux_loss = outputs[1];
+  return outputs[0];
+}
+
+}  // namespace
+
 torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Tensor& src_mask) {
   auto x = pos_encoding(src_embedding(src) * embed_scale_);  // [B, S, D]
   RotaryTables rotary;
@@ -107,7 +125,7 @@ torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Ten
     TransformerEncoderLayer layer(std::dynamic_pointer_cast<TransformerEncoderLayerImpl>(module));
     if (recompute) {
       // Captured by value: backward calls it again after encode() has returned.
-      x = checkpoint([layer, src_mask, rotary](const std::vector<at::Tensor>& in) mutable {
+      x = recomputed(layer->ffn.moe, [layer, src_mask, rotary](const std::vector<at::Tensor>& in) mutable {
         return layer->forward(in[0], src_mask, rotary);
       }, {x});
     } else {
@@ -128,7 +146,7 @@ torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Ten
   for (auto& module : *decoder_layers) {
     TransformerDecoderLayer layer(std::dynamic_pointer_cast<TransformerDecoderLayerImpl>(module));
     if (recompute) {
-      x = checkpoint([layer, src_mask, tgt_mask, rotary](const std::vector<at::Tensor>& in) mutable {
+      x = recomputed(layer->ffn.moe, [layer, src_mask, tgt_mask, rotary](const std::vector<at::Tensor>& in) mutable {
         return layer->forward(in[0], in[1], src_mask, tgt_mask, nullptr, rotary);
       }, {x, memory});
       continue;

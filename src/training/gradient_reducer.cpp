@@ -107,8 +107,18 @@ void GradientReducer::finish() {
   if (!overlap_) arm();
   for (auto& b : buckets_) fill_missing(b);
   launch_ready();
+  // Which parameters have a gradient on some rank (after this backward, or kept zeroed from
+  // an earlier update). One that has none anywhere keeps none, as DDP leaves globally unused
+  // parameters and as one process would: the optimizer skips a parameter without .grad (a
+  // mixture's expert that no token has reached yet), so it must not get a zero gradient here
+  // and an Adam step count one process would not give it.
+  at::Tensor used = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kFloat);  // [params]
+  auto* used_flag = used.data_ptr<float>();
+  for (size_t i = 0; i < params_.size(); ++i) used_flag[i] = params_[i].grad().defined() ? 1.0f : 0.0f;
+  ProcessGroup::Pending used_pending = group_.all_reduce_sum_async(used, "gradient all-reduce (parameters used)");
   const auto start = std::chrono::steady_clock::now();
   for (auto& b : buckets_) b.pending.wait();
+  used_pending.wait();
   wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (auto& b : buckets_)
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
@@ -116,7 +126,7 @@ void GradientReducer::finish() {
       at::Tensor sum = b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());  // p's shape
       if (p.grad().defined())
         p.mutable_grad().copy_(sum);
-      else
+      else if (used_flag[b.params[slot]] > 0)
         p.mutable_grad() = sum.clone();
     }
   armed_ = false;

@@ -312,6 +312,9 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   meta_.src_spm_path = meta_.tgt_spm_path = fs::absolute(spm_path_).string();
   meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
+  // fp16: the loss scale lives in the optimizer state from here on, so a resume restores it
+  // and every rank starts from rank 0's.
+  if (dtype_ == c10::ScalarType::Half) start_loss_scaling(optimizer_->state(), device_);
   if (const int64_t stale = rank0_ ? checkpoints_.remove_stale_temporaries() : 0; stale > 0)
     progress_.line("removed " + std::to_string(stale) + " temporary file(s) left by an interrupted run in " + o.out);
   if (o.resume && rank0_) {
@@ -344,6 +347,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     for (auto* part : {&optimizer_->state().exp_avg, &optimizer_->state().exp_avg_sq, &optimizer_->state().steps,
                        &optimizer_->state().ema})
       state.insert(state.end(), part->begin(), part->end());
+    for (const auto& t : {optimizer_->state().loss_scale, optimizer_->state().growth_tracker})
+      if (t.defined()) state.push_back(t);
     {
       torch::NoGradGuard no_grad;
       group_->broadcast(state, 0);

@@ -21,22 +21,36 @@ TrainingStep::TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmo
       dtype_(dtype),
       clip_norm_(clip_norm) {
   check_training_dtype(dtype, device);
-  // fairseq's initial fp16 scale: the loss here is a sum over target tokens, so its gradients
-  // are thousands of times a mean loss's, and PyTorch's 2^16 would overflow for many updates.
-  if (dtype == c10::ScalarType::Half) set_loss_scaling(128.0, 2000);
+  if (dtype != c10::ScalarType::Half) return;
+  auto& state = optimizer_.state();
+  if (!state.loss_scale.defined()) {
+    start_loss_scaling(state, device);
+  } else {  // restored by a resume
+    state.loss_scale = state.loss_scale.to(device);
+    state.growth_tracker = state.growth_tracker.to(device);
+  }
+}
+
+void start_loss_scaling(OptimizerState& state, c10::Device device, double initial_scale) {
+  state.loss_scale = torch::full({}, initial_scale, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  state.growth_tracker = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt).device(device));
 }
 
 void TrainingStep::set_loss_scaling(double initial_scale, int64_t growth_interval) {
   if (dtype_ != c10::ScalarType::Half) return;
-  loss_scale_ = torch::full({}, initial_scale, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  growth_tracker_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt).device(device_));
+  start_loss_scaling(optimizer_.state(), device_, initial_scale);
   growth_interval_ = growth_interval;
 }
 
-double TrainingStep::loss_scale() const { return loss_scale_.defined() ? loss_scale_.item<double>() : 1.0; }
+double TrainingStep::loss_scale() const {
+  const auto& scale = optimizer_.state().loss_scale;
+  return dtype_ == c10::ScalarType::Half && scale.defined() ? scale.item<double>() : 1.0;
+}
 
 StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   model_->train();
+  // fp16: the loss scale (a handle: _amp_update_scale_ below updates the state's tensor).
+  at::Tensor scale = dtype_ == c10::ScalarType::Half ? optimizer_.state().loss_scale : at::Tensor();
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
   StepResult result;
   for (size_t i = 0; i < batches.size(); ++i) {
@@ -51,7 +65,7 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
     at::Tensor aux = moe_aux_coefficient_ > 0 ? model_->moe_aux_loss() : at::Tensor();
     at::Tensor objective = aux.defined() ? out.loss + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens))
                                          : out.loss;
-    (loss_scale_.defined() ? objective * loss_scale_ : objective).backward();
+    (scale.defined() ? objective * scale : objective).backward();
     loss_sum += out.loss.detach();
     result.tokens += batch.tgt_tokens;
   }
@@ -74,7 +88,7 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   // Under fp16 the gradients are the scaled loss's: the factor also divides by the scale.
   const double per_token = 1.0 / static_cast<double>(std::max<int64_t>(1, result.tokens));
   at::Tensor unscale = torch::full({}, per_token, loss_sum.options());
-  if (loss_scale_.defined()) unscale = unscale / loss_scale_;
+  if (scale.defined()) unscale = unscale / scale;
   at::Tensor norm = grads.empty() ? torch::zeros({}, loss_sum.options())
                                   : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * unscale;
   at::Tensor factor = unscale.clone();
@@ -84,8 +98,8 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   at::Tensor found_inf = (loss_sum.isfinite() & norm.isfinite()).logical_not().to(torch::kFloat);
   optimizer_.step(lr, found_inf);
   optimizer_.zero_grad();
-  if (loss_scale_.defined())
-    at::_amp_update_scale_(loss_scale_, growth_tracker_, found_inf, 2.0, 0.5, growth_interval_);
+  if (scale.defined())
+    at::_amp_update_scale_(scale, optimizer_.state().growth_tracker, found_inf, 2.0, 0.5, growth_interval_);
   result.pending = torch::stack({loss_sum.to(torch::kFloat), norm.to(torch::kFloat)});  // [2]
   if (result.pending.is_cpu()) result.wait();  // nothing to overlap on the CPU
   return result;

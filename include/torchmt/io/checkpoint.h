@@ -24,6 +24,9 @@ struct OptimizerState {
   // The exponential moving average of the weights (--ema-decay; Marian keeps it with the
   // optimizer too), one entry per unique parameter; empty when off.
   std::vector<at::Tensor> ema;
+  // fp16 dynamic loss scaling (CUDA): the scale ([] fp32) and the clean updates since it last
+  // changed ([] int32), so a resumed run goes on with the scale it had; undefined otherwise.
+  at::Tensor loss_scale, growth_tracker;
 };
 
 struct CheckpointMeta {

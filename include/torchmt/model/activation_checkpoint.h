@@ -11,10 +11,13 @@
 
 namespace torchmt {
 
-// fn(inputs) -> output, recorded for autograd as one node. The recomputation in backward
+// fn(inputs) -> outputs, recorded for autograd as one node. The recomputation in backward
 // sees the same random state (dropout draws the same masks), the same autocast setting, and
 // gradient mode on; gradients reach the inputs that require them and, through the
-// recomputed graph, every parameter fn uses. Without gradient mode it is fn(inputs).
-at::Tensor checkpoint(std::function<at::Tensor(const std::vector<at::Tensor>&)> fn, const std::vector<at::Tensor>& inputs);
+// recomputed graph, every parameter fn uses. Every output fn returns is connected to the
+// graph, so a side result (a mixture of experts' load-balancing loss) is returned as a
+// second output rather than kept aside. Without gradient mode it is fn(inputs).
+using CheckpointedFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+std::vector<at::Tensor> checkpoint(CheckpointedFn fn, const std::vector<at::Tensor>& inputs);
 
 }  // namespace torchmt

@@ -27,7 +27,8 @@ class GradientReducer {
   // Before the backward of an update's last micro-batch.
   void arm();
   // After it: launches what is left (all of it without overlap; buckets with parameters that
-  // got no gradient), waits, and leaves every parameter's .grad = the sum over the ranks.
+  // got no gradient), waits, and leaves every parameter's .grad = the sum over the ranks; a
+  // parameter that has no gradient on any rank keeps none (DDP's globally unused parameters).
   void finish();
 
   int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }

@@ -31,6 +31,11 @@ struct StepResult {
 class GradientReducer;
 class ProcessGroup;
 
+// fp16: a fresh loss scale and counter in `state`, on `device`. fairseq's initial scale: the
+// loss here is a sum over target tokens, so its gradients are thousands of times a mean
+// loss's, and PyTorch's 2^16 would overflow for many updates.
+void start_loss_scaling(OptimizerState& state, c10::Device device, double initial_scale = 128.0);
+
 class TrainingStep {
  public:
   TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmoothedCrossEntropy criterion, c10::Device device,
@@ -51,6 +56,8 @@ class TrainingStep {
   // gradients divided by it before the update; an update whose gradients overflowed is
   // skipped and the scale halved, and after `growth_interval` clean updates in a row the scale
   // doubles. All on the device (ATen's _amp_update_scale_): no host synchronisation.
+  // The scale and its counter live in the optimizer state (saved with it in checkpoints); a
+  // state that already holds them (restored by a resume) keeps them. set_loss_scaling resets.
   void set_loss_scaling(double initial_scale, int64_t growth_interval);
   double loss_scale() const;  // 1 without fp16 (reads the device)
   StepResult run(const std::vector<Batch>& batches, double lr);
@@ -63,8 +70,7 @@ class TrainingStep {
   c10::ScalarType dtype_;
   double clip_norm_;
   double moe_aux_coefficient_ = 0.0;
-  at::Tensor loss_scale_, growth_tracker_;  // fp16 only: [] fp32 and [] int32 on the device
-  int64_t growth_interval_ = 2000;
+  int64_t growth_interval_ = 2000;  // fp16: the scale itself is optimizer_.state().loss_scale
   GradientReducer* reducer_ = nullptr;
   ProcessGroup* group_ = nullptr;
 };

@@ -14,7 +14,8 @@ namespace torchmt {
 c10::Device resolve_device(const std::string& spec, int default_index = 0);
 
 // "fp32", "bf16", "fp16" or "auto" (bf16 where the device computes it natively: CUDA, or
-// a CPU with AMX / AVX512-BF16; fp32 otherwise).
+// a CPU with AMX / AVX512-BF16; fp32 otherwise). This is only the starting guess: the
+// commands resolve "auto" on a CPU with native bf16 by measuring both (dtype_choice.h).
 c10::ScalarType resolve_dtype(const std::string& spec, const c10::Device& device);
 std::string dtype_name(c10::ScalarType dtype);
 

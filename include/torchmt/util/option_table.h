@@ -5,6 +5,7 @@
 // table reads the set from a FlatConfig (YAML/JSON file or flags), writes it back (run
 // configs, --dump-config, checkpoint metadata), and the CLI makes the flags and the help
 // text (src/cli/cli_options.h), so the four never drift apart.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -50,6 +51,11 @@ struct OptionExtra {
 // Shortest decimal text that reads back as the same double ("0.1", not "0.100000").
 inline std::string real_text(double v) {
   char buf[40];
+  // Whole numbers as whole numbers: %g would write 600 as "6e+02" at one digit of precision.
+  if (std::isfinite(v) && std::fabs(v) < 1e15 && v == std::trunc(v)) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;
