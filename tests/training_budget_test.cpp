@@ -141,8 +141,9 @@ TEST(TrainRecipes, SetDefaultsThatFlagsAndFilesOverride) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("multi30k-15min"), std::string::npos) << e.what();
   }
-  const FlatConfig longer = recipe_config("multi30k-60min");  // the 15-minute recipe with a longer budget
+  const FlatConfig longer = recipe_config("multi30k-60min");  // the 15-minute recipe, longer, more dropout
   EXPECT_EQ(longer.get("max_minutes"), "60");
+  EXPECT_EQ(longer.get("dropout"), "0.2");
   EXPECT_EQ(longer.get("preset"), recipe_config("multi30k-15min").get("preset"));
   for (const std::string name : {"multi30k-15min", "multi30k-60min"}) {
     FlatConfig c = recipe_config(name);
