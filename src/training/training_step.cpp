@@ -21,14 +21,9 @@ TrainingStep::TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmo
       dtype_(dtype),
       clip_norm_(clip_norm) {
   check_training_dtype(dtype, device);
-  if (dtype != c10::ScalarType::Half) return;
-  auto& state = optimizer_.state();
-  if (!state.loss_scale.defined()) {
-    start_loss_scaling(state, device);
-  } else {  // restored by a resume
-    state.loss_scale = state.loss_scale.to(device);
-    state.growth_tracker = state.growth_tracker.to(device);
-  }
+  // A state that holds a scale already (the trainer's, restored by a resume) keeps it.
+  if (dtype == c10::ScalarType::Half && !optimizer_.state().loss_scale.defined())
+    start_loss_scaling(optimizer_.state(), device);
 }
 
 void start_loss_scaling(OptimizerState& state, c10::Device device, double initial_scale) {
