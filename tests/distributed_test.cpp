@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -195,10 +196,14 @@ TEST(DataParallel, ReducerWithoutOverlapAndWithAParameterWithoutGradient) {
     ProcessGroup group(loopback(rank, 2, port), std::chrono::seconds(60));
     auto used = torch::ones({3}, torch::requires_grad());
     auto unused = torch::ones({2}, torch::requires_grad());
+    // {bucket bytes, first bucket bytes, buckets}: in reverse order on_rank_0 (8 bytes),
+    // unused (8), used (12); a small first bucket as DDP's.
+    const std::vector<std::array<int64_t, 3>> layouts{{8, 0, 3}, {64, 0, 1}, {64, 8, 2}};
+    for (const auto& [bucket_bytes, first_bytes, buckets] : layouts)
     for (bool overlap : {false, true}) {
       auto on_rank_0 = torch::ones({2}, torch::requires_grad());
-      GradientReducer reducer({used, unused, on_rank_0}, group, 8, overlap);
-      EXPECT_EQ(reducer.buckets(), 3);
+      GradientReducer reducer({used, unused, on_rank_0}, group, bucket_bytes, overlap, first_bytes);
+      EXPECT_EQ(reducer.buckets(), buckets);
       reducer.arm();
       auto loss = (used * static_cast<float>(rank + 1)).sum();
       if (rank == 0) loss = loss + on_rank_0.sum() * 5.0f;

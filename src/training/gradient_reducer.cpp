@@ -7,7 +7,7 @@
 namespace torchmt {
 
 GradientReducer::GradientReducer(std::vector<at::Tensor> params, ProcessGroup& group, int64_t bucket_bytes,
-                                 bool overlap)
+                                 bool overlap, int64_t first_bucket_bytes)
     : params_(std::move(params)), where_(params_.size()), seen_(params_.size(), false), group_(group),
       overlap_(overlap) {
   // Buckets from the last parameter to the first, cut when the next one would pass the cap
@@ -33,7 +33,8 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> params, ProcessGroup& g
     const auto& p = params_[i];
     const int64_t nbytes = p.numel() * static_cast<int64_t>(p.element_size());
     // One dtype and device per bucket (a flat tensor holds them all).
-    if (!current.params.empty() && (current_bytes + nbytes > bucket_bytes ||
+    const int64_t cap = buckets_.empty() && first_bucket_bytes > 0 ? first_bucket_bytes : bucket_bytes;
+    if (!current.params.empty() && (current_bytes + nbytes > cap ||
                                      params_[current.params.front()].scalar_type() != p.scalar_type() ||
                                      params_[current.params.front()].device() != p.device()))
       close();

@@ -86,7 +86,8 @@ const OptionTable<TrainOptions>& train_option_table() {
            dist)
       .add("dist_timeout", &O::dist_timeout,
            "seconds a worker waits for the others (a worker that died or hangs stops the job after this)", dist)
-      .add("bucket_mb", &O::bucket_mb, "MB of gradients per all-reduce bucket", dist)
+      .add("bucket_mb", &O::bucket_mb,
+           "MB of gradients per all-reduce bucket (the first, of the last layers, 1 MB as in DDP)", dist)
       .add("overlap_allreduce", &O::overlap_allreduce,
            "start each bucket's all-reduce during the backward pass (false: after it)", dist);
   return table;

@@ -1,7 +1,9 @@
 #pragma once
 // Data-parallel gradient all-reduce in buckets (the design of PyTorch DDP's Reducer, on our
 // own autograd hooks): parameters are grouped, in reverse registration order (roughly the
-// order backward produces their gradients), into flat buckets of about `bucket_bytes`. With
+// order backward produces their gradients), into flat buckets of about `bucket_bytes`, the first
+// (the earliest gradients) of `first_bucket_bytes` when given, as DDP's 1 MB first bucket: its
+// all-reduce starts early in backward. With
 // `overlap`, a hook on each parameter copies its gradient into its bucket as backward
 // produces it, and a complete bucket's all-reduce starts at once, in bucket order on every
 // rank, while backward goes on with the layers below. finish() waits and writes the sums
@@ -19,7 +21,8 @@ namespace torchmt {
 
 class GradientReducer {
  public:
-  GradientReducer(std::vector<at::Tensor> params, ProcessGroup& group, int64_t bucket_bytes, bool overlap);
+  GradientReducer(std::vector<at::Tensor> params, ProcessGroup& group, int64_t bucket_bytes, bool overlap,
+                  int64_t first_bucket_bytes = 0);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
