@@ -69,9 +69,17 @@ def read_model_bin(path):
 def reference_spec(state, config, pieces):
     """The CTranslate2 spec of the model, filled by its own Python API."""
     act = common_spec.Activation.GELU if config["activation"] == "gelu" else common_spec.Activation.RELU
-    spec = transformer_spec.TransformerSpec.from_config(
-        (config["num_encoder_layers"], config["num_decoder_layers"]), config["num_heads"],
-        pre_norm=False, activation=act)
+    # The model switches CTranslate2 can express: Pre-LN (with final LayerNorms), rotary
+    # embeddings (rotate_half's layout: not interleaved) and grouped-query K/V heads.
+    heads = config["num_heads"]
+    kv_heads = config.get("kv_heads", 0) or heads
+    pre_norm = config.get("norm", "post") == "pre"
+    rope = config.get("positions", "sinusoidal") == "rope"
+    settings = dict(pre_norm=pre_norm, activation=act, num_heads_kv=kv_heads if kv_heads != heads else None,
+                    rotary_dim=0 if rope else None, rotary_interleave=False)
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(config["num_encoder_layers"], heads, **settings),
+        transformer_spec.TransformerDecoderSpec(config["num_decoder_layers"], heads, **settings))
     f = lambda name: state[name].float().numpy()
 
     def linear(target, *names):
@@ -81,27 +89,36 @@ def reference_spec(state, config, pieces):
     def norm(target, name):
         target.gamma, target.beta = f(name + ".weight"), f(name + ".bias")
 
+    # Grouped-query attention's projections carry the document's names (q_proj, ...).
+    q, k, v, o = ("q_proj", "k_proj", "v_proj", "o_proj") if kv_heads != heads else ("W_q", "W_k", "W_v", "W_o")
+
     def self_attention_and_ffn(layer, p, ffn_norm):  # the same in encoder and decoder layers
-        linear(layer.self_attention.linear[0], p + "self_attn.W_q", p + "self_attn.W_k", p + "self_attn.W_v")
-        linear(layer.self_attention.linear[1], p + "self_attn.W_o")
+        linear(layer.self_attention.linear[0], p + "self_attn." + q, p + "self_attn." + k, p + "self_attn." + v)
+        linear(layer.self_attention.linear[1], p + "self_attn." + o)
         norm(layer.self_attention.layer_norm, p + "norm1")
         linear(layer.ffn.linear_0, p + "ffn.linear1")
         linear(layer.ffn.linear_1, p + "ffn.linear2")
         norm(layer.ffn.layer_norm, p + ffn_norm)
 
-    pe = f("pos_encoding.pe")[0]
+    # Rotary: no table in the decoder; the encoder always adds one (zeros then).
+    pe = np.zeros((config["max_positions"], config["d_model"]), np.float32) if rope else f("pos_encoding.pe")[0]
     spec.encoder.embeddings[0].weight = f("src_embedding.weight")
     spec.encoder.position_encodings.encodings = pe
     for i, layer in enumerate(spec.encoder.layer):
         self_attention_and_ffn(layer, f"encoder_layers.{i}.", "norm2")
+    if pre_norm:
+        norm(spec.encoder.layer_norm, "encoder_norm")
     spec.decoder.embeddings.weight = f("tgt_embedding.weight")
-    spec.decoder.position_encodings.encodings = pe
+    if not rope:
+        spec.decoder.position_encodings.encodings = pe
+    if pre_norm:
+        norm(spec.decoder.layer_norm, "decoder_norm")
     for i, layer in enumerate(spec.decoder.layer):
         p = f"decoder_layers.{i}."
         self_attention_and_ffn(layer, p, "norm3")
-        linear(layer.attention.linear[0], p + "cross_attn.W_q")
-        linear(layer.attention.linear[1], p + "cross_attn.W_k", p + "cross_attn.W_v")
-        linear(layer.attention.linear[2], p + "cross_attn.W_o")
+        linear(layer.attention.linear[0], p + "cross_attn." + q)
+        linear(layer.attention.linear[1], p + "cross_attn." + k, p + "cross_attn." + v)
+        linear(layer.attention.linear[2], p + "cross_attn." + o)
         norm(layer.attention.layer_norm, p + "norm2")
     linear(spec.decoder.projection, "fc_out")
     spec.config.add_source_eos = True
@@ -116,7 +133,7 @@ def reference_spec(state, config, pieces):
 def greedy(directory, sp, sentences):
     translator = ctranslate2.Translator(directory, device="cpu", intra_threads=1)
     results = translator.translate_batch([sp.encode(s, out_type=str) for s in sentences], beam_size=1,
-                                         max_decoding_length=256)
+                                         max_decoding_length=255)
     return [sp.decode(r.hypotheses[0]) for r in results]
 
 
@@ -146,8 +163,9 @@ def main():
                 check(variables[name][:2] == (shape, type_id),
                       f"{name}: shape/type {variables[name][:2]} != {(shape, type_id)}")
                 check(variables[name][2] == data, f"{name}: values differ ({quantization or 'fp32'})")
-            check(json.load(open(os.path.join(ours, "config.json"))) == json.load(open(os.path.join(ref, "config.json"))),
-                  "config.json differs")
+            our_config = json.load(open(os.path.join(ours, "config.json")))
+            ref_config = json.load(open(os.path.join(ref, "config.json")))
+            check(our_config == ref_config, f"config.json differs: {our_config} != {ref_config}")
             check(json.load(open(os.path.join(ours, "shared_vocabulary.json"))) == pieces, "vocabulary differs")
             if quantization:
                 check(greedy(ours, sp, expected["sentences"]) == greedy(ref, sp, expected["sentences"]),

@@ -280,38 +280,46 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
 // Every switch of the model configuration exports: the same state-dict names and values,
 // the same logits, and the same greedy and beam ids through the exported decoder interface
 // (KV cache with kv_heads heads, rotation at the cached offset, final LayerNorms).
-TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
+// A tiny model with one of the configuration switches, trained `steps` updates on the sample,
+// saved as a checkpoint and exported to TorchScript in `f` (the base fixture's sentences).
+void make_variant(const std::string& variant, int steps, Fixture& f) {
   const auto& base = fixture();
   const Tokenizer& tok = test::sample_tokenizer();
+  ModelConfig config = ModelConfig::preset("tiny");
+  config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
+  if (variant == "pre_ln" || variant == "modern") config.norm = Norm::kPre;
+  if (variant == "rope" || variant == "modern") config.positions = Positions::kRope;
+  if (variant == "learned") config.positions = Positions::kLearned;
+  if (variant == "gqa") config.kv_heads = 1;
+  if (variant == "modern") {
+    config.kv_heads = 2;
+    config.tie_embeddings = true;
+  }
+  if (variant == "moe") {
+    config.ffn = Ffn::kMoe;
+    config.experts = 3;
+    config.top_k = 2;
+  }
+  torch::manual_seed(7);
+  Transformer model(config);
+  train_briefly(model, tok, steps);
+  const CheckpointMeta meta = sample_meta(config, tok, steps);
+  f.checkpoint = f.dir.file("checkpoint.pt");
+  save_checkpoint(f.checkpoint, model, nullptr, meta);
+  f.native = load_checkpoint(f.checkpoint, torch::kCPU);
+  f.src = base.src;
+  f.sources = base.sources;
+  f.sentences = base.sentences;
+  f.exported = f.dir.file("model.ts");
+  make_exporter("torchscript")->write(f.native, ExportOptions{}, f.exported);
+}
+
+TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
+  const auto& base = fixture();
   for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern", "moe"}) {
     SCOPED_TRACE(variant);
-    ModelConfig config = ModelConfig::preset("tiny");
-    config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
-    if (variant == "pre_ln" || variant == "modern") config.norm = Norm::kPre;
-    if (variant == "rope" || variant == "modern") config.positions = Positions::kRope;
-    if (variant == "learned") config.positions = Positions::kLearned;
-    if (variant == "gqa") config.kv_heads = 1;
-    if (variant == "modern") {
-      config.kv_heads = 2;
-      config.tie_embeddings = true;
-    }
-    if (variant == "moe") {
-      config.ffn = Ffn::kMoe;
-      config.experts = 3;
-      config.top_k = 2;
-    }
-    torch::manual_seed(7);
-    Transformer model(config);
-    train_briefly(model, tok, 40);
-    const CheckpointMeta meta = sample_meta(config, tok, 40);
     Fixture f;
-    f.checkpoint = f.dir.file("checkpoint.pt");
-    save_checkpoint(f.checkpoint, model, nullptr, meta);
-    f.native = load_checkpoint(f.checkpoint, torch::kCPU);
-    f.src = base.src;
-    f.sources = base.sources;
-    f.exported = f.dir.file("model.ts");
-    make_exporter("torchscript")->write(f.native, ExportOptions{}, f.exported);
+    make_variant(variant, 40, f);
     auto m = load_export(f.exported);
     expect_native_state(m, f.native.model);
 
@@ -743,10 +751,8 @@ TEST(ExportTorchScript, PythonLoadsTheFileWithoutTorchmt) {
 
 // CTranslate2 export: CTranslate2's own Python spec code is the oracle for the files, and its
 // runtime for the translations (tests/ctranslate2_export_test.py).
-TEST(ExportCTranslate2, CTranslate2ReadsWhatItsOwnConverterWritesAndTranslatesAlike) {
-  auto& f = fixture();
-  if (test::run_command(test::python() + " -c 'import ctranslate2, torch, sentencepiece'").exit_code != 0)
-    GTEST_SKIP() << "Python ctranslate2 + torch + sentencepiece not installed (tools/setup.sh installs them)";
+// Exports `f` to CTranslate2 (fp32 and int8) and runs tests/ctranslate2_export_test.py on it.
+void check_ctranslate2_export(const Fixture& f) {
   auto exporter = make_exporter("ctranslate2");
   const std::string fp32 = f.dir.file("ct2"), int8 = f.dir.file("ct2_int8");
   exporter->write(f.native, ExportOptions{}, fp32);
@@ -756,13 +762,48 @@ TEST(ExportCTranslate2, CTranslate2ReadsWhatItsOwnConverterWritesAndTranslatesAl
   auto translator = load_translator(f.checkpoint, torch::kCPU, torch::kFloat);
   TranslationOptions greedy;
   greedy.search.max_len_a = 0;
-  greedy.search.max_len_b = 256;  // CTranslate2's max_decoding_length in the script
+  // At most 255 tokens and the end: the tiny model's 256 positions (CTranslate2's
+  // max_decoding_length 255 in the script counts the tokens before the end).
+  greedy.search.max_len_b = 256;
   auto texts = translator.translate_text(f.sentences, greedy);
   nlohmann::json expected = {{"sentences", f.sentences}, {"greedy", texts}};
   test::write_text(f.dir.file("ct2_expected.json"), expected.dump());
   auto run = test::run_command(test::python() + " " + test::source_dir() + "/tests/ctranslate2_export_test.py " +
                                f.exported + " " + fp32 + " " + int8 + " " + f.dir.file("ct2_expected.json"));
   EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+bool have_ctranslate2() {
+  return test::run_command(test::python() + " -c 'import ctranslate2, torch, sentencepiece'").exit_code == 0;
+}
+
+TEST(ExportCTranslate2, CTranslate2ReadsWhatItsOwnConverterWritesAndTranslatesAlike) {
+  if (!have_ctranslate2())
+    GTEST_SKIP() << "Python ctranslate2 + torch + sentencepiece not installed (tools/setup.sh installs them)";
+  check_ctranslate2_export(fixture());
+}
+
+// Pre-LN, learned and rotary positions, grouped- and multi-query attention: CTranslate2 has
+// them all (pre_norm, rotary_dim, num_heads_kv), so they export; a mixture of experts it has
+// not for encoder-decoder models: a one-line refusal.
+TEST(ExportCTranslate2, EveryVariantCTranslate2CanExpressExportsAndTranslatesAlike) {
+  if (!have_ctranslate2())
+    GTEST_SKIP() << "Python ctranslate2 + torch + sentencepiece not installed (tools/setup.sh installs them)";
+  for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern"}) {
+    SCOPED_TRACE(variant);
+    Fixture f;
+    make_variant(variant, 60, f);
+    check_ctranslate2_export(f);
+  }
+  Fixture moe;
+  make_variant("moe", 1, moe);
+  try {
+    make_exporter("ctranslate2")->write(moe.native, ExportOptions{}, moe.dir.file("ct2_moe"));
+    ADD_FAILURE() << "exported a mixture of experts";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no mixture-of-experts"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(moe.dir.file("ct2_moe")));
 }
 
 TEST(ExportCTranslate2, ReplacesItsOwnDirectoryAndRefusesAnythingElse) {

@@ -2,10 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -67,9 +69,15 @@ class ModelBinWriter {
       put_u32(out, static_cast<uint32_t>(size));
       out.append(static_cast<const char*>(t.data_ptr()), size);
     }
-    put_u32(out, 0);  // no aliases: tied weights are written twice (simple; the loader needs nothing else)
+    put_u32(out, static_cast<uint32_t>(aliases_.size()));
+    for (const auto& [alias, target] : aliases_) {
+      put_string(out, alias);
+      put_string(out, target);
+    }
     return out;
   }
+  // `name` reads `target`'s value (and, for an int8 weight, its weight_scale).
+  void alias(const std::string& name, const std::string& target) { aliases_.emplace_back(name, target); }
 
  private:
   static void put_u32(std::string& out, uint32_t v) {
@@ -83,14 +91,46 @@ class ModelBinWriter {
     out.push_back('\0');
   }
   std::vector<std::tuple<std::string, at::Tensor, Ct2Type>> variables_;
+  std::vector<std::pair<std::string, std::string>> aliases_;
 };
 
 struct Writer {
   ModelBinWriter bin;
   const ExportOptions& options;
   at::Tensor floating(const at::Tensor& t) const { return t.detach().to(options.dtype); }
-  // A weight that CTranslate2 may quantize (Linear and Embeddings weights).
-  void weight(const std::string& scope, const at::Tensor& w) {
+  // A weight that CTranslate2 may quantize (Linear and Embeddings weights). Tied weights
+  // (one tensor under several scopes) are written once, under the first scope by name, and
+  // aliased elsewhere, as CTranslate2's converter does (an alias of an int8 weight shares its
+  // scale, so a copy would carry a scale the format does not expect).
+  void weight(const std::string& scope, const at::Tensor& w) { pending_weights.emplace_back(scope, w); }
+  void write_weights() {
+    std::map<const void*, std::vector<std::pair<std::string, at::Tensor>>> tied;
+    for (const auto& [scope, w] : pending_weights) tied[w.data_ptr()].emplace_back(scope, w);
+    for (auto& [data, scopes] : tied) {
+      std::sort(scopes.begin(), scopes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      write_weight(scopes.front().first, scopes.front().second);
+      for (size_t i = 1; i < scopes.size(); ++i) bin.alias(scopes[i].first + "/weight", scopes.front().first + "/weight");
+    }
+    pending_weights.clear();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> pending_weights;
+  void linear(const std::string& scope, const std::vector<torch::nn::Linear>& parts) {
+    std::vector<at::Tensor> weights, biases;
+    for (const auto& p : parts) {
+      weights.push_back(p->weight);
+      biases.push_back(p->bias);
+    }
+    // [sum out, in]: CTranslate2 fuses q|k|v and k|v; a single weight stays itself (tied?).
+    weight(scope, weights.size() == 1 ? weights.front() : torch::cat(weights, 0));
+    bin.add(scope + "/bias", floating(torch::cat(biases, 0)));
+  }
+  void layer_norm(const std::string& scope, const torch::nn::LayerNorm& norm) {
+    bin.add(scope + "/gamma", floating(norm->weight));
+    bin.add(scope + "/beta", floating(norm->bias));
+  }
+
+ private:
+  void write_weight(const std::string& scope, const at::Tensor& w) {
     if (options.quantize_int8) {
       auto [q, scale] = quantize_rows_int8(w.detach());
       bin.add(scope + "/weight", q);
@@ -98,19 +138,6 @@ struct Writer {
     } else {
       bin.add(scope + "/weight", floating(w));
     }
-  }
-  void linear(const std::string& scope, const std::vector<torch::nn::Linear>& parts) {
-    std::vector<at::Tensor> weights, biases;
-    for (const auto& p : parts) {
-      weights.push_back(p->weight);
-      biases.push_back(p->bias);
-    }
-    weight(scope, torch::cat(weights, 0));  // [sum out, in]: CTranslate2 fuses q|k|v and k|v
-    bin.add(scope + "/bias", floating(torch::cat(biases, 0)));
-  }
-  void layer_norm(const std::string& scope, const torch::nn::LayerNorm& norm) {
-    bin.add(scope + "/gamma", floating(norm->weight));
-    bin.add(scope + "/beta", floating(norm->bias));
   }
 };
 
@@ -134,20 +161,13 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!model) throw std::invalid_argument("no model to export");
   if (c.d_model % c.num_heads != 0)
     throw std::invalid_argument("CTranslate2 export: d_model must be a multiple of num_heads");
-  // What this writer maps onto CTranslate2's TransformerSpec: the paper's model. The modern
-  // switches (model_config.h) would need its pre_norm, rotary and num_heads_kv fields, which
-  // this exporter does not write yet: refused rather than exported wrong.
-  {
-    std::string unsupported;
-    if (c.norm != Norm::kPost) unsupported += " norm " + norm_name(c.norm);
-    if (c.positions != Positions::kSinusoidal) unsupported += " positions " + positions_name(c.positions);
-    if (c.key_value_heads() != c.num_heads) unsupported += " kv_heads " + std::to_string(c.kv_heads);
-    if (c.ffn != Ffn::kDense) unsupported += " ffn " + ffn_name(c.ffn);
-    if (!unsupported.empty())
-      throw std::invalid_argument("CTranslate2 export supports the paper's model (norm post, sinusoidal positions, "
-                                  "kv_heads = num_heads, ffn dense); this model has" + unsupported +
-                                  " (use --format torchscript)");
-  }
+  // CTranslate2's TransformerSpec expresses the paper's model and the modern switches (its
+  // pre_norm with final LayerNorms, rotary embeddings, num_heads_kv); it has no mixture of
+  // experts for encoder-decoder models: refused rather than exported wrong.
+  if (c.ffn != Ffn::kDense)
+    throw std::invalid_argument("CTranslate2 export: CTranslate2 has no mixture-of-experts feed-forward for "
+                                "encoder-decoder models (this model has ffn " + ffn_name(c.ffn) +
+                                "; use --format torchscript)");
   if (checkpoint.meta.src_spm_model.empty())
     throw std::invalid_argument("CTranslate2 export: the checkpoint carries no SentencePiece model");
   std::error_code ec;
@@ -158,15 +178,34 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   torch::NoGradGuard no_grad;
   Writer w{ModelBinWriter{}, options};
   auto& bin = w.bin;
-  const auto pe = model->pos_encoding->pe.squeeze(0);  // [L, D]: torchmt's sinusoidal table, as it is
+  const bool pre_norm = c.norm == Norm::kPre, rope = c.positions == Positions::kRope;
+  const int64_t kv_heads = c.key_value_heads();
+  // Sinusoidal or learned: torchmt's table as it is. Rotary: the decoder has none, and
+  // CTranslate2's encoder always adds one, so it gets zeros.
+  const at::Tensor pe = rope ? torch::zeros({c.max_positions, c.d_model})
+                             : model->pos_encoding->pe.squeeze(0);  // [L, D]
   const int8_t activation = c.activation == Activation::kGELU ? 3 : 0;  // CTranslate2: RELU 0, GELU 3 (erf)
 
+  // An attention block's own settings, as CTranslate2's MultiHeadAttentionSpec writes them:
+  // grouped-query K/V heads, and rotary embeddings on the whole head (self-attention only)
+  // with rotate_half's layout (dimension j pairs with j + d_k/2: not interleaved).
+  auto attention_settings = [&](const std::string& scope, bool self) {
+    if (kv_heads != c.num_heads)
+      bin.add(scope + "/num_heads_kv", torch::tensor({static_cast<int32_t>(kv_heads)}, torch::kInt).squeeze());
+    if (self && rope) {
+      bin.add(scope + "/rotary_base", torch::tensor({10000.0f}, torch::kFloat).squeeze());
+      bin.add(scope + "/rotary_dim", torch::tensor({0}, torch::kInt).squeeze());  // 0: the whole head
+      bin.add_int8(scope + "/rotary_interleave", 0);
+    }
+  };
   // Self-attention (q|k|v fused, then the output projection) and the feed-forward block, the same
-  // in encoder and decoder layers; post-norm: each block's LayerNorm is the one after it.
+  // in encoder and decoder layers. Each block's LayerNorm: after it (post-norm) or before it
+  // (Pre-LN); CTranslate2 names it the same either way.
   auto self_attention = [&](const std::string& s, const MultiHeadAttention& a, const torch::nn::LayerNorm& norm) {
     w.linear(s + "/self_attention/linear_0", {a->W_q, a->W_k, a->W_v});
     w.linear(s + "/self_attention/linear_1", {a->W_o});
     w.layer_norm(s + "/self_attention/layer_norm", norm);
+    attention_settings(s + "/self_attention", true);
   };
   auto feed_forward = [&](const std::string& s, const FeedForward& ffn, const torch::nn::LayerNorm& norm) {
     w.linear(s + "/ffn/linear_0", {ffn->linear1});
@@ -183,10 +222,11 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
     self_attention(s, layer->self_attn, layer->norm1);
     feed_forward(s, layer->ffn.dense, layer->norm2);
   }
+  if (pre_norm) w.layer_norm("encoder/layer_norm", model->encoder_norm);
   bin.add_int8("encoder/multi_query_attention", 0);
   bin.add_int16("encoder/num_heads", static_cast<int16_t>(c.num_heads));
   bin.add("encoder/position_encodings/encodings", w.floating(pe));
-  bin.add_int8("encoder/pre_norm", 0);
+  bin.add_int8("encoder/pre_norm", pre_norm ? 1 : 0);
   bin.add_int8("encoder/scale_embeddings", 1);
 
   bin.add_int8("decoder/activation", activation);
@@ -203,11 +243,13 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
     w.linear(s + "/attention/linear_1", {layer->cross_attn->W_k, layer->cross_attn->W_v});
     w.linear(s + "/attention/linear_2", {layer->cross_attn->W_o});
     w.layer_norm(s + "/attention/layer_norm", layer->norm2);
+    attention_settings(s + "/attention", false);
     feed_forward(s, layer->ffn.dense, layer->norm3);
   }
+  if (pre_norm) w.layer_norm("decoder/layer_norm", model->decoder_norm);
   bin.add_int16("decoder/num_heads", static_cast<int16_t>(c.num_heads));
-  bin.add("decoder/position_encodings/encodings", w.floating(pe));
-  bin.add_int8("decoder/pre_norm", 0);
+  if (!rope) bin.add("decoder/position_encodings/encodings", w.floating(pe));
+  bin.add_int8("decoder/pre_norm", pre_norm ? 1 : 0);
   w.linear("decoder/projection", {model->fc_out});
   bin.add_int8("decoder/scale_alibi", 0);
   bin.add_int8("decoder/scale_embeddings", 1);
@@ -223,7 +265,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
       {"decoder_start_token", source.id_to_piece(kBosId)},
       {"eos_token", source.id_to_piece(kEosId)},
       {"layer_norm_epsilon", 1e-5},
-      {"multi_query_attention", false},
+      {"multi_query_attention", false},  // as CTranslate2 writes it (the heads are in num_heads_kv)
       {"unk_token", source.id_to_piece(kUnkId)},
   };
 
@@ -234,6 +276,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!::mkdtemp(tmp.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
   ::chmod(tmp.c_str(), 0755);
   try {
+    w.write_weights();
     atomic_write((fs::path(tmp) / "model.bin").string(), bin.bytes("TransformerSpec", kTransformerSpecRevision));
     atomic_write((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
     if (shared) {

@@ -1,5 +1,6 @@
 #include "torchmt/training/process_group.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -98,6 +99,11 @@ std::string short_reason(const std::exception& e) {
 
 ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(timeout) {
+  // A write to a peer that died must be an error (named below), not SIGPIPE's silent death:
+  // c10d's store and Gloo write to sockets without MSG_NOSIGNAL, and Python, where they are
+  // usually run, ignores SIGPIPE at start-up. Seen: rank 1 killed -> rank 0 "killed by signal
+  // 13" in the same instant, and the launcher named rank 0 instead of rank 1.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
