@@ -277,9 +277,6 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
   for (size_t i = 0; i < greedy.size(); ++i) EXPECT_EQ(plain.get(i).toIntVector(), greedy[i]);
 }
 
-// Every switch of the model configuration exports: the same state-dict names and values,
-// the same logits, and the same greedy and beam ids through the exported decoder interface
-// (KV cache with kv_heads heads, rotation at the cached offset, final LayerNorms).
 // A tiny model with one of the configuration switches, trained `steps` updates on the sample,
 // saved as a checkpoint and exported to TorchScript in `f` (the base fixture's sentences).
 void make_variant(const std::string& variant, int steps, Fixture& f) {
@@ -314,6 +311,9 @@ void make_variant(const std::string& variant, int steps, Fixture& f) {
   make_exporter("torchscript")->write(f.native, ExportOptions{}, f.exported);
 }
 
+// Every switch of the model configuration exports: the same state-dict names and values,
+// the same logits, and the same greedy and beam ids through the exported decoder interface
+// (KV cache with kv_heads heads, rotation at the cached offset, final LayerNorms).
 TEST(ExportTorchScript, EveryModelVariantExportsAndTranslatesAsNative) {
   const auto& base = fixture();
   for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern", "moe"}) {
