@@ -173,6 +173,66 @@ TEST_P(TransformerOnDevice, IncrementalDecodingEqualsFullRecomputation) {
   EXPECT_EQ(cache.layers[0].cross_k.size(1), model->config().key_value_heads());
 }
 
+// In-flight batching: rows join a running batch between steps (DecoderCache::append), at their
+// first position while the others go on; rows leave (select) and the cache trims what no
+// remaining row uses. Every row's logits equal that row decoded alone, at every step.
+TEST_P(TransformerOnDevice, RowJoiningARunningBatchEqualsTheRowAlone) {
+  torch::NoGradGuard no_grad;
+  const std::vector<std::vector<int64_t>> sources = {{5, 6, 7}, {8, 9, 10, 11, 12}, {13, 14, 15, 16, 17, 18, 19}, {20, 21}};
+  auto target = [](size_t row, int64_t t) -> int64_t { return t == 0 ? 2 : 3 + (row * 7 + t * 5) % 40; };
+  auto padded = [&](std::vector<size_t> rows) {  // [n, S], pad 0
+    size_t width = 0;
+    for (auto r : rows) width = std::max(width, sources[r].size());
+    auto out = torch::zeros({static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, torch::kLong);
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (size_t j = 0; j < sources[rows[i]].size(); ++j) out[i][j] = sources[rows[i]][j];
+    return out.to(device);
+  };
+  auto fresh = [&](const torch::Tensor& src) {
+    auto mask = make_padding_mask(src, 0);
+    return model->start_cache(model->encode(src, mask), mask);
+  };
+  // Each row alone, 10 teacher-forced steps.
+  std::vector<std::vector<torch::Tensor>> alone(sources.size());
+  for (size_t r = 0; r < sources.size(); ++r) {
+    DecoderCache cache = fresh(padded({r}));
+    for (int64_t t = 0; t < 10; ++t)
+      alone[r].push_back(model->decode_step(torch::full({1}, target(r, t), torch::kLong).to(device), cache)[0]);
+  }
+  DecoderCache cache = fresh(padded({0, 1}));
+  std::vector<size_t> rows = {0, 1};
+  std::vector<int64_t> position = {0, 0, 0, 0};
+  auto steps = [&](int count, const std::string& phase) {
+    for (int s = 0; s < count; ++s) {
+      std::vector<int64_t> last;
+      for (auto r : rows) last.push_back(target(r, position[r]));
+      auto logits = model->decode_step(torch::tensor(last, torch::kLong).to(device), cache);  // [n, V]
+      for (size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(logits[static_cast<int64_t>(i)], alone[rows[i]][position[rows[i]]], 1e-5, 1e-5))
+            << phase << ": row " << rows[i] << " position " << position[rows[i]];
+        ++position[rows[i]];
+      }
+    }
+  };
+  steps(3, "before the join");
+  EXPECT_FALSE(cache.ragged());
+  cache.append(fresh(padded({2, 3})));  // one longer source (S grows to 7), one shorter
+  rows = {0, 1, 2, 3};
+  EXPECT_TRUE(cache.ragged());
+  EXPECT_EQ(cache.src_mask.size(3), 7);
+  steps(4, "after the join");
+  cache.select(torch::tensor(std::vector<int64_t>{2, 3}, torch::kLong).to(device));  // the first rows finish
+  rows = {2, 3};
+  EXPECT_FALSE(cache.ragged()) << "the joined rows are all that is left: uniform again";
+  EXPECT_EQ(cache.layers[0].self_k.size(2), 4) << "columns before the joined rows' start are trimmed";
+  steps(2, "after the first rows left");
+  cache.select(torch::tensor(std::vector<int64_t>{1}, torch::kLong).to(device));  // the longer source leaves
+  rows = {3};
+  EXPECT_EQ(cache.src_mask.size(3), 2) << "source columns past the remaining row's extent are trimmed";
+  EXPECT_EQ(cache.layers[0].cross_k.size(2), 2);
+  steps(2, "after the longer source left");
+}
+
 TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {
   auto src = tokens({{5, 0}});
   EXPECT_EQ(make_padding_mask(src, 0).device(), device);

@@ -24,6 +24,13 @@ void TransformerDecoder::start(const at::Tensor& src) {
   }
 }
 
+void TransformerDecoder::join(const at::Tensor& src) {
+  if (!use_cache_) IncrementalDecoder::join(src);  // throws
+  torch::NoGradGuard no_grad;
+  auto mask = make_padding_mask(src, model_->config().pad_id);   // [n, 1, 1, S]
+  cache_.append(model_->start_cache(model_->encode(src, mask), mask));
+}
+
 at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
   torch::NoGradGuard no_grad;
   at::Tensor logits;

@@ -68,6 +68,22 @@ torch::Tensor PositionalEncodingImpl::forward(const torch::Tensor& x, int64_t of
   return dropout(x + pe.narrow(1, offset, length).to(x.dtype()));
 }
 
+torch::Tensor PositionalEncodingImpl::forward_at(const torch::Tensor& x, const torch::Tensor& positions) {
+  if (options.kind() == Positions::kRope) return dropout(x);
+  return dropout(x + pe.select(0, 0).index_select(0, positions).unsqueeze(1).to(x.dtype()));  // [B, 1, D]
+}
+
+void PositionalEncodingImpl::check_positions(int64_t end) const { check_length(0, end, options.max_positions()); }
+
+std::pair<torch::Tensor, torch::Tensor> PositionalEncodingImpl::rotary(const torch::Tensor& positions,
+                                                                      c10::ScalarType dtype) const {
+  if (options.kind() != Positions::kRope) return {};
+  auto rows = [&](const torch::Tensor& table) {
+    return table.index_select(0, positions).to(dtype).view({positions.size(0), 1, 1, table.size(1)});  // [B, 1, 1, d_k]
+  };
+  return {rows(cos), rows(sin)};
+}
+
 std::pair<torch::Tensor, torch::Tensor> PositionalEncodingImpl::rotary(int64_t offset, int64_t length,
                                                                       c10::ScalarType dtype) const {
   if (options.kind() != Positions::kRope) return {};
@@ -82,7 +98,7 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 std::pair<at::Tensor, at::Tensor> apply_rotary_pos_emb(const at::Tensor& q, const at::Tensor& k, const at::Tensor& sin,
                                                        const at::Tensor& cos) {
-  return {q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin};  // cos/sin [T, d_k] broadcast
+  return {q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin};  // cos/sin [T, d_k] or [B, 1, 1, d_k] broadcast
 }
 
 }  // namespace torchmt

@@ -178,11 +178,24 @@ DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const tor
 }
 
 torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, DecoderCache& cache) {
-  auto x = pos_encoding->forward(tgt_embedding(last_tokens.unsqueeze(1)) * embed_scale_, cache.length);  // [B, 1, D]
+  auto embedded = tgt_embedding(last_tokens.unsqueeze(1)) * embed_scale_;  // [B, 1, D]
+  torch::Tensor x, self_mask;
   RotaryTables rotary;
-  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(cache.length, 1, x.scalar_type());
+  if (cache.ragged()) {
+    // Rows that joined later sit at earlier positions and see only their own columns.
+    pos_encoding->check_positions(cache.length + 1);  // every row's position is <= length
+    auto positions = cache.length - cache.start;      // [B]
+    x = pos_encoding->forward_at(embedded, positions);
+    std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(positions, x.scalar_type());
+    self_mask = (torch::arange(cache.length + 1, cache.start.options()) >= cache.start.unsqueeze(1))
+                    .view({-1, 1, 1, cache.length + 1});  // [B, 1, 1, T + 1]
+  } else {
+    x = pos_encoding->forward(embedded, cache.length);
+    std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(cache.length, 1, x.scalar_type());
+  }
   for (size_t i = 0; i < decoder_layers->size(); ++i)
-    x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask, rotary);
+    x = decoder_layers[i]->as<TransformerDecoderLayer>()->forward_step(x, cache.layers[i], cache.src_mask, rotary,
+                                                                        self_mask);
   cache.length += 1;
   if (decoder_norm) x = decoder_norm(x);
   return apply_linear(fc_out, x.squeeze(1));  // [B, V]

@@ -31,7 +31,7 @@ namespace {
 // Post-norm: x = norm(x + sublayer(x)); Pre-LN: x = x + sublayer(norm(x)).
 torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& memory,
                         const torch::Tensor& src_mask, const torch::Tensor& tgt_mask, LayerKVCache* cache,
-                        torch::Tensor* cross_weights, const RotaryTables& rotary) {
+                        torch::Tensor* cross_weights, const RotaryTables& rotary, const torch::Tensor& self_mask) {
   auto& self_attn = layer.self_attn;
   auto& cross_attn = layer.cross_attn;
   const bool pre = layer.options.norm() == Norm::kPre;
@@ -44,7 +44,9 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
     cache->self_k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, G, t, d_k]
     cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, G, t, d_k]
-    self_out = self_attn->attend(q, cache->self_k, cache->self_v, torch::Tensor());
+    // self_mask: only in a batch whose rows joined at different steps (never empty: a row
+    // always sees its own new key).
+    self_out = self_attn->attend(q, cache->self_k, cache->self_v, self_mask, /*mask_sanitized=*/true);
   } else {
     self_out = self_attn(in, in, in, tgt_mask, /*causal=*/true, rotary);
   }
@@ -73,7 +75,7 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
 torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
                                                    const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
                                                    torch::Tensor* cross_weights, const RotaryTables& rotary) {
-  return run_layer(*this, x, memory, src_mask, tgt_mask, nullptr, cross_weights, rotary);
+  return run_layer(*this, x, memory, src_mask, tgt_mask, nullptr, cross_weights, rotary, torch::Tensor());
 }
 
 void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, LayerKVCache& cache) {
@@ -84,8 +86,9 @@ void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, Lay
 }
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,
-                                                        const torch::Tensor& src_mask, const RotaryTables& rotary) {
-  return run_layer(*this, x, torch::Tensor(), src_mask, torch::Tensor(), &cache, nullptr, rotary);
+                                                        const torch::Tensor& src_mask, const RotaryTables& rotary,
+                                                        const torch::Tensor& self_mask) {
+  return run_layer(*this, x, torch::Tensor(), src_mask, torch::Tensor(), &cache, nullptr, rotary, self_mask);
 }
 
 }  // namespace torchmt

@@ -3,6 +3,8 @@
 // fairseq's search.py): encode a batch once, then score one next token per live row.
 // Rows are hypotheses; `select` keeps, reorders or duplicates them (beam reordering,
 // finished sentences leaving the batch), so no compute is spent on finished rows.
+#include <stdexcept>
+
 #include <ATen/core/Tensor.h>
 
 namespace torchmt {
@@ -20,6 +22,14 @@ class IncrementalDecoder {
   // (beam reordering while no sentence leaves the batch). Decoders may keep their
   // source-side state as it is; the default is a full select.
   virtual void reorder_within_sentences(const at::Tensor& index) { select(index); }
+  // In-flight batching: whether join() can add rows to a running batch.
+  virtual bool can_join() const { return false; }
+  // src [n, S] (padded, on the device): n new rows after the current ones, each at its
+  // first target position at the next step (the others keep theirs). Without can_join(),
+  // only start() begins a batch.
+  virtual void join(const at::Tensor& /*src*/) {
+    throw std::logic_error("this decoder cannot add rows to a running batch");
+  }
   virtual at::Device device() const = 0;
 };
 

@@ -16,6 +16,8 @@ class TransformerDecoder : public IncrementalDecoder {
   at::Tensor step(const at::Tensor& last_tokens) override;
   void select(const at::Tensor& index) override;
   void reorder_within_sentences(const at::Tensor& index) override;
+  bool can_join() const override { return use_cache_; }  // the cache holds per-row positions
+  void join(const at::Tensor& src) override;
   at::Device device() const override;
 
  private:

@@ -17,11 +17,29 @@ struct LayerKVCache {
 struct DecoderCache {
   std::vector<LayerKVCache> layers;
   at::Tensor src_mask;  // [B, 1, 1, S]
-  int64_t length = 0;   // target positions already in the cache
+  int64_t length = 0;   // target positions already in the cache (columns of self_k / self_v)
+  // Rows at different target positions, once rows have joined a running batch (append):
+  // the self-attention K/V are right-aligned, row b's keys are columns [start[b], length)
+  // and the columns before them are zeros it never attends to; its next position is
+  // length - start[b]. Undefined while every row starts at column 0 (a batch that nothing
+  // joined, and what trim() returns to), so that case runs exactly as before.
+  at::Tensor start;  // [B] int64 on the cache's device
+  // Host copies of the starts and of each row's source extent (non-padding keys), kept
+  // from the first append on, so trimming needs no read-back from the device.
+  std::vector<int64_t> start_host, source_length_host;
 
   int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) : 0; }
-  // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences.
+  bool ragged() const { return start.defined(); }
+  // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences. Once
+  // rows have joined, also trims the columns no remaining row uses (trim()).
   void select(const at::Tensor& batch_index);
+  // Adds the rows of `rows` (a fresh cache from start_cache, nothing decoded yet) after the
+  // current ones; each starts at its first target position at the next step. Source sides
+  // of different lengths are padded to the longer one (masked keys).
+  void append(DecoderCache rows);
+  // Drops self-attention columns before every row's start and source columns past every
+  // row's extent (views: the next step's concatenation copies them anyway).
+  void trim();
   // The same for a reorder in which every new row i takes an old row of the same source
   // sentence as old row i (beams reordered, no sentence left): the source side (cross K/V,
   // mask) is identical across those rows, so only the self-attention K/V are gathered.

@@ -33,9 +33,17 @@ class PositionalEncodingImpl : public torch::nn::Cloneable<PositionalEncodingImp
   void reset() override;
   // x [B, T, D]; `offset` is the position of x's first row (incremental decoding).
   torch::Tensor forward(const torch::Tensor& x, int64_t offset = 0);
+  // forward() for x [B, 1, D] with one position per row, `positions` [B] int64 on x's device (rows of a
+  // running decoding batch that joined at different steps). The same table entries as the
+  // offset form; the caller checks the range (a device tensor is not read back here).
+  torch::Tensor forward_at(const torch::Tensor& x, const torch::Tensor& positions);
   // rope: (cos, sin) [length, head_dim] of positions offset..offset+length-1, in `dtype`;
   // undefined tensors for the other schemes.
   std::pair<torch::Tensor, torch::Tensor> rotary(int64_t offset, int64_t length, c10::ScalarType dtype) const;
+  // rope: (cos, sin) [B, 1, 1, head_dim], row b at positions[b], for one query per row.
+  std::pair<torch::Tensor, torch::Tensor> rotary(const torch::Tensor& positions, c10::ScalarType dtype) const;
+  // Throws past the table, as forward() and rotary() do for an offset and length.
+  void check_positions(int64_t end) const;
   // Fresh weights of a learned table (normal, std d^-1/2 like the embeddings).
   void reset_parameters();
 

@@ -9,7 +9,8 @@
 
 namespace torchmt {
 
-// cos and sin [T, d_k] of the T positions a call covers; undefined = no rotation.
+// cos and sin [T, d_k] of the T positions a call covers, or [B, 1, 1, d_k] for one query per
+// row at per-row positions (a ragged decoding batch); undefined = no rotation.
 struct RotaryTables {
   at::Tensor cos, sin;
   bool defined() const { return cos.defined(); }

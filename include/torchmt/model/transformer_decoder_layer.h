@@ -28,9 +28,11 @@ class TransformerDecoderLayerImpl : public torch::nn::Cloneable<TransformerDecod
   void prepare_cache(const torch::Tensor& memory, LayerKVCache& cache);
   // x [B, 1, D]: the newest target position; attends to the cached positions and itself,
   // appends its K/V to the cache (rotated at its position when `rotary` holds that
-  // position's tables). Equal to forward() on the full prefix, last row.
+  // position's tables). Equal to forward() on the full prefix, last row. `self_mask`
+  // [B, 1, 1, t + 1]: which cached columns each row may see, for rows that joined the batch
+  // at different steps (DecoderCache::start); undefined = all of them.
   torch::Tensor forward_step(const torch::Tensor& x, LayerKVCache& cache, const torch::Tensor& src_mask,
-                             const RotaryTables& rotary = {});
+                             const RotaryTables& rotary = {}, const torch::Tensor& self_mask = {});
 
   TransformerLayerOptions options;
   MultiHeadAttention self_attn{nullptr}, cross_attn{nullptr};
