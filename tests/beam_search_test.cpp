@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/decoding/search.h"
 #include "torchmt/decoding/transformer_decoder.h"
 
@@ -23,11 +24,20 @@ using Script = std::function<std::vector<double>(int64_t sentence, const std::ve
 
 class ScriptedDecoder : public IncrementalDecoder {
  public:
-  explicit ScriptedDecoder(Script script) : script_(std::move(script)) {}
+  explicit ScriptedDecoder(Script script, bool joinable = false) : script_(std::move(script)), joinable_(joinable) {}
+  bool can_join() const override { return joinable_; }
+  void join(const at::Tensor& src) override {
+    if (!joinable_) IncrementalDecoder::join(src);
+    for (int64_t i = 0; i < src.size(0); ++i) rows_.push_back({src[i][0].item<int64_t>(), {}});
+    joins_ += 1;
+  }
+  int64_t starts() const { return starts_; }
+  int64_t joins() const { return joins_; }
   void start(const at::Tensor& src) override {
     rows_.clear();
     for (int64_t i = 0; i < src.size(0); ++i) rows_.push_back({src[i][0].item<int64_t>(), {}});
     started_ = true;
+    starts_ += 1;
   }
   at::Tensor step(const at::Tensor& last_tokens) override {
     EXPECT_EQ(last_tokens.size(0), static_cast<int64_t>(rows_.size()));
@@ -57,8 +67,9 @@ class ScriptedDecoder : public IncrementalDecoder {
   };
   Script script_;
   std::vector<Row> rows_;
+  bool joinable_ = false;
   bool started_ = false;
-  int64_t steps_ = 0, rows_stepped_ = 0;
+  int64_t steps_ = 0, rows_stepped_ = 0, starts_ = 0, joins_ = 0;
 };
 
 std::vector<double> dist(double a, double b, double eos) { return {0, 0, 0, eos, a, b}; }
@@ -207,6 +218,81 @@ TEST(BeamSearch, CachedDecodingEqualsRecomputationOnARealModel) {
         EXPECT_NEAR(a[i][j].score, b[i][j].score, 1e-4);
       }
   }
+}
+
+// Sentence s says "a" s times, then ends (each step certain enough to be greedy's pick).
+std::vector<double> counts_to_its_id(int64_t sentence, const std::vector<int64_t>& prefix) {
+  return static_cast<int64_t>(prefix.size()) < sentence ? dist(0.7, 0.2, 0.1) : dist(0.1, 0.1, 0.8);
+}
+
+TEST(GreedyStream, RowsJoiningBetweenStepsGetWhatTheyGetAloneAndLeaveWhenDone) {
+  ScriptedDecoder decoder(counts_to_its_id, /*joinable=*/true);
+  GreedyStream stream(decoder);
+  std::map<int64_t, Hypothesis> done;
+  auto collect = [&] {
+    for (auto& [tag, h] : stream.take_finished()) EXPECT_TRUE(done.emplace(tag, std::move(h)).second) << tag;
+  };
+  stream.join(sources({3}), {10}, options(1));
+  stream.step();
+  stream.step();
+  stream.join(sources({1, 5}), {11, 12}, options(1));
+  EXPECT_EQ(stream.live(), 3);
+  while (!stream.empty()) {
+    stream.step();
+    collect();
+  }
+  EXPECT_EQ(decoder.starts(), 1);
+  EXPECT_EQ(decoder.joins(), 1);
+  ASSERT_EQ(done.size(), 3u);
+  const std::map<int64_t, int64_t> sentence_of = {{10, 3}, {11, 1}, {12, 5}};
+  int64_t steps_alone = 0;
+  for (const auto& [tag, sentence] : sentence_of) {
+    ScriptedDecoder alone_decoder(counts_to_its_id);
+    auto alone = greedy_search(alone_decoder, sources({sentence}), options(1))[0][0];
+    EXPECT_EQ(done[tag].tokens, std::vector<int64_t>(static_cast<size_t>(sentence), A)) << tag;
+    EXPECT_EQ(done[tag].tokens, alone.tokens) << tag;
+    EXPECT_EQ(done[tag].log_prob, alone.log_prob) << tag;
+    EXPECT_EQ(done[tag].score, alone.score) << tag;
+    steps_alone += alone_decoder.rows_stepped();
+  }
+  // Every row is stepped exactly as often as alone (sentence + 1 times): ended rows left.
+  EXPECT_EQ(decoder.rows_stepped(), steps_alone);
+}
+
+TEST(GreedyStream, EachRowKeepsItsOwnLengthLimit) {
+  ScriptedDecoder decoder(counts_to_its_id, /*joinable=*/true);
+  GreedyStream stream(decoder);
+  stream.join(sources({6}), {0}, options(1));  // limit 10: room for all six
+  stream.step();
+  auto tight = options(1);
+  tight.max_len_b = 3;  // two tokens, then eos is forced
+  stream.join(sources({6}), {1}, tight);
+  std::map<int64_t, Hypothesis> done;
+  while (!stream.empty()) {
+    stream.step();
+    for (auto& [tag, h] : stream.take_finished()) done[tag] = std::move(h);
+  }
+  EXPECT_EQ(done[0].tokens.size(), 6u);
+  EXPECT_EQ(done[1].tokens.size(), 2u);
+  EXPECT_NEAR(done[1].log_prob, 2 * std::log(0.7) + std::log(0.1), 1e-6);
+}
+
+TEST(GreedyStream, ADecoderThatCannotJoinStartsAfreshOnceTheStreamIsEmpty) {
+  ScriptedDecoder decoder(counts_to_its_id);  // no join
+  GreedyStream stream(decoder);
+  stream.join(sources({2}), {0}, options(1));
+  stream.step();
+  EXPECT_THROW(stream.join(sources({1}), {1}, options(1)), std::logic_error);
+  while (!stream.empty()) stream.step();
+  EXPECT_EQ(stream.take_finished().size(), 1u);
+  stream.join(sources({1}), {1}, options(1));  // empty again: a fresh start
+  while (!stream.empty()) stream.step();
+  auto finished = stream.take_finished();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].first, 1);
+  EXPECT_EQ(finished[0].second.tokens, std::vector<int64_t>{A});
+  EXPECT_EQ(decoder.starts(), 2);
+  EXPECT_THROW(stream.join(sources({1, 2}), {1}, options(1)), std::invalid_argument);
 }
 
 }  // namespace

@@ -7,21 +7,11 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/decoding/row_top_k.h"
 
 namespace torchmt {
 namespace {
-
-// Per-sentence length limits: a * |source| + b, capped, at least 1 (room for eos).
-std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o) {
-  auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);
-  std::vector<int64_t> out(src.size(0));
-  for (int64_t i = 0; i < src.size(0); ++i) {
-    auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
-    out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
-  }
-  return out;
-}
 
 at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
   return torch::tensor(v, torch::kLong).to(device);
@@ -62,6 +52,16 @@ void merge_row_candidates(const float* row_scores, const int64_t* row_tokens, in
 
 }  // namespace
 
+std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o) {
+  auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);
+  std::vector<int64_t> out(src.size(0));
+  for (int64_t i = 0; i < src.size(0); ++i) {
+    auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
+    out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
+  }
+  return out;
+}
+
 double length_penalty(int64_t length, double alpha) {
   return alpha == 0.0 ? 1.0 : std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
 }
@@ -69,44 +69,15 @@ double length_penalty(int64_t length, double alpha) {
 SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
   check_options(options);
   const int64_t batch = src.size(0);
-  const auto device = decoder.device();
-  const auto limits = max_lengths(src, options);
   SearchResult result(batch, std::vector<Hypothesis>(1));
   if (batch == 0) return result;
-  decoder.start(src);
-
-  std::vector<int64_t> live(batch);  // row -> sentence
-  for (int64_t i = 0; i < batch; ++i) live[i] = i;
-  auto last = torch::full({batch}, options.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
-  for (int64_t t = 0; !live.empty(); ++t) {
-    auto lprobs = decoder.step(last);  // [N, V]
-    auto [best_lp, best_tok] = row_top_k(lprobs, 1);  // [N, 1]
-    auto eos_lp = lprobs.select(1, options.eos_id).to(torch::kCPU).contiguous();  // a strided view otherwise
-    best_lp = best_lp.to(torch::kCPU);
-    best_tok = best_tok.to(torch::kCPU);
-    auto* lp_ptr = best_lp.data_ptr<float>();
-    auto* tok_ptr = best_tok.data_ptr<int64_t>();
-    auto* eos_ptr = eos_lp.data_ptr<float>();
-
-    std::vector<int64_t> keep_rows, keep_live, next_tokens;
-    for (size_t r = 0; r < live.size(); ++r) {
-      Hypothesis& h = result[live[r]][0];
-      const bool forced = t + 1 >= limits[live[r]];  // out of room: only eos
-      const int64_t tok = forced ? options.eos_id : tok_ptr[r];
-      h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
-      if (tok == options.eos_id) {
-        h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
-      } else {
-        h.tokens.push_back(tok);
-        keep_rows.push_back(static_cast<int64_t>(r));
-        keep_live.push_back(live[r]);
-        next_tokens.push_back(tok);
-      }
-    }
-    if (keep_rows.empty()) break;
-    if (keep_rows.size() < live.size()) decoder.select(index_tensor(keep_rows, device));
-    live = std::move(keep_live);
-    last = index_tensor(next_tokens, device);
+  std::vector<int64_t> tags(batch);  // row -> sentence
+  for (int64_t i = 0; i < batch; ++i) tags[i] = i;
+  GreedyStream stream(decoder);
+  stream.join(src, tags, options);
+  while (!stream.empty()) {
+    stream.step();
+    for (auto& [sentence, hypothesis] : stream.take_finished()) result[sentence][0] = std::move(hypothesis);
   }
   return result;
 }

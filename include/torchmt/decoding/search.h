@@ -24,6 +24,10 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
 // beam_size 1 -> greedy_search, otherwise beam_search.
 SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
 
+// Per-sentence length limits in steps (eos included): a * |source| + b, capped at
+// max_len_cap, at least 1 (room for eos).
+std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& options);
+
 // GNMT length penalty ((5 + length) / 6)^alpha.
 double length_penalty(int64_t length, double alpha);
 

@@ -1,0 +1,77 @@
+#include "torchmt/decoding/greedy_stream.h"
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "torchmt/decoding/row_top_k.h"
+
+namespace torchmt {
+
+void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags, const SearchOptions& options) {
+  if (static_cast<int64_t>(tags.size()) != src.size(0))
+    throw std::invalid_argument("greedy stream: " + std::to_string(tags.size()) + " tags for " +
+                                std::to_string(src.size(0)) + " sources");
+  if (src.size(0) == 0) return;
+  if (rows_.empty()) {
+    decoder_.start(src);  // also after the last row left: the decoder's state is stale
+    eos_id_ = options.eos_id;
+  } else {
+    if (!decoder_.can_join()) throw std::logic_error("this decoder cannot add rows to a running batch");
+    if (options.eos_id != eos_id_) throw std::invalid_argument("greedy stream: rows with different eos ids");
+    decoder_.join(src);
+  }
+  const auto limits = max_lengths(src, options);
+  for (size_t i = 0; i < tags.size(); ++i) {
+    Row row{tags[i], limits[i], options.length_penalty};
+    row.next = options.bos_id;
+    rows_.push_back(std::move(row));
+  }
+}
+
+void GreedyStream::step() {
+  if (rows_.empty()) return;
+  const auto device = decoder_.device();
+  std::vector<int64_t> last;
+  last.reserve(rows_.size());
+  for (const auto& row : rows_) last.push_back(row.next);
+  auto lprobs = decoder_.step(torch::tensor(last, torch::kLong).to(device));  // [N, V]
+  auto [best_lp, best_tok] = row_top_k(lprobs, 1);                            // [N, 1]
+  auto eos_lp = lprobs.select(1, eos_id_).to(torch::kCPU).contiguous();        // a strided view otherwise
+  best_lp = best_lp.to(torch::kCPU);
+  best_tok = best_tok.to(torch::kCPU);
+  const auto* lp_ptr = best_lp.data_ptr<float>();
+  const auto* tok_ptr = best_tok.data_ptr<int64_t>();
+  const auto* eos_ptr = eos_lp.data_ptr<float>();
+
+  std::vector<int64_t> keep_rows;
+  std::vector<Row> kept;
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    Row& row = rows_[r];
+    Hypothesis& h = row.hypothesis;
+    const bool forced = ++row.steps >= row.limit;  // out of room: only eos
+    const int64_t tok = forced ? eos_id_ : tok_ptr[r];
+    h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
+    if (tok == eos_id_) {
+      h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, row.length_penalty);
+      finished_.emplace_back(row.tag, std::move(h));
+    } else {
+      h.tokens.push_back(tok);
+      row.next = tok;
+      keep_rows.push_back(static_cast<int64_t>(r));
+      kept.push_back(std::move(row));
+    }
+  }
+  // No select after the last row: the next join starts the decoder afresh.
+  if (!kept.empty() && kept.size() < rows_.size()) decoder_.select(torch::tensor(keep_rows, torch::kLong).to(device));
+  rows_ = std::move(kept);
+}
+
+std::vector<std::pair<int64_t, Hypothesis>> GreedyStream::take_finished() {
+  std::vector<std::pair<int64_t, Hypothesis>> out;
+  out.swap(finished_);
+  return out;
+}
+
+}  // namespace torchmt
