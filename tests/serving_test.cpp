@@ -142,7 +142,8 @@ TEST(ServiceMetricsText, CountersAndCumulativeHistograms) {
 using test::random_translator;
 
 // 24 clients at once, one sentence each: every answer is its own sentence's (as translate()
-// gives it alone), and the batcher put several requests into one batch.
+// gives it alone), and the batcher put several requests into one batch, or, with in-flight
+// batching, into one decoding step.
 TEST(TranslationService, ConcurrentRequestsShareBatchesAndGetTheirOwnAnswers) {
   auto translator = random_translator();
   auto lines = read_lines(test::sample_de());
@@ -151,22 +152,78 @@ TEST(TranslationService, ConcurrentRequestsShareBatchesAndGetTheirOwnAnswers) {
   std::vector<std::string> expected;
   for (const auto& line : lines) expected.push_back(translator.translate_text({line}, options).front());
 
+  for (bool continuous : {true, false}) {
+    SCOPED_TRACE(continuous ? "in-flight batching" : "whole batches");
+    ServiceMetrics metrics;
+    ServiceOptions service_options;
+    service_options.max_wait_ms = 200;  // long enough for the 24 threads to arrive together
+    service_options.continuous = continuous;
+    TranslationService service(translator, service_options, &metrics);
+    EXPECT_EQ(service.continuous(), continuous);
+    std::vector<std::future<ServiceResult>> answers(lines.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < lines.size(); ++i)
+      clients.emplace_back([&, i] { answers[i] = service.submit(ServiceJob{{lines[i]}, options}); });
+    for (auto& c : clients) c.join();
+    for (size_t i = 0; i < lines.size(); ++i) {
+      auto result = answers[i].get();
+      ASSERT_EQ(result.translations.size(), 1u);
+      EXPECT_EQ(result.translations[0].texts.front(), expected[i]) << "sentence " << i;
+    }
+    if (continuous) {
+      EXPECT_EQ(metrics.batches(), 0);
+      EXPECT_GT(metrics.mean_step_rows(), 1.0);
+    } else {
+      EXPECT_LT(metrics.batches(), static_cast<int64_t>(lines.size()));
+      EXPECT_GT(metrics.mean_batch_sentences(), 1.0);
+      EXPECT_EQ(metrics.steps(), 0);
+    }
+  }
+}
+
+// In-flight batching: requests join a running batch between steps, as soon as there is room
+// (here room for a long sentence and, one after another, shorter requests beside it),
+// and get translate()'s strings.
+TEST(TranslationService, RequestsJoinARunningBatchWhenThereIsRoom) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  lines.resize(24);
+  TranslationOptions options;
+  std::vector<std::vector<Translation>> expected;
+  size_t longest = 0;
+  auto length = [&](size_t i) { return expected[i][0].hypotheses[0].tokens.size(); };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    expected.push_back(translator.translate({lines[i]}, options));
+    if (length(i) > length(longest)) longest = i;
+  }
   ServiceMetrics metrics;
   ServiceOptions service_options;
-  service_options.max_wait_ms = 200;  // long enough for the 24 threads to arrive together
+  service_options.workers = 1;
+  service_options.max_batch_rows = 3;  // the long sentence and one request of two lines (one blank)
+  service_options.max_wait_ms = 500;  // every request below is queued before the first step
   TranslationService service(translator, service_options, &metrics);
-  std::vector<std::future<ServiceResult>> answers(lines.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < lines.size(); ++i)
-    clients.emplace_back([&, i] { answers[i] = service.submit(ServiceJob{{lines[i]}, options}); });
-  for (auto& c : clients) c.join();
-  for (size_t i = 0; i < lines.size(); ++i) {
-    auto result = answers[i].get();
-    ASSERT_EQ(result.translations.size(), 1u);
-    EXPECT_EQ(result.translations[0].texts.front(), expected[i]) << "sentence " << i;
+  auto first = service.submit(ServiceJob{{lines[longest]}, options});
+  std::vector<std::future<ServiceResult>> later;
+  std::vector<size_t> later_lines;
+  for (size_t i = 0; i < lines.size() && later.size() < 6; ++i) {
+    if (length(i) >= length(longest)) continue;  // shorter ones: each leaves while the long one runs
+    later.push_back(service.submit(ServiceJob{{lines[i], ""}, options}));  // a blank line too
+    later_lines.push_back(i);
   }
-  EXPECT_LT(metrics.batches(), static_cast<int64_t>(lines.size()));
-  EXPECT_GT(metrics.mean_batch_sentences(), 1.0);
+  ASSERT_EQ(later.size(), 6u) << "the fixture's translations";
+  for (size_t j = 0; j < later.size(); ++j) {
+    const size_t line = later_lines[j];
+    auto result = later[j].get();
+    ASSERT_EQ(result.translations.size(), 2u) << line;
+    EXPECT_EQ(result.translations[0].texts, expected[line][0].texts) << "sentence " << line;
+    ASSERT_EQ(result.translations[0].hypotheses.size(), 1u);
+    EXPECT_EQ(result.translations[0].hypotheses[0].tokens, expected[line][0].hypotheses[0].tokens) << line;
+    EXPECT_NEAR(result.translations[0].hypotheses[0].score, expected[line][0].hypotheses[0].score, 1e-4) << line;
+    EXPECT_EQ(result.translations[1].texts, std::vector<std::string>{""});
+  }
+  EXPECT_EQ(first.get().translations[0].texts, expected[longest][0].texts);
+  EXPECT_GT(metrics.joins(), 0) << "shorter requests joined the running batch";
+  EXPECT_EQ(metrics.batches(), 0);
 }
 
 // The budget splits the queue into batches; different searches never share one; stop()
@@ -191,7 +248,9 @@ TEST(TranslationService, BudgetSearchesAndStop) {
     auto result = answers[i].get();
     EXPECT_EQ(result.translations[0].hypotheses.size(), i % 2 ? 2u : 1u);
   }
-  EXPECT_EQ(metrics.batches(), static_cast<int64_t>(lines.size()));
+  // Beam requests are whole batches, each alone under the budget; greedy ones ran in streams.
+  EXPECT_EQ(metrics.batches(), static_cast<int64_t>(lines.size() / 2));
+  EXPECT_GT(metrics.steps(), 0);
   EXPECT_THROW(service.submit(ServiceJob{{"x"}, greedy}), ServiceBusy);  // after stop()
 
   ServiceOptions tiny_queue;

@@ -36,6 +36,11 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
                "source tokens per batch, packed across requests", http)
           .add("max_wait_ms", [](O& o) -> double& { return o.service.max_wait_ms; },
                "how long a request waits for others to share its batch", http)
+          .add("continuous", [](O& o) -> bool& { return o.service.continuous; },
+               "in-flight batching: greedy requests join a running batch between decoding steps "
+               "(--continuous=false: whole batches)", http)
+          .add("max_batch_rows", [](O& o) -> int64_t& { return o.service.max_batch_rows; },
+               "sentences in a worker's running batch (in-flight batching)", http)
           .add("max_queue_sentences", [](O& o) -> int64_t& { return o.service.max_queue_sentences; },
                "sentences waiting at most; beyond, requests get 503", http)
           .add("max_body_bytes", [](O& o) -> int64_t& { return o.server.max_body_bytes; },
@@ -67,6 +72,7 @@ void validate(const ServeCommandOptions& o) {
   positive(static_cast<double>(o.service.max_batch_tokens), "max-batch-tokens");
   if (!(o.service.max_wait_ms >= 0)) throw std::invalid_argument("--max-wait-ms must be 0 or more");
   positive(static_cast<double>(o.service.max_queue_sentences), "max-queue-sentences");
+  positive(static_cast<double>(o.service.max_batch_rows), "max-batch-rows");
   positive(static_cast<double>(o.server.max_body_bytes), "max-body-bytes");
   positive(static_cast<double>(o.server.api.limits.max_sentences), "max-sentences");
   positive(static_cast<double>(o.server.api.limits.max_sentence_chars), "max-sentence-chars");

@@ -96,7 +96,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   std::vector<std::vector<int64_t>> sources(lines.size());
   std::vector<size_t> order;
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;  // empty in, empty out
+    if (is_blank(lines[i])) continue;  // empty in, empty out
     sources[i] = encode_source(lines[i], &out[i].truncated);
     order.push_back(i);
   }
@@ -119,26 +119,16 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     begin = end;
   }
 
-  SearchOptions search = options.search;
-  search.bos_id = kBosId;
-  search.eos_id = kEosId;
-  search.pad_id = kPadId;
-  search.max_len_cap = std::min(search.max_len_cap, config_.max_positions);
-
+  const SearchOptions search = search_options(options);
   auto run_batch = [&](IncrementalDecoder& decoder, const std::pair<size_t, size_t>& batch) {
     const auto [begin, end] = batch;
-    const int64_t longest = static_cast<int64_t>(sources[order[begin]].size());
-    auto src = torch::full({static_cast<int64_t>(end - begin), longest}, kPadId, torch::kLong);  // [B, S]
-    auto acc = src.accessor<int64_t, 2>();
-    for (size_t r = begin; r < end; ++r) {
-      const auto& ids = sources[order[r]];
-      for (size_t j = 0; j < ids.size(); ++j) acc[static_cast<int64_t>(r - begin)][static_cast<int64_t>(j)] = ids[j];
-    }
-    auto result = torchmt::search(decoder, src.to(device_), search);
+    std::vector<const std::vector<int64_t>*> rows;
+    for (size_t r = begin; r < end; ++r) rows.push_back(&sources[order[r]]);
+    auto result = torchmt::search(decoder, source_batch(rows), search);
     for (size_t r = begin; r < end; ++r) {
       Translation& t = out[order[r]];
       t.hypotheses = std::move(result[r - begin]);
-      for (const auto& h : t.hypotheses) t.texts.push_back(tgt_tok_.decode(h.tokens));
+      finish(t);
     }
   };
 
@@ -183,8 +173,37 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   if (team != previous_threads) at::set_num_threads(previous_threads);
   if (error) std::rethrow_exception(error);
   for (auto& t : out)
-    if (t.texts.empty()) t.texts.emplace_back();
+    if (t.texts.empty()) finish(t);  // the blank lines
   return out;
+}
+
+bool Translator::is_blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
+SearchOptions Translator::search_options(const TranslationOptions& options) const {
+  SearchOptions search = options.search;
+  search.bos_id = kBosId;
+  search.eos_id = kEosId;
+  search.pad_id = kPadId;
+  search.max_len_cap = std::min(search.max_len_cap, config_.max_positions);
+  return search;
+}
+
+at::Tensor Translator::source_batch(const std::vector<const std::vector<int64_t>*>& rows) const {
+  size_t longest = 0;
+  for (const auto* ids : rows) longest = std::max(longest, ids->size());
+  auto src = torch::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, kPadId,
+                         torch::kLong);  // [B, S]
+  auto acc = src.accessor<int64_t, 2>();
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t j = 0; j < rows[r]->size(); ++j)
+      acc[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = (*rows[r])[j];
+  return src.to(device_);
+}
+
+void Translator::finish(Translation& t) const {
+  t.texts.clear();
+  for (const auto& h : t.hypotheses) t.texts.push_back(tgt_tok_.decode(h.tokens));
+  if (t.texts.empty()) t.texts.emplace_back();
 }
 
 std::vector<std::string> Translator::translate_text(const std::vector<std::string>& lines,

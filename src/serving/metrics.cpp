@@ -33,7 +33,8 @@ ServiceMetrics::ServiceMetrics()
     : latency_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
       batch_sentences_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512}),
       batch_requests_({1, 2, 4, 8, 16, 32, 64, 128}),
-      batch_seconds_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}) {}
+      batch_seconds_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      step_rows_({1, 2, 4, 8, 16, 32, 64, 128, 256}) {}
 
 void ServiceMetrics::record_request(const std::string& endpoint, int status, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -43,13 +44,24 @@ void ServiceMetrics::record_request(const std::string& endpoint, int status, dou
 
 void ServiceMetrics::record_batch(int64_t requests, int64_t sentences, int64_t source_tokens, int64_t target_tokens,
                                   double seconds) {
+  record_translated(sentences, source_tokens, target_tokens);
+  std::lock_guard<std::mutex> lock(mutex_);
+  batch_sentences_.observe(static_cast<double>(sentences));
+  batch_requests_.observe(static_cast<double>(requests));
+  batch_seconds_.observe(seconds);
+}
+
+void ServiceMetrics::record_translated(int64_t sentences, int64_t source_tokens, int64_t target_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
   sentences_ += static_cast<uint64_t>(sentences);
   source_tokens_ += static_cast<uint64_t>(source_tokens);
   target_tokens_ += static_cast<uint64_t>(target_tokens);
-  batch_sentences_.observe(static_cast<double>(sentences));
-  batch_requests_.observe(static_cast<double>(requests));
-  batch_seconds_.observe(seconds);
+}
+
+void ServiceMetrics::record_step(int64_t rows, int64_t joined) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_rows_.observe(static_cast<double>(rows));
+  joins_ += static_cast<uint64_t>(joined);
 }
 
 void ServiceMetrics::set_queue(int64_t requests, int64_t sentences) {
@@ -71,6 +83,21 @@ int64_t ServiceMetrics::batches() const {
 double ServiceMetrics::mean_batch_sentences() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return batch_sentences_.count() ? batch_sentences_.sum() / static_cast<double>(batch_sentences_.count()) : 0.0;
+}
+
+int64_t ServiceMetrics::steps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(step_rows_.count());
+}
+
+double ServiceMetrics::mean_step_rows() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return step_rows_.count() ? step_rows_.sum() / static_cast<double>(step_rows_.count()) : 0.0;
+}
+
+int64_t ServiceMetrics::joins() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(joins_);
 }
 
 std::string ServiceMetrics::prometheus() const {
@@ -99,6 +126,12 @@ std::string ServiceMetrics::prometheus() const {
       << batch_requests_.prometheus("torchmt_batch_requests")
       << "# HELP torchmt_batch_seconds Decoding time per batch.\n# TYPE torchmt_batch_seconds histogram\n"
       << batch_seconds_.prometheus("torchmt_batch_seconds")
+      << "# HELP torchmt_step_rows Sentences per decoding step of in-flight batching.\n"
+         "# TYPE torchmt_step_rows histogram\n"
+      << step_rows_.prometheus("torchmt_step_rows")
+      << "# HELP torchmt_stream_joins_total Sentences that joined a running batch between steps.\n"
+         "# TYPE torchmt_stream_joins_total counter\n"
+      << "torchmt_stream_joins_total " << joins_ << "\n"
       << "# HELP torchmt_queue_requests Requests waiting for a batch.\n# TYPE torchmt_queue_requests gauge\n"
       << "torchmt_queue_requests " << queue_requests_ << "\n"
       << "# HELP torchmt_queue_sentences Sentences waiting for a batch.\n# TYPE torchmt_queue_sentences gauge\n"

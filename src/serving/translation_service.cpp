@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
+#include <optional>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
+#include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/serving/metrics.h"
+#include "torchmt/util/device.h"
 
 namespace torchmt {
 namespace {
@@ -18,6 +23,18 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
          a.use_cache == b.use_cache;
 }
 
+// Target tokens of the best hypotheses, eos included.
+int64_t target_tokens(const std::vector<Translation>& translations) {
+  int64_t tokens = 0;
+  for (const auto& t : translations)
+    if (!t.hypotheses.empty()) tokens += static_cast<int64_t>(t.hypotheses.front().tokens.size()) + 1;
+  return tokens;
+}
+
+// A sentence's tag in a worker's stream: its request's slot and its index in the request.
+constexpr int kSentenceBits = 20;
+constexpr int64_t kMaxStreamSentences = int64_t{1} << kSentenceBits;
+
 }  // namespace
 
 TranslationService::TranslationService(Translator& translator, ServiceOptions options, ServiceMetrics* metrics)
@@ -29,7 +46,19 @@ TranslationService::TranslationService(Translator& translator, ServiceOptions op
   wanted.workers = options_.workers;
   wanted.threads_per_worker = options_.threads_per_worker;
   plan_ = translator_.plan_workers(wanted, size_t{1} << 20);  // as many batches as it likes
-  for (int64_t w = 0; w < plan_.workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  // Decoders made here, not in the workers: making one may touch the shared model.
+  if (options_.continuous) {
+    for (int64_t w = 0; w < plan_.workers; ++w) {
+      auto decoder = translator_.make_decoder(/*use_cache=*/true);
+      if (!decoder->can_join()) {
+        decoders_.clear();
+        break;
+      }
+      decoders_.push_back(std::move(decoder));
+    }
+  }
+  for (int64_t w = 0; w < plan_.workers; ++w)
+    workers_.emplace_back([this, w] { worker_loop(static_cast<size_t>(w)); });
 }
 
 TranslationService::~TranslationService() { stop(); }
@@ -40,7 +69,12 @@ int64_t TranslationService::source_tokens(const std::string& sentence) const {
 
 std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
   auto pending = std::make_unique<Pending>();
-  for (const auto& s : job.sentences) pending->tokens += source_tokens(s);  // outside the lock: tokenizing
+  for (const auto& s : job.sentences) {  // outside the lock: tokenizing
+    bool truncated = false;
+    pending->ids.push_back(translator_.encode_source(s, &truncated));
+    pending->truncated.push_back(truncated);
+    pending->tokens += static_cast<int64_t>(pending->ids.back().size());
+  }
   pending->job = std::move(job);
   pending->arrived = std::chrono::steady_clock::now();
   auto future = pending->promise.get_future();
@@ -77,62 +111,198 @@ void TranslationService::publish_queue_locked() {
   if (metrics_) metrics_->set_queue(static_cast<int64_t>(queue_.size()), queued_sentences_);
 }
 
-void TranslationService::worker_loop() {
+bool TranslationService::streamable(const Pending& p) const {
+  const auto& o = p.job.options;
+  return !decoders_.empty() && o.search.beam_size == 1 && o.search.nbest == 1 && o.use_cache &&
+         static_cast<int64_t>(p.job.sentences.size()) < kMaxStreamSentences;
+}
+
+std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::take_batch_locked() {
+  // Whole requests like the oldest, in arrival order: this worker's share of them when
+  // others are free too, never more than the budget (the oldest always goes).
+  const TranslationOptions key = queue_.front()->job.options;
+  int64_t like = 0;
+  for (const auto& p : queue_)
+    if (same_search(p->job.options, key)) like += static_cast<int64_t>(p->job.sentences.size());
+  const int64_t share = (like + idle_workers_ - 1) / std::max<int64_t>(1, idle_workers_);
+  --idle_workers_;
+  std::vector<std::unique_ptr<Pending>> batch;
+  int64_t tokens = 0, sentences = 0;
+  for (auto it = queue_.begin(); it != queue_.end() && (batch.empty() || sentences < share);) {
+    if (!same_search((*it)->job.options, key)) {
+      ++it;
+      continue;
+    }
+    if (!batch.empty() && tokens + (*it)->tokens > options_.max_batch_tokens) break;
+    tokens += (*it)->tokens;
+    sentences += static_cast<int64_t>((*it)->job.sentences.size());
+    queued_sentences_ -= static_cast<int64_t>((*it)->job.sentences.size());
+    batch.push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  return batch;
+}
+
+std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::admit_locked(int64_t rows,
+                                                                                           int64_t tokens) {
+  std::vector<std::unique_ptr<Pending>> joining;
+  const auto now = std::chrono::steady_clock::now();
+  int64_t queued = 0;
+  for (const auto& p : queue_) {
+    if (streamable(*p)) {
+      queued += static_cast<int64_t>(p->job.sentences.size());
+    } else if (rows > 0 && std::chrono::duration<double, std::milli>(now - p->arrived).count() > options_.max_wait_ms) {
+      return joining;  // drain: the stream ends, then this worker decodes that request
+    }
+  }
+  // A burst is split between the workers: each admits its share of what is queued.
+  const int64_t share = (queued + plan_.workers - 1) / plan_.workers;
+  int64_t taken = 0;
+  for (auto it = queue_.begin(); it != queue_.end() && (taken == 0 || taken < share);) {
+    if (!streamable(**it)) {
+      ++it;
+      continue;
+    }
+    const auto n = static_cast<int64_t>((*it)->job.sentences.size());
+    // The first request into an empty stream always goes.
+    if (rows > 0 && (rows + n > options_.max_batch_rows || tokens + (*it)->tokens > options_.max_batch_tokens)) break;
+    rows += n;
+    tokens += (*it)->tokens;
+    taken += n;
+    queued_sentences_ -= n;
+    joining.push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  return joining;
+}
+
+void TranslationService::worker_loop(size_t worker) {
   // This thread's team for its operations, set once (setting it per call would clear oneDNN's
   // caches each time; translate() leaves a matching team alone).
   at::set_num_threads(static_cast<int>(plan_.threads_per_worker));
+  // In-flight batching: this worker's running batch and the requests it holds, by slot.
+  struct Active {
+    std::unique_ptr<Pending> pending;
+    std::vector<Translation> translations;
+    size_t remaining = 0;
+  };
+  std::optional<GreedyStream> stream;
+  std::optional<AutocastGuard> autocast;
+  at::NoGradGuard no_grad;  // grad mode and autocast are per thread
+  if (worker < decoders_.size()) {
+    stream.emplace(*decoders_[worker]);
+    autocast.emplace(translator_.device(), translator_.dtype());
+  }
+  std::map<int64_t, Active> active;
+  int64_t next_slot = 0, live_tokens = 0;
+  auto complete = [&](std::map<int64_t, Active>::iterator it) {
+    Pending& p = *it->second.pending;
+    live_tokens -= p.tokens;
+    if (metrics_)
+      metrics_->record_translated(static_cast<int64_t>(p.job.sentences.size()), p.tokens,
+                                  target_tokens(it->second.translations));
+    deliver(p, std::move(it->second.translations));
+    active.erase(it);
+  };
+
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    ++idle_workers_;
-    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      --idle_workers_;
-      return;  // stopping, and everything queued is done
-    }
-    // The oldest request and its arrival; it may be taken by another worker while this one
-    // waits, so its time is copied and the queue is looked at again after the wait.
-    const auto deadline =
-        queue_.front()->arrived + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                      std::chrono::duration<double, std::milli>(options_.max_wait_ms));
-    auto tokens_like_oldest = [&] {
-      int64_t tokens = 0;
-      for (const auto& p : queue_)
-        if (same_search(p->job.options, queue_.front()->job.options)) tokens += p->tokens;
-      return tokens;
-    };
-    wake_.wait_until(lock, deadline, [&] {
-      return stopping_ || queue_.empty() || tokens_like_oldest() >= options_.max_batch_tokens;
-    });
-    if (queue_.empty()) {
-      --idle_workers_;
-      continue;
-    }
-    // Whole requests like the oldest, in arrival order: this worker's share of them when
-    // others are free too, never more than the budget (the oldest always goes).
-    const TranslationOptions key = queue_.front()->job.options;
-    int64_t like = 0;
-    for (const auto& p : queue_)
-      if (same_search(p->job.options, key)) like += static_cast<int64_t>(p->job.sentences.size());
-    const int64_t share = (like + idle_workers_ - 1) / std::max<int64_t>(1, idle_workers_);
-    --idle_workers_;
-    std::vector<std::unique_ptr<Pending>> batch;
-    int64_t tokens = 0, sentences = 0;
-    for (auto it = queue_.begin(); it != queue_.end() && (batch.empty() || sentences < share);) {
-      if (!same_search((*it)->job.options, key)) {
-        ++it;
+    if (!stream || stream->empty()) {
+      ++idle_workers_;
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        --idle_workers_;
+        return;  // stopping, and everything queued is done
+      }
+      // The oldest request and its arrival; it may be taken by another worker while this one
+      // waits, so its time is copied and the queue is looked at again after the wait.
+      const auto deadline =
+          queue_.front()->arrived + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double, std::milli>(options_.max_wait_ms));
+      auto tokens_like_oldest = [&] {
+        int64_t tokens = 0;
+        for (const auto& p : queue_)
+          if (same_search(p->job.options, queue_.front()->job.options)) tokens += p->tokens;
+        return tokens;
+      };
+      wake_.wait_until(lock, deadline, [&] {
+        return stopping_ || queue_.empty() || tokens_like_oldest() >= options_.max_batch_tokens;
+      });
+      if (queue_.empty()) {
+        --idle_workers_;
         continue;
       }
-      if (!batch.empty() && tokens + (*it)->tokens > options_.max_batch_tokens) break;
-      tokens += (*it)->tokens;
-      sentences += static_cast<int64_t>((*it)->job.sentences.size());
-      queued_sentences_ -= static_cast<int64_t>((*it)->job.sentences.size());
-      batch.push_back(std::move(*it));
-      it = queue_.erase(it);
+      if (!streamable(*queue_.front())) {
+        auto batch = take_batch_locked();
+        publish_queue_locked();
+        if (!queue_.empty()) wake_.notify_one();  // the rest is another free worker's
+        lock.unlock();
+        run(batch);
+        lock.lock();
+        continue;
+      }
+      --idle_workers_;
     }
-    publish_queue_locked();
-    if (!queue_.empty()) wake_.notify_one();  // the rest is another free worker's
+    auto joining = admit_locked(stream->live(), live_tokens);
+    if (!joining.empty()) {
+      publish_queue_locked();
+      if (!queue_.empty()) wake_.notify_one();
+    }
     lock.unlock();
-    run(batch);
+    int64_t joined = 0;
+    try {
+      // Requests with the same search join together: one encoder call for them.
+      for (size_t first = 0; first < joining.size();) {
+        std::vector<const std::vector<int64_t>*> rows;
+        std::vector<int64_t> tags;
+        const TranslationOptions group = joining[first]->job.options;
+        const SearchOptions search = translator_.search_options(group);
+        size_t end = first;
+        for (; end < joining.size() && same_search(joining[end]->job.options, group); ++end) {
+          const int64_t slot = next_slot++;
+          Active& a = active[slot];
+          a.pending = std::move(joining[end]);
+          const Pending& p = *a.pending;
+          live_tokens += p.tokens;
+          a.translations.resize(p.job.sentences.size());
+          for (size_t i = 0; i < p.job.sentences.size(); ++i) {
+            if (Translator::is_blank(p.job.sentences[i])) {
+              translator_.finish(a.translations[i]);  // empty in, empty out
+              continue;
+            }
+            rows.push_back(&p.ids[i]);
+            tags.push_back(slot << kSentenceBits | static_cast<int64_t>(i));
+            ++a.remaining;
+          }
+          if (a.remaining == 0) complete(active.find(slot));
+        }
+        if (!rows.empty()) {
+          if (!stream->empty()) joined += static_cast<int64_t>(rows.size());  // into a running batch
+          stream->join(translator_.source_batch(rows), tags, search);
+        }
+        first = end;
+      }
+      const int64_t rows = stream->live();
+      stream->step();
+      if (metrics_ && rows > 0) metrics_->record_step(rows, joined);
+      for (auto& [tag, hypothesis] : stream->take_finished()) {
+        auto it = active.find(tag >> kSentenceBits);
+        Active& a = it->second;
+        const auto i = static_cast<size_t>(tag & (kMaxStreamSentences - 1));
+        Translation& t = a.translations[i];
+        t.hypotheses.push_back(std::move(hypothesis));
+        t.truncated = a.pending->truncated[i];
+        translator_.finish(t);
+        if (--a.remaining == 0) complete(it);
+      }
+    } catch (...) {
+      for (auto& [slot, a] : active) a.pending->promise.set_exception(std::current_exception());
+      for (auto& p : joining)
+        if (p) p->promise.set_exception(std::current_exception());  // not yet in the stream
+      active.clear();
+      live_tokens = 0;
+      stream.emplace(*decoders_[worker]);  // the next join starts the decoder afresh
+    }
     lock.lock();
   }
 }
@@ -158,35 +328,37 @@ void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
     for (auto& p : batch) p->promise.set_exception(std::current_exception());
     return;
   }
-  int64_t target_tokens = 0;
-  for (const auto& t : translations)
-    if (!t.hypotheses.empty()) target_tokens += static_cast<int64_t>(t.hypotheses.front().tokens.size()) + 1;
   if (metrics_) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics_->record_batch(static_cast<int64_t>(batch.size()), static_cast<int64_t>(lines.size()), source_tokens,
-                           target_tokens, seconds);
+                           target_tokens(translations), seconds);
   }
   size_t offset = 0;
   for (auto& p : batch) {
     const size_t n = p->job.sentences.size();
-    try {
-      ServiceResult result;
-      result.translations.assign(std::make_move_iterator(translations.begin() + static_cast<std::ptrdiff_t>(offset)),
-                                 std::make_move_iterator(translations.begin() + static_cast<std::ptrdiff_t>(offset + n)));
-      if (p->job.attention) {
-        for (size_t i = 0; i < n; ++i) {
-          const auto& t = result.translations[i];
-          result.attention.push_back(t.hypotheses.empty()
-                                         ? AttentionMap{}
-                                         : cross_attention_map(translator_, p->job.sentences[i], t.hypotheses.front().tokens,
-                                                               p->job.attention_layer, p->job.attention_head));
-        }
-      }
-      p->promise.set_value(std::move(result));
-    } catch (...) {
-      p->promise.set_exception(std::current_exception());
-    }
+    deliver(*p, std::vector<Translation>(std::make_move_iterator(translations.begin() + static_cast<std::ptrdiff_t>(offset)),
+                                         std::make_move_iterator(translations.begin() +
+                                                                 static_cast<std::ptrdiff_t>(offset + n))));
     offset += n;
+  }
+}
+
+void TranslationService::deliver(Pending& p, std::vector<Translation> translations) {
+  try {
+    ServiceResult result;
+    result.translations = std::move(translations);
+    if (p.job.attention) {
+      for (size_t i = 0; i < result.translations.size(); ++i) {
+        const auto& t = result.translations[i];
+        result.attention.push_back(t.hypotheses.empty()
+                                       ? AttentionMap{}
+                                       : cross_attention_map(translator_, p.job.sentences[i], t.hypotheses.front().tokens,
+                                                             p.job.attention_layer, p.job.attention_head));
+      }
+    }
+    p.promise.set_value(std::move(result));
+  } catch (...) {
+    p.promise.set_exception(std::current_exception());
   }
 }
 

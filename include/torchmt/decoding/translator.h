@@ -73,6 +73,20 @@ class Translator {
   // Source ids as the model sees them: pieces + eos, cut to the model's max length.
   std::vector<int64_t> encode_source(const std::string& line, bool* truncated = nullptr) const;
 
+  // The pieces of translate() for callers that drive a search themselves (the server's
+  // in-flight batching), so that they give translate()'s strings:
+  // a line translate() passes through as an empty line;
+  static bool is_blank(const std::string& line);
+  // a decoder as translate()'s workers get (call from one thread at a time: it may put a
+  // native model in eval mode);
+  std::unique_ptr<IncrementalDecoder> make_decoder(bool use_cache) const { return make_decoder_(use_cache); }
+  // the search settings with the model's special ids and length cap;
+  SearchOptions search_options(const TranslationOptions& options) const;
+  // sources (encode_source's ids) padded into one batch [n, S] on the device;
+  at::Tensor source_batch(const std::vector<const std::vector<int64_t>*>& rows) const;
+  // the texts of t's hypotheses (one empty text when it has none).
+  void finish(Translation& t) const;
+
   // The native model, or a null Transformer for a model of another format.
   Transformer& model() { return model_; }
   const ModelConfig& config() const { return config_; }

@@ -33,6 +33,11 @@ class ServiceMetrics {
   void record_request(const std::string& endpoint, int status, double seconds);  // seconds < 0: not timed
   void record_batch(int64_t requests, int64_t sentences, int64_t source_tokens, int64_t target_tokens,
                     double seconds);
+  // In-flight batching: one decoding step of `rows` sentences; `joined` sentences entered the
+  // running batch before it.
+  void record_step(int64_t rows, int64_t joined);
+  // Sentences finished outside a batch (in-flight batching), for the totals.
+  void record_translated(int64_t sentences, int64_t source_tokens, int64_t target_tokens);
   void set_queue(int64_t requests, int64_t sentences);
   void add_in_flight(int64_t delta);
   std::string prometheus() const;
@@ -40,12 +45,16 @@ class ServiceMetrics {
   // For tests and the load benchmark.
   int64_t batches() const;
   double mean_batch_sentences() const;
+  int64_t steps() const;
+  double mean_step_rows() const;
+  int64_t joins() const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
   uint64_t sentences_ = 0, source_tokens_ = 0, target_tokens_ = 0;
-  Histogram latency_, batch_sentences_, batch_requests_, batch_seconds_;
+  Histogram latency_, batch_sentences_, batch_requests_, batch_seconds_, step_rows_;
+  uint64_t joins_ = 0;
   int64_t queue_requests_ = 0, queue_sentences_ = 0, in_flight_ = 0;
 };
 

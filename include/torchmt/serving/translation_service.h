@@ -10,6 +10,16 @@
 // its share of them when other workers are free too (so that a burst keeps every worker busy),
 // at most the budget. It decodes them as one batch while the other workers take the next ones,
 // so no worker waits for another's batch to end.
+//
+// In-flight ("continuous") batching, on by default where the decoder can add rows to a running
+// batch (native and int8 models; not TorchScript exports): greedy requests with the KV cache do
+// not wait for a batch to end. Each worker runs one GreedyStream; between two decoding steps it
+// admits queued greedy requests (its share of them, up to `max_batch_rows` live sentences and
+// `max_batch_tokens` live source tokens) and answers each request as soon as its last sentence
+// ends, so a step always carries about clients / workers sentences instead of the few that are
+// left of a batch's longest one. Other requests (beam search, no cache) are decoded as whole
+// batches, as above, by a worker whose stream is empty; once one of them has waited
+// `max_wait_ms`, streams admit nothing more until they drain, so it is never starved.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -34,6 +44,8 @@ struct ServiceOptions {
   int64_t max_batch_tokens = 4096;  // source tokens (pieces + </s>) per batch, summed over its sentences
   double max_wait_ms = 5;           // how long the oldest request waits for others to share its batch
   int64_t max_queue_sentences = 8192;  // beyond this, submit() refuses (the server answers 503)
+  bool continuous = true;           // in-flight batching of greedy requests where the decoder can join rows
+  int64_t max_batch_rows = 64;      // sentences in a worker's running batch (in-flight batching)
 };
 
 struct ServiceJob {
@@ -74,16 +86,29 @@ class TranslationService {
   int64_t source_tokens(const std::string& sentence) const;
   // The workers and threads it runs.
   WorkerPlan plan() const { return plan_; }
+  // Whether greedy requests use in-flight batching (options.continuous and a decoder that joins).
+  bool continuous() const { return !decoders_.empty(); }
 
  private:
   struct Pending {
     ServiceJob job;
+    std::vector<std::vector<int64_t>> ids;  // per sentence, as Translator::encode_source gives them
+    std::vector<char> truncated;
     int64_t tokens = 0;
     std::chrono::steady_clock::time_point arrived;
     std::promise<ServiceResult> promise;
   };
-  void worker_loop();
+  void worker_loop(size_t worker);
+  // The whole-batch path: whole requests like the oldest queued one (the caller holds the lock
+  // and was counted idle; this uncounts it).
+  std::vector<std::unique_ptr<Pending>> take_batch_locked();
   void run(std::vector<std::unique_ptr<Pending>>& batch);
+  // In-flight batching: whether a request may join a stream, and which queued ones join one
+  // that has `rows` live sentences of `tokens` source tokens.
+  bool streamable(const Pending& p) const;
+  std::vector<std::unique_ptr<Pending>> admit_locked(int64_t rows, int64_t tokens);
+  // Attention maps when asked, then the answer.
+  void deliver(Pending& p, std::vector<Translation> translations);
   void publish_queue_locked();
 
   Translator& translator_;
@@ -96,6 +121,7 @@ class TranslationService {
   int64_t queued_sentences_ = 0;
   int64_t idle_workers_ = 0;  // workers waiting for a batch
   bool stopping_ = false;
+  std::vector<std::unique_ptr<IncrementalDecoder>> decoders_;  // one per worker with in-flight batching
   std::vector<std::thread> workers_;
 };
 
