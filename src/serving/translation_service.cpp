@@ -148,13 +148,18 @@ std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::ad
   std::vector<std::unique_ptr<Pending>> joining;
   const auto now = std::chrono::steady_clock::now();
   int64_t queued = 0;
+  bool due = rows == 0;
   for (const auto& p : queue_) {
     if (streamable(*p)) {
       queued += static_cast<int64_t>(p->job.sentences.size());
+      due = due || std::chrono::duration<double, std::milli>(now - p->arrived).count() >= options_.max_wait_ms;
     } else if (rows > 0 && std::chrono::duration<double, std::milli>(now - p->arrived).count() > options_.max_wait_ms) {
       return joining;  // drain: the stream ends, then this worker decodes that request
     }
   }
+  // A join copies the running batch's cache: into a running batch, requests join together, once
+  // the oldest has waited max_wait_ms or they are a quarter of the rows.
+  if (!due && queued * 4 < rows) return joining;
   // A burst is split between the workers: each admits its share of what is queued.
   const int64_t share = (queued + plan_.workers - 1) / plan_.workers;
   int64_t taken = 0;

@@ -68,7 +68,7 @@ double metric(const std::string& text, const std::string& name) {
 
 struct Level {
   int clients = 0;
-  double seconds = 0, p50 = 0, p99 = 0, mean_batch = 0;
+  double seconds = 0, p50 = 0, p99 = 0, mean_batch = 0, mean_step_rows = 0;
   size_t requests = 0, failed = 0;
 };
 
@@ -113,6 +113,9 @@ Level run_level(int port, const std::vector<std::string>& sentences, int clients
     const double sum =
         metric(after->body, "torchmt_batch_sentences_sum") - metric(before->body, "torchmt_batch_sentences_sum");
     level.mean_batch = batches > 0 ? sum / batches : 0;
+    const double steps = metric(after->body, "torchmt_step_rows_count") - metric(before->body, "torchmt_step_rows_count");
+    const double rows = metric(after->body, "torchmt_step_rows_sum") - metric(before->body, "torchmt_step_rows_sum");
+    level.mean_step_rows = steps > 0 ? rows / steps : 0;
   }
   return level;
 }
@@ -201,13 +204,16 @@ int main(int argc, char** argv) {
 
   std::cout << "bench_serve: " << sentences.size() << " sentences, one per request; flags: "
             << args["flags"].as<std::string>() << " | serve: " << args["serve-flags"].as<std::string>() << "\n";
-  std::cout << "clients  requests/s  p50 ms  p99 ms  p99/p50  mean batch  failed  vs translate\n";
+  // mean batch: sentences per whole batch; rows/step: sentences per decoding step of in-flight
+  // batching (serve --continuous, the default for greedy requests on models that can join rows).
+  std::cout << "clients  requests/s  p50 ms  p99 ms  p99/p50  mean batch  rows/step  failed  vs translate\n";
   for (const auto& c : split_list(args["clients"].as<std::string>())) {
     const Level l = run_level(port, sentences, std::stoi(c));
     const double rps = static_cast<double>(l.requests) / l.seconds;
     std::cout << std::setw(7) << l.clients << std::fixed << std::setprecision(1) << std::setw(12) << rps
               << std::setw(8) << l.p50 * 1e3 << std::setw(8) << l.p99 * 1e3 << std::setprecision(2) << std::setw(9)
-              << l.p99 / l.p50 << std::setprecision(1) << std::setw(12) << l.mean_batch << std::setw(8) << l.failed
+              << l.p99 / l.p50 << std::setprecision(1) << std::setw(12) << l.mean_batch << std::setw(11) << l.mean_step_rows
+              << std::setw(8) << l.failed
               << std::setprecision(2) << std::setw(13) << rps / ceiling << "x\n";
   }
   std::cout << "ceiling: torchmt translate, same sentences, one process: " << std::fixed << std::setprecision(1)
