@@ -1,9 +1,10 @@
 // The few-row linear kernel used by decoding: same results as at::linear (fp32, bf16, CPU
-// bf16 autocast), and it steps aside where it does not apply.
+// bf16 autocast), and it steps aside where it does not apply; and the packed-weight GEMM above it.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
+#include "torchmt/model/packed_linear.h"
 #include "torchmt/model/small_batch_linear.h"
 #include "torchmt/util/device.h"
 
@@ -90,6 +91,44 @@ TEST(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
   }
   // Training needs autograd: with grad mode on, at::linear does the work.
   EXPECT_FALSE(try_small_batch_linear_cpu(torch::randn({2, 8}), w.requires_grad_(), b).defined());
+}
+
+}  // namespace
+}  // namespace torchmt
+
+namespace torchmt {
+namespace {
+
+// MKL's packed GEMM (packed_linear.h): at::linear's values for any number of rows against a
+// weight packed once, packed again when the weight changes, and out of the way where it does
+// not apply.
+TEST(PackedLinearTest, MatchesAtenLinearAndFollowsTheWeight) {
+  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has no MKL packed GEMM";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  auto weight = torch::randn({300, 96});
+  auto bias = torch::randn({300});
+  PackedWeightCache cache;
+  for (int64_t rows : {9, 28, 64, 130}) {
+    auto x = torch::randn({rows, 96});
+    auto y = cache.try_linear(x, weight, bias, 8);
+    ASSERT_TRUE(y.defined()) << rows;
+    EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5)) << rows;
+    EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, {}, 8), torch::linear(x, weight), 1e-5, 1e-5)) << rows;
+  }
+  auto x3 = torch::randn({4, 5, 96});  // leading dimensions kept
+  auto y3 = cache.try_linear(x3, weight, bias, 8);
+  ASSERT_EQ(y3.sizes(), torch::IntArrayRef({4, 5, 300}));
+  EXPECT_TRUE(torch::allclose(y3, torch::linear(x3, weight, bias), 1e-5, 1e-5));
+  weight.mul_(-2.0);  // an in-place update (an optimizer step, a load): packed again
+  auto x = torch::randn({20, 96});
+  EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, bias, 8), torch::linear(x, weight, bias), 1e-5, 1e-5));
+  // Not for it: few rows, grad mode, another dtype.
+  EXPECT_FALSE(cache.try_linear(torch::randn({8, 96}), weight, bias, 8).defined());
+  EXPECT_FALSE(cache.try_linear(x.to(torch::kBFloat16), weight, bias, 8).defined());
+  torch::GradMode::set_enabled(true);
+  EXPECT_FALSE(cache.try_linear(x, weight, bias, 8).defined());
+  torch::GradMode::set_enabled(false);
 }
 
 }  // namespace

@@ -39,10 +39,10 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features) {
 }
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  if (const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
-      q && q->int8 && !torch::GradMode::is_enabled() && x.device().is_cpu())
-    return int8_linear(x, *q->int8);
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  if (q && q->int8 && !torch::GradMode::is_enabled() && x.device().is_cpu()) return int8_linear(x, *q->int8);
   auto y = try_small_batch_linear_cpu(x, layer->weight, layer->bias);
+  if (!y.defined() && q) y = q->packed->try_linear(x, layer->weight, layer->bias, kSmallBatchLinearMaxRows);
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 

@@ -15,6 +15,8 @@
 
 #include <torch/nn/modules/linear.h>
 
+#include "torchmt/model/packed_linear.h"
+
 namespace torchmt {
 
 struct Int8LinearWeights;
@@ -26,6 +28,8 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
   struct Uninitialized {};
   QuantizableLinearImpl(int64_t in_features, int64_t out_features, Uninitialized);
   std::shared_ptr<const Int8LinearWeights> int8;  // set by quantize_linears_int8; null = float
+  // fp32 CPU inference: the weight packed for MKL's GEMM, made on first use (packed_linear.h).
+  std::shared_ptr<PackedWeightCache> packed = std::make_shared<PackedWeightCache>();
 };
 
 // While one is alive on this thread, the model's modules allocate their parameters without
