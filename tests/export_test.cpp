@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <sstream>
 
@@ -31,6 +32,7 @@
 #include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
 #include "torchmt/model/transformer.h"
+#include "torchmt/serving/translation_service.h"
 #include "torchmt/io/checkpoint.h"
 
 namespace torchmt {
@@ -365,6 +367,14 @@ TEST(ExportTorchScript, ExportTranslatesThroughTheCheckpointsTranslator) {
   std::string long_line;
   for (int i = 0; i < 300; ++i) long_line += "Hund ";
   EXPECT_TRUE(scripted.translate({long_line}, TranslationOptions{})[0].truncated);
+  // A server over the export: its decoder cannot add rows to a running batch, so greedy
+  // requests are decoded as whole batches, with the same strings.
+  TranslationService service(scripted, ServiceOptions{});
+  EXPECT_FALSE(service.continuous());
+  std::vector<std::future<ServiceResult>> answers;
+  for (const auto& line : lines) answers.push_back(service.submit(ServiceJob{{line}, TranslationOptions{}}));
+  const auto greedy = native.translate_text(lines, TranslationOptions{});
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(answers[i].get().translations[0].texts[0], greedy[i]) << i;
 }
 
 // The decoder interface of torchmt::IncrementalDecoder, scripted in TorchScript: next-token
