@@ -21,7 +21,7 @@ at::Tensor pad_to(const at::Tensor& t, int64_t dim, int64_t size) {
 std::vector<int64_t> source_extents(const at::Tensor& src_mask) {
   const int64_t s = src_mask.size(-1);
   auto columns = torch::arange(1, s + 1, src_mask.options().dtype(torch::kLong));       // [S]
-  auto extent = (src_mask.view({-1, s}).to(torch::kLong) * columns).amax(1).to(torch::kCPU);  // [B]
+  auto extent = (src_mask.reshape({-1, s}).to(torch::kLong) * columns).amax(1).to(torch::kCPU);  // [B]
   return {extent.data_ptr<int64_t>(), extent.data_ptr<int64_t>() + extent.numel()};
 }
 
