@@ -63,10 +63,6 @@ TranslationService::TranslationService(Translator& translator, ServiceOptions op
 
 TranslationService::~TranslationService() { stop(); }
 
-int64_t TranslationService::source_tokens(const std::string& sentence) const {
-  return static_cast<int64_t>(translator_.encode_source(sentence).size());
-}
-
 std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
   auto pending = std::make_unique<Pending>();
   for (const auto& s : job.sentences) {  // outside the lock: tokenizing

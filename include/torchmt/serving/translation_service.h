@@ -82,8 +82,6 @@ class TranslationService {
   // Refuses new jobs, finishes every queued one, joins the workers. Idempotent.
   void stop();
 
-  // Source tokens of a sentence as the batch budget counts them.
-  int64_t source_tokens(const std::string& sentence) const;
   // The workers and threads it runs.
   WorkerPlan plan() const { return plan_; }
   // Whether greedy requests use in-flight batching (options.continuous and a decoder that joins).
