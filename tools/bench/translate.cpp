@@ -227,6 +227,10 @@ int main(int argc, char** argv) {
       "ct2-runner", "the CTranslate2 side",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
       "workers", "torchmt workers (0 = its default for each job)", cxxopts::value<int64_t>()->default_value("0"))(
+      "rounds",
+      "measure torchmt and CTranslate2 this many times, alternating (torchmt's rows, then CTranslate2's), "
+      "and keep each configuration's fastest: a shared machine's speed drifts between runs",
+      cxxopts::value<int>()->default_value("1"))(
       "h,help", "show this help");
   cxxopts::ParseResult r;
   try {
@@ -254,6 +258,7 @@ int main(int argc, char** argv) {
     if (dtypes.empty()) throw std::invalid_argument("--dtypes is empty");
     if (r["threads"].as<int>() < 1) throw std::invalid_argument("--threads must be at least 1");
     if (r["sentences"].as<int64_t>() < 0) throw std::invalid_argument("--sentences must be >= 0");
+    if (r["rounds"].as<int>() < 1) throw std::invalid_argument("--rounds must be at least 1");
     device = resolve_device(r["device"].as<std::string>());
   } catch (const std::exception& e) {
     std::cerr << "bench_translate: " << e.what() << "\n";
@@ -306,24 +311,89 @@ int main(int argc, char** argv) {
               << "device " << device.str() << ", " << threads << " threads (" << cores << " hardware threads), "
               << "native CPU bf16: " << (cpu_has_native_bf16() ? "yes" : "no") << ", LibTorch " << TORCH_VERSION
               << "\n"
-              << "length penalty 0.6, max length 1.2 * source length + 10; tokens = hypothesis tokens + eos\n\n"
+              << "length penalty 0.6, max length 1.2 * source length + 10; tokens = hypothesis tokens + eos\n"
+              << (r["rounds"].as<int>() > 1 ? "each configuration's fastest of " + std::to_string(r["rounds"].as<int>()) +
+                                                  " rounds (torchmt and CTranslate2 alternating)\n"
+                                            : std::string())
+              << "\n"
               << std::flush;
 
     std::map<Key, Measure> results;
     std::vector<Key> order;
-    for (const auto& dtype : dtypes)
-      for (int64_t beam : beams)
-        for (int64_t batch : batches)
-          for (bool cache : {true, false}) {
-            if (!cache && !uncached) continue;
-            Key key{"torchmt", beam, batch, dtype, cache};
-            std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
-                      << (cache ? "cache" : "no cache") << " ..." << std::flush;
-            Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
-            results[key] = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>());
-            std::cerr << " " << fmt(results[key].seconds, 2) << " s\n";
-            order.push_back(key);
-          }
+    const int rounds = r["rounds"].as<int>();
+    // A configuration's fastest round counts (its outputs are the same in every round).
+    auto keep_fastest = [&](const Key& key, Measure m) {
+      auto it = results.find(key);
+      if (it == results.end() || m.seconds < it->second.seconds) results[key] = std::move(m);
+    };
+
+    // CTranslate2's model directories and input, made once for every round.
+    std::string ct2_command, ct2_out_path;
+    if (ct2) {
+      work = fs::temp_directory_path() / ("torchmt_bench_ct2_" + std::to_string(::getpid()));
+      fs::create_directories(work);
+      const auto pieces_path = (work / "source_pieces.txt").string();
+      ct2_out_path = (work / "ct2_results.txt").string();
+      {
+        std::ofstream out(pieces_path);
+        for (const auto& s : sources) {  // the pieces without eos: CTranslate2 appends it (add_source_eos)
+          for (size_t j = 0; j + 1 < s.size(); ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
+          out << "\n";
+        }
+        if (!out) throw std::runtime_error("cannot write " + pieces_path);
+      }
+      auto checkpoint = load_checkpoint(model_path, torch::kCPU);
+      auto exporter = make_exporter("ctranslate2");
+      std::string models;
+      for (const auto& dtype : ct2_dtypes) {
+        if (dtype != "fp32" && dtype != "int8") throw std::invalid_argument("--ct2-dtypes: expected fp32 and/or int8");
+        ExportOptions export_options;
+        export_options.quantize_int8 = dtype == "int8";
+        const auto dir = (work / ("ct2_" + dtype)).string();
+        exporter->write(checkpoint, export_options, dir);
+        models += " --model " + dtype + "=" + shell_quote(dir);
+      }
+      std::string settings = r["ct2-settings"].as<std::string>();
+      if (settings.empty()) settings = std::to_string(threads) + "x1" + (threads > 1 ? ",1x" + std::to_string(threads) : "");
+      ct2_command = shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["ct2-runner"].as<std::string>()) +
+                    " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(ct2_out_path) + " --beams " +
+                    join(beams) + " --batch-sizes " + join(batches) + " --settings " + settings + models;
+    }
+
+    for (int round = 0; round < rounds; ++round) {
+      if (rounds > 1) std::cerr << "round " << round + 1 << " of " << rounds << "\n";
+      for (const auto& dtype : dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches)
+            for (bool cache : {true, false}) {
+              if (!cache && !uncached) continue;
+              Key key{"torchmt", beam, batch, dtype, cache};
+              std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
+                        << (cache ? "cache" : "no cache") << " ..." << std::flush;
+              Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
+              Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>());
+              std::cerr << " " << fmt(m.seconds, 2) << " s\n";
+              keep_fastest(key, std::move(m));
+              if (round == 0) order.push_back(key);
+            }
+      if (ct2) {
+        std::cerr << "ctranslate2: " << ct2_command << "\n" << std::flush;
+        std::cout << std::flush;
+        fs::remove(ct2_out_path);
+        const int rc = std::system(ct2_command.c_str());
+        if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
+        std::map<Key, Measure> peer;
+        std::map<std::string, double> peer_loads;
+        read_peer_results(ct2_out_path, "ctranslate2", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
+        for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
+        for (const auto& [what, seconds] : peer_loads)
+          if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
+      }
+    }
+    if (ct2) {
+      remove_tree(work.string());
+      work.clear();
+    }
 
     if (python) {
       work = fs::temp_directory_path() / ("torchmt_bench_translate_" + std::to_string(::getpid()));
@@ -364,47 +434,15 @@ int main(int argc, char** argv) {
       work.clear();
     }
 
-    if (ct2) {
-      work = fs::temp_directory_path() / ("torchmt_bench_ct2_" + std::to_string(::getpid()));
-      fs::create_directories(work);
-      const auto pieces_path = (work / "source_pieces.txt").string();
-      const auto out_path = (work / "ct2_results.txt").string();
-      {
-        std::ofstream out(pieces_path);
-        for (const auto& s : sources) {  // the pieces without eos: CTranslate2 appends it (add_source_eos)
-          for (size_t j = 0; j + 1 < s.size(); ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
-          out << "\n";
-        }
-        if (!out) throw std::runtime_error("cannot write " + pieces_path);
-      }
-      auto checkpoint = load_checkpoint(model_path, torch::kCPU);
-      auto exporter = make_exporter("ctranslate2");
-      std::string models;
-      for (const auto& dtype : ct2_dtypes) {
-        if (dtype != "fp32" && dtype != "int8") throw std::invalid_argument("--ct2-dtypes: expected fp32 and/or int8");
-        ExportOptions export_options;
-        export_options.quantize_int8 = dtype == "int8";
-        const auto dir = (work / ("ct2_" + dtype)).string();
-        exporter->write(checkpoint, export_options, dir);
-        models += " --model " + dtype + "=" + shell_quote(dir);
-      }
-      std::string settings = r["ct2-settings"].as<std::string>();
-      if (settings.empty()) settings = std::to_string(threads) + "x1" + (threads > 1 ? ",1x" + std::to_string(threads) : "");
-      const std::string command = shell_quote(r["python"].as<std::string>()) + " " +
-                                  shell_quote(r["ct2-runner"].as<std::string>()) + " --pieces " +
-                                  shell_quote(pieces_path) + " --out " + shell_quote(out_path) + " --beams " + join(beams) +
-                                  " --batch-sizes " + join(batches) + " --settings " + settings + models;
-      std::cerr << "ctranslate2: " << command << "\n" << std::flush;
-      std::cout << std::flush;
-      const int rc = std::system(command.c_str());
-      if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
-      read_peer_results(out_path, "ctranslate2", lines.size(), results, &fp32.tgt_tokenizer(), &loads);
+    if (ct2)
       for (const auto& dtype : ct2_dtypes)
         for (int64_t beam : beams)
-          for (int64_t batch : batches) order.push_back(Key{"ctranslate2", beam, batch, dtype, false});
-      remove_tree(work.string());
-      work.clear();
-    }
+          for (int64_t batch : batches) {
+            Key key{"ctranslate2", beam, batch, dtype, false};
+            if (!results.count(key)) throw std::runtime_error("CTranslate2 did not report " + search_name(beam) +
+                                                              " batch " + std::to_string(batch) + " " + dtype);
+            order.push_back(key);
+          }
 
     // ---- table --------------------------------------------------------------------
     // "agree": sentences whose best hypothesis equals torchmt's cached run of the same
