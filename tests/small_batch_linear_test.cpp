@@ -2,11 +2,15 @@
 // bf16 autocast), and it steps aside where it does not apply; and the packed-weight GEMM above it.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include <torch/torch.h>
 
 #include "torchmt/model/packed_linear.h"
 #include "torchmt/model/small_batch_linear.h"
 #include "torchmt/util/device.h"
+#include "test_support.h"
 
 namespace torchmt {
 namespace {
@@ -99,36 +103,84 @@ TEST(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
 namespace torchmt {
 namespace {
 
-// MKL's packed GEMM (packed_linear.h): at::linear's values for any number of rows against a
-// weight packed once, packed again when the weight changes, and out of the way where it does
-// not apply.
-TEST(PackedLinearTest, MatchesAtenLinearAndFollowsTheWeight) {
-  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has no MKL packed GEMM";
+// The packed GEMMs (packed_linear.h), each forced in turn: at::linear's values for any number
+// of rows against a weight packed once, packed again when the weight changes, and out of the
+// way where they do not apply.
+TEST(PackedLinearTest, EveryPackedGemmMatchesAtenLinearAndFollowsTheWeight) {
+  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has neither MKL's nor oneDNN's packed GEMM";
   torch::NoGradGuard no_grad;
-  torch::manual_seed(3);
-  auto weight = torch::randn({300, 96});
-  auto bias = torch::randn({300});
-  PackedWeightCache cache;
-  for (int64_t rows : {9, 28, 64, 130}) {
-    auto x = torch::randn({rows, 96});
-    auto y = cache.try_linear(x, weight, bias, 8);
-    ASSERT_TRUE(y.defined()) << rows;
-    EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5)) << rows;
-    EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, {}, 8), torch::linear(x, weight), 1e-5, 1e-5)) << rows;
+  for (PackedGemm gemm : PackedWeightCache::available_gemms()) {
+    SCOPED_TRACE(packed_gemm_name(gemm));
+    PackedWeightCache::force_gemm(gemm);
+    torch::manual_seed(3);
+    auto weight = torch::randn({300, 96});
+    auto bias = torch::randn({300});
+    PackedWeightCache cache;
+    for (int64_t rows : {9, 28, 64, 130}) {
+      auto x = torch::randn({rows, 96});
+      auto y = cache.try_linear(x, weight, bias, 8);
+      ASSERT_TRUE(y.defined()) << rows;
+      EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5)) << rows;
+      EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, {}, 8), torch::linear(x, weight), 1e-5, 1e-5)) << rows;
+    }
+    auto x3 = torch::randn({4, 5, 96});  // leading dimensions kept
+    auto y3 = cache.try_linear(x3, weight, bias, 8);
+    ASSERT_EQ(y3.sizes(), torch::IntArrayRef({4, 5, 300}));
+    EXPECT_TRUE(torch::allclose(y3, torch::linear(x3, weight, bias), 1e-5, 1e-5));
+    weight.mul_(-2.0);  // an in-place update (an optimizer step, a load): packed again
+    auto x = torch::randn({20, 96});
+    EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, bias, 8), torch::linear(x, weight, bias), 1e-5, 1e-5));
+    // Not for it: few rows, grad mode, another dtype.
+    EXPECT_FALSE(cache.try_linear(torch::randn({8, 96}), weight, bias, 8).defined());
+    EXPECT_FALSE(cache.try_linear(x.to(torch::kBFloat16), weight, bias, 8).defined());
+    torch::GradMode::set_enabled(true);
+    EXPECT_FALSE(cache.try_linear(x, weight, bias, 8).defined());
+    torch::GradMode::set_enabled(false);
   }
-  auto x3 = torch::randn({4, 5, 96});  // leading dimensions kept
-  auto y3 = cache.try_linear(x3, weight, bias, 8);
-  ASSERT_EQ(y3.sizes(), torch::IntArrayRef({4, 5, 300}));
-  EXPECT_TRUE(torch::allclose(y3, torch::linear(x3, weight, bias), 1e-5, 1e-5));
-  weight.mul_(-2.0);  // an in-place update (an optimizer step, a load): packed again
-  auto x = torch::randn({20, 96});
-  EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, bias, 8), torch::linear(x, weight, bias), 1e-5, 1e-5));
-  // Not for it: few rows, grad mode, another dtype.
-  EXPECT_FALSE(cache.try_linear(torch::randn({8, 96}), weight, bias, 8).defined());
-  EXPECT_FALSE(cache.try_linear(x.to(torch::kBFloat16), weight, bias, 8).defined());
-  torch::GradMode::set_enabled(true);
-  EXPECT_FALSE(cache.try_linear(x, weight, bias, 8).defined());
-  torch::GradMode::set_enabled(false);
+  PackedWeightCache::force_gemm(std::nullopt);
+}
+
+// Unforced, the first weight of a shape is measured with every GEMM and at::linear, the
+// fastest is written to the probe cache with its figures, and the result is at::linear's
+// whichever won (undefined where at::linear did: the caller then runs it).
+TEST(PackedLinearTest, TheGemmIsMeasuredOncePerShapeAndRemembered) {
+  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has neither MKL's nor oneDNN's packed GEMM";
+  if (std::getenv("TORCHMT_PACKED_GEMM")) GTEST_SKIP() << "TORCHMT_PACKED_GEMM forces the choice";
+  test::TempDir dir;
+  const char* old = std::getenv("TORCHMT_CACHE_DIR");
+  const std::string old_value = old ? old : "";
+  setenv("TORCHMT_CACHE_DIR", dir.path().c_str(), 1);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  auto weight = torch::randn({123, 77}), bias = torch::randn({123});  // a shape no other test uses
+  auto x = torch::randn({40, 77});
+  PackedWeightCache cache;
+  auto y = cache.try_linear(x, weight, bias, 8);
+  if (y.defined()) {
+    EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5));
+  }
+  if (old)
+    setenv("TORCHMT_CACHE_DIR", old_value.c_str(), 1);
+  else
+    unsetenv("TORCHMT_CACHE_DIR");
+
+  std::ifstream in(dir.file("gemm-probe.tsv"));
+  ASSERT_TRUE(in) << "no probe record written";
+  std::string line, found;
+  while (std::getline(in, line))
+    if (line.find("|linear 77x123\t") != std::string::npos) found = line;
+  ASSERT_FALSE(found.empty());
+  const std::string value = found.substr(found.find('\t') + 1, found.rfind('\t') - found.find('\t') - 1);
+  EXPECT_TRUE(value == "aten" || value == "mkl" || value == "onednn") << found;
+  EXPECT_EQ(y.defined(), value != "aten") << found;
+  EXPECT_NE(found.find("aten "), std::string::npos) << found;  // the figures it chose by
+  EXPECT_NE(found.find(" at 40 rows"), std::string::npos) << found;
+
+  // Forced to at::linear: nothing packed, the caller's at::linear runs.
+  PackedWeightCache::force_gemm(PackedGemm::kAten);
+  PackedWeightCache other;
+  EXPECT_FALSE(other.try_linear(x, weight, bias, 8).defined());
+  PackedWeightCache::force_gemm(std::nullopt);
 }
 
 }  // namespace
