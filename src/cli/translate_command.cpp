@@ -11,6 +11,7 @@
 #include "torchmt/decoding/attention_svg.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/heap.h"
 #include "input_lines.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/export/exported_model.h"
@@ -115,6 +116,9 @@ int run_translate(int argc, char** argv) {
       first_line = lines.front();
       first_translation = std::move(translations.front());
     }
+    // Each window's tensors are gone by now; their memory goes back, so the next window
+    // starts from the same footprint (heap.h).
+    return_free_heap_memory();
     if (file) {
       file->write(text);
     } else {
