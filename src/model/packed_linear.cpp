@@ -64,6 +64,9 @@ const OnednnOps& onednn() {
     auto& dispatcher = c10::Dispatcher::singleton();
     ops.reorder = dispatcher.findSchema({"mkldnn::_reorder_linear_weight", ""});
     ops.linear = dispatcher.findSchema({"mkldnn::_linear_pointwise", ""});
+    // The schemas the calls below are built for (LibTorch 2.x): anything else is not used.
+    if (ops.reorder && ops.reorder->schema().arguments().size() != 2) ops.reorder.reset();
+    if (ops.linear && ops.linear->schema().arguments().size() != 6) ops.linear.reset();
     return ops;
   }();
   return found;
