@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/fused_inference_ops.h"
+
 namespace torchmt {
 
 TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerLayerOptions& options_)
@@ -50,8 +52,14 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
   } else {
     self_out = self_attn(in, in, in, tgt_mask, /*causal=*/true, rotary);
   }
-  auto h = pre ? x + layer.dropout(self_out) : layer.norm1(x + layer.dropout(self_out));
-  const auto cross_in = pre ? layer.norm2(h) : h;
+  // Residual sums and the LayerNorm that follows are one fused pass in CPU inference
+  // (fused_inference_ops.h).
+  torch::Tensor h, cross_in;
+  if (pre) {
+    cross_in = add_layer_norm(layer.norm2, x, layer.dropout(self_out), &h);
+  } else {
+    h = cross_in = add_layer_norm(layer.norm1, x, layer.dropout(self_out));
+  }
   torch::Tensor cross;
   if (cache) {
     auto cq = cross_attn->split_heads(cross_attn->W_q, cross_in);  // [B, H, 1, d_k]
@@ -63,11 +71,11 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     cross = cross_attn(cross_in, memory, memory, src_mask);
   }
   if (pre) {
-    h = h + layer.dropout(cross);
-    return h + layer.dropout(layer.ffn(layer.norm3(h)));
+    const auto ffn_in = add_layer_norm(layer.norm3, h, layer.dropout(cross), &h);
+    return h + layer.dropout(layer.ffn(ffn_in));
   }
-  h = layer.norm2(h + layer.dropout(cross));
-  return layer.norm3(h + layer.dropout(layer.ffn(h)));
+  h = add_layer_norm(layer.norm2, h, layer.dropout(cross));
+  return add_layer_norm(layer.norm3, h, layer.dropout(layer.ffn(h)));
 }
 
 }  // namespace

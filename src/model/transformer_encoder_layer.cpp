@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/fused_inference_ops.h"
+
 namespace torchmt {
 
 void FeedForwardSlot::build(torch::nn::Module& layer, const TransformerLayerOptions& options) {
@@ -39,11 +41,13 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const
                                                    const RotaryTables& rotary) {
   if (options.norm() == Norm::kPre) {
     auto n = norm1(x);
-    auto h = x + dropout(self_attn(n, n, n, mask, /*causal=*/false, rotary));
-    return h + dropout(ffn(norm2(h)));
+    torch::Tensor h;
+    const auto ffn_in = add_layer_norm(norm2, x, dropout(self_attn(n, n, n, mask, /*causal=*/false, rotary)), &h);
+    return h + dropout(ffn(ffn_in));
   }
-  auto h = norm1(x + dropout(self_attn(x, x, x, mask, /*causal=*/false, rotary)));
-  return norm2(h + dropout(ffn(h)));
+  // Residual sum and LayerNorm: one fused pass in CPU inference (fused_inference_ops.h).
+  auto h = add_layer_norm(norm1, x, dropout(self_attn(x, x, x, mask, /*causal=*/false, rotary)));
+  return add_layer_norm(norm2, h, dropout(ffn(h)));
 }
 
 }  // namespace torchmt

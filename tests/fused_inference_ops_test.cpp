@@ -1,0 +1,139 @@
+// The fused CPU inference passes (rotary positions, residual sum + LayerNorm): the values of
+// the ATen composites they replace, in fp32 and bf16, and they step aside where they do not
+// apply (gradients, autocast), so training differentiates the composite.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/fused_inference_ops.h"
+#include "torchmt/model/rotary.h"
+#include "torchmt/util/device.h"
+
+namespace torchmt {
+namespace {
+
+at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos) {
+  return x * cos + rotate_half(x) * sin;
+}
+
+// x [B, H, T, d] as split_heads leaves it: a transposed view of [B, T, H, d].
+at::Tensor heads_view(int64_t b, int64_t h, int64_t t, int64_t d, torch::Dtype dtype) {
+  return torch::randn({b, t, h, d}).to(dtype).transpose(1, 2);  // [B, H, T, d]
+}
+
+TEST(FusedInferenceOpsTest, RotaryMatchesCompositeFp32) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const int64_t b = 3, h = 4, t = 6, d = 32;
+  auto x = heads_view(b, h, t, d, torch::kFloat);
+  // Tables for every position ([T, d], a full pass), for one step ([1, d] at T = 1) and per row
+  // ([B, 1, 1, d], rows at different positions).
+  for (auto shape : {std::vector<int64_t>{t, d}, std::vector<int64_t>{b, 1, 1, d}}) {
+    auto angles = torch::rand(shape) * 6.0;
+    auto sin = angles.sin(), cos = angles.cos();
+    auto ours = try_rotary_cpu(x, sin, cos);
+    ASSERT_TRUE(ours.defined());
+    EXPECT_EQ(ours.sizes(), x.sizes());
+    EXPECT_TRUE(torch::allclose(ours, rotary_composite(x, sin, cos), 1e-6, 1e-6));
+  }
+  auto step = heads_view(b, h, 1, d, torch::kFloat);
+  auto angles = torch::rand({1, d});
+  auto ours = try_rotary_cpu(step, angles.sin(), angles.cos());
+  ASSERT_TRUE(ours.defined());
+  EXPECT_TRUE(torch::allclose(ours, rotary_composite(step, angles.sin(), angles.cos()), 1e-6, 1e-6));
+}
+
+TEST(FusedInferenceOpsTest, RotaryBf16RoundsAsTheComposite) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  auto x = heads_view(2, 2, 5, 16, torch::kBFloat16);
+  auto angles = torch::rand({5, 16}) * 6.0;
+  auto sin = angles.sin().to(torch::kBFloat16), cos = angles.cos().to(torch::kBFloat16);
+  auto ours = try_rotary_cpu(x, sin, cos);
+  ASSERT_TRUE(ours.defined());
+  EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
+  // One bf16 step (2^-8 relative) at most: an FMA may skip one of the composite's roundings.
+  auto expected = rotary_composite(x, sin, cos).to(torch::kFloat);
+  EXPECT_TRUE(torch::allclose(ours.to(torch::kFloat), expected, 8e-3, 8e-3));
+}
+
+TEST(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
+  auto x = heads_view(1, 2, 3, 8, torch::kFloat);
+  auto angles = torch::rand({3, 8});
+  {
+    torch::AutoGradMode grad(true);
+    EXPECT_FALSE(try_rotary_cpu(x, angles.sin(), angles.cos()).defined());
+  }
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(try_rotary_cpu(x, angles.sin().narrow(1, 0, 4), angles.cos().narrow(1, 0, 4)).defined());  // d mismatch
+  EXPECT_FALSE(try_rotary_cpu(x.to(torch::kDouble), angles.sin().to(torch::kDouble),
+                              angles.cos().to(torch::kDouble)).defined());
+  EXPECT_FALSE(try_rotary_cpu(x, angles.sin().to(torch::kBFloat16), angles.cos()).defined());  // mixed dtypes
+  // apply_rotary_pos_emb gives the composite's values through either path.
+  auto k = heads_view(1, 1, 3, 8, torch::kFloat);
+  auto [q_out, k_out] = apply_rotary_pos_emb(x, k, angles.sin(), angles.cos());
+  EXPECT_TRUE(torch::allclose(q_out, rotary_composite(x, angles.sin(), angles.cos()), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(k_out, rotary_composite(k, angles.sin(), angles.cos()), 1e-6, 1e-6));
+}
+
+TEST(FusedInferenceOpsTest, AddLayerNormMatchesCompositeFp32) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  // Widths with and without a 16-lane remainder; a row with a large mean (two-pass variance).
+  for (int64_t d : {256, 20, 1}) {
+    auto x = torch::randn({3, 5, d}), y = torch::randn({3, 5, d});
+    x[1] += 1000.0;
+    auto w = torch::randn({d}), b = torch::randn({d});
+    auto [sum, out] = try_add_layer_norm_cpu(x, y, w, b, 1e-5);
+    ASSERT_TRUE(out.defined()) << d;
+    EXPECT_TRUE(torch::equal(sum, x + y)) << d;
+    // Against the exact values (double precision): no further off than ATen's fp32 kernel.
+    auto exact = torch::layer_norm((x + y).to(torch::kDouble), {d}, w.to(torch::kDouble), b.to(torch::kDouble), 1e-5);
+    const double ours_error = (out.to(torch::kDouble) - exact).abs().max().item<double>();
+    const double aten_error = (torch::layer_norm(x + y, {d}, w, b, 1e-5).to(torch::kDouble) - exact).abs().max().item<double>();
+    EXPECT_LE(ours_error, std::max(2 * aten_error, 1e-5)) << d << ": ours " << ours_error << ", ATen " << aten_error;
+  }
+}
+
+TEST(FusedInferenceOpsTest, AddLayerNormBf16) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(8);
+  const int64_t d = 48;
+  auto x = torch::randn({4, d}).to(torch::kBFloat16), y = torch::randn({4, d}).to(torch::kBFloat16);
+  auto w = torch::randn({d}).to(torch::kBFloat16), b = torch::randn({d}).to(torch::kBFloat16);
+  auto [sum, out] = try_add_layer_norm_cpu(x, y, w, b, 1e-5);
+  ASSERT_TRUE(out.defined());
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(sum, x + y));
+  auto expected = torch::layer_norm(x + y, {d}, w, b, 1e-5).to(torch::kFloat);
+  EXPECT_TRUE(torch::allclose(out.to(torch::kFloat), expected, 1e-2, 2e-2));
+}
+
+TEST(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTraining) {
+  torch::manual_seed(9);
+  torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({16}));
+  torch::nn::init::normal_(norm->weight);
+  torch::nn::init::normal_(norm->bias);
+  auto x = torch::randn({2, 3, 16}, torch::requires_grad()), y = torch::randn({2, 3, 16});
+  at::Tensor sum;
+  auto out = add_layer_norm(norm, x, y, &sum);  // grad mode on: the ATen ops, differentiable
+  ASSERT_TRUE(out.requires_grad());
+  out.sum().backward();
+  EXPECT_TRUE(x.grad().defined());
+  EXPECT_TRUE(torch::equal(sum, x + y));
+  torch::NoGradGuard no_grad;
+  at::Tensor fused_sum;
+  auto fused = add_layer_norm(norm, x, y, &fused_sum);
+  EXPECT_TRUE(torch::equal(fused_sum, sum));
+  EXPECT_TRUE(torch::allclose(fused, out, 1e-5, 1e-5));
+  {
+    AutocastGuard autocast(torch::kCPU, torch::kBFloat16);  // autocast's layer_norm runs in fp32
+    EXPECT_FALSE(try_add_layer_norm_cpu(x, y, norm->weight, norm->bias, 1e-5).first.defined());
+  }
+  EXPECT_FALSE(try_add_layer_norm_cpu(x, y.transpose(0, 1).contiguous().transpose(0, 1), norm->weight, norm->bias,
+                                      1e-5).first.defined());  // not contiguous
+  EXPECT_FALSE(try_add_layer_norm_cpu(x, y.narrow(2, 0, 8), norm->weight, norm->bias, 1e-5).first.defined());
+}
+
+}  // namespace
+}  // namespace torchmt
