@@ -59,7 +59,7 @@ std::string mib(const std::string& path) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   cxxopts::Options options("bench_export", "Export size and load time");
   options.add_options()("checkpoint", "checkpoint to export (copied first)",
                         cxxopts::value<std::string>()->default_value(""))(
@@ -71,10 +71,12 @@ int main(int argc, char** argv) {
   if (args["threads"].as<int>() > 0) torch::set_num_threads(args["threads"].as<int>());
   const int repeats = args["repeats"].as<int>();
 
+  std::string checkpoint = args["checkpoint"].as<std::string>();
+  if (!checkpoint.empty() && !fs::exists(checkpoint))
+    throw std::runtime_error("checkpoint '" + checkpoint + "' not found (leave --checkpoint out for a fresh model)");
   const fs::path dir = fs::temp_directory_path() / ("torchmt_bench_export_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::string checkpoint = args["checkpoint"].as<std::string>();
-  if (!checkpoint.empty() && fs::exists(checkpoint)) {
+  if (!checkpoint.empty()) {
     fs::copy_file(checkpoint, dir / "checkpoint.pt", fs::copy_options::overwrite_existing);
     std::cout << "checkpoint: " << checkpoint << " (copied)\n";
   } else {
@@ -185,4 +187,15 @@ int main(int argc, char** argv) {
   }
   remove_tree(dir.string());
   return 0;
+}
+
+// Bad input (a missing file, a wrong flag, a corrupt checkpoint) ends in one line naming it, not in
+// std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_export: " << e.what() << "\n";
+    return 1;
+  }
 }

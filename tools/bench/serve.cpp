@@ -122,7 +122,7 @@ Level run_level(int port, const std::vector<std::string>& sentences, int clients
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   cxxopts::Options options("bench_serve", "Load test of torchmt serve on loopback vs torchmt translate");
   options.add_options()("m,model", "checkpoint or export", cxxopts::value<std::string>())(
       "src", "sentences (plain or .gz)",
@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   auto sentences = torchmt::read_lines(args["src"].as<std::string>());
   if (args["sentences"].as<int>() > 0 && sentences.size() > static_cast<size_t>(args["sentences"].as<int>()))
     sentences.resize(static_cast<size_t>(args["sentences"].as<int>()));
+  if (sentences.empty()) throw std::runtime_error("'" + args["src"].as<std::string>() + "' has no lines");
   std::vector<std::string> extra, serve_extra;
   {
     std::stringstream in(args["flags"].as<std::string>());
@@ -222,4 +223,15 @@ int main(int argc, char** argv) {
   waitpid(pid, &status, 0);
   std::filesystem::remove_all(dir);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+// Bad input (a missing file, a wrong flag, a corrupt checkpoint) ends in one line naming it, not in
+// std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_serve: " << e.what() << "\n";
+    return 1;
+  }
 }
