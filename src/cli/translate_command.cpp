@@ -76,6 +76,7 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
     return kExitUsage;
   }
+  use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
   InputLines input(o->input, o->strict_utf8);
   // Streaming: a window of lines in, its translations out (in order) before the next is read,
   // so memory is bounded by the window and a pipe gets its output as it goes.

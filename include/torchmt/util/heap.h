@@ -1,15 +1,35 @@
 #pragma once
-// Gives the free memory inside the C heap back to the operating system.
+// The process's CPU memory between batches: large tensor buffers are kept in a pool while a
+// batch of work runs and handed back to the operating system, with the C heap's free pages,
+// when it ends.
+#include <cstddef>
 
 namespace torchmt {
 
-// glibc's malloc_trim(0) (a no-op elsewhere): free pages in every arena are returned, not only
-// the top of the heap. Decoding allocates tensors of every size, and without it a long
-// `translate` run's resident memory crept above a one-window run's (tensors of the sizes seen
-// so far left free holes that later, larger ones could not use; test_2016 repeated, int8
-// greedy, 2 workers, 15-minute small model, 2-core EPYC): peak RSS 1,000 lines 283 MB;
-// 20,000 lines 343-367 MB untrimmed, 283-310 MB trimmed after each window; 100,000 lines 375
-// vs 340 MB; the same speed (100,000 lines 66.5 vs 67.6 s) and output.
+// Makes LibTorch allocate CPU tensor buffers of 64 KiB and more from a pool of mapped blocks
+// (sizes rounded up to an eighth of a power of two): a freed block waits, up to 128 MB of them,
+// for the next tensor of at least a quarter of its size, so the big buffers never land between
+// the C heap's small objects. Why: glibc serves them from its arenas (its mmap threshold rises
+// to 32 MB once a mapped block is freed), and there tensors of every size left holes that later
+// ones could not use; a long `translate` run's peak resident memory crept above a one-window
+// run's even with malloc_trim after every window (int8 greedy: 1,000 lines 298 MB, 20,000 and
+// 100,000 329 MB; with the pool 286-287 MB for all three: heap.cpp has the figures). Smaller
+// buffers and everything else still come from LibTorch's own allocator. Idempotent; tensors
+// allocated before keep their own deleter. TORCHMT_NO_TENSOR_POOL=1 leaves LibTorch's allocator
+// in place (for A/B runs).
+void use_cpu_tensor_pool();
+
+// Returns the pool's cached blocks (not those in use) and the free pages inside the C heap to
+// the operating system: glibc's malloc_trim(0), which releases free pages in every arena, not
+// only the top of the heap. Call it when a unit of work (a window of lines) is done.
 void return_free_heap_memory();
+
+struct CpuTensorPoolStats {
+  size_t mapped_bytes = 0;  // blocks mapped now, in use or cached
+  size_t cached_bytes = 0;  // of those, waiting for reuse
+  size_t reused = 0;        // allocations served from the cache since the pool was installed
+  size_t mapped = 0;        // allocations that mapped a new block
+};
+CpuTensorPoolStats cpu_tensor_pool_stats();
 
 }  // namespace torchmt
