@@ -136,7 +136,7 @@ class CpuTensorPool final : public c10::Allocator {
   c10::Allocator* fallback_;
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
-  std::unordered_map<void*, size_t> sizes_;               // every mapped block -> its class
+  std::unordered_map<void*, size_t> sizes_;     // every mapped block -> its class
   CpuTensorPoolStats stats_;
 };
 
