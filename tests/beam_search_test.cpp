@@ -180,6 +180,41 @@ TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
   EXPECT_EQ(beam_decoder.rows_stepped(), 2 * 2 + 5 * 2);
 }
 
+TEST(BeamSearch, EarlyExitEndsASentenceWhenItsBestCandidateEnds) {
+  // eos is the best first token (0.5); "a" and "b" each end one step later.
+  Script script = [](int64_t, const std::vector<int64_t>& p) {
+    return p.empty() ? dist(0.3, 0.2, 0.5) : dist(0.0, 0.0, 1.0);
+  };
+  ScriptedDecoder fairseq(script);
+  auto full = beam_search(fairseq, sources({1}), options(2));
+  EXPECT_EQ(fairseq.rows_stepped(), 2 + 2);  // on until two hypotheses are complete
+  EXPECT_TRUE(full[0][0].tokens.empty());
+  auto o = options(2);
+  o.early_exit = true;
+  ScriptedDecoder early(script);
+  auto first = beam_search(early, sources({1}), o);
+  EXPECT_EQ(early.rows_stepped(), 2);  // the best candidate ended it at step 0
+  ASSERT_EQ(first[0].size(), 1u);
+  EXPECT_TRUE(first[0][0].tokens.empty());
+  EXPECT_NEAR(first[0][0].log_prob, std::log(0.5), 1e-5);
+  // With nbest 2 it goes on until a second hypothesis is complete, then stops.
+  o.nbest = 2;
+  ScriptedDecoder two(script);
+  auto both = beam_search(two, sources({1}), o);
+  EXPECT_EQ(two.rows_stepped(), 2 + 2);
+  ASSERT_EQ(both[0].size(), 2u);
+  EXPECT_EQ(both[0][1].tokens, (std::vector<int64_t>{A}));
+  // A best candidate that continues does not end the sentence: "b" wins over eos here.
+  Script later = [](int64_t, const std::vector<int64_t>& p) {
+    if (p.empty()) return dist(0.1, 0.6, 0.3);
+    return p.size() < 3 ? dist(0.0, 0.9, 0.1) : dist(0.0, 0.0, 1.0);
+  };
+  ScriptedDecoder longer(later);
+  o.nbest = 1;
+  auto result = beam_search(longer, sources({1}), o);
+  EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{B, B, B}));
+}
+
 TEST(BeamSearch, BatchedEqualsOneByOne) {
   Script script = [](int64_t sentence, const std::vector<int64_t>& p) {
     double bias = 0.1 * static_cast<double>(sentence % 5);

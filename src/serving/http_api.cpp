@@ -155,6 +155,8 @@ const OptionTable<RequestOptions>& request_option_table() {
                "output length at most max_len_a * source length + max_len_b")
           .add("max_len_b", [](R& r) -> int64_t& { return r.search.max_len_b; }, "see max_len_a")
           .add("nbest", [](R& r) -> int64_t& { return r.search.nbest; }, "hypotheses per sentence (<= beam)")
+          .add("early_exit", [](R& r) -> bool& { return r.search.early_exit; },
+               "beam search ends a sentence when its best candidate ends it (not after beam finished hypotheses)")
           .add("scores", &R::scores, "answer each sentence's hypotheses with their scores")
           .add("attention", &R::attention, "answer each sentence's cross-attention (weights, pieces and an SVG)")
           .add("attention_layer", &R::attention_layer, "decoder layer of the attention (-1 = last)")

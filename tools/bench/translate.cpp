@@ -120,10 +120,11 @@ std::optional<double> agreement(const Measure& a, const Measure& b) {
 }
 
 Measure run_ours(Translator& translator, const std::vector<std::string>& lines, int64_t beam, int64_t batch,
-                 bool cache, int64_t workers) {
+                 bool cache, int64_t workers, bool early_exit) {
   TranslationOptions options;
   options.workers = workers;
   options.search.beam_size = beam;
+  options.search.early_exit = early_exit;
   options.batch_size = batch;
   options.use_cache = cache;
   // Warm-up (allocator, oneDNN primitives, autocast caches) on a few sentences.
@@ -227,6 +228,9 @@ int main(int argc, char** argv) {
       "ct2-runner", "the CTranslate2 side",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
       "workers", "torchmt workers (0 = its default for each job)", cxxopts::value<int64_t>()->default_value("0"))(
+      "early-exit",
+      "torchmt's beam search ends a sentence when its best candidate ends it, the criterion CTranslate2 "
+      "uses (default: fairseq's, beam-size finished hypotheses)")(
       "rounds",
       "measure torchmt and CTranslate2 this many times, alternating (torchmt's rows, then CTranslate2's), "
       "and keep each configuration's fastest: a shared machine's speed drifts between runs",
@@ -312,6 +316,10 @@ int main(int argc, char** argv) {
               << "native CPU bf16: " << (cpu_has_native_bf16() ? "yes" : "no") << ", LibTorch " << TORCH_VERSION
               << "\n"
               << "length penalty 0.6, max length 1.2 * source length + 10; tokens = hypothesis tokens + eos\n"
+              << "torchmt beam search ends a sentence "
+              << (r.count("early-exit") ? "when its best candidate ends it (--early-exit; CTranslate2's criterion)\n"
+                                        : "with beam-size finished hypotheses (fairseq's criterion; CTranslate2 "
+                                          "stops at its best candidate's end: --early-exit compares like with like)\n")
               << (r["rounds"].as<int>() > 1 ? "each configuration's fastest of " + std::to_string(r["rounds"].as<int>()) +
                                                   " rounds (torchmt and CTranslate2 alternating)\n"
                                             : std::string())
@@ -371,7 +379,8 @@ int main(int argc, char** argv) {
               std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                         << (cache ? "cache" : "no cache") << " ..." << std::flush;
               Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
-              Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>());
+              Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
+                                   r.count("early-exit") > 0);
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
               keep_fastest(key, std::move(m));
               if (round == 0) order.push_back(key);
