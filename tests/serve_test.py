@@ -81,6 +81,7 @@ def main():
     sentences = [line.rstrip("\n") for line in open(SAMPLE, encoding="utf-8")][:20]
     greedy = cli_translate(sentences)
     beam4 = cli_translate(sentences, "--beam", "4")
+    early = cli_translate(sentences, "--beam", "4", "--early-exit")
     nbest = cli_translate(sentences[:3], "--beam", "4", "--nbest", "2")
 
     proc, port = start_server("--max-sentences", "24", "--max-sentence-chars", "300", "--max-body-bytes", "8192",
@@ -99,6 +100,8 @@ def main():
         check(answer.get("translatedText") == greedy[0] + "\n" + greedy[1], f"a text's lines: {answer}")
         status, answer = post_json(port, "/v1/translate", {"q": sentences, "beam": 4})
         check(status == 200 and [t["text"] for t in answer["translations"]] == beam4, f"/v1 beam 4: {answer}")
+        status, answer = post_json(port, "/v1/translate", {"q": sentences, "beam": 4, "early_exit": True})
+        check(status == 200 and [t["text"] for t in answer["translations"]] == early, f"/v1 early exit: {answer}")
         status, answer = post_json(port, "/v1/translate", {"q": sentences[:3], "beam": 4, "nbest": 2, "scores": True})
         got = []
         for i, t in enumerate(answer["translations"]):

@@ -22,8 +22,9 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
       .add("nbest", [](C& c) -> int64_t& { return c.translation.search.nbest; },
            "hypotheses per input line (at most --beam)", decoding)
       .add("early_exit", [](C& c) -> bool& { return c.translation.search.early_exit; },
-           "beam search ends a sentence as soon as its best candidate ends it (OpenNMT-py's and CTranslate2's "
-           "criterion), not once it has --beam finished hypotheses (fairseq's, the default)", decoding)
+           "beam search ends a sentence as soon as its best candidate ends it (OpenNMT-py's criterion; faster, "
+           "BLEU may drop a little), not once it has --beam finished hypotheses (fairseq's and CTranslate2's, "
+           "the default)", decoding)
       .add("batch_size", [](C& c) -> int64_t& { return c.translation.batch_size; },
            "sentences per batch (when --batch-source-tokens is 0)", decoding)
       .add("batch_source_tokens", [](C& c) -> int64_t& { return c.translation.batch_source_tokens; },

@@ -19,8 +19,9 @@ struct SearchOptions {
   int64_t max_len_cap = 1024;     // ... and never more than this (the model's max_positions)
   int64_t nbest = 1;              // hypotheses returned per sentence (<= beam_size)
   // Beam search ends a sentence when its best candidate is eos (and nbest are finished), as
-  // OpenNMT-py and CTranslate2 do, rather than when it holds beam_size finished hypotheses
-  // (fairseq's criterion, the default): fewer steps, a search that stops at the first answer.
+  // OpenNMT-py does, rather than when it holds beam_size finished hypotheses (fairseq's
+  // criterion and CTranslate2's with patience 1; the default): fewer steps, a search that
+  // stops at its first answer.
   bool early_exit = false;
   int64_t bos_id = 2;
   int64_t eos_id = 3;
