@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "test_support.h"
+#include "torchmt/model/kv_cache.h"
 #include "torchmt/model/masks.h"
 #include "torchmt/model/moe_layer.h"
 #include "torchmt/model/rotary.h"
@@ -231,6 +232,30 @@ TEST_P(TransformerOnDevice, RowJoiningARunningBatchEqualsTheRowAlone) {
   EXPECT_EQ(cache.src_mask.size(3), 2) << "source columns past the remaining row's extent are trimmed";
   EXPECT_EQ(cache.layers[0].cross_k.size(2), 2);
   steps(2, "after the longer source left");
+}
+
+// A beam reorder is kept pending (LayerKVCache::self_rows) and applied by the next step's
+// append in one copy: equal to gathering and then concatenating, for views and any dtype.
+TEST(KeyValueCache, AppendPositionsEqualsGatherThenConcatenate) {
+  torch::manual_seed(3);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto full = torch::randn({4, 2, 9, 8}).to(dtype);
+    auto past = full.narrow(2, 2, 5);  // [4, 2, 5, 8], a trimmed view: not contiguous
+    auto rows = torch::tensor(std::vector<int64_t>{3, 0, 0, 2, 1}, torch::kLong);
+    auto step = torch::randn({5, 2, 1, 8}).to(dtype);
+    auto want = torch::cat({past.index_select(0, rows), step}, 2);  // [5, 2, 6, 8]
+    EXPECT_TRUE(torch::equal(append_positions(past, rows, step), want));
+    auto same_rows = torch::randn({4, 2, 1, 8}).to(dtype);
+    EXPECT_TRUE(torch::equal(append_positions(past, torch::Tensor(), same_rows), torch::cat({past, same_rows}, 2)));
+    EXPECT_TRUE(torch::equal(append_positions(torch::Tensor(), rows, step), step));
+    LayerKVCache layer;
+    layer.self_k = past;
+    layer.self_rows = rows;
+    EXPECT_TRUE(torch::equal(layer.keys(), past.index_select(0, rows)));
+  }
+  auto past = torch::randn({2, 1, 3, 4});
+  EXPECT_THROW(append_positions(past, torch::tensor(std::vector<int64_t>{2}, torch::kLong), torch::randn({1, 1, 1, 4})),
+               std::out_of_range);
 }
 
 TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {

@@ -1,8 +1,10 @@
 #include "torchmt/model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 namespace torchmt {
@@ -25,15 +27,73 @@ std::vector<int64_t> source_extents(const at::Tensor& src_mask) {
   return {extent.data_ptr<int64_t>(), extent.data_ptr<int64_t>() + extent.numel()};
 }
 
+// Row i of the result is row rows[index[i]] (index alone when rows is undefined).
+at::Tensor compose(const at::Tensor& rows, const at::Tensor& index) {
+  return rows.defined() ? rows.index_select(0, index) : index;
+}
+
 }  // namespace
+
+at::Tensor LayerKVCache::keys() const {
+  return self_rows.defined() && self_k.defined() ? self_k.index_select(0, self_rows) : self_k;
+}
+
+at::Tensor LayerKVCache::values() const {
+  return self_rows.defined() && self_v.defined() ? self_v.index_select(0, self_rows) : self_v;
+}
+
+at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step) {
+  if (!past.defined()) return step;
+  const bool fast = past.device().is_cpu() && step.device().is_cpu() && past.dim() == 4 && step.dim() == 4 &&
+                    past.scalar_type() == step.scalar_type() && past.stride(3) == 1 &&
+                    past.stride(2) == past.size(3) && step.is_contiguous() && step.size(2) == 1 &&
+                    step.size(1) == past.size(1) && step.size(3) == past.size(3) &&
+                    (!rows.defined() || (rows.device().is_cpu() && rows.scalar_type() == at::kLong));
+  if (!fast) {
+    const auto picked = rows.defined() ? past.index_select(0, rows) : past;  // [n, G, t, d]
+    return torch::cat({picked, step}, 2);                                    // [n, G, t + 1, d]
+  }
+  const int64_t n = step.size(0), groups = past.size(1), t = past.size(2), d = past.size(3);
+  const auto index = rows.defined() ? rows.contiguous() : at::Tensor();
+  if (index.defined() && index.numel() != n) throw std::invalid_argument("append_positions: rows and step differ in rows");
+  if (!index.defined() && past.size(0) != n) throw std::invalid_argument("append_positions: past and step differ in rows");
+  const int64_t* idx = index.defined() ? index.data_ptr<int64_t>() : nullptr;
+  for (int64_t i = 0; i < n; ++i)
+    if (idx && (idx[i] < 0 || idx[i] >= past.size(0))) throw std::out_of_range("append_positions: row out of range");
+  auto out = torch::empty({n, groups, t + 1, d}, past.options());  // [n, G, t + 1, d]
+  const size_t elem = past.element_size();
+  const auto* src = static_cast<const char*>(past.data_ptr());
+  const auto* add = static_cast<const char*>(step.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  const size_t block = static_cast<size_t>(t * d) * elem, row = static_cast<size_t>(d) * elem;
+  at::parallel_for(0, n * groups, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t bg = begin; bg < end; ++bg) {
+      const int64_t b = bg / groups, g = bg % groups;
+      const int64_t from = idx ? idx[b] : b;
+      char* o = dst + static_cast<size_t>(bg) * (block + row);
+      std::memcpy(o, src + static_cast<size_t>(from * past.stride(0) + g * past.stride(1)) * elem, block);
+      std::memcpy(o + block, add + static_cast<size_t>(bg) * row, row);
+    }
+  });
+  return out;
+}
+
+void DecoderCache::gather_pending() {
+  for (auto& layer : layers) {
+    if (!layer.self_rows.defined()) continue;
+    layer.self_k = layer.keys();
+    layer.self_v = layer.values();
+    layer.self_rows = at::Tensor();
+  }
+}
 
 void DecoderCache::select(const at::Tensor& batch_index) {
   auto pick = [&](at::Tensor& t) {
     if (t.defined()) t = t.index_select(0, batch_index);
   };
   for (auto& layer : layers) {
-    pick(layer.self_k);
-    pick(layer.self_v);
+    // The self-attention side is reordered when the next step appends to it.
+    if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, batch_index);
     pick(layer.cross_k);
     pick(layer.cross_v);
   }
@@ -58,6 +118,7 @@ void DecoderCache::append(DecoderCache rows) {
     return;
   }
   if (rows.layers.size() != layers.size()) throw std::invalid_argument("joining rows come from another model");
+  gather_pending();
   if (source_length_host.empty()) {
     source_length_host = source_extents(src_mask);
     start_host.assign(static_cast<size_t>(batch_size()), 0);
@@ -112,10 +173,8 @@ void DecoderCache::trim() {
 }
 
 void DecoderCache::select_target_side(const at::Tensor& batch_index) {
-  for (auto& layer : layers) {
-    if (layer.self_k.defined()) layer.self_k = layer.self_k.index_select(0, batch_index);
-    if (layer.self_v.defined()) layer.self_v = layer.self_v.index_select(0, batch_index);
-  }
+  for (auto& layer : layers)
+    if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, batch_index);
 }
 
 }  // namespace torchmt

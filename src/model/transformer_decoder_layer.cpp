@@ -44,8 +44,10 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     auto k = self_attn->split_heads(self_attn->W_k, in);  // [B, G, 1, d_k]
     auto v = self_attn->split_heads(self_attn->W_v, in);  // [B, G, 1, d_k]
     if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
-    cache->self_k = cache->self_k.defined() ? torch::cat({cache->self_k, k}, 2) : k;  // [B, G, t, d_k]
-    cache->self_v = cache->self_v.defined() ? torch::cat({cache->self_v, v}, 2) : v;  // [B, G, t, d_k]
+    // The pending beam reorder (self_rows) and the new position in one copy.
+    cache->self_k = append_positions(cache->self_k, cache->self_rows, k);  // [B, G, t, d_k]
+    cache->self_v = append_positions(cache->self_v, cache->self_rows, v);  // [B, G, t, d_k]
+    cache->self_rows = torch::Tensor();
     // self_mask: only in a batch whose rows joined at different steps (never empty: a row
     // always sees its own new key).
     self_out = self_attn->attend(q, cache->self_k, cache->self_v, self_mask, /*mask_sanitized=*/true);
@@ -91,6 +93,7 @@ void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, Lay
   cache.cross_v = cross_attn->split_heads(cross_attn->W_v, memory);  // [B, G, S, d_k]
   cache.self_k = torch::Tensor();
   cache.self_v = torch::Tensor();
+  cache.self_rows = torch::Tensor();
 }
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,

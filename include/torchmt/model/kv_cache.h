@@ -10,9 +10,21 @@
 namespace torchmt {
 
 struct LayerKVCache {
-  at::Tensor self_k, self_v;    // [B, G, t, d_k], t = positions decoded so far
+  at::Tensor self_k, self_v;    // [B', G, t, d_k], t = positions decoded so far
   at::Tensor cross_k, cross_v;  // [B, G, S, d_k]
+  // A reorder of the self-attention rows not copied yet: row b's keys and values are row
+  // self_rows[b] of self_k / self_v ([B] int64; undefined: row b is row b). The next step's
+  // append_positions gathers and appends in one copy; beam search reorders at every step and
+  // the gather followed by a concatenation copied the whole self-attention cache twice.
+  at::Tensor self_rows;
+  // self_k / self_v with the pending reorder applied (a copy only if one is pending).
+  at::Tensor keys() const;
+  at::Tensor values() const;
 };
+
+// [rows of past, G, t + 1, d]: past's rows `rows` (all in order when undefined) with `step`
+// [n, G, 1, d] appended along dim 2; past undefined: step. One copy on the CPU.
+at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step);
 
 struct DecoderCache {
   std::vector<LayerKVCache> layers;
@@ -42,8 +54,10 @@ struct DecoderCache {
   void trim();
   // The same for a reorder in which every new row i takes an old row of the same source
   // sentence as old row i (beams reordered, no sentence left): the source side (cross K/V,
-  // mask) is identical across those rows, so only the self-attention K/V are gathered.
+  // mask) is identical across those rows, so only the self-attention K/V are reordered.
   void select_target_side(const at::Tensor& batch_index);
+  // Applies every layer's pending self-attention reorder (LayerKVCache::self_rows).
+  void gather_pending();
 };
 
 }  // namespace torchmt
