@@ -40,6 +40,29 @@ TEST(SingleQueryAttentionTest, Fp32MatchesFormulaWithMaskAndStridedKeys) {
   }
 }
 
+// The beams of a sentence share its K/V and mask row: query row b reads row b / r, the
+// same values as r copies of each row, bit for bit, in fp32 and bf16, with grouped heads.
+TEST(SingleQueryAttentionTest, RowsSharingKeyValueRowsEqualCopiedRows) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(11);
+  const int64_t sentences = 3, r = 4, H = 4, G = 2, T = 9, dim = 32;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto q = torch::randn({sentences * r, H, 1, dim}).to(dtype);
+    auto k = torch::randn({sentences, G, T, dim}).to(dtype), v = torch::randn({sentences, G, T, dim}).to(dtype);
+    auto mask = torch::rand({sentences, 1, 1, T}) > 0.3;
+    mask.index_put_({torch::indexing::Slice(), 0, 0, 0}, true);
+    auto shared = try_single_query_attention_cpu(q, k, v, mask);
+    auto copied = try_single_query_attention_cpu(q, k.repeat_interleave(r, 0), v.repeat_interleave(r, 0),
+                                                 mask.repeat_interleave(r, 0));
+    ASSERT_TRUE(shared.defined() && copied.defined());
+    EXPECT_TRUE(torch::equal(shared, copied));
+  }
+  // Rows that do not divide: not this kernel's case.
+  EXPECT_FALSE(try_single_query_attention_cpu(torch::randn({5, H, 1, dim}), torch::randn({2, G, T, dim}),
+                                              torch::randn({2, G, T, dim}), torch::Tensor())
+                   .defined());
+}
+
 TEST(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
   torch::NoGradGuard no_grad;
   auto q = torch::randn({2, 2, 1, 16}), k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});

@@ -258,6 +258,41 @@ TEST(KeyValueCache, AppendPositionsEqualsGatherThenConcatenate) {
                std::out_of_range);
 }
 
+// Beams share their sentence's source side (DecoderCache::expand): every step's logits equal
+// those of a cache that copied it per beam, through beam reorders, sentences leaving
+// (grouped selects keep sharing) and an index that mixes sentences within a group (unshared).
+TEST_P(TransformerOnDevice, BeamsSharingTheSourceSideEqualCopiedRows) {
+  torch::NoGradGuard no_grad;
+  auto src = torch::tensor({5, 6, 7, 8, 0, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0}, torch::kLong).view({3, 5}).to(device);
+  auto mask = make_padding_mask(src, 0);
+  auto memory = model->encode(src, mask);
+  const int64_t k = 2;
+  DecoderCache shared = model->start_cache(memory, mask), copied = model->start_cache(memory, mask);
+  shared.expand(k);
+  copied.select(torch::arange(3, torch::TensorOptions().dtype(torch::kLong).device(device)).repeat_interleave(k));
+  EXPECT_EQ(shared.batch_size(), 6);
+  EXPECT_EQ(shared.layers[0].cross_k.size(0), 3) << "one source row per sentence";
+  auto index = [&](std::vector<int64_t> rows) { return torch::tensor(rows, torch::kLong).to(device); };
+  auto step = [&](std::vector<int64_t> tokens, const std::string& phase) {
+    auto a = model->decode_step(index(tokens), shared), b = model->decode_step(index(tokens), copied);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6)) << phase;
+  };
+  step({2, 2, 2, 2, 2, 2}, "first step");
+  for (auto* c : {&shared, &copied}) c->select_target_side(index({1, 0, 2, 2, 5, 4}));
+  step({4, 9, 7, 7, 11, 3}, "beams reordered");
+  for (auto* c : {&shared, &copied}) c->select(index({4, 5, 1, 1}));  // sentence 1 leaves: still grouped
+  EXPECT_EQ(shared.beam, k);
+  EXPECT_EQ(shared.layers[0].cross_k.size(0), 2);
+  step({6, 8, 5, 10}, "a sentence left");
+  {
+    torch::AutoGradMode grad(true);  // not the decoding kernel's case: ATen's attention path
+    step({3, 3, 9, 9}, "ATen attention");
+  }
+  for (auto* c : {&shared, &copied}) c->select(index({0, 3, 2}));  // mixes sentences: one row each
+  EXPECT_EQ(shared.beam, 1);
+  step({12, 4, 4}, "unshared");
+}
+
 TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {
   auto src = tokens({{5, 0}});
   EXPECT_EQ(make_padding_mask(src, 0).device(), device);

@@ -11,6 +11,11 @@
 #include "torchmt/decoding/row_top_k.h"
 
 namespace torchmt {
+
+void IncrementalDecoder::expand_rows(int64_t rows, int64_t k) {
+  select(torch::arange(rows, torch::TensorOptions().dtype(torch::kLong).device(device())).repeat_interleave(k));
+}
+
 namespace {
 
 at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device) {
@@ -93,7 +98,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
   decoder.start(src);
   // Every sentence starts with k copies of the empty prefix; only the first may expand
   // at step 0 (the others have score -inf), so the k beams are distinct afterwards.
-  decoder.select(torch::arange(batch, torch::TensorOptions().dtype(torch::kLong).device(device)).repeat_interleave(k));
+  decoder.expand_rows(batch, k);
 
   std::vector<int64_t> live(batch);  // live sentence slot -> sentence
   for (int64_t i = 0; i < batch; ++i) live[i] = i;

@@ -54,6 +54,13 @@ void TransformerDecoder::select(const at::Tensor& index) {
   }
 }
 
+void TransformerDecoder::expand_rows(int64_t rows, int64_t k) {
+  if (use_cache_)
+    cache_.expand(k);  // the beams share their sentence's cross-attention K/V
+  else
+    IncrementalDecoder::expand_rows(rows, k);
+}
+
 void TransformerDecoder::reorder_within_sentences(const at::Tensor& index) {
   if (use_cache_) {
     cache_.select_target_side(index);

@@ -87,17 +87,59 @@ void DecoderCache::gather_pending() {
   }
 }
 
-void DecoderCache::select(const at::Tensor& batch_index) {
-  auto pick = [&](at::Tensor& t) {
-    if (t.defined()) t = t.index_select(0, batch_index);
-  };
+void DecoderCache::unshare_source() {
+  if (beam == 1) return;
   for (auto& layer : layers) {
-    // The self-attention side is reordered when the next step appends to it.
-    if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, batch_index);
-    pick(layer.cross_k);
-    pick(layer.cross_v);
+    if (layer.cross_k.defined()) layer.cross_k = layer.cross_k.repeat_interleave(beam, 0);  // [B, G, S, d_k]
+    if (layer.cross_v.defined()) layer.cross_v = layer.cross_v.repeat_interleave(beam, 0);  // [B, G, S, d_k]
   }
-  pick(src_mask);
+  src_mask = src_mask.repeat_interleave(beam, 0);  // [B, 1, 1, S]
+  beam = 1;
+}
+
+void DecoderCache::expand(int64_t k) {
+  if (k < 1) throw std::invalid_argument("expand: k must be at least 1");
+  if (k == 1 || batch_size() == 0) return;
+  const auto rows = torch::arange(batch_size(), src_mask.options().dtype(torch::kLong)).repeat_interleave(k);
+  if (!source_length_host.empty()) {  // rows joined: per-row starts and extents, no sharing
+    unshare_source();
+    select(rows);
+    return;
+  }
+  for (auto& layer : layers)
+    if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, rows);
+  beam *= k;
+}
+
+void DecoderCache::select(const at::Tensor& batch_index) {
+  auto pick_source = [&](const at::Tensor& index) {
+    for (auto& layer : layers) {
+      if (layer.cross_k.defined()) layer.cross_k = layer.cross_k.index_select(0, index);  // [B', G, S, d_k]
+      if (layer.cross_v.defined()) layer.cross_v = layer.cross_v.index_select(0, index);  // [B', G, S, d_k]
+    }
+    src_mask = src_mask.index_select(0, index);  // [B', 1, 1, S]
+  };
+  // The self-attention side is reordered when the next step appends to it.
+  for (auto& layer : layers)
+    if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, batch_index);
+  if (beam > 1) {
+    // Groups of beam rows that each stay within one sentence keep sharing its source row.
+    const auto index = batch_index.to(torch::kCPU).contiguous();
+    const auto* idx = index.data_ptr<int64_t>();
+    const int64_t n = index.numel();
+    std::vector<int64_t> sentences;
+    bool grouped = n % beam == 0;
+    for (int64_t i = 0; grouped && i < n; i += beam) {
+      sentences.push_back(idx[i] / beam);
+      for (int64_t j = 1; j < beam && grouped; ++j) grouped = idx[i + j] / beam == idx[i] / beam;
+    }
+    if (grouped) {
+      pick_source(torch::tensor(sentences, torch::kLong).to(src_mask.device()));
+      return;
+    }
+    unshare_source();
+  }
+  pick_source(batch_index);
   if (source_length_host.empty()) return;  // nothing ever joined: nothing to trim
   auto index = batch_index.to(torch::kCPU).contiguous();
   const auto* idx = index.data_ptr<int64_t>();
@@ -119,6 +161,8 @@ void DecoderCache::append(DecoderCache rows) {
   }
   if (rows.layers.size() != layers.size()) throw std::invalid_argument("joining rows come from another model");
   gather_pending();
+  unshare_source();
+  rows.unshare_source();
   if (source_length_host.empty()) {
     source_length_host = source_extents(src_mask);
     start_host.assign(static_cast<size_t>(batch_size()), 0);

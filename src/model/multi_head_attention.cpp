@@ -93,6 +93,13 @@ torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch
                                              const torch::Tensor& mask, bool mask_sanitized, bool causal) {
   if (auto merged = try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
     return apply_linear(W_o, merged);
+  if (k.size(0) != q.size(0)) {
+    // K/V (and mask) rows shared by q.size(0) / k.size(0) consecutive query rows (the beams
+    // of a sentence, kv_cache.h): the other paths take one row each.
+    const int64_t r = q.size(0) / k.size(0);
+    const auto m = mask.defined() && mask.size(0) > 1 ? mask.repeat_interleave(r, 0) : mask;
+    return attend(q, k.repeat_interleave(r, 0), v.repeat_interleave(r, 0), m, mask_sanitized, causal);
+  }
   const bool causal_alone = causal && q.is_cuda() && q.size(2) == k.size(2);
   if (!use_fused_kernel(q, mask.defined() && !causal_alone))
     return apply_linear(W_o, merge_heads(attend_explicit(q, k, v, mask, nullptr, mask_sanitized)));

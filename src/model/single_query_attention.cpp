@@ -18,6 +18,7 @@ using namespace cpu_kernels;
 struct HeadView {
   int64_t heads, keys, dim;
   int64_t group;                                        // query heads per K/V head (grouped-query attention)
+  int64_t rows_per_kv;                                  // query rows per K/V and mask row (beams of a sentence)
   int64_t q_stride_b, q_stride_h;                       // q [B, H, 1, d], last dim contiguous
   int64_t k_stride_b, k_stride_h, k_stride_t;           // k [B, H, Tk, d], last dim contiguous
   int64_t v_stride_b, v_stride_h, v_stride_t;           // v [B, H, Tk, d], last dim contiguous
@@ -33,10 +34,10 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
   std::vector<float> query(static_cast<size_t>(s.dim)), acc(static_cast<size_t>(s.dim));
   const int64_t vec_end = s.dim - s.dim % kLanes;
   for (int64_t bh = begin; bh < end; ++bh) {
-    const int64_t b = bh / s.heads, h = bh % s.heads;
+    const int64_t b = bh / s.heads, h = bh % s.heads, kb = b / s.rows_per_kv;
     const T* qh = q + b * s.q_stride_b + h * s.q_stride_h;
     for (int64_t j = 0; j < s.dim; ++j) query[j] = load_as_float(qh + j) * s.scale;
-    const bool* mh = mask ? mask + b * s.m_stride_b + h * s.m_stride_h : nullptr;
+    const bool* mh = mask ? mask + kb * s.m_stride_b + h * s.m_stride_h : nullptr;
     bool any_allowed = mh == nullptr;
     for (int64_t t = 0; mh && t < s.keys && !any_allowed; ++t) any_allowed = mh[t * s.m_stride_t];
     float max = -std::numeric_limits<float>::infinity();
@@ -45,7 +46,7 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
         scores[t] = -std::numeric_limits<float>::infinity();
         continue;
       }
-      const T* kt = k + b * s.k_stride_b + (h / s.group) * s.k_stride_h + t * s.k_stride_t;
+      const T* kt = k + kb * s.k_stride_b + (h / s.group) * s.k_stride_h + t * s.k_stride_t;
       f32x16 lanes = splat(0.0f);
       for (int64_t j = 0; j < vec_end; j += kLanes) lanes += load16(query.data() + j) * load16_as_float(kt + j);
       float dot = tree_sum16(lanes);
@@ -60,7 +61,7 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
     for (int64_t t = 0; t < s.keys; ++t) {
       const float w = scores[t] * inv_total;
       if (w == 0.0f) continue;
-      const T* vt = v + b * s.v_stride_b + (h / s.group) * s.v_stride_h + t * s.v_stride_t;
+      const T* vt = v + kb * s.v_stride_b + (h / s.group) * s.v_stride_h + t * s.v_stride_t;
       for (int64_t j = 0; j < vec_end; j += kLanes) store16(acc.data() + j, load16(acc.data() + j) + w * load16_as_float(vt + j));
       for (int64_t j = vec_end; j < s.dim; ++j) acc[j] += w * load_as_float(vt + j);
     }
@@ -94,19 +95,19 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
       !k_in.device().is_cpu() || !v_in.device().is_cpu())
     return {};
   const int64_t batch = q_in.size(0), heads = q_in.size(1), dim = q_in.size(3), keys = k_in.size(2);
-  const int64_t kv_heads = k_in.size(1);
-  if (k_in.sizes() != v_in.sizes() || k_in.size(0) != batch || kv_heads == 0 || heads % kv_heads != 0 ||
-      k_in.size(3) != dim || keys == 0)
+  const int64_t kv_heads = k_in.size(1), kv_batch = k_in.size(0);
+  if (k_in.sizes() != v_in.sizes() || kv_batch == 0 || batch % kv_batch != 0 || kv_heads == 0 ||
+      heads % kv_heads != 0 || k_in.size(3) != dim || keys == 0)
     return {};
   at::Tensor mask;
   if (mask_in.defined()) {
     if (mask_in.scalar_type() != at::kBool || !mask_in.device().is_cpu() || mask_in.dim() > 4) return {};
-    const int64_t target[4] = {batch, heads, 1, keys};  // right-aligned broadcast
+    const int64_t target[4] = {kv_batch, heads, 1, keys};  // right-aligned broadcast, one row per K/V row
     for (int64_t i = 0; i < mask_in.dim(); ++i) {
       const int64_t size = mask_in.size(mask_in.dim() - 1 - i);
       if (size != 1 && size != target[3 - i]) return {};
     }
-    mask = mask_in.expand({batch, heads, 1, keys});  // [B, H, 1, Tk], strides 0 where broadcast
+    mask = mask_in.expand({kv_batch, heads, 1, keys});  // [B_kv, H, 1, Tk], strides 0 where broadcast
   }
   RECORD_FUNCTION("torchmt::single_query_attention", std::vector<c10::IValue>());
   const at::Tensor q = last_dim_contiguous(q_in) ? q_in : q_in.contiguous();
@@ -116,6 +117,7 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
   HeadView s{};
   s.heads = heads;
   s.group = heads / kv_heads;
+  s.rows_per_kv = batch / kv_batch;
   s.keys = keys;
   s.dim = dim;
   s.q_stride_b = q.stride(0);

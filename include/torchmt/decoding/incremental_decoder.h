@@ -18,6 +18,11 @@ class IncrementalDecoder {
   virtual at::Tensor step(const at::Tensor& last_tokens) = 0;
   // New row i is old row index[i]; index [N'] int64 on the decoder's device.
   virtual void select(const at::Tensor& index) = 0;
+  // Each of the `rows` current rows becomes k consecutive rows (the k beams of a sentence
+  // start as copies); from then on the search's selects keep every group of k rows within
+  // one sentence, so decoders may keep one copy of a sentence's source side per group. The
+  // default is select(arange(rows).repeat_interleave(k)).
+  virtual void expand_rows(int64_t rows, int64_t k);
   // A select in which new row i takes an old row of the same source sentence as old row i
   // (beam reordering while no sentence leaves the batch). Decoders may keep their
   // source-side state as it is; the default is a full select.

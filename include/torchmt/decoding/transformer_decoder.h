@@ -15,6 +15,7 @@ class TransformerDecoder : public IncrementalDecoder {
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
   void select(const at::Tensor& index) override;
+  void expand_rows(int64_t rows, int64_t k) override;
   void reorder_within_sentences(const at::Tensor& index) override;
   bool can_join() const override { return use_cache_; }  // the cache holds per-row positions
   void join(const at::Tensor& src) override;

@@ -28,7 +28,11 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
 
 struct DecoderCache {
   std::vector<LayerKVCache> layers;
-  at::Tensor src_mask;  // [B, 1, 1, S]
+  at::Tensor src_mask;  // [B / beam, 1, 1, S]
+  // Rows per source sentence after expand(): rows s * beam ... s * beam + beam - 1 are the
+  // beams of sentence s and share one row of cross_k / cross_v / src_mask (the attention reads
+  // row b / beam), instead of beam copies that every finished sentence's select() copied again.
+  int64_t beam = 1;
   int64_t length = 0;   // target positions already in the cache (columns of self_k / self_v)
   // Rows at different target positions, once rows have joined a running batch (append):
   // the self-attention K/V are right-aligned, row b's keys are columns [start[b], length)
@@ -40,11 +44,18 @@ struct DecoderCache {
   // from the first append on, so trimming needs no read-back from the device.
   std::vector<int64_t> start_host, source_length_host;
 
-  int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) : 0; }
+  int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) * beam : 0; }
   bool ragged() const { return start.defined(); }
   // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences. Once
-  // rows have joined, also trims the columns no remaining row uses (trim()).
+  // rows have joined, also trims the columns no remaining row uses (trim()). With beam > 1,
+  // an index that keeps every group of beam rows within one sentence selects the shared
+  // source rows; any other index first gives every row its own copy (beam = 1).
   void select(const at::Tensor& batch_index);
+  // Every row becomes k consecutive rows of one sentence (beam *= k), the source side
+  // shared; rows that joined a running batch are copied instead (select).
+  void expand(int64_t k);
+  // Back to one source row per row (beam = 1), copying the shared ones.
+  void unshare_source();
   // Adds the rows of `rows` (a fresh cache from start_cache, nothing decoded yet) after the
   // current ones; each starts at its first target position at the next step. Source sides
   // of different lengths are padded to the longer one (masked keys).

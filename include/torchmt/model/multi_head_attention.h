@@ -65,7 +65,8 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   // x [B, T, D] -> [B, n, T, d_k] through the given projection (n = its outputs / d_k: H for
   // W_q, kv_heads for W_k and W_v).
   torch::Tensor split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const;
-  // q [B, H, Tq, d_k], k/v [B, G, Tk, d_k] (G = kv_heads) -> [B, Tq, D] after W_o. `mask_sanitized`:
+  // q [B, H, Tq, d_k], k/v [B, G, Tk, d_k] (G = kv_heads) -> [B, Tq, D] after W_o; k/v (and the
+  // mask) may have B / r rows, row b / r serving query row b (kv_cache.h). `mask_sanitized`:
   // the caller already applied without_empty_rows (decoding reuses one source mask per step).
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const torch::Tensor& mask, bool mask_sanitized = false, bool causal = false);

@@ -4,11 +4,12 @@
 
 namespace torchmt {
 
-// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B, G, Tk, d_k] (G divides
-// H; query head h reads K/V head h / (H / G): grouped-query attention, G = H for MHA) when
+// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B / r, G, Tk, d_k] (G divides
+// H; query head h reads K/V head h / (H / G): grouped-query attention, G = H for MHA; query
+// row b reads K/V row b / r: the r beams of a sentence share its cross-attention K/V) when
 // the call is inference (grad mode off) on the CPU in fp32 or bf16; returns the heads
 // already merged, [B, 1, H * d_k], in q's dtype, or an undefined tensor when it does not
-// apply. `mask` (bool, true = may attend, masks.h) broadcasts to [B, H, 1, Tk]; a query
+// apply. `mask` (bool, true = may attend, masks.h) broadcasts to [B / r, H, 1, Tk]; a query
 // whose keys are all masked attends to all of them, as MultiHeadAttention does.
 //
 // Why: a decoding step of one sentence attends with a single query per head over ~15-30
