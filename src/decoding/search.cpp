@@ -171,9 +171,9 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       }
       // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or
       // with early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's;
-      // CTranslate2 4 runs to beam_size * patience complete ones). Measured, beam 5, fp32, D3, 1,000 lines, 2-core Xeon: test_2016
-      // 4.85 -> 4.29 s, BLEU 40.4 -> 40.2; test_2017 4.60 -> 4.02 s, 36.9 -> 36.7; so not
-      // the default.
+      // CTranslate2 4 runs to beam_size * patience complete ones). Measured, beam 5, fp32,
+      // D3, 1,000 lines, 2-core Xeon: test_2016 4.85 -> 4.29 s, BLEU 40.4 -> 40.2; test_2017
+      // 4.60 -> 4.02 s, 36.9 -> 36.7; so not the default.
       const auto complete = static_cast<int64_t>(done.size());
       if (complete >= k || (options.early_exit && best_ends && complete >= options.nbest)) continue;
       if (rows.empty()) {

@@ -101,7 +101,9 @@ void DecoderCache::expand(int64_t k) {
   if (k < 1) throw std::invalid_argument("expand: k must be at least 1");
   if (k == 1 || batch_size() == 0) return;
   const auto rows = torch::arange(batch_size(), src_mask.options().dtype(torch::kLong)).repeat_interleave(k);
-  if (!source_length_host.empty()) {  // rows joined: per-row starts and extents, no sharing
+  // Shared only where the decoding attention kernel reads row b / beam (the CPU's): other
+  // attention paths would copy the rows at every step instead of at every select.
+  if (!source_length_host.empty() || !src_mask.device().is_cpu()) {  // joined rows, or not CPU: copies
     unshare_source();
     select(rows);
     return;

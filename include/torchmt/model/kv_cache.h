@@ -52,7 +52,8 @@ struct DecoderCache {
   // source rows; any other index first gives every row its own copy (beam = 1).
   void select(const at::Tensor& batch_index);
   // Every row becomes k consecutive rows of one sentence (beam *= k), the source side
-  // shared; rows that joined a running batch are copied instead (select).
+  // shared on the CPU; rows that joined a running batch, or a cache on another device, are
+  // copied instead (select).
   void expand(int64_t k);
   // Back to one source row per row (beam = 1), copying the shared ones.
   void unshare_source();
