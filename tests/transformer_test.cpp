@@ -258,6 +258,48 @@ TEST(KeyValueCache, AppendPositionsEqualsGatherThenConcatenate) {
                std::out_of_range);
 }
 
+// With no reorder, a new position goes into the room a buffer append_positions made has
+// after its last position, when nothing else holds it; the values equal a concatenation
+// either way, and a tensor append_positions did not make (room false) is never written.
+TEST(KeyValueCache, AppendPositionsWritesInPlaceOnlyIntoRoomItHoldsAlone) {
+  torch::manual_seed(4);
+  auto base = torch::randn({3, 2, 6, 8});
+  auto past = base.narrow(2, 1, 3);  // [3, 2, 3, 8]: strides of a buffer with room, but not one
+  auto step = torch::randn({3, 2, 1, 8});
+  auto before = base.clone();
+  bool room = false;
+  auto grown = append_positions(past, torch::Tensor(), step, &room);  // a copy, with room
+  EXPECT_TRUE(room);
+  EXPECT_TRUE(torch::equal(base, before)) << "not its buffer: never written";
+  EXPECT_TRUE(torch::equal(grown, torch::cat({past, step}, 2)));
+  EXPECT_GT(grown.stride(1), grown.size(2) * grown.size(3)) << "room to grow";
+  // Another holder of the buffer (a copied cache): a copy, so that it never sees a write.
+  auto holder = grown;
+  auto copied = append_positions(grown, torch::Tensor(), step * 2, &room);
+  EXPECT_NE(copied.data_ptr(), holder.data_ptr());
+  auto expected = torch::cat({holder, step * 2}, 2);
+  EXPECT_TRUE(torch::equal(copied, expected));
+  grown = holder = at::Tensor();
+  // `copied` alone holds its buffer, with room: the next position goes in place.
+  const auto* mine = copied.data_ptr();
+  EXPECT_TRUE(room);
+  auto next = append_positions(copied, torch::Tensor(), step * 3, &room);
+  copied = at::Tensor();
+  expected = torch::cat({expected, step * 3}, 2);
+  EXPECT_EQ(next.data_ptr(), mine) << "no other holder, room left: written in place";
+  EXPECT_TRUE(room);
+  EXPECT_TRUE(torch::equal(next, expected));
+  bool no_room = false;
+  auto elsewhere = append_positions(next, torch::Tensor(), step * 4, &no_room);
+  EXPECT_NE(elsewhere.data_ptr(), next.data_ptr()) << "room not claimed: a copy";
+  auto reordered =
+      append_positions(next, torch::tensor(std::vector<int64_t>{2, 0}, torch::kLong), step.narrow(0, 0, 2), &room);
+  EXPECT_FALSE(room) << "a reorder's copy is exact";
+  EXPECT_TRUE(torch::equal(reordered, torch::cat({expected.index_select(0, torch::tensor(std::vector<int64_t>{2, 0})),
+                                                 step.narrow(0, 0, 2)},
+                                                2)));
+}
+
 // Beams share their sentence's source side (DecoderCache::expand): every step's logits equal
 // those of a cache that copied it per beam, through beam reorders, sentences leaving
 // (grouped selects keep sharing) and an index that mixes sentences within a group (unshared).
@@ -292,6 +334,72 @@ TEST_P(TransformerOnDevice, BeamsSharingTheSourceSideEqualCopiedRows) {
   for (auto* c : {&shared, &copied}) c->select(index({0, 3, 2}));  // mixes sentences: one row each
   EXPECT_EQ(shared.beam, 1);
   step({12, 4, 4}, "unshared");
+}
+
+// Rows leaving move within the cache's own tensors (DecoderCache::select: every new row i is
+// old row index[i] >= i) and new positions are written into room the self-attention buffer
+// has: every step's logits equal those of a cache whose tensors another holds (every select
+// and append copies), through leaving rows, a join, a reorder that cannot move in place, and
+// a copied cache stepping on its own.
+TEST_P(TransformerOnDevice, RowsMovedInPlaceEqualCopiedRows) {
+  torch::NoGradGuard no_grad;
+  auto src = torch::tensor({5, 6, 7, 8, 0, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0, 16, 17, 0, 0, 0, 18, 19, 20, 21, 22},
+                           torch::kLong)
+                 .view({5, 5})
+                 .to(device);
+  auto fresh = [&](const torch::Tensor& s) {
+    auto mask = make_padding_mask(s, 0);
+    return model->start_cache(model->encode(s, mask), mask);
+  };
+  DecoderCache moved = fresh(src), copied = fresh(src);
+  std::vector<at::Tensor> held;  // every tensor of `copied`, so that nothing of it moves in place
+  auto hold = [&] {
+    for (const auto& l : copied.layers)
+      for (const auto& t : {l.self_k, l.self_v, l.cross_k, l.cross_v})
+        if (t.defined()) held.push_back(t);
+  };
+  auto index = [&](std::vector<int64_t> rows) { return torch::tensor(rows, torch::kLong).to(device); };
+  auto step = [&](std::vector<int64_t> tokens, const std::string& phase) {
+    hold();
+    auto a = model->decode_step(index(tokens), moved), b = model->decode_step(index(tokens), copied);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6)) << phase;
+  };
+  const bool cpu = device.is_cpu();
+  step({2, 2, 2, 2, 2}, "first step");
+  step({4, 9, 7, 3, 11}, "second step");
+  const auto* self_before = moved.layers[0].self_k.data_ptr();
+  step({6, 6, 8, 5, 4}, "third step");
+  EXPECT_EQ(moved.layers[0].self_k.data_ptr() == self_before, cpu) << "the third position written in place";
+  const auto* cross_before = moved.layers[0].cross_k.data_ptr();
+  hold();
+  for (auto* c : {&moved, &copied}) c->select(index({0, 4, 2, 3}));  // row 1 leaves, row 4 takes its place
+  EXPECT_EQ(moved.layers[0].cross_k.data_ptr() == cross_before, cpu) << "rows moved within the tensor";
+  EXPECT_EQ(moved.layers[0].cross_k.size(0), 4);
+  step({3, 10, 12, 7}, "a row left");
+  hold();
+  for (auto* c : {&moved, &copied}) c->select(index({1, 2}));  // ascending: both move
+  step({9, 4}, "rows left in order");
+  hold();
+  for (auto* c : {&moved, &copied}) c->append(fresh(index({23, 24, 25, 0, 0}).view({1, 5})));
+  step({5, 6, 2}, "a row joined");
+  step({8, 3, 14}, "after the join");
+  hold();
+  for (auto* c : {&moved, &copied}) c->select(index({2, 0}));  // row 1 takes row 0: not in place, copies
+  step({4, 4}, "reordered");
+  // A copy of the cache shares every tensor: neither may write into or move what the other
+  // holds. Each steps with its own tokens; `moved` must go on as `copied` does.
+  DecoderCache twin = moved;
+  auto same = [&](std::vector<int64_t> tokens, const std::string& phase) {
+    auto a = model->decode_step(index(tokens), moved), b = model->decode_step(index(tokens), copied);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6)) << phase;
+  };
+  (void)model->decode_step(index({7, 7}), twin);
+  same({7, 7}, "beside a copy");
+  same({9, 1}, "beside a copy, second step");
+  (void)model->decode_step(index({3, 5}), twin);
+  twin.select(index({1}));
+  (void)model->decode_step(index({6}), twin);
+  same({4, 4}, "after the copy stepped and dropped a row");
 }
 
 TEST_P(TransformerOnDevice, MasksLiveOnTheInputDevice) {

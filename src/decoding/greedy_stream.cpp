@@ -1,5 +1,6 @@
 #include "torchmt/decoding/greedy_stream.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -45,8 +46,7 @@ void GreedyStream::step() {
   const auto* tok_ptr = best_tok.data_ptr<int64_t>();
   const auto* eos_ptr = eos_lp.data_ptr<float>();
 
-  std::vector<int64_t> keep_rows;
-  std::vector<Row> kept;
+  std::vector<bool> keep(rows_.size(), false);
   for (size_t r = 0; r < rows_.size(); ++r) {
     Row& row = rows_[r];
     Hypothesis& h = row.hypothesis;
@@ -59,13 +59,31 @@ void GreedyStream::step() {
     } else {
       h.tokens.push_back(tok);
       row.next = tok;
-      keep_rows.push_back(static_cast<int64_t>(r));
-      kept.push_back(std::move(row));
+      keep[r] = true;
     }
   }
-  // No select after the last row: the next join starts the decoder afresh.
-  if (!kept.empty() && kept.size() < rows_.size()) decoder_.select(torch::tensor(keep_rows, torch::kLong).to(device));
-  rows_ = std::move(kept);
+  // A finished row's place goes to the last row still running, the others stay where they
+  // are: the decoder moves one row per finished row (DecoderCache::select, in place) instead
+  // of every row after it. No select after the last row: the next join starts afresh.
+  const auto kept = static_cast<size_t>(std::count(keep.begin(), keep.end(), true));
+  if (kept == 0 || kept == rows_.size()) {
+    if (kept == 0) rows_.clear();
+    return;
+  }
+  std::vector<int64_t> index(kept);
+  std::vector<Row> next;
+  next.reserve(kept);
+  for (size_t i = 0, last = rows_.size(); i < kept; ++i) {
+    size_t from = i;
+    if (!keep[i]) {
+      do --last; while (!keep[last]);  // a running row past the kept ones (there are as many as holes)
+      from = last;
+    }
+    index[i] = static_cast<int64_t>(from);
+    next.push_back(std::move(rows_[from]));
+  }
+  decoder_.select(torch::tensor(index, torch::kLong).to(device));
+  rows_ = std::move(next);
 }
 
 std::vector<std::pair<int64_t, Hypothesis>> GreedyStream::take_finished() {

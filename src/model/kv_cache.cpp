@@ -32,7 +32,49 @@ at::Tensor compose(const at::Tensor& rows, const at::Tensor& index) {
   return rows.defined() ? rows.index_select(0, index) : index;
 }
 
+// Whether t is a CPU tensor whose memory no other tensor, view or copy of the handle (a
+// copied cache) can see: then rows may be moved, and positions past its extent written, in
+// place.
+bool sole_owner(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.use_count() == 1 && t.has_storage() &&
+         t.storage().use_count() == 1;
+}
+
+// Elements one row (dim 0) of t spans, or -1 when rows may overlap (then no in-place moves).
+int64_t row_span(const at::Tensor& t) {
+  int64_t span = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return 0;
+    if (t.stride(d) < 0) return -1;
+    span += (t.size(d) - 1) * t.stride(d);
+  }
+  return t.dim() > 0 && span <= t.stride(0) ? span : -1;
+}
+
+// The first n rows of t after row i took row idx[i], in place. Every idx[i] >= i: ascending
+// copies never read a row already overwritten. Only for a sole owner with disjoint rows.
+at::Tensor compact_rows(const at::Tensor& t, const int64_t* idx, int64_t n) {
+  const int64_t span = row_span(t);
+  const size_t elem = t.element_size();
+  auto* base = static_cast<char*>(t.data_ptr());
+  for (int64_t i = 0; i < n; ++i)
+    if (idx[i] != i && span > 0)
+      std::memmove(base + static_cast<size_t>(i * t.stride(0)) * elem,
+                   base + static_cast<size_t>(idx[i] * t.stride(0)) * elem, static_cast<size_t>(span) * elem);
+  return unview(t.narrow(0, 0, n));
+}
+
+bool compactable(const at::Tensor& t) { return sole_owner(t) && row_span(t) >= 0; }
+
+// Positions a self-attention buffer holds for t positions: room to append in place.
+int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
+
 }  // namespace
+
+at::Tensor unview(const at::Tensor& t) {
+  if (!t.defined() || !t.is_view() || t.requires_grad()) return t;
+  return at::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+}
 
 at::Tensor LayerKVCache::keys() const {
   return self_rows.defined() && self_k.defined() ? self_k.index_select(0, self_rows) : self_k;
@@ -42,11 +84,13 @@ at::Tensor LayerKVCache::values() const {
   return self_rows.defined() && self_v.defined() ? self_v.index_select(0, self_rows) : self_v;
 }
 
-at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step) {
+at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step, bool* room) {
+  const bool past_room = room && *room;
+  if (room) *room = false;
   if (!past.defined()) return step;
   const bool fast = past.device().is_cpu() && step.device().is_cpu() && past.dim() == 4 && step.dim() == 4 &&
                     past.scalar_type() == step.scalar_type() && past.stride(3) == 1 &&
-                    past.stride(2) == past.size(3) && step.is_contiguous() && step.size(2) == 1 &&
+                    (past.stride(2) == past.size(3) || past.size(2) == 1) && step.is_contiguous() && step.size(2) == 1 &&
                     step.size(1) == past.size(1) && step.size(3) == past.size(3) &&
                     (!rows.defined() || (rows.device().is_cpu() && rows.scalar_type() == at::kLong));
   if (!fast) {
@@ -60,22 +104,44 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
   const int64_t* idx = index.defined() ? index.data_ptr<int64_t>() : nullptr;
   for (int64_t i = 0; i < n; ++i)
     if (idx && (idx[i] < 0 || idx[i] >= past.size(0))) throw std::out_of_range("append_positions: row out of range");
-  auto out = torch::empty({n, groups, t + 1, d}, past.options());  // [n, G, t + 1, d]
   const size_t elem = past.element_size();
-  const auto* src = static_cast<const char*>(past.data_ptr());
   const auto* add = static_cast<const char*>(step.data_ptr());
+  const size_t row = static_cast<size_t>(d) * elem;
+  // No reorder, and past is a buffer with room after its last position that nothing else
+  // sees: the new position is written in place ([n, G, cap, d] with cap > t). Copying the
+  // whole cache at every step was 2.3 MB per step at 26 rows x 6 layers x 15 positions.
+  const int64_t slot = past.stride(1);  // elements per (row, group): cap * d in a buffer
+  if (past_room && !idx && n > 0 && groups > 0 && sole_owner(past) && slot % d == 0 &&
+      past.stride(0) == groups * slot) {
+    const int64_t cap = slot / d, first = (past.storage_offset() % slot) / d;  // the view's column in its slot
+    const int64_t last = past.storage_offset() + (n - 1) * past.stride(0) + (groups - 1) * slot + (t + 1) * d;
+    if (first + t < cap && static_cast<size_t>(last) * elem <= past.storage().nbytes()) {
+      auto* base = static_cast<char*>(past.data_ptr());
+      for (int64_t bg = 0; bg < n * groups; ++bg)
+        std::memcpy(base + static_cast<size_t>((bg / groups) * past.stride(0) + (bg % groups) * slot + t * d) * elem,
+                    add + static_cast<size_t>(bg) * row, row);
+      *room = true;
+      return unview(past.as_strided({n, groups, t + 1, d}, past.strides(), past.storage_offset()));  // [n, G, t + 1, d]
+    }
+  }
+  // A copy: with room to grow when no reorder came (the next steps append in place); a beam
+  // reorders at every step, so its copy is exact.
+  const int64_t cap = idx ? t + 1 : capacity_for(t + 1);
+  auto out = torch::empty({n, groups, cap, d}, past.options());  // [n, G, cap, d]
+  const auto* src = static_cast<const char*>(past.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
-  const size_t block = static_cast<size_t>(t * d) * elem, row = static_cast<size_t>(d) * elem;
+  const size_t block = static_cast<size_t>(t * d) * elem;
   at::parallel_for(0, n * groups, 16, [&](int64_t begin, int64_t end) {
     for (int64_t bg = begin; bg < end; ++bg) {
       const int64_t b = bg / groups, g = bg % groups;
       const int64_t from = idx ? idx[b] : b;
-      char* o = dst + static_cast<size_t>(bg) * (block + row);
+      char* o = dst + static_cast<size_t>(bg * cap * d) * elem;
       std::memcpy(o, src + static_cast<size_t>(from * past.stride(0) + g * past.stride(1)) * elem, block);
       std::memcpy(o + block, add + static_cast<size_t>(bg) * row, row);
     }
   });
-  return out;
+  if (room) *room = cap > t + 1;
+  return cap == t + 1 ? out : unview(out.narrow(2, 0, t + 1));  // [n, G, t + 1, d]
 }
 
 void DecoderCache::gather_pending() {
@@ -84,6 +150,7 @@ void DecoderCache::gather_pending() {
     layer.self_k = layer.keys();
     layer.self_v = layer.values();
     layer.self_rows = at::Tensor();
+    layer.self_room = false;
   }
 }
 
@@ -121,6 +188,39 @@ void DecoderCache::select(const at::Tensor& batch_index) {
     }
     src_mask = src_mask.index_select(0, index);  // [B', 1, 1, S]
   };
+  // Rows leaving a batch on the CPU, the others keeping their order or taking a leaving
+  // row's place (every new row i is old row index[i] >= i): rows move within their tensors
+  // instead of each tensor being copied (greedy search drops its finished rows at nearly
+  // every step). Tensors that another holds are copied as below.
+  if (beam == 1 && batch_index.device().is_cpu() && batch_index.scalar_type() == at::kLong &&
+      batch_index.dim() == 1 && src_mask.device().is_cpu()) {
+    const auto index = batch_index.contiguous();
+    const auto* idx = index.data_ptr<int64_t>();
+    const int64_t n = index.numel(), old_rows = batch_size();
+    bool in_place = n <= old_rows;
+    for (int64_t i = 0; in_place && i < n; ++i) in_place = idx[i] >= i && idx[i] < old_rows;
+    if (in_place) {
+      auto move = [&](at::Tensor& t) {
+        if (!t.defined()) return;
+        t = compactable(t) ? compact_rows(t, idx, n) : t.index_select(0, index);  // a copy has no room
+      };
+      for (auto& layer : layers) {
+        if (layer.self_k.defined() && layer.self_rows.defined()) {
+          layer.self_rows = compose(layer.self_rows, index);  // still pending: gathered at the next append
+        } else {
+          const bool room = layer.self_room && compactable(layer.self_k) && compactable(layer.self_v);
+          move(layer.self_k);  // [B', G, t, d_k]
+          move(layer.self_v);
+          layer.self_room = room;  // rows moved within the buffers keep their room
+        }
+        move(layer.cross_k);  // [B', G, S, d_k]
+        move(layer.cross_v);
+      }
+      src_mask = src_mask.index_select(0, index);  // [B', 1, 1, S]
+      keep_host_rows(idx, n);
+      return;
+    }
+  }
   // The self-attention side is reordered when the next step appends to it.
   for (auto& layer : layers)
     if (layer.self_k.defined()) layer.self_rows = compose(layer.self_rows, batch_index);
@@ -144,9 +244,13 @@ void DecoderCache::select(const at::Tensor& batch_index) {
   pick_source(batch_index);
   if (source_length_host.empty()) return;  // nothing ever joined: nothing to trim
   auto index = batch_index.to(torch::kCPU).contiguous();
-  const auto* idx = index.data_ptr<int64_t>();
+  keep_host_rows(index.data_ptr<int64_t>(), index.numel());
+}
+
+void DecoderCache::keep_host_rows(const int64_t* idx, int64_t n) {
+  if (source_length_host.empty()) return;  // nothing ever joined: nothing to trim
   std::vector<int64_t> starts, extents;
-  for (int64_t i = 0; i < index.numel(); ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     starts.push_back(start_host.at(static_cast<size_t>(idx[i])));
     extents.push_back(source_length_host.at(static_cast<size_t>(idx[i])));
   }
@@ -185,6 +289,7 @@ void DecoderCache::append(DecoderCache rows) {
       auto zeros = torch::zeros(shape, mine.self_k.options());                 // [n, G, T, d_k]
       mine.self_k = torch::cat({mine.self_k, zeros}, 0);                       // [B', G, T, d_k]
       mine.self_v = torch::cat({mine.self_v, zeros}, 0);                       // [B', G, T, d_k]
+      mine.self_room = false;
     }
   }
   src_mask = torch::cat({pad_to(src_mask, 3, source), pad_to(rows.src_mask, 3, source)}, 0);  // [B', 1, 1, S']
@@ -200,8 +305,8 @@ void DecoderCache::trim() {
   const int64_t first = *std::min_element(start_host.begin(), start_host.end());
   if (first > 0) {
     for (auto& layer : layers) {
-      layer.self_k = layer.self_k.narrow(2, first, length - first);  // [B, G, T', d_k]
-      layer.self_v = layer.self_v.narrow(2, first, length - first);  // [B, G, T', d_k]
+      layer.self_k = unview(layer.self_k.narrow(2, first, length - first));  // [B, G, T', d_k]
+      layer.self_v = unview(layer.self_v.narrow(2, first, length - first));  // [B, G, T', d_k]
     }
     length -= first;
     for (auto& s : start_host) s -= first;
@@ -209,8 +314,8 @@ void DecoderCache::trim() {
   const int64_t source = *std::max_element(source_length_host.begin(), source_length_host.end());
   if (source > 0 && source < src_mask.size(-1)) {
     for (auto& layer : layers) {
-      layer.cross_k = layer.cross_k.narrow(2, 0, source);  // [B, G, S', d_k]
-      layer.cross_v = layer.cross_v.narrow(2, 0, source);  // [B, G, S', d_k]
+      layer.cross_k = unview(layer.cross_k.narrow(2, 0, source));  // [B, G, S', d_k]
+      layer.cross_v = unview(layer.cross_v.narrow(2, 0, source));  // [B, G, S', d_k]
     }
     src_mask = src_mask.narrow(3, 0, source);  // [B, 1, 1, S']
   }

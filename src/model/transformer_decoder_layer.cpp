@@ -45,8 +45,10 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     auto v = self_attn->split_heads(self_attn->W_v, in);  // [B, G, 1, d_k]
     if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
     // The pending beam reorder (self_rows) and the new position in one copy.
-    cache->self_k = append_positions(cache->self_k, cache->self_rows, k);  // [B, G, t, d_k]
-    cache->self_v = append_positions(cache->self_v, cache->self_rows, v);  // [B, G, t, d_k]
+    bool k_room = cache->self_room, v_room = cache->self_room;
+    cache->self_k = append_positions(cache->self_k, cache->self_rows, k, &k_room);  // [B, G, t, d_k]
+    cache->self_v = append_positions(cache->self_v, cache->self_rows, v, &v_room);  // [B, G, t, d_k]
+    cache->self_room = k_room && v_room;
     cache->self_rows = torch::Tensor();
     // self_mask: only in a batch whose rows joined at different steps (never empty: a row
     // always sees its own new key).
@@ -89,11 +91,13 @@ torch::Tensor TransformerDecoderLayerImpl::forward(const torch::Tensor& x, const
 }
 
 void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, LayerKVCache& cache) {
-  cache.cross_k = cross_attn->split_heads(cross_attn->W_k, memory);  // [B, G, S, d_k]
-  cache.cross_v = cross_attn->split_heads(cross_attn->W_v, memory);  // [B, G, S, d_k]
+  // Not views: the cache then knows when it alone holds them (rows move in place).
+  cache.cross_k = unview(cross_attn->split_heads(cross_attn->W_k, memory));  // [B, G, S, d_k]
+  cache.cross_v = unview(cross_attn->split_heads(cross_attn->W_v, memory));  // [B, G, S, d_k]
   cache.self_k = torch::Tensor();
   cache.self_v = torch::Tensor();
   cache.self_rows = torch::Tensor();
+  cache.self_room = false;
 }
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,

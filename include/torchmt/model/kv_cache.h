@@ -17,14 +17,26 @@ struct LayerKVCache {
   // append_positions gathers and appends in one copy; beam search reorders at every step and
   // the gather followed by a concatenation copied the whole self-attention cache twice.
   at::Tensor self_rows;
+  // self_k / self_v are buffers append_positions made with room after their last position
+  // (set by it; whatever else assigns them clears it): the next position may go in place.
+  bool self_room = false;
   // self_k / self_v with the pending reorder applied (a copy only if one is pending).
   at::Tensor keys() const;
   at::Tensor values() const;
 };
 
 // [rows of past, G, t + 1, d]: past's rows `rows` (all in order when undefined) with `step`
-// [n, G, 1, d] appended along dim 2; past undefined: step. One copy on the CPU.
-at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step);
+// [n, G, 1, d] appended along dim 2; past undefined: step. One copy on the CPU, into a buffer
+// with room for later positions when no reorder came. `room` (optional), in: past is such a
+// buffer, so with no reorder and nothing else holding it the position is written in place;
+// out: whether the result is such a buffer.
+at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, const at::Tensor& step,
+                            bool* room = nullptr);
+
+// t's elements as a tensor that is not a view (t itself when it needs autograd). A view keeps
+// its base alive, so a cache holding views could never tell that it alone holds their memory
+// and may move rows or write positions in place.
+at::Tensor unview(const at::Tensor& t);
 
 struct DecoderCache {
   std::vector<LayerKVCache> layers;
@@ -47,7 +59,9 @@ struct DecoderCache {
   int64_t batch_size() const { return src_mask.defined() ? src_mask.size(0) * beam : 0; }
   bool ragged() const { return start.defined(); }
   // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences. Once
-  // rows have joined, also trims the columns no remaining row uses (trim()). With beam > 1,
+  // rows have joined, also trims the columns no remaining row uses (trim()). On the CPU, an
+  // index in which every new row i is old row index[i] >= i (rows leaving; GreedyStream fills
+  // a leaving row's place with a later row) moves rows within tensors held by this cache alone. With beam > 1,
   // an index that keeps every group of beam rows within one sentence selects the shared
   // source rows; any other index first gives every row its own copy (beam = 1).
   void select(const at::Tensor& batch_index);
@@ -70,6 +84,10 @@ struct DecoderCache {
   void select_target_side(const at::Tensor& batch_index);
   // Applies every layer's pending self-attention reorder (LayerKVCache::self_rows).
   void gather_pending();
+
+ private:
+  // The host starts and extents of rows idx[0..n) after a select, then trim().
+  void keep_host_rows(const int64_t* idx, int64_t n);
 };
 
 }  // namespace torchmt
