@@ -337,10 +337,10 @@ TEST_P(TransformerOnDevice, BeamsSharingTheSourceSideEqualCopiedRows) {
 }
 
 // Rows leaving move within the cache's own tensors (DecoderCache::select: every new row i is
-// old row index[i] >= i) and new positions are written into room the self-attention buffer
-// has: every step's logits equal those of a cache whose tensors another holds (every select
-// and append copies), through leaving rows, a join, a reorder that cannot move in place, and
-// a copied cache stepping on its own.
+// old row index[i] >= i), new positions are written into room the self-attention buffer has
+// and joining rows into room a previous join made: every step's logits equal those of a cache
+// whose tensors another holds (every select and append copies), through leaving rows, joins,
+// a reorder that cannot move in place, and a copied cache stepping on its own.
 TEST_P(TransformerOnDevice, RowsMovedInPlaceEqualCopiedRows) {
   torch::NoGradGuard no_grad;
   auto src = torch::tensor({5, 6, 7, 8, 0, 9, 10, 11, 12, 13, 14, 15, 0, 0, 0, 16, 17, 0, 0, 0, 18, 19, 20, 21, 22},
@@ -383,6 +383,15 @@ TEST_P(TransformerOnDevice, RowsMovedInPlaceEqualCopiedRows) {
   for (auto* c : {&moved, &copied}) c->append(fresh(index({23, 24, 25, 0, 0}).view({1, 5})));
   step({5, 6, 2}, "a row joined");
   step({8, 3, 14}, "after the join");
+  const auto* joined_cross = moved.layers[0].cross_k.data_ptr();
+  const auto* joined_self = moved.layers[0].self_k.data_ptr();
+  hold();
+  for (auto* c : {&moved, &copied}) c->append(fresh(index({26, 27, 28, 29, 30, 31, 0}).view({1, 7})));  // longer source
+  EXPECT_EQ(moved.layers[0].cross_k.data_ptr() == joined_cross, cpu) << "joined into the room the first join made";
+  EXPECT_EQ(moved.layers[0].self_k.data_ptr() == joined_self, cpu);
+  EXPECT_EQ(moved.src_mask.size(3), 6);
+  step({5, 9, 3, 2}, "a second row joined");
+  step({6, 2, 8, 12}, "after the second join");
   hold();
   for (auto* c : {&moved, &copied}) c->select(index({2, 0}));  // row 1 takes row 0: not in place, copies
   step({4, 4}, "reordered");

@@ -69,6 +69,38 @@ bool compactable(const at::Tensor& t) { return sole_owner(t) && row_span(t) >= 0
 // Positions a self-attention buffer holds for t positions: room to append in place.
 int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
 
+// t [B, G, C, d] with n more rows and `columns` >= C columns: the new rows and the old rows'
+// new columns zeros (keys no row attends to; zeros keep every attention path finite). In
+// place when `room` (t is a buffer made here or by append_positions, [R, G, cap, d] with
+// R > B rows and columns after t's), nothing else holds it and it has the rows and columns;
+// otherwise a new buffer with room (1.5x the rows, 2x the columns). Sets room: the result is
+// such a buffer. In-flight batching joins rows at nearly every other step: copying every
+// row's cross- and self-attention K/V at each join was a copy of the whole cache.
+at::Tensor grow(const at::Tensor& t, int64_t n, int64_t columns, bool& room) {
+  const int64_t rows = t.size(0), groups = t.size(1), c = t.size(2), d = t.size(3);
+  const int64_t slot = t.stride(1);
+  if (room && sole_owner(t) && t.stride(3) == 1 && t.stride(2) == d && d > 0 && slot % d == 0 &&
+      t.stride(0) == groups * slot && groups > 0) {
+    const int64_t cap = slot / d, first = (t.storage_offset() % slot) / d;  // t's first column in its slot
+    const int64_t row0 = t.storage_offset() - t.storage_offset() % t.stride(0);
+    const int64_t held = (static_cast<int64_t>(t.storage().nbytes() / t.element_size()) - row0) / t.stride(0);
+    if (first + columns <= cap && rows + n <= held) {
+      auto out = unview(t.as_strided({rows + n, groups, columns, d}, t.strides(), t.storage_offset()));
+      if (columns > c) out.narrow(0, 0, rows).narrow(2, c, columns - c).zero_();
+      if (n > 0) out.narrow(0, rows, n).zero_();
+      return out;  // [B + n, G, columns, d]
+    }
+  }
+  const int64_t total = rows + n;
+  auto buffer = torch::zeros({total + std::max<int64_t>(8, total / 2), groups, capacity_for(columns), d},
+                             t.options());                                       // [R, G, cap, d]
+  auto out = unview(buffer.narrow(0, 0, total).narrow(2, 0, columns));         // [B + n, G, columns, d]
+  buffer = at::Tensor();
+  if (rows > 0 && c > 0) out.narrow(0, 0, rows).narrow(2, 0, c).copy_(t);
+  room = true;
+  return out;
+}
+
 }  // namespace
 
 at::Tensor unview(const at::Tensor& t) {
@@ -159,6 +191,7 @@ void DecoderCache::unshare_source() {
   for (auto& layer : layers) {
     if (layer.cross_k.defined()) layer.cross_k = layer.cross_k.repeat_interleave(beam, 0);  // [B, G, S, d_k]
     if (layer.cross_v.defined()) layer.cross_v = layer.cross_v.repeat_interleave(beam, 0);  // [B, G, S, d_k]
+    layer.cross_room = false;
   }
   src_mask = src_mask.repeat_interleave(beam, 0);  // [B, 1, 1, S]
   beam = 1;
@@ -185,6 +218,7 @@ void DecoderCache::select(const at::Tensor& batch_index) {
     for (auto& layer : layers) {
       if (layer.cross_k.defined()) layer.cross_k = layer.cross_k.index_select(0, index);  // [B', G, S, d_k]
       if (layer.cross_v.defined()) layer.cross_v = layer.cross_v.index_select(0, index);  // [B', G, S, d_k]
+      layer.cross_room = false;
     }
     src_mask = src_mask.index_select(0, index);  // [B', 1, 1, S]
   };
@@ -213,8 +247,10 @@ void DecoderCache::select(const at::Tensor& batch_index) {
           move(layer.self_v);
           layer.self_room = room;  // rows moved within the buffers keep their room
         }
+        const bool room = layer.cross_room && compactable(layer.cross_k) && compactable(layer.cross_v);
         move(layer.cross_k);  // [B', G, S, d_k]
         move(layer.cross_v);
+        layer.cross_room = room;
       }
       src_mask = src_mask.index_select(0, index);  // [B', 1, 1, S]
       keep_host_rows(idx, n);
@@ -278,14 +314,32 @@ void DecoderCache::append(DecoderCache rows) {
     start_host.push_back(length);
   }
   const int64_t source = std::max(src_mask.size(-1), rows.src_mask.size(-1));
+  const int64_t old_rows = batch_size(), n = rows.batch_size();
+  const bool cpu = src_mask.device().is_cpu();
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& mine = layers[i];
     auto& theirs = rows.layers[i];
+    if (cpu) {  // into buffers with room for rows and columns, in place when they have it
+      bool k_room = mine.cross_room, v_room = mine.cross_room;
+      mine.cross_k = grow(mine.cross_k, n, source, k_room);  // [B', G, S', d_k]
+      mine.cross_v = grow(mine.cross_v, n, source, v_room);  // [B', G, S', d_k]
+      mine.cross_room = k_room && v_room;
+      const int64_t theirs_source = theirs.cross_k.size(2);
+      mine.cross_k.narrow(0, old_rows, n).narrow(2, 0, theirs_source).copy_(theirs.cross_k);
+      mine.cross_v.narrow(0, old_rows, n).narrow(2, 0, theirs_source).copy_(theirs.cross_v);
+      if (mine.self_k.defined()) {  // the new rows' columns so far: zeros they never attend to
+        bool sk = mine.self_room, sv = mine.self_room;
+        mine.self_k = grow(mine.self_k, n, mine.self_k.size(2), sk);  // [B', G, T, d_k]
+        mine.self_v = grow(mine.self_v, n, mine.self_v.size(2), sv);  // [B', G, T, d_k]
+        mine.self_room = sk && sv;
+      }
+      continue;
+    }
     mine.cross_k = torch::cat({pad_to(mine.cross_k, 2, source), pad_to(theirs.cross_k, 2, source)}, 0);  // [B', G, S', d_k]
     mine.cross_v = torch::cat({pad_to(mine.cross_v, 2, source), pad_to(theirs.cross_v, 2, source)}, 0);  // [B', G, S', d_k]
     if (mine.self_k.defined()) {  // the new rows' columns so far: zeros they never attend to
       auto shape = mine.self_k.sizes().vec();
-      shape[0] = rows.batch_size();
+      shape[0] = n;
       auto zeros = torch::zeros(shape, mine.self_k.options());                 // [n, G, T, d_k]
       mine.self_k = torch::cat({mine.self_k, zeros}, 0);                       // [B', G, T, d_k]
       mine.self_v = torch::cat({mine.self_v, zeros}, 0);                       // [B', G, T, d_k]

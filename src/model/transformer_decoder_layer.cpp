@@ -98,6 +98,7 @@ void TransformerDecoderLayerImpl::prepare_cache(const torch::Tensor& memory, Lay
   cache.self_v = torch::Tensor();
   cache.self_rows = torch::Tensor();
   cache.self_room = false;
+  cache.cross_room = false;
 }
 
 torch::Tensor TransformerDecoderLayerImpl::forward_step(const torch::Tensor& x, LayerKVCache& cache,

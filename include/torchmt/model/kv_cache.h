@@ -20,6 +20,8 @@ struct LayerKVCache {
   // self_k / self_v are buffers append_positions made with room after their last position
   // (set by it; whatever else assigns them clears it): the next position may go in place.
   bool self_room = false;
+  // The same for cross_k / cross_v, made by DecoderCache::append with room for rows joining.
+  bool cross_room = false;
   // self_k / self_v with the pending reorder applied (a copy only if one is pending).
   at::Tensor keys() const;
   at::Tensor values() const;
