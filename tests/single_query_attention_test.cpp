@@ -63,6 +63,33 @@ TEST(SingleQueryAttentionTest, RowsSharingKeyValueRowsEqualCopiedRows) {
                    .defined());
 }
 
+// Masked keys before a row's first allowed key (rows that joined a running batch) and after
+// its last (source padding) are skipped: each row equals the formula, and bit for bit the
+// same row with only its keys [first allowed, last allowed] given.
+TEST(SingleQueryAttentionTest, KeysOutsideTheAllowedRangeAreSkippedExactly) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  const int64_t B = 3, H = 4, G = 2, T = 9, dim = 64;
+  auto q = torch::randn({B, H, 1, dim}), k = torch::randn({B, G, T, dim}), v = torch::randn({B, G, T, dim});
+  auto mask = torch::zeros({B, 1, 1, T}, torch::kBool);
+  const std::vector<std::pair<int64_t, int64_t>> allowed = {{2, 7}, {0, 5}, {3, 9}};
+  for (int64_t b = 0; b < B; ++b) mask[b][0][0].narrow(0, allowed[b].first, allowed[b].second - allowed[b].first).fill_(true);
+  mask[0][0][0][4] = false;  // a masked key inside the range
+  auto ours = try_single_query_attention_cpu(q, k, v, mask);
+  ASSERT_TRUE(ours.defined());
+  EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble),
+                              reference(q, k.repeat_interleave(H / G, 1), v.repeat_interleave(H / G, 1), mask), 1e-5,
+                              1e-6));
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [lo, hi] = allowed[b];
+    auto row = try_single_query_attention_cpu(q.narrow(0, b, 1), k.narrow(0, b, 1).narrow(2, lo, hi - lo),
+                                              v.narrow(0, b, 1).narrow(2, lo, hi - lo),
+                                              mask.narrow(0, b, 1).narrow(3, lo, hi - lo));
+    ASSERT_TRUE(row.defined());
+    EXPECT_TRUE(torch::equal(row, ours.narrow(0, b, 1))) << "row " << b;
+  }
+}
+
 TEST(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
   torch::NoGradGuard no_grad;
   auto q = torch::randn({2, 2, 1, 16}), k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});

@@ -38,10 +38,19 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
     const T* qh = q + b * s.q_stride_b + h * s.q_stride_h;
     for (int64_t j = 0; j < s.dim; ++j) query[j] = load_as_float(qh + j) * s.scale;
     const bool* mh = mask ? mask + kb * s.m_stride_b + h * s.m_stride_h : nullptr;
-    bool any_allowed = mh == nullptr;
-    for (int64_t t = 0; mh && t < s.keys && !any_allowed; ++t) any_allowed = mh[t * s.m_stride_t];
+    // Keys [lo, hi) hold every allowed one: source padding masks a row's last keys, and in a
+    // batch that rows joined, a row's first self-attention keys. Keys outside get weight
+    // exp(-inf) = 0 and add nothing, so skipping them changes no bit (perf samples of this
+    // kernel in `translate --dtype int8`, 1,000 lines: 213 -> 187).
+    int64_t lo = 0, hi = s.keys;
+    if (mh) {
+      while (lo < s.keys && !mh[lo * s.m_stride_t]) ++lo;
+      while (hi > lo && !mh[(hi - 1) * s.m_stride_t]) --hi;
+      if (lo == hi) lo = 0, hi = s.keys;  // nothing allowed: every key, as unmasked (ATen's rows of a uniform average)
+    }
+    const bool any_allowed = mh == nullptr || lo > 0 || hi < s.keys || mh[lo * s.m_stride_t];
     float max = -std::numeric_limits<float>::infinity();
-    for (int64_t t = 0; t < s.keys; ++t) {
+    for (int64_t t = lo; t < hi; ++t) {
       if (any_allowed && mh && !mh[t * s.m_stride_t]) {
         scores[t] = -std::numeric_limits<float>::infinity();
         continue;
@@ -55,10 +64,10 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
       max = dot > max ? dot : max;
     }
     float total = 0.0f;
-    for (int64_t t = 0; t < s.keys; ++t) total += scores[t] = std::exp(scores[t] - max);
+    for (int64_t t = lo; t < hi; ++t) total += scores[t] = std::exp(scores[t] - max);
     const float inv_total = 1.0f / total;
     std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t t = 0; t < s.keys; ++t) {
+    for (int64_t t = lo; t < hi; ++t) {
       const float w = scores[t] * inv_total;
       if (w == 0.0f) continue;
       const T* vt = v + kb * s.v_stride_b + (h / s.group) * s.v_stride_h + t * s.v_stride_t;
