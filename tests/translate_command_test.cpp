@@ -79,6 +79,12 @@ TEST(TranslateCommand, Int8TranslatesCheckpointsAndExportsAlike) {
   auto int8 = test::run_command("(" + tm() + " translate -m " + dir.file("int8.ts") + input);
   ASSERT_EQ(int8.exit_code, 0) << int8.output;
   EXPECT_EQ(count_lines(int8.output), 3u) << int8.output;
+  // The summary names the precision asked for, not the float type the rest runs in.
+  for (const auto& model : {tiny_checkpoint(), dir.file("int8.ts")}) {
+    auto summary = test::run_command(tm() + " translate -m " + model + " --dtype int8 -i " + dir.file("in.de") +
+                                     " -o " + dir.file("out.en") + " 2>&1");
+    EXPECT_NE(summary.output.find("target tokens/s, int8)"), std::string::npos) << summary.output;
+  }
   // A frozen export has no weights left to quantize: one line naming the cause.
   r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("frozen.ts") + " --freeze");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -133,7 +133,7 @@ int run_translate(int argc, char** argv) {
   std::cerr << "translated " << count << " lines in " << seconds << " s ("
             << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " sentences/s, "
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, "
-            << dtype_name(translator->dtype()) << ")\n";
+            << translator->precision_name() << ")\n";
   if (!translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   if (!o->attention_svg.empty()) {

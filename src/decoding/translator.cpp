@@ -12,6 +12,7 @@
 
 #include "torchmt/data/special_ids.h"
 #include "torchmt/decoding/transformer_decoder.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
@@ -239,6 +240,14 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
     throw std::invalid_argument("attention head " + std::to_string(head) + " out of range (" +
                                 std::to_string(w.size(0)) + " heads)");
   return (head >= 0 ? w[head] : w.mean(0)).to(torch::kFloat).cpu();  // [T, S]
+}
+
+std::string Translator::precision_name() const {
+  if (model_) {
+    const auto* out = dynamic_cast<const QuantizableLinearImpl*>(model_->fc_out.get());
+    if (out && out->int8) return "int8";
+  }
+  return dtype_name(dtype_);
 }
 
 }  // namespace torchmt
