@@ -74,8 +74,8 @@ int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
 // place when `room` (t is a buffer made here or by append_positions, [R, G, cap, d] with
 // R > B rows and columns after t's), nothing else holds it and it has the rows and columns;
 // otherwise a new buffer with room (1.5x the rows, 2x the columns). Sets room: the result is
-// such a buffer. In-flight batching joins rows at nearly every other step: copying every
-// row's cross- and self-attention K/V at each join was a copy of the whole cache.
+// such a buffer. Concatenating copied every row's cross- and self-attention K/V at each join
+// of serve's in-flight batching (int8, 64 clients: 1,128 -> 1,242 requests/s without it).
 at::Tensor grow(const at::Tensor& t, int64_t n, int64_t columns, bool& room) {
   const int64_t rows = t.size(0), groups = t.size(1), c = t.size(2), d = t.size(3);
   const int64_t slot = t.stride(1);
@@ -140,8 +140,9 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
   const auto* add = static_cast<const char*>(step.data_ptr());
   const size_t row = static_cast<size_t>(d) * elem;
   // No reorder, and past is a buffer with room after its last position that nothing else
-  // sees: the new position is written in place ([n, G, cap, d] with cap > t). Copying the
-  // whole cache at every step was 2.3 MB per step at 26 rows x 6 layers x 15 positions.
+  // sees: the new position is written in place ([n, G, cap, d] with cap > t), where a copy
+  // moved the whole self-attention cache at every step (1.2 MB at 26 rows, 3 layers, 2 K/V
+  // heads of 64, 15 positions).
   const int64_t slot = past.stride(1);  // elements per (row, group): cap * d in a buffer
   if (past_room && !idx && n > 0 && groups > 0 && sole_owner(past) && slot % d == 0 &&
       past.stride(0) == groups * slot) {

@@ -63,9 +63,9 @@ struct DecoderCache {
   // Keep / reorder / duplicate rows: beam reordering and dropping finished sentences. Once
   // rows have joined, also trims the columns no remaining row uses (trim()). On the CPU, an
   // index in which every new row i is old row index[i] >= i (rows leaving; GreedyStream fills
-  // a leaving row's place with a later row) moves rows within tensors held by this cache alone. With beam > 1,
-  // an index that keeps every group of beam rows within one sentence selects the shared
-  // source rows; any other index first gives every row its own copy (beam = 1).
+  // a leaving row's place with a later row) moves rows within tensors held by this cache
+  // alone. With beam > 1, an index that keeps every group of beam rows within one sentence
+  // selects the shared source rows; any other index first gives every row its own copy.
   void select(const at::Tensor& batch_index);
   // Every row becomes k consecutive rows of one sentence (beam *= k), the source side
   // shared on the CPU; rows that joined a running batch, or a cache on another device, are
@@ -75,7 +75,8 @@ struct DecoderCache {
   void unshare_source();
   // Adds the rows of `rows` (a fresh cache from start_cache, nothing decoded yet) after the
   // current ones; each starts at its first target position at the next step. Source sides
-  // of different lengths are padded to the longer one (masked keys).
+  // of different lengths are padded to the longer one (masked keys). On the CPU, into room
+  // the buffers have (LayerKVCache::cross_room / self_room), else into new ones with room.
   void append(DecoderCache rows);
   // Drops self-attention columns before every row's start and source columns past every
   // row's extent (views: the next step's concatenation copies them anyway).
