@@ -32,6 +32,16 @@ at::Tensor compose(const at::Tensor& rows, const at::Tensor& index) {
   return rows.defined() ? rows.index_select(0, index) : index;
 }
 
+// A tensor over t's memory with these sizes, strides and offset that is not a view: made
+// directly, not through as_strided/narrow + set_ (dispatched operations and an autograd view
+// at every append: int8 greedy batch 1, 1,000 lines, took 2.25 s with them, 2.13 without, and
+// 2.21 / 2.15 for the build before the in-place cache, alternating runs).
+at::Tensor alias(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset) {
+  auto out = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return out;
+}
+
 // Whether t is a CPU tensor whose memory no other tensor, view or copy of the handle (a
 // copied cache) can see: then rows may be moved, and positions past its extent written, in
 // place.
@@ -61,7 +71,9 @@ at::Tensor compact_rows(const at::Tensor& t, const int64_t* idx, int64_t n) {
     if (idx[i] != i && span > 0)
       std::memmove(base + static_cast<size_t>(i * t.stride(0)) * elem,
                    base + static_cast<size_t>(idx[i] * t.stride(0)) * elem, static_cast<size_t>(span) * elem);
-  return unview(t.narrow(0, 0, n));
+  auto sizes = t.sizes().vec();
+  sizes[0] = n;
+  return alias(t, sizes, t.strides(), t.storage_offset());
 }
 
 bool compactable(const at::Tensor& t) { return sole_owner(t) && row_span(t) >= 0; }
@@ -105,7 +117,7 @@ at::Tensor grow(const at::Tensor& t, int64_t n, int64_t columns, bool& room) {
 
 at::Tensor unview(const at::Tensor& t) {
   if (!t.defined() || !t.is_view() || t.requires_grad()) return t;
-  return at::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+  return alias(t, t.sizes(), t.strides(), t.storage_offset());
 }
 
 at::Tensor LayerKVCache::keys() const {
@@ -154,7 +166,7 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
         std::memcpy(base + static_cast<size_t>((bg / groups) * past.stride(0) + (bg % groups) * slot + t * d) * elem,
                     add + static_cast<size_t>(bg) * row, row);
       *room = true;
-      return unview(past.as_strided({n, groups, t + 1, d}, past.strides(), past.storage_offset()));  // [n, G, t + 1, d]
+      return alias(past, {n, groups, t + 1, d}, past.strides(), past.storage_offset());  // [n, G, t + 1, d]
     }
   }
   // A copy: with room to grow when no reorder came (the next steps append in place); a beam
@@ -174,7 +186,7 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
     }
   });
   if (room) *room = cap > t + 1;
-  return cap == t + 1 ? out : unview(out.narrow(2, 0, t + 1));  // [n, G, t + 1, d]
+  return cap == t + 1 ? out : alias(out, {n, groups, t + 1, d}, out.strides(), 0);  // [n, G, t + 1, d]
 }
 
 void DecoderCache::gather_pending() {
