@@ -78,6 +78,22 @@ at::Tensor compact_rows(const at::Tensor& t, const int64_t* idx, int64_t n) {
 
 bool compactable(const at::Tensor& t) { return sole_owner(t) && row_span(t) >= 0; }
 
+// The room of t when it is (a view of the first rows and some columns of) a buffer made here
+// or by append_positions, [R, G, cap, d], that nothing else holds: the columns from t's first
+// one to the end of its slot, and the rows the buffer has. {-1, -1} otherwise.
+struct Room {
+  int64_t columns = -1, rows = -1;
+};
+Room room_of(const at::Tensor& t) {
+  if (t.dim() != 4 || !sole_owner(t)) return {};
+  const int64_t groups = t.size(1), d = t.size(3), slot = t.stride(1);
+  if (groups <= 0 || d <= 0 || t.stride(3) != 1 || t.stride(2) != d || slot % d != 0 || t.stride(0) != groups * slot)
+    return {};
+  const int64_t offset = t.storage_offset(), row0 = offset - offset % t.stride(0);
+  return {slot / d - (offset % slot) / d,
+          (static_cast<int64_t>(t.storage().nbytes() / t.element_size()) - row0) / t.stride(0)};
+}
+
 // Positions a self-attention buffer holds for t positions: room to append in place.
 int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
 
@@ -90,23 +106,17 @@ int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
 // of serve's in-flight batching (int8, 64 clients: 1,128 -> 1,242 requests/s without it).
 at::Tensor grow(const at::Tensor& t, int64_t n, int64_t columns, bool& room) {
   const int64_t rows = t.size(0), groups = t.size(1), c = t.size(2), d = t.size(3);
-  const int64_t slot = t.stride(1);
-  if (room && sole_owner(t) && t.stride(3) == 1 && t.stride(2) == d && d > 0 && slot % d == 0 &&
-      t.stride(0) == groups * slot && groups > 0) {
-    const int64_t cap = slot / d, first = (t.storage_offset() % slot) / d;  // t's first column in its slot
-    const int64_t row0 = t.storage_offset() - t.storage_offset() % t.stride(0);
-    const int64_t held = (static_cast<int64_t>(t.storage().nbytes() / t.element_size()) - row0) / t.stride(0);
-    if (first + columns <= cap && rows + n <= held) {
-      auto out = unview(t.as_strided({rows + n, groups, columns, d}, t.strides(), t.storage_offset()));
-      if (columns > c) out.narrow(0, 0, rows).narrow(2, c, columns - c).zero_();
-      if (n > 0) out.narrow(0, rows, n).zero_();
-      return out;  // [B + n, G, columns, d]
-    }
+  const Room have = room ? room_of(t) : Room{};
+  if (have.columns >= columns && have.rows >= rows + n) {
+    auto out = alias(t, {rows + n, groups, columns, d}, t.strides(), t.storage_offset());  // [B + n, G, columns, d]
+    if (columns > c) out.narrow(0, 0, rows).narrow(2, c, columns - c).zero_();
+    if (n > 0) out.narrow(0, rows, n).zero_();
+    return out;
   }
   const int64_t total = rows + n;
   auto buffer = torch::zeros({total + std::max<int64_t>(8, total / 2), groups, capacity_for(columns), d},
-                             t.options());                                       // [R, G, cap, d]
-  auto out = unview(buffer.narrow(0, 0, total).narrow(2, 0, columns));         // [B + n, G, columns, d]
+                             t.options());                                              // [R, G, cap, d]
+  auto out = alias(buffer, {total, groups, columns, d}, buffer.strides(), 0);           // [B + n, G, columns, d]
   buffer = at::Tensor();
   if (rows > 0 && c > 0) out.narrow(0, 0, rows).narrow(2, 0, c).copy_(t);
   room = true;
@@ -155,19 +165,14 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
   // sees: the new position is written in place ([n, G, cap, d] with cap > t), where a copy
   // moved the whole self-attention cache at every step (1.2 MB at 26 rows, 3 layers, 2 K/V
   // heads of 64, 15 positions).
-  const int64_t slot = past.stride(1);  // elements per (row, group): cap * d in a buffer
-  if (past_room && !idx && n > 0 && groups > 0 && sole_owner(past) && slot % d == 0 &&
-      past.stride(0) == groups * slot) {
-    const int64_t cap = slot / d, first = (past.storage_offset() % slot) / d;  // the view's column in its slot
-    const int64_t last = past.storage_offset() + (n - 1) * past.stride(0) + (groups - 1) * slot + (t + 1) * d;
-    if (first + t < cap && static_cast<size_t>(last) * elem <= past.storage().nbytes()) {
-      auto* base = static_cast<char*>(past.data_ptr());
-      for (int64_t bg = 0; bg < n * groups; ++bg)
-        std::memcpy(base + static_cast<size_t>((bg / groups) * past.stride(0) + (bg % groups) * slot + t * d) * elem,
-                    add + static_cast<size_t>(bg) * row, row);
-      *room = true;
-      return alias(past, {n, groups, t + 1, d}, past.strides(), past.storage_offset());  // [n, G, t + 1, d]
-    }
+  const Room have = past_room && !idx ? room_of(past) : Room{};
+  if (n > 0 && groups > 0 && have.columns > t && have.rows >= n) {
+    auto* base = static_cast<char*>(past.data_ptr());
+    for (int64_t bg = 0; bg < n * groups; ++bg)
+      std::memcpy(base + static_cast<size_t>((bg / groups) * past.stride(0) + (bg % groups) * past.stride(1) + t * d) * elem,
+                  add + static_cast<size_t>(bg) * row, row);
+    *room = true;
+    return alias(past, {n, groups, t + 1, d}, past.strides(), past.storage_offset());  // [n, G, t + 1, d]
   }
   // A copy: with room to grow when no reorder came (the next steps append in place); a beam
   // reorders at every step, so its copy is exact.
