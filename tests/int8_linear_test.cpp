@@ -1,5 +1,5 @@
 // Dynamic int8 linear layers: the kernel against the quantization formula computed in double,
-// the VNNI kernel against the portable loop, the model with and without int8.
+// the VNNI and AVX2 kernels against the portable loop, the model with and without int8.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -56,25 +56,36 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
   }
 }
 
-TEST(Int8Linear, VnniKernelEqualsThePortableLoop) {
-  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+TEST(Int8Linear, EveryKernelThisCpuRunsEqualsThePortableLoop) {
+  if (int8_cpu_kernel() == Int8Kernel::portable) GTEST_SKIP() << "this CPU runs only the portable loop";
   torch::manual_seed(4);
-  // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
-  // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder.
-  for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
-    for (int64_t in : {256, 30}) {
-      auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
-      auto q = quantize_linear_int8(w, b);
-      for (int64_t rows : {1, 2, 3, 5, 7, 13, 64}) {
-        auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
-        auto fast = int8_linear(x, *q);
-        set_int8_force_portable(true);
-        auto portable = int8_linear(x, *q);
-        set_int8_force_portable(false);
-        EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
-        EXPECT_TRUE(torch::allclose(fast, portable, 1e-6, 1e-6)) << out << "x" << in << ", " << rows << " rows";
-        // Any row alone gives what it gives in the batch.
-        EXPECT_TRUE(torch::equal(int8_linear(x[0][rows - 1], *q), fast[0][rows - 1]));
+  std::vector<Int8Kernel> kernels = {Int8Kernel::avx2};
+  if (int8_cpu_kernel() == Int8Kernel::vnni) kernels.push_back(Int8Kernel::vnni);
+  for (Int8Kernel kernel : kernels) {
+    SCOPED_TRACE(int8_kernel_name(kernel));
+    // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
+    // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder;
+    // inputs that are and are not a multiple of AVX2's 32-input quantization step.
+    for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
+      for (int64_t in : {256, 30, 70}) {
+        auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
+        w[0].fill_(0.05);  // a row of largest weights: every product at its extreme
+        auto q = quantize_linear_int8(w, b);
+        for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 64}) {
+          auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
+          x[0][0].fill_(-1.f);                    // inputs at -127 against weights at 127
+          set_int8_kernel_limit(kernel);
+          auto fast = int8_linear(x, *q);
+          auto alone = int8_linear(x[0][rows - 1], *q);
+          set_int8_kernel_limit(Int8Kernel::portable);
+          auto portable = int8_linear(x, *q);
+          set_int8_kernel_limit(Int8Kernel::vnni);
+          EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
+          // The same integer sums and one rounding of the same product: equal, not only close.
+          EXPECT_TRUE(torch::equal(fast, portable)) << out << "x" << in << ", " << rows << " rows";
+          // Any row alone gives what it gives in the batch.
+          EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
+        }
       }
     }
   }

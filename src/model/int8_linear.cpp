@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -19,8 +20,6 @@ namespace {
 
 constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
 constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
-
-std::atomic<bool> force_portable{false};
 
 // Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (zero).
 struct QuantizedRows {
@@ -63,7 +62,8 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
       for (int64_t j = 0; j < kBlockOut; ++j) {
         const int64_t n = b * kBlockOut + j;
         if (n >= w.out) break;
-        y[m * w.out + n] = static_cast<float>(acc[j] - w.row_sum[n]) * (q.scale[m] * w.scale[n]) + w.bias[n];
+        // One rounding, as the vector kernels' fmadd: all kernels give the same floats.
+        y[m * w.out + n] = std::fma(static_cast<float>(acc[j] - w.row_sum[n]), w.scale[n] * q.scale[m], w.bias[n]);
       }
     }
   }
@@ -190,31 +190,173 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
     }
   }
 }
+
+// ---- AVX2 (no VNNI): the same integer sums with vpmaddubsw -----------------------------------
+// vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation, so
+// the VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767).
+// This kernel keeps the inputs signed (qx in [-127, 127], padding 0) and moves each input's
+// sign onto the weight (vpsignb): |qx| * (sign(qx) * qw), at most 127 * 127 * 2 = 32,258 per pair,
+// exact. vpmaddwd with ones then adds the pairs into int32 lanes of 4 products: the VNNI
+// kernel's sums minus its offset, so both give the same integers and the same floats.
+#define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
+                                            QuantizedRows& q) {
+  // Lane order after the two packs: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> a b c d.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 sign_bit = _mm256_set1_ps(-0.f);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = x + m * in;
+    __m256 amax8 = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= in; k += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(row + k)));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, amax8);
+    float amax = *std::max_element(lanes, lanes + 8);
+    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
+    float inverse;
+    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse);
+    const __m256 factor = _mm256_set1_ps(inverse);
+    auto* out = reinterpret_cast<int8_t*>(q.values.data() + m * in_padded);
+    k = 0;
+    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below.
+    for (; k + 32 <= in; k += 32) {
+      const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k), factor));
+      const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8), factor));
+      const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 16), factor));
+      const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 24), factor));
+      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
+    }
+    for (; k < in; ++k) out[k] = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
+  }
+}
+
+// Rows x Cols accumulators of 8 outputs each (a 16-output block is two): 3 x 2 accumulators, 2
+// weights, the input, its magnitude, ones and two temporaries fit the 16 ymm registers.
+template <int Rows, int Cols>
+TORCHMT_AVX2_TARGET void tile_avx2(const int8_t* xq, int64_t in_padded, const float* xscale, const int8_t* block,
+                                   int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[Rows][Cols];
+#pragma GCC unroll 4
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < Cols; ++c) acc[r][c] = _mm256_setzero_si256();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i wv[Cols];
+    const int8_t* wg = block + g * kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
+#pragma GCC unroll 2
+    for (int c = 0; c < Cols; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + c * 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < Rows; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq + r * in_padded + g * kGroupIn, sizeof four);
+      const __m256i xv = _mm256_set1_epi32(four);
+      const __m256i magnitude = _mm256_abs_epi8(xv);
+#pragma GCC unroll 2
+      for (int c = 0; c < Cols; ++c) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], xv));  // [16] int16
+        acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));           // [8] int32
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int c = 0; c < Cols; ++c) {
+    const int64_t n = n0 + c * 8;
+    const __m256 wscale = _mm256_loadu_ps(w.scale.data() + n);
+    const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
+    const int64_t valid = std::min<int64_t>(8, out - n);
+    if (valid <= 0) break;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+    for (int r = 0; r < Rows; ++r) {
+      const __m256 result = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][c]),
+                                            _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[r])), bias);
+      _mm256_maskstore_ps(y + r * out + n, mask, result);
+    }
+  }
+}
+
+constexpr int64_t kRowTileAvx2 = 3;
+
+// Output blocks [block_begin, block_end): each block's weights (in_padded * 16 bytes: 4 KiB at
+// 256 inputs) stay in L1 while every row tile passes over them.
+TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
+                                     int64_t block_begin, int64_t block_end) {
+  const int64_t groups = w.in_padded / kGroupIn;
+  const auto* xq_all = reinterpret_cast<const int8_t*>(q.values.data());
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
+    const int64_t n0 = b * kBlockOut;
+    for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
+      const int8_t* xq = xq_all + m0 * w.in_padded;
+      const float* xs = q.scale.data() + m0;
+      float* ym = y + m0 * w.out;
+      switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
+        case 1: tile_avx2<1, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<3, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+      }
+    }
+  }
+}
 #endif
 
-void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, bool vnni) {
+void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, Int8Kernel kernel) {
   q.values.resize(static_cast<size_t>(rows * in_padded));
   q.scale.resize(static_cast<size_t>(rows));
-  if (in_padded != in)  // the padding inputs are zero (128)
-    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 128);
+  // The padding inputs are zero: 128 as the offset u8 of the VNNI and portable loops, 0 as AVX2's s8.
+  const uint8_t zero = kernel == Int8Kernel::avx2 ? 0 : 128;
+  if (in_padded != in)
+    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, zero);
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
+  if (kernel == Int8Kernel::vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
+  if (kernel == Int8Kernel::avx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
 #endif
   quantize_rows_portable(x, rows, in, in_padded, q);
 }
 
-}  // namespace
-
-bool cpu_has_avx512_vnni() {
+Int8Kernel detect_kernel() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
-  return has;
-#else
-  return false;
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return Int8Kernel::vnni;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Int8Kernel::avx2;
 #endif
+  return Int8Kernel::portable;
 }
 
-void set_int8_force_portable(bool value) { force_portable = value; }
+// TORCHMT_INT8_KERNEL=portable|avx2|avx512-vnni caps the kernel (comparisons, as
+// TORCHMT_PACKED_GEMM does for the float GEMMs); another value is ignored.
+int limit_from_environment() {
+  if (const char* v = std::getenv("TORCHMT_INT8_KERNEL"))
+    for (Int8Kernel k : {Int8Kernel::portable, Int8Kernel::avx2, Int8Kernel::vnni})
+      if (std::strcmp(v, int8_kernel_name(k)) == 0) return static_cast<int>(k);
+  return static_cast<int>(Int8Kernel::vnni);
+}
+
+std::atomic<int> kernel_limit{limit_from_environment()};
+
+}  // namespace
+
+Int8Kernel int8_cpu_kernel() {
+  static const Int8Kernel best = detect_kernel();
+  return best;
+}
+
+const char* int8_kernel_name(Int8Kernel kernel) {
+  switch (kernel) {
+    case Int8Kernel::vnni: return "avx512-vnni";
+    case Int8Kernel::avx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+void set_int8_kernel_limit(Int8Kernel limit) { kernel_limit = static_cast<int>(limit); }
+
+Int8Kernel int8_active_kernel() {
+  return static_cast<Int8Kernel>(std::min(static_cast<int>(int8_cpu_kernel()), kernel_limit.load()));
+}
 
 std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
@@ -269,22 +411,27 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   shape.back() = w.out;
   auto y = torch::empty(shape, input.options());  // [..., out]
   if (rows == 0) return y;
-  const bool vnni = cpu_has_avx512_vnni() && !force_portable;
+  const Int8Kernel kernel = int8_active_kernel();
   // This thread's buffer, reused (a decoding step calls this ~20 times). The lambdas below run
   // on other threads, so they get it through a reference, not by naming the thread_local.
   thread_local QuantizedRows buffer;
   QuantizedRows& q = buffer;
-  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, vnni);
+  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, kernel);
   float* out = y.data_ptr<float>();
   const int64_t blocks = w.out_padded / kBlockOut;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (vnni) {
+  if (kernel == Int8Kernel::vnni) {
     // Threads take whole panels; grain: enough work per thread that a fork is worth it.
     const int64_t panels = (blocks + kPanelBlocks - 1) / kPanelBlocks;
     const int64_t grain = std::max<int64_t>(1, 16 / std::max<int64_t>(1, rows));
     at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
       blocks_vnni(q, rows, w, out, begin * kPanelBlocks, std::min(blocks, end * kPanelBlocks));
     });
+    return y;
+  }
+  if (kernel == Int8Kernel::avx2) {
+    at::parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
+                     [&](int64_t begin, int64_t end) { blocks_avx2(q, rows, w, out, begin, end); });
     return y;
   }
 #endif

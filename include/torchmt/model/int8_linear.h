@@ -10,8 +10,8 @@
 // The kernel uses AVX-512 VNNI (vpdpbusd: unsigned x signed bytes, 4 products per int32 lane),
 // so inputs are stored as qx + 128 and sum_k qw[n, k] * 128 is subtracted once per output. The
 // weight is packed for it: 16 outputs x 4 inputs per 64-byte block, inputs padded to a multiple
-// of 4, outputs to a multiple of 16 (with zeros). Without VNNI the same integer arithmetic runs
-// in portable C++ (same results, slower). Rows are independent: any batch composition gives
+// of 4, outputs to a multiple of 16 (with zeros). Without VNNI, AVX2 computes the same integer
+// sums from the same packing (signed inputs, vpmaddubsw), and elsewhere portable C++ does. Rows are independent: any batch composition gives
 // the same output for a row.
 #include <cstdint>
 #include <memory>
@@ -44,9 +44,13 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
 // parallel over output blocks with the calling thread's intra-op threads.
 at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w);
 
-// Whether this CPU runs the VNNI kernel (the rest use the portable loop). `force_portable`
-// makes int8_linear use the portable loop (tests compare the two).
-bool cpu_has_avx512_vnni();
-void set_int8_force_portable(bool force_portable);
+// The kernels, each computing the same integer sums (so the same outputs): AVX-512 VNNI,
+// AVX2 (vpmaddubsw with the input's sign moved onto the weight), and portable C++.
+enum class Int8Kernel { portable = 0, avx2 = 1, vnni = 2 };
+Int8Kernel int8_cpu_kernel();  // the fastest this CPU runs
+const char* int8_kernel_name(Int8Kernel kernel);
+// int8_linear uses the fastest kernel at most `limit` (tests compare the kernels).
+void set_int8_kernel_limit(Int8Kernel limit);
+Int8Kernel int8_active_kernel();
 
 }  // namespace torchmt
