@@ -155,7 +155,9 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
 // needed 32 + 8 + 2 of AVX2's 16 registers and spilled on every step, and target_clones'
 // "avx2" has no FMA (a multiply and an add per product). Measured on a 2-core Zen 3 EPYC (AVX2
 // only), `translate --dtype fp32 --beam 5 --batch-size 1`, 200 test_2016 lines, 1 x 1 thread:
-// 27.1 s with the AVX-512 tile (its AVX2 clone), MEASURED_AVX2 with 2 x 2 and FMA.
+// 28.3 s with the AVX-512 tile (its AVX2 clone), 8.4 s with 2 x 2 halves and FMA (same output).
+// One row takes 4 weight rows at a time (more streams from memory): greedy batch 1, the same
+// 200 lines, 7.08-7.60 s against 7.41-9.25 with 2 x 2 (three alternating runs each).
 template <typename T>
 using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);
 
@@ -167,7 +169,14 @@ using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_
     linear_columns<weight_tile, row_tile, halves>(x, rows, w, bias, K, N, n_begin, n_end, out);                  \
   }
 TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, "avx512f", kWeightTile, kRowTile, false)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2, "avx2,fma", 2, 2, true)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, "avx2,fma", 2, 2, true)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, "avx2,fma", 4, 1, true)
+template <typename T>
+void linear_columns_avx2(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
+                         int64_t n_begin, int64_t n_end, T* out) {
+  if (rows == 1) linear_columns_avx2_one_row<T>(x, rows, w, bias, K, N, n_begin, n_end, out);
+  else linear_columns_avx2_tiles<T>(x, rows, w, bias, K, N, n_begin, n_end, out);
+}
 #undef TORCHMT_LINEAR_COLUMNS_ISA
 #endif
 
