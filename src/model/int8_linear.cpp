@@ -268,13 +268,15 @@ TORCHMT_AVX2_TARGET void tile_avx2(const int8_t* xq, int64_t in_padded, const fl
     const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
     const int64_t valid = std::min<int64_t>(8, out - n);
     if (valid <= 0) break;
+    // A masked store only for the last, partial 8: vmaskmovps stores are slow on AMD's cores.
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 #pragma GCC unroll 4
     for (int r = 0; r < Rows; ++r) {
       const __m256 result = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][c]),
                                             _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[r])), bias);
-      _mm256_maskstore_ps(y + r * out + n, mask, result);
+      if (valid == 8) _mm256_storeu_ps(y + r * out + n, result);
+      else _mm256_maskstore_ps(y + r * out + n, mask, result);
     }
   }
 }
