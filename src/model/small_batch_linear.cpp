@@ -69,20 +69,6 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
 // (1,883 stack accesses in the AVX2 clone of dot_block's 4 x 4 tile), at 1.8-2.8 GMAC/s on
 // [rows x 256] x [256 x 256] in L2 on a Zen 3 EPYC. The same products, the same tree of adds
 // (tree_sum16's): the same results as dot_block.
-using f32x8 = float __attribute__((vector_size(32)));
-using u32x8 = uint32_t __attribute__((vector_size(32)));
-using u16x8 = uint16_t __attribute__((vector_size(16)));
-TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const float* p) {
-  f32x8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const uint16_t* p) {
-  u16x8 h;
-  std::memcpy(&h, p, sizeof h);
-  return reinterpret_cast<f32x8>(__builtin_convertvector(h, u32x8) << 16);
-}
-
 template <int ROWS, int COLS, typename T>
 TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T* bias, int64_t K, T* out,
                                             int64_t ldo) {
@@ -107,9 +93,7 @@ TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T*
   }
   for (int m = 0; m < ROWS; ++m)
     for (int r = 0; r < COLS; ++r) {
-      const f32x8 s8 = lo[m][r] + hi[m][r];
-      const float s4[4] = {s8[0] + s8[4], s8[1] + s8[5], s8[2] + s8[6], s8[3] + s8[7]};
-      float s = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+      float s = tree_sum16(lo[m][r], hi[m][r]);
       for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_as_float(w + r * K + kk);
       if (bias) s += load_as_float(bias + r);
       store_from_float(out + m * ldo + r, s);

@@ -112,6 +112,30 @@ TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
+// 8-lane halves of a 16-lane vector, for kernels whose 16-lane tiles do not fit AVX2's 16
+// registers (GCC moves 64-byte vectors through the stack there): lanes 0-7 and 8-15.
+using f32x8 = float __attribute__((vector_size(32)));
+using u32x8 = uint32_t __attribute__((vector_size(32)));
+using u16x8 = uint16_t __attribute__((vector_size(16)));
+
+TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const uint16_t* p) {  // bf16 bits
+  u16x8 h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<f32x8>(__builtin_convertvector(h, u32x8) << 16);
+}
+
+// tree_sum16 of the vector whose halves are lo and hi: the same adds in the same order.
+TORCHMT_VECTOR_INLINE float tree_sum16(f32x8 lo, f32x8 hi) {
+  const f32x8 s8 = lo + hi;
+  const float s4[4] = {s8[0] + s8[4], s8[1] + s8[5], s8[2] + s8[6], s8[3] + s8[7]};
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 TORCHMT_VECTOR_INLINE float max_of16(f32x16 v) {
   float m = v[0];
   for (int l = 1; l < kLanes; ++l) m = v[l] > m ? v[l] : m;
