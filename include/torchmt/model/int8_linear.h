@@ -49,8 +49,9 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w);
 enum class Int8Kernel { portable = 0, avx2 = 1, vnni = 2 };
 Int8Kernel int8_cpu_kernel();  // the fastest this CPU runs
 const char* int8_kernel_name(Int8Kernel kernel);
-// int8_linear uses the fastest kernel at most `limit` (tests compare the kernels).
+// int8_linear uses the fastest kernel at most `limit` (tests compare the kernels); the limit
+// starts from TORCHMT_INT8_KERNEL=portable|avx2|avx512-vnni when set (A/B measurements).
 void set_int8_kernel_limit(Int8Kernel limit);
-Int8Kernel int8_active_kernel();
+Int8Kernel int8_active_kernel();  // the kernel int8_linear runs now
 
 }  // namespace torchmt
