@@ -96,22 +96,6 @@ TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
   return s;
 }
 
-// Sum of the 16 lanes as a tree of half-width adds (the lane-by-lane loop of sum16 costs as
-// much as a 256-long dot product in the linear kernel).
-TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
-  using f32x8 = float __attribute__((vector_size(32)));
-  using f32x4 = float __attribute__((vector_size(16)));
-  f32x8 lo8, hi8;
-  std::memcpy(&lo8, &v, sizeof lo8);
-  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
-  const f32x8 s8 = lo8 + hi8;
-  f32x4 lo4, hi4;
-  std::memcpy(&lo4, &s8, sizeof lo4);
-  std::memcpy(&hi4, reinterpret_cast<const char*>(&s8) + sizeof lo4, sizeof hi4);
-  const f32x4 s4 = lo4 + hi4;
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-
 // 8-lane halves of a 16-lane vector, for kernels whose 16-lane tiles do not fit AVX2's 16
 // registers (GCC moves 64-byte vectors through the stack there): lanes 0-7 and 8-15.
 using f32x8 = float __attribute__((vector_size(32)));
@@ -129,11 +113,23 @@ TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const uint16_t* p) {  // bf16 bits
   return reinterpret_cast<f32x8>(__builtin_convertvector(h, u32x8) << 16);
 }
 
-// tree_sum16 of the vector whose halves are lo and hi: the same adds in the same order.
-TORCHMT_VECTOR_INLINE float tree_sum16(f32x8 lo, f32x8 hi) {
-  const f32x8 s8 = lo + hi;
-  const float s4[4] = {s8[0] + s8[4], s8[1] + s8[5], s8[2] + s8[6], s8[3] + s8[7]};
+// Sum of the 16 lanes as a tree of half-width adds (the lane-by-lane loop of sum16 costs as
+// much as a 256-long dot product in the linear kernel), from its halves: lanes 0-7 and 8-15.
+TORCHMT_VECTOR_INLINE float tree_sum16(f32x8 lo8, f32x8 hi8) {
+  using f32x4 = float __attribute__((vector_size(16)));
+  const f32x8 s8 = lo8 + hi8;
+  f32x4 lo4, hi4;
+  std::memcpy(&lo4, &s8, sizeof lo4);
+  std::memcpy(&hi4, reinterpret_cast<const char*>(&s8) + sizeof lo4, sizeof hi4);
+  const f32x4 s4 = lo4 + hi4;
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
+  f32x8 lo8, hi8;
+  std::memcpy(&lo8, &v, sizeof lo8);
+  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
+  return tree_sum16(lo8, hi8);
 }
 
 TORCHMT_VECTOR_INLINE float max_of16(f32x16 v) {
