@@ -141,8 +141,9 @@ void load_weights(const Dict& dict, Transformer& model, const std::string& path)
     }
     const void* storage = t.storage().unsafeGetStorageImpl();
     const void* parameter = p.value().unsafeGetTensorImpl();
-    const bool whole = t.scalar_type() == p.value().scalar_type() && t.is_contiguous() && t.storage_offset() == 0 &&
-                       t.storage().nbytes() == t.nbytes();
+    // (On the parameter's device only: set_data would move a GPU parameter to the CPU.)
+    const bool whole = t.scalar_type() == p.value().scalar_type() && t.device() == p.value().device() &&
+                       t.is_contiguous() && t.storage_offset() == 0 && t.storage().nbytes() == t.nbytes();
     auto [it, fresh] = adopted.emplace(storage, parameter);
     if (whole && (fresh || it->second == parameter)) {
       p.value().set_data(t);
