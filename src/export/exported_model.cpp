@@ -177,10 +177,12 @@ Translator load_translator(const TranslatorConfig& config) {
   if (!config.translation.use_cache && is_torchscript_export(config.model))
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
   if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
-  const c10::Device device = resolve_device(config.device);
   // int8: the model's Linear weights quantized per row at load, activations per row at run
   // time (torchmt/model/int8_linear.h); everything else runs in fp32. An int8 export runs so
-  // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript.
+  // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript. The
+  // int8 kernels are CPU kernels: --device auto means the CPU for them, even beside a GPU.
+  const c10::Device device = config.dtype == "int8" && config.device == "auto" ? c10::Device(c10::kCPU)
+                                                                               : resolve_device(config.device);
   if (config.dtype == "int8" && !device.is_cpu())
     throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
   if (is_torchscript_export(config.model)) {
