@@ -14,7 +14,7 @@ build=${TORCHMT_BUILD_DIR:-build-cuda}
 torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$KIT;$KIT/lib/cmake;$KIT/lib/x86_64-linux-gnu/cmake;$KIT/share/cmake" \
-  -DPython3_EXECUTABLE="$(command -v python3)"
+  -DPython3_EXECUTABLE="$(command -v python3)" ${TORCHMT_CMAKE_ARGS:-}
 cmake --build "$build" -- -j "$(nproc)"
 [ -z "${DEVICE_BUILD_NO_TEST:-}" ] || exit 0  # DEVICE_BUILD_NO_TEST=1: build only
 cd "$build"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Prepares .devkit/ for a GPU machine without a package registry: the shared kit
 # (../shared/tools/device-kit.sh: SentencePiece, cxxopts, GoogleTest) plus what torchmt
-# needs beyond it (yaml-cpp, nlohmann/json), unpacked from Debian's packages. Run it here,
-# then tools/device_build.sh there with carry [".devkit"].
+# needs beyond it (yaml-cpp, nlohmann/json, Gloo's headers for c10d's process groups),
+# unpacked from Debian's packages. Run it here, then tools/device_build.sh there with carry
+# [".devkit"].
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bash "$root/../shared/tools/device-kit.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && apt-get download -qq libyaml-cpp0.7 libyaml-cpp-dev nlohmann-json3-dev >/dev/null)
+(cd "$tmp" && apt-get download -qq libyaml-cpp0.7 libyaml-cpp-dev nlohmann-json3-dev libgloo-dev >/dev/null)
 for deb in "$tmp"/*.deb; do dpkg -x "$deb" .devkit; done
 rm -rf .devkit/usr/share/doc
 du -sh .devkit

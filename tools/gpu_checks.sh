@@ -18,6 +18,8 @@
 #   use              test_2016 / test_2017 BLEU of that model on the GPU (greedy, beam 5), translate,
 #                    export, and the TorchScript file translating on the CPU
 #   bench_translate  greedy / beam 5, batch 1 / 64, fp32 / bf16, ours vs the Python reference
+#   fp16             fp32 / bf16 / fp16 (loss scaling) on the first 1,000 updates of the GPU recipe
+#   nccl             a 1-worker data-parallel job: NCCL on the device vs Gloo through the host vs none
 #   pack             the built programs into $RESULTS/bin.tar.gz (a later call can skip the build:
 #                    unpack them into $TORCHMT_BUILD_DIR)
 # Results go to $RESULTS (default: $OUT where the device tool sets it, else gpu_checks/): one
@@ -116,6 +118,28 @@ for stage in "${stages[@]}"; do
     step timeout "${BENCH_TRANSLATE_SECONDS:-600}" "$build/bench_translate" --model "$model" --device cuda \
       --beams 1,5 --batch-sizes 1,64 --dtypes fp32,bf16 --python-beams 1,5 --sentences "${BENCH_SENTENCES:-100}" \
       --no-uncached ;;
+  fp16)
+    # fp32 / bf16 / fp16 (dynamic loss scaling) on the GPU recipe's first 1,000 updates: loss,
+    # validation BLEU, tokens/s, and the loss scale's course.
+    for dt in fp32 bf16 fp16; do
+      rm -rf /tmp/dtype_$dt
+      step "$tm" train --config tools/recipes/multi30k_gpu.yaml --out /tmp/dtype_$dt --dtype $dt --max-steps 1000 \
+        --validate-every 1000 --max-minutes 3 ${spm:+--spm $spm}
+      spm=${spm:-/tmp/dtype_fp32/spm.model}
+      head -1 /tmp/dtype_$dt/metrics.csv | tee -a "$log"; tail -2 /tmp/dtype_$dt/metrics.csv | tee -a "$log"
+    done ;;
+  nccl)
+    # A data-parallel job of one worker on the GPU: gradients reduced by NCCL on the device vs
+    # Gloo through the host vs no process group, base preset, bf16.
+    for backend in none gloo nccl; do
+      rm -rf /tmp/dp_$backend
+      dist=()
+      [ "$backend" = none ] || dist=(env WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$((29600 + RANDOM % 1000)) TORCHMT_DIST_BACKEND=$backend)
+      step "${dist[@]}" "$tm" train --config tools/recipes/multi30k_gpu.yaml --out /tmp/dp_$backend --preset base \
+        --dtype bf16 --batch-tokens 12000 --max-steps 60 --validate-every 1000 --log-every 20 \
+        ${spm:+--spm $spm}
+    done ;;
   pack)
     tar -C "$build" -czf "$results/bin.tar.gz" torchmt torchmt_tests bench_train bench_translate bench_export \
       bench_data && ls -la "$results/bin.tar.gz" | tee -a "$log" ;;

@@ -8,12 +8,24 @@
 // LibTorch ships Gloo compiled into libtorch_cpu but not its headers; Debian's libgloo-dev
 // provides them (only the class declarations are used: every Gloo object is made by LibTorch).
 #if __has_include(<gloo/algorithm.h>) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+#ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
+#endif
 #define TORCHMT_HAVE_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #else
 #define TORCHMT_HAVE_GLOO 0
+#endif
+// NCCL: CMake defines TORCHMT_WITH_NCCL (and c10d's USE_C10D_NCCL) on this file alone when
+// LibTorch is a CUDA build and nccl.h was found (the CUDA wheels' nvidia-nccl package).
+#if TORCHMT_HAVE_GLOO && defined(TORCHMT_WITH_NCCL) && defined(USE_C10D_NCCL) && \
+    __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#define TORCHMT_HAVE_NCCL 1
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#else
+#define TORCHMT_HAVE_NCCL 0
 #endif
 
 #include <torch/torch.h>
@@ -56,12 +68,55 @@ DistributedEnv DistributedEnv::from_environment() {
 }
 
 bool distributed_available() { return TORCHMT_HAVE_GLOO == 1; }
+bool nccl_available() { return TORCHMT_HAVE_NCCL == 1; }
 
 #if TORCHMT_HAVE_GLOO
+
+#if TORCHMT_HAVE_NCCL
+namespace {
+// ProcessGroupNCCL::shutdown() (LibTorch >= 2.4) releases the communicators before the CUDA
+// context goes; older versions do it in the destructor.
+template <typename T>
+auto shutdown_nccl(T& group, int) -> decltype(group.shutdown(), void()) {
+  group.shutdown();
+}
+template <typename T>
+void shutdown_nccl(T&, long) {}
+}  // namespace
+#endif
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#if TORCHMT_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // CUDA tensors, when the device is a GPU
+#endif
+  // The backend of a tensor's collectives: NCCL for a CUDA tensor when there is one, else Gloo
+  // (through a host copy for a CUDA tensor).
+  c10d::Backend& backend_for(const at::Tensor& t) {
+#if TORCHMT_HAVE_NCCL
+    if (nccl && t.is_cuda()) return *nccl;
+#endif
+    return *gloo;
+  }
+  bool reduces_on_device(const at::Tensor& t) const {
+#if TORCHMT_HAVE_NCCL
+    return nccl && t.is_cuda();
+#else
+    return false;
+#endif
+  }
+  ~Impl() {
+#if TORCHMT_HAVE_NCCL
+    if (nccl) {
+      try {
+        shutdown_nccl(*nccl, 0);
+      } catch (const std::exception&) {
+        // A peer already gone: nothing left to release in order.
+      }
+    }
+#endif
+  }
 };
 
 struct ProcessGroup::Pending::Work {
@@ -97,7 +152,7 @@ std::string short_reason(const std::exception& e) {
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout)
+ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout, c10::Device device)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(timeout) {
   // A write to a peer that died must be an error (named below), not SIGPIPE's silent death:
   // c10d's store and Gloo write to sockets without MSG_NOSIGNAL, and Python, where they are
@@ -123,6 +178,28 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
     else
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, options);
+#if TORCHMT_HAVE_NCCL
+    const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
+    const std::string backend = choice == nullptr ? "" : choice;
+    if (!backend.empty() && backend != "gloo" && backend != "nccl")
+      throw std::invalid_argument("environment variable TORCHMT_DIST_BACKEND=" + backend + " must be gloo or nccl");
+    if (device.is_cuda() && backend != "gloo") {
+      // Its own key space in the store (the NCCL unique id), beside Gloo's.
+      auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store);
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = timeout;
+      impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size, nccl_options);
+      backend_ = "NCCL + Gloo";
+    }
+#else
+    (void)device;
+    const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
+    if (choice != nullptr && std::string(choice) == "nccl")
+      throw std::invalid_argument(
+          "TORCHMT_DIST_BACKEND=nccl: this build has no NCCL (it needs a CUDA LibTorch and nccl.h when it is built)");
+#endif
+  } catch (const std::invalid_argument&) {
+    throw;
   } catch (const std::exception& e) {
     const std::string reason = short_reason(e);
     throw DistributedError("distributed training: rank " + std::to_string(env.rank) + " of " +
@@ -141,10 +218,10 @@ ProcessGroup::Pending ProcessGroup::all_reduce_sum_async(at::Tensor tensor, cons
   w.what = what;
   w.rank = rank_;
   w.timeout = timeout_;
-  w.host = tensor.is_cpu() ? tensor : tensor.to(torch::kCPU);
+  w.host = tensor.is_cpu() || impl_->reduces_on_device(tensor) ? tensor : tensor.to(torch::kCPU);
   try {
     std::vector<at::Tensor> list{w.host};
-    w.work = impl_->gloo->allreduce(list);
+    w.work = impl_->backend_for(w.host).allreduce(list);
   } catch (const std::exception& e) {
     rethrow(e, rank_, w.what, timeout_);
   }
@@ -164,12 +241,12 @@ void ProcessGroup::Pending::wait() {
 
 void ProcessGroup::broadcast(std::vector<at::Tensor> tensors, int root) {
   for (auto& t : tensors) {
-    at::Tensor host = t.is_cpu() && t.is_contiguous() ? t : t.to(torch::kCPU).contiguous();
+    at::Tensor host = t.is_cpu() || impl_->reduces_on_device(t) ? t.contiguous() : t.to(torch::kCPU).contiguous();
     try {
       std::vector<at::Tensor> list{host};
       c10d::BroadcastOptions options;
       options.rootRank = root;
-      impl_->gloo->broadcast(list, options)->wait();
+      impl_->backend_for(host).broadcast(list, options)->wait();
     } catch (const std::exception& e) {
       rethrow(e, rank_, "broadcast from rank " + std::to_string(root), timeout_);
     }
@@ -208,7 +285,7 @@ bool ProcessGroup::all_true(bool value) {
 struct ProcessGroup::Impl {};
 struct ProcessGroup::Pending::Work {};
 
-ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout)
+ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout, c10::Device)
     : rank_(env.rank), size_(env.world_size), timeout_(timeout) {
   throw DistributedError(
       "distributed training is not in this build: Gloo's headers were missing when it was compiled "

@@ -143,7 +143,7 @@ std::unique_ptr<ProcessGroup> join_process_group(const TrainOptions& o, const Di
     throw std::invalid_argument("--nproc-per-node " + std::to_string(o.nproc_per_node) + " but LOCAL_WORLD_SIZE is " +
                                 std::to_string(env.local_world_size));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000));
-  return std::make_unique<ProcessGroup>(env, timeout);
+  return std::make_unique<ProcessGroup>(env, timeout, resolve_device(o.device, env.local_rank));
 }
 
 // Creates the run directory and applies the thread count; refuses to overwrite a run or to
@@ -255,7 +255,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
       checkpoints_(o.out, o.keep_last),
       tokenizer_(shared_tokenizer(o, progress_, group_.get(), spm_path_)) {
   if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
-  if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d Gloo, " +
+  if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d " + group_->backend() + ", " +
                              env_.master_addr + ":" + std::to_string(env_.master_port) + ")");
   // Corpora (encoded once, then cached next to the run: rank 0 first, the others read its cache
   // when they share the disk).

@@ -1,7 +1,9 @@
 #pragma once
 // Data-parallel training's process group on LibTorch's c10d (the engine under PyTorch's
-// torch.distributed): a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT and a Gloo backend
-// (CPU tensors; CUDA tensors are staged through the host). Every collective has the
+// torch.distributed): a TCPStore rendezvous at MASTER_ADDR:MASTER_PORT, a Gloo backend for
+// CPU tensors and, on a CUDA device in a build with NCCL (a CUDA LibTorch), an NCCL backend
+// for CUDA tensors, as PyTorch's "cpu:gloo,cuda:nccl"; without NCCL, CUDA tensors are staged
+// through the host and reduced by Gloo. Every collective has the
 // group's timeout: a worker that died or hangs ends the job with a DistributedError naming
 // this rank and the operation, never a silent hang. c10d stays behind this header.
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 namespace torchmt {
 
@@ -36,11 +39,16 @@ class DistributedError : public std::runtime_error {
 
 // Whether this build can make a process group (LibTorch's Gloo headers were found).
 bool distributed_available();
+// Whether this build reduces CUDA tensors with NCCL (a CUDA LibTorch with c10d's NCCL backend
+// and nccl.h at build time).
+bool nccl_available();
 
 class ProcessGroup {
  public:
-  // Joins the group (rank 0 hosts the store); waits up to `timeout` for every rank.
-  ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout);
+  // Joins the group (rank 0 hosts the store); waits up to `timeout` for every rank. On a CUDA
+  // `device`, CUDA tensors go through NCCL where the build has it, unless the environment
+  // variable TORCHMT_DIST_BACKEND=gloo asks for Gloo alone (for comparisons).
+  ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds timeout, c10::Device device = c10::kCPU);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -48,6 +56,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // "Gloo", or "NCCL + Gloo" (NCCL for CUDA tensors), for the log.
+  const std::string& backend() const { return backend_; }
 
   // An all-reduce (sum) in flight; wait() returns when `tensor` holds the sum of every rank's.
   class Pending {
@@ -80,6 +90,7 @@ class ProcessGroup {
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
+  std::string backend_ = "Gloo";
 };
 
 }  // namespace torchmt
