@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite, then the same suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer (what CI runs: .ci/run). Arguments after the mode go to ctest.
-#   tools/test.sh              everything (71 min on 2 cores from a fresh clone, 343 tests; about 45 of them the ASan pass)
+#   tools/test.sh              everything (CI's limit is 90 min on 2 cores; each phase prints when it ends)
 #   tools/test.sh --quick      without the sanitizer pass
 #   tools/test.sh --sanitize   only the sanitizer pass (build-asan/)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mode=all
+# Where the time goes, in CI's log too: minutes since the start at the end of each phase.
+mark() { echo "test.sh: $1 at $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2; }
 case "${1:-}" in
   --quick) mode=quick; shift ;;
   --sanitize) mode=sanitize; shift ;;
@@ -21,8 +23,10 @@ sanitize() {
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     "$root/tools/setup.sh"
+    mark "sanitizer build done"
     cd "$root/build-asan"
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+    mark "sanitizer suite done"
   )
   echo "test.sh: the suite passes under AddressSanitizer + UndefinedBehaviorSanitizer" >&2
 }
@@ -31,10 +35,12 @@ if [ "$mode" = sanitize ]; then
   exit 0
 fi
 "$root/tools/setup.sh"
+mark "setup and build done"
 cd "$root/${TORCHMT_BUILD_DIR:-build}"
 # Tests run in parallel processes: one intra-op thread each avoids OpenMP oversubscription.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+mark "suite done"
 
 # Checkpoints survive kill -9 at random moments and runs resume from them (a small campaign;
 # tools/kill_campaign.sh 20 for the full one).
@@ -55,5 +61,6 @@ code=$?
 set -e
 [ "$code" -eq 1 ] || { echo "test.sh: the installed-package example exited $code on a missing model (expected 1)" >&2; exit 1; }
 echo "test.sh: tools/example built against the installed package and runs" >&2
+mark "kill campaign and installed-package example done"
 
 [ "$mode" = quick ] || sanitize "$@"
