@@ -57,7 +57,10 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DCMAKE_PREFIX_PATH="$torch_prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}" \
     -DPython3_EXECUTABLE="$(command -v "$PYTHON")" ${TORCHMT_CMAKE_ARGS:-} >/dev/null
 fi
-# Two jobs: each LibTorch translation unit needs ~1.5 GB of RAM.
+# One job per core (each LibTorch translation unit needs ~1.5 GB of RAM). Not plain `nproc`: it
+# obeys OMP_NUM_THREADS, which tools/test.sh sets to 1 for the tests, so the sanitizer build it
+# runs next had gone with one job on two cores (twice as long; CI ran past its 90 minutes).
+jobs=${TORCHMT_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # shellcheck disable=SC2086
-cmake --build "$build_dir" ${TORCHMT_TARGETS:+--target $TORCHMT_TARGETS} -- -j "${TORCHMT_JOBS:-$(nproc)}"
+cmake --build "$build_dir" ${TORCHMT_TARGETS:+--target $TORCHMT_TARGETS} -- -j "$jobs"
 echo "setup: built $root/$build_dir/torchmt" >&2
