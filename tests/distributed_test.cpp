@@ -250,6 +250,20 @@ TEST(DataParallel, EnvironmentVariablesAreCheckedWithOneLineErrors) {
   for (const char* v : {"WORLD_SIZE", "RANK", "MASTER_PORT", "LOCAL_WORLD_SIZE"}) ::unsetenv(v);
 }
 
+// TORCHMT_DIST_BACKEND is checked before a rank joins: a bad value, or nccl on the CPU, is a
+// one-line error rather than a rank the others wait for.
+TEST(DataParallel, BackendChoiceIsCheckedBeforeJoining) {
+  if (!distributed_available()) GTEST_SKIP() << "built without Gloo's headers";
+  ::setenv("TORCHMT_DIST_BACKEND", "mpi", 1);
+  EXPECT_THROW(ProcessGroup(loopback(0, 1, free_port()), std::chrono::seconds(5)), std::invalid_argument);
+  ::setenv("TORCHMT_DIST_BACKEND", "nccl", 1);
+  EXPECT_THROW(ProcessGroup(loopback(0, 1, free_port()), std::chrono::seconds(5), torch::kCPU), std::invalid_argument);
+  ::setenv("TORCHMT_DIST_BACKEND", "gloo", 1);
+  ProcessGroup group(loopback(0, 1, free_port()), std::chrono::seconds(5));
+  EXPECT_EQ(group.backend(), "Gloo");
+  ::unsetenv("TORCHMT_DIST_BACKEND");
+}
+
 // --- the command ---------------------------------------------------------------------------
 
 std::string train_command(const test::TempDir& dir, const std::string& out, const std::string& extra) {

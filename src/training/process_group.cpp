@@ -159,6 +159,17 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
   // usually run, ignores SIGPIPE at start-up. Seen: rank 1 killed -> rank 0 "killed by signal
   // 13" in the same instant, and the launcher named rank 0 instead of rank 1.
   std::signal(SIGPIPE, SIG_IGN);
+  // The backend asked for, checked before this rank joins (a bad value must not leave the
+  // others waiting for it).
+  const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
+  const std::string backend = choice == nullptr ? "" : choice;
+  if (!backend.empty() && backend != "gloo" && backend != "nccl")
+    throw std::invalid_argument("environment variable TORCHMT_DIST_BACKEND=" + backend + " must be gloo or nccl");
+  if (backend == "nccl" && !device.is_cuda())
+    throw std::invalid_argument("TORCHMT_DIST_BACKEND=nccl reduces CUDA tensors: it needs --device cuda");
+  if (backend == "nccl" && !nccl_available())
+    throw std::invalid_argument(
+        "TORCHMT_DIST_BACKEND=nccl: this build has no NCCL (it needs a CUDA LibTorch and nccl.h when it is built)");
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
@@ -179,10 +190,6 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, options);
 #if TORCHMT_HAVE_NCCL
-    const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
-    const std::string backend = choice == nullptr ? "" : choice;
-    if (!backend.empty() && backend != "gloo" && backend != "nccl")
-      throw std::invalid_argument("environment variable TORCHMT_DIST_BACKEND=" + backend + " must be gloo or nccl");
     if (device.is_cuda() && backend != "gloo") {
       // Its own key space in the store (the NCCL unique id), beside Gloo's.
       auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->store);
@@ -191,15 +198,7 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
       impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, env.rank, env.world_size, nccl_options);
       backend_ = "NCCL + Gloo";
     }
-#else
-    (void)device;
-    const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
-    if (choice != nullptr && std::string(choice) == "nccl")
-      throw std::invalid_argument(
-          "TORCHMT_DIST_BACKEND=nccl: this build has no NCCL (it needs a CUDA LibTorch and nccl.h when it is built)");
 #endif
-  } catch (const std::invalid_argument&) {
-    throw;
   } catch (const std::exception& e) {
     const std::string reason = short_reason(e);
     throw DistributedError("distributed training: rank " + std::to_string(env.rank) + " of " +
