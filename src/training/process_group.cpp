@@ -91,20 +91,20 @@ struct ProcessGroup::Impl {
 #if TORCHMT_HAVE_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // CUDA tensors, when the device is a GPU
 #endif
-  // The backend of a tensor's collectives: NCCL for a CUDA tensor when there is one, else Gloo
-  // (through a host copy for a CUDA tensor).
-  c10d::Backend& backend_for(const at::Tensor& t) {
-#if TORCHMT_HAVE_NCCL
-    if (nccl && t.is_cuda()) return *nccl;
-#endif
-    return *gloo;
-  }
+  // Whether a tensor's collectives run on its device (NCCL for a CUDA tensor when there is
+  // one); otherwise Gloo, through a host copy for a CUDA tensor.
   bool reduces_on_device(const at::Tensor& t) const {
 #if TORCHMT_HAVE_NCCL
     return nccl && t.is_cuda();
 #else
     return false;
 #endif
+  }
+  c10d::Backend& backend_for(const at::Tensor& t) {
+#if TORCHMT_HAVE_NCCL
+    if (reduces_on_device(t)) return *nccl;
+#endif
+    return *gloo;
   }
   ~Impl() {
 #if TORCHMT_HAVE_NCCL
