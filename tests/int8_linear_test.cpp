@@ -13,21 +13,30 @@
 namespace torchmt {
 namespace {
 
-// The documented formula, in double: per-row symmetric int8 for weights and inputs.
-at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  auto quantize = [](const at::Tensor& t) {  // [R, K] -> (q, scale [R, 1])
-    auto amax = t.abs().amax(1, true);
-    auto scale = torch::where(amax > 0, amax / 127.0, torch::ones_like(amax));
-    return std::make_pair(torch::round(t / scale), scale);
-  };
-  auto xd = x.to(torch::kDouble).reshape({-1, x.size(-1)}), wd = w.to(torch::kDouble);
-  auto [xq, xs] = quantize(xd);
-  auto [wq, ws] = quantize(wd);
-  ws = torch::where(wd.abs().amax(1, true) > 0, ws, torch::zeros_like(ws));
+// The documented formula: per-row symmetric quantization of weights (on `weight_steps` a side, as
+// quantize_rows_int8 computes it, in float) and inputs (on 127 steps; the AVX2 kernel's rows with a
+// negative value on 63, int8_linear.h; the kernels' float arithmetic: inverse = steps / max|x|,
+// q = rint(x * inverse)), then the integer sums and scales in double.
+at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t weight_steps,
+                          bool seven_bit_signed_inputs) {
+  auto xf = x.to(torch::kFloat).reshape({-1, x.size(-1)}).contiguous();  // [R, K]
+  auto x_steps = torch::full({xf.size(0), 1}, 127.0f);
+  if (seven_bit_signed_inputs) x_steps.masked_fill_(xf.amin(1, true) < 0, 63.0f);
+  auto x_amax = xf.abs().amax(1, true);
+  auto x_inverse = x_steps / torch::where(x_amax > 0, x_amax, x_steps);
+  auto xq = torch::round(xf * x_inverse).to(torch::kDouble);
+  auto xs = torch::where(x_amax > 0, x_amax / x_steps, torch::ones_like(x_amax)).to(torch::kDouble);
+  auto [wq_int8, w_inverse] = quantize_rows_int8(w, weight_steps);
+  auto wq = wq_int8.to(torch::kDouble);
+  auto ws = (1.0f / w_inverse).to(torch::kDouble).unsqueeze(1);  // [N, 1]
   auto y = xq.matmul(wq.t()) * xs * ws.t() + b.to(torch::kDouble);  // [R, N]
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);
   return y.reshape(shape);
+}
+
+at::Tensor reference_for(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Int8LinearWeights& q) {
+  return reference_int8(x, w, b, q.steps, int8_active_kernel() == Int8Kernel::avx2).to(torch::kFloat);
 }
 
 TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
@@ -40,11 +49,13 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
       for (int64_t rows : {1, 3, 8, 9, 70}) {
         auto x = torch::randn({rows, in});
         x[0].zero_();
+        if (rows > 1) x[1].abs_();  // a row without negative values (a ReLU's output)
         auto q = quantize_linear_int8(w, b);
+        EXPECT_EQ(q->steps, int8_weight_steps());
         auto y = int8_linear(x, *q);
-        auto expected = reference_int8(x, w, b).to(torch::kFloat);
+        auto expected = reference_for(x, w, b, *q);
         ASSERT_EQ(y.sizes(), expected.sizes());
-        EXPECT_TRUE(torch::allclose(y, expected, 1e-4, 1e-4))
+        EXPECT_TRUE(torch::allclose(y, expected, 1e-5, 1e-5))
             << in << "x" << out << ", " << rows << " rows: " << (y - expected).abs().max().item<float>();
         // The float layer, for scale: int8 stays within a few percent of it.
         auto exact = torch::linear(x, w, b);
@@ -56,7 +67,10 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
   }
 }
 
-TEST(Int8Linear, EveryKernelThisCpuRunsEqualsThePortableLoop) {
+// Every kernel this CPU runs, on every tile remainder, against the formula of its quantization
+// (an int16 pair that saturated would be off by far more than the tolerance); the VNNI kernel
+// also equals the portable loop exactly (the same integer sums).
+TEST(Int8Linear, EveryKernelThisCpuRunsComputesItsFormulaExactly) {
   if (int8_cpu_kernel() == Int8Kernel::portable) GTEST_SKIP() << "this CPU runs only the portable loop";
   torch::manual_seed(4);
   std::vector<Int8Kernel> kernels = {Int8Kernel::avx2};
@@ -65,24 +79,35 @@ TEST(Int8Linear, EveryKernelThisCpuRunsEqualsThePortableLoop) {
     SCOPED_TRACE(int8_kernel_name(kernel));
     // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
     // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder;
-    // inputs that are and are not a multiple of AVX2's 32-input quantization step.
+    // inputs that are and are not a multiple of AVX2's 32-input quantization step and of its
+    // two-group (8-input) step.
     for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
-      for (int64_t in : {256, 30, 70}) {
+      for (int64_t in : {256, 30, 70, 12}) {
         auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
         w[0].fill_(0.05);  // a row of largest weights: every product at its extreme
+        set_int8_kernel_limit(kernel);
         auto q = quantize_linear_int8(w, b);
+        // The AVX2 kernel also runs weights made for the others (127 steps), one group at a time.
+        auto q127 = quantize_linear_int8(w, b, 127);
         for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 64}) {
+          SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in) + ", " + std::to_string(rows) + " rows");
           auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
-          x[0][0].fill_(-1.f);                    // inputs at -127 against weights at 127
+          x[0][0].fill_(-1.f);                    // inputs at the negative extreme against weights at the positive
+          if (rows > 1) x[0][1].fill_(1.f);       // a row without negative values, at its extreme (127)
           set_int8_kernel_limit(kernel);
           auto fast = int8_linear(x, *q);
           auto alone = int8_linear(x[0][rows - 1], *q);
+          auto fast127 = int8_linear(x, *q127);
+          auto expected = reference_for(x, w, b, *q), expected127 = reference_for(x, w, b, *q127);
           set_int8_kernel_limit(Int8Kernel::portable);
           auto portable = int8_linear(x, *q);
           set_int8_kernel_limit(Int8Kernel::vnni);
           EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
+          EXPECT_TRUE(torch::allclose(fast, expected, 1e-5, 1e-5)) << (fast - expected).abs().max().item<float>();
+          EXPECT_TRUE(torch::allclose(fast127, expected127, 1e-5, 1e-5))
+              << (fast127 - expected127).abs().max().item<float>();
           // The same integer sums and one rounding of the same product: equal, not only close.
-          EXPECT_TRUE(torch::equal(fast, portable)) << out << "x" << in << ", " << rows << " rows";
+          if (kernel == Int8Kernel::vnni) EXPECT_TRUE(torch::equal(fast, portable));
           // Any row alone gives what it gives in the batch.
           EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
         }

@@ -24,7 +24,8 @@ constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
 // Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (zero).
 struct QuantizedRows {
   std::vector<uint8_t> values;  // [rows][in_padded]
-  std::vector<float> scale;     // [rows]: x ~ (u8 - 128) * scale
+  std::vector<float> scale;     // [rows]: x ~ (u8 - zero) * scale
+  std::vector<int32_t> zero;    // [rows]: 128, or the AVX2 kernel's 0 / 64
 };
 
 // The scale of a row and the factor that maps it onto [-127, 127].
@@ -191,14 +192,22 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
   }
 }
 
-// ---- AVX2 (no VNNI): the same integer sums with vpmaddubsw -----------------------------------
-// vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation, so
-// the VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767).
-// This kernel keeps the inputs signed (qx in [-127, 127], padding 0) and moves each input's
-// sign onto the weight (vpsignb): |qx| * (sign(qx) * qw), at most 127 * 127 * 2 = 32,258 per pair,
-// exact. vpmaddwd with ones then adds the pairs into int32 lanes of 4 products: the VNNI
-// kernel's sums minus its offset, so both give the same integers and the same floats.
+// ---- AVX2 (no VNNI): vpmaddubsw on 7-bit inputs ------------------------------------------------
+// vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation: the
+// VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767).
+// So this kernel's inputs are at most 127: a row with no negative value is quantized as the other
+// kernels do (qx = rint(x * 127 / max|x|) in [0, 127], zero point 0: the same integers), any other
+// row on 63 steps a side (qx = rint(x * 63 / max|x|) in [-63, 63], stored as qx + 64). A pair is
+// then at most 127 * 127 * 2 = 32,258: exact. vpmaddwd with ones adds the pairs into int32 lanes of
+// 4 products, and the zero point's share, zero * sum_k qw[n, k], is subtracted once per output.
+// Three instructions per 32 products; the first AVX2 kernel moved each input's sign onto the
+// weight (vpsignb, 8-bit inputs) and needed four, plus an |x| per broadcast: measured on a 2-core
+// Zen 3 EPYC in the notes of int8_linear.h. The ReLU's output (the second FFN layer's input) keeps
+// all 8 bits' resolution; LayerNorm outputs lose one bit (BLEU in the README).
 #define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+constexpr int32_t kSignedZeroAvx2 = 64;  // zero point of a row with negative values (qx + 64)
+constexpr int32_t kPairSumSteps = 64;    // weights on at most this many steps a side: pairs of groups add in int16
 
 TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
                                             QuantizedRows& q) {
@@ -207,99 +216,184 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
   const __m256 sign_bit = _mm256_set1_ps(-0.f);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m256 amax8 = _mm256_setzero_ps();
+    __m256 amax8 = _mm256_setzero_ps(), min8 = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= in; k += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(row + k)));
-    float lanes[8];
+    for (; k + 8 <= in; k += 8) {
+      const __m256 v = _mm256_loadu_ps(row + k);
+      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v));
+      min8 = _mm256_min_ps(min8, v);
+    }
+    float lanes[8], low[8];
     _mm256_storeu_ps(lanes, amax8);
-    float amax = *std::max_element(lanes, lanes + 8);
-    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
-    float inverse;
-    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse);
+    _mm256_storeu_ps(low, min8);
+    float amax = *std::max_element(lanes, lanes + 8), min = *std::min_element(low, low + 8);
+    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
+    const bool has_negative = min < 0.f;
+    const int32_t zero = has_negative ? kSignedZeroAvx2 : 0;
+    const float steps = has_negative ? 63.f : 127.f;
+    float& scale = q.scale[static_cast<size_t>(m)];
+    scale = amax > 0.f ? amax / steps : 1.f;
+    const float inverse = steps / (amax > 0.f ? amax : steps);
+    q.zero[static_cast<size_t>(m)] = zero;
     const __m256 factor = _mm256_set1_ps(inverse);
-    auto* out = reinterpret_cast<int8_t*>(q.values.data() + m * in_padded);
+    const __m256i offset = _mm256_set1_epi32(zero);
+    uint8_t* out = q.values.data() + m * in_padded;
     k = 0;
-    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below.
+    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are in
+    // [0, 127] after the offset, so the saturating packs change none.
     for (; k + 32 <= in; k += 32) {
-      const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k), factor));
-      const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8), factor));
-      const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 16), factor));
-      const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 24), factor));
-      const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+      __m256i v[4];
+      for (int i = 0; i < 4; ++i)
+        v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor)), offset);
+      const __m256i a = v[0], b = v[1], c = v[2], d = v[3];
+      const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (; k < in; ++k) out[k] = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
+    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
   }
 }
 
-// Rows x Cols accumulators of 8 outputs each (a 16-output block is two): 3 x 2 accumulators, 2
-// weights, the input, its magnitude, ones and two temporaries fit the 16 ymm registers.
-template <int Rows, int Cols>
-TORCHMT_AVX2_TARGET void tile_avx2(const int8_t* xq, int64_t in_padded, const float* xscale, const int8_t* block,
-                                   int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc[Rows][Cols];
-#pragma GCC unroll 4
-  for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 2
-    for (int c = 0; c < Cols; ++c) acc[r][c] = _mm256_setzero_si256();
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256i wv[Cols];
-    const int8_t* wg = block + g * kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
-#pragma GCC unroll 2
-    for (int c = 0; c < Cols; ++c) wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + c * 32));
-#pragma GCC unroll 4
-    for (int r = 0; r < Rows; ++r) {
-      int32_t four;
-      std::memcpy(&four, xq + r * in_padded + g * kGroupIn, sizeof four);
-      const __m256i xv = _mm256_set1_epi32(four);
-      const __m256i magnitude = _mm256_abs_epi8(xv);
-#pragma GCC unroll 2
-      for (int c = 0; c < Cols; ++c) {
-        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wv[c], xv));  // [16] int16
-        acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(pairs, ones));           // [8] int32
-      }
-    }
+// acc += the products of two groups of 4 inputs (x0, x1: each group's 4 u8, broadcast) with 8
+// outputs' weights (w0, w1: [8 outputs][4 inputs] s8 each), the groups' int16 pair sums added before
+// they widen. As one asm statement with the weights as memory operands and the accumulator read and
+// written in its register: with intrinsics GCC 12 kept the 4 x 2 tile's weights in registers,
+// copied each accumulator after its add and spilled four of them to the stack on every step.
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_two_groups(__m256i& acc, __m256i x0, __m256i x1,
+                                                                             const int8_t* w0, const int8_t* w1,
+                                                                             __m256i ones) {
+  __m256i t0, t1;
+  asm("vpmaddubsw %[w0], %[x0], %[t0]\n\t"
+      "vpmaddubsw %[w1], %[x1], %[t1]\n\t"
+      "vpaddw %[t1], %[t0], %[t0]\n\t"
+      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
+      "vpaddd %[t0], %[acc], %[acc]"
+      : [acc] "+x"(acc), [t0] "=&x"(t0), [t1] "=&x"(t1)
+      : [x0] "x"(x0), [x1] "x"(x1), [w0] "m"(*reinterpret_cast<const __m256i*>(w0)),
+        [w1] "m"(*reinterpret_cast<const __m256i*>(w1)), [ones] "x"(ones));
+}
+
+// acc += the products of one group (each pair of products added in int16, then widened).
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_one_group(__m256i& acc, __m256i x, const int8_t* w,
+                                                                            __m256i ones) {
+  __m256i t;
+  asm("vpmaddubsw %[w], %[x], %[t]\n\t"
+      "vpmaddwd %[ones], %[t], %[t]\n\t"
+      "vpaddd %[t], %[acc], %[acc]"
+      : [acc] "+x"(acc), [t] "=&x"(t)
+      : [x] "x"(x), [w] "m"(*reinterpret_cast<const __m256i*>(w)), [ones] "x"(ones));
+}
+
+// The tile's steps, one function per row (R from 0 to Rows - 1, recursing at compile time): every
+// accumulator is indexed by constants, so GCC keeps them in registers (with loops under
+// `#pragma GCC unroll` it kept the array on the stack, unrolling coming after the pass that turns
+// arrays into registers). Two accumulators of 8 outputs per row: one 16-output block.
+inline int32_t four_inputs(const uint8_t* p) {
+  int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  return four;
+}
+
+template <int R, int Rows>
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_two_groups(__m256i (&acc)[Rows][2],
+                                                                              const uint8_t* x, int64_t in_padded,
+                                                                              const int8_t* wg, __m256i ones) {
+  if constexpr (R < Rows) {
+    constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;
+    const __m256i x0 = _mm256_set1_epi32(four_inputs(x + R * in_padded));
+    const __m256i x1 = _mm256_set1_epi32(four_inputs(x + R * in_padded + kGroupIn));
+    add_two_groups(acc[R][0], x0, x1, wg, wg + kGroupBytes, ones);
+    add_two_groups(acc[R][1], x0, x1, wg + 32, wg + kGroupBytes + 32, ones);
+    rows_two_groups<R + 1, Rows>(acc, x, in_padded, wg, ones);
   }
-#pragma GCC unroll 2
-  for (int c = 0; c < Cols; ++c) {
-    const int64_t n = n0 + c * 8;
-    const __m256 wscale = _mm256_loadu_ps(w.scale.data() + n);
-    const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
-    const int64_t valid = std::min<int64_t>(8, out - n);
-    if (valid <= 0) break;
+}
+
+template <int R, int Rows>
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_one_group(__m256i (&acc)[Rows][2],
+                                                                             const uint8_t* x, int64_t in_padded,
+                                                                             const int8_t* wg, __m256i ones) {
+  if constexpr (R < Rows) {
+    const __m256i xv = _mm256_set1_epi32(four_inputs(x + R * in_padded));
+    add_one_group(acc[R][0], xv, wg, ones);
+    add_one_group(acc[R][1], xv, wg + 32, ones);
+    rows_one_group<R + 1, Rows>(acc, x, in_padded, wg, ones);
+  }
+}
+
+// y[R, n .. n + 8) for accumulator column C (outputs n0 + 8 C ..).
+template <int R, int Rows, int C>
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_store(const __m256i (&acc)[Rows][2],
+                                                                         const float* xscale, const int32_t* xzero,
+                                                                         __m256i wsum, __m256 wscale, __m256 bias,
+                                                                         __m256i mask, bool full, float* y,
+                                                                         int64_t out) {
+  if constexpr (R < Rows) {
+    const __m256i sums = _mm256_sub_epi32(acc[R][C], _mm256_mullo_epi32(wsum, _mm256_set1_epi32(xzero[R])));
+    const __m256 result =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[R])), bias);
     // A masked store only for the last, partial 8: vmaskmovps stores are slow on AMD's cores.
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-#pragma GCC unroll 4
-    for (int r = 0; r < Rows; ++r) {
-      const __m256 result = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][c]),
-                                            _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[r])), bias);
-      if (valid == 8) _mm256_storeu_ps(y + r * out + n, result);
-      else _mm256_maskstore_ps(y + r * out + n, mask, result);
-    }
+    if (full) _mm256_storeu_ps(y + R * out, result);
+    else _mm256_maskstore_ps(y + R * out, mask, result);
+    rows_store<R + 1, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, full, y, out);
   }
 }
 
-constexpr int64_t kRowTileAvx2 = 3;
+template <int Rows, int C>
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void store_column(const __m256i (&acc)[Rows][2],
+                                                                           const float* xscale, const int32_t* xzero,
+                                                                           const Int8LinearWeights& w, int64_t n,
+                                                                           float* y, int64_t out) {
+  const int64_t valid = std::min<int64_t>(8, out - n);
+  if (valid <= 0) return;
+  const __m256 wscale = _mm256_loadu_ps(w.scale.data() + n);
+  const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
+  // sum_k qw[n, k] (row_sum holds 128 times it, the VNNI kernel's offset)
+  const __m256i wsum = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.row_sum.data() + n)), 7);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  rows_store<0, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, valid == 8, y + n, out);
+}
+
+// Rows x 16 outputs (one block). vpmaddubsw and vpmaddwd both take a multiply port (two on Zen 3,
+// as on Intel's cores), and those are the limit: 2 per 32 products. With weights on 64 steps
+// (Int8LinearWeights::steps) a pair is at most 127 * 64 * 2 = 16,256, so two groups' pairs add
+// exactly in int16 before one vpmaddwd: 3 per 64 products. Weights on 127 steps (made for another
+// kernel) take one group at a time.
+template <int Rows>
+TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int32_t* xzero,
+                                   const int8_t* block, int64_t groups, const Int8LinearWeights& w, int64_t n0,
+                                   float* y, int64_t out) {
+  constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[Rows][2] = {};
+  int64_t g = 0;
+  if (w.steps <= kPairSumSteps)
+    for (; g + 2 <= groups; g += 2)
+      rows_two_groups<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
+  for (; g < groups; ++g) rows_one_group<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
+  store_column<Rows, 0>(acc, xscale, xzero, w, n0, y, out);
+  store_column<Rows, 1>(acc, xscale, xzero, w, n0 + 8, y, out);
+}
+
+constexpr int64_t kRowTileAvx2 = 4;
 
 // Output blocks [block_begin, block_end): each block's weights (in_padded * 16 bytes: 4 KiB at
 // 256 inputs) stay in L1 while every row tile passes over them.
 TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
                                      int64_t block_begin, int64_t block_end) {
   const int64_t groups = w.in_padded / kGroupIn;
-  const auto* xq_all = reinterpret_cast<const int8_t*>(q.values.data());
   for (int64_t b = block_begin; b < block_end; ++b) {
     const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
     const int64_t n0 = b * kBlockOut;
     for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
-      const int8_t* xq = xq_all + m0 * w.in_padded;
+      const uint8_t* xq = q.values.data() + m0 * w.in_padded;
       const float* xs = q.scale.data() + m0;
+      const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<3, 2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
       }
     }
   }
@@ -309,10 +403,10 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
 void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, Int8Kernel kernel) {
   q.values.resize(static_cast<size_t>(rows * in_padded));
   q.scale.resize(static_cast<size_t>(rows));
-  // The padding inputs are zero: 128 as the offset u8 of the VNNI and portable loops, 0 as AVX2's s8.
-  const uint8_t zero = kernel == Int8Kernel::avx2 ? 0 : 128;
+  q.zero.assign(static_cast<size_t>(rows), 128);  // the AVX2 kernel sets its own
+  // The padding inputs meet zero weights; 128 (the offset zero of the VNNI and portable loops).
   if (in_padded != in)
-    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, zero);
+    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 128);
 #if defined(__x86_64__) && defined(__GNUC__)
   if (kernel == Int8Kernel::vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
   if (kernel == Int8Kernel::avx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
@@ -360,20 +454,27 @@ Int8Kernel int8_active_kernel() {
   return static_cast<Int8Kernel>(std::min(static_cast<int>(int8_cpu_kernel()), kernel_limit.load()));
 }
 
-std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
+int32_t int8_weight_steps() { return int8_active_kernel() == Int8Kernel::avx2 ? kPairSumSteps : 127; }
+
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight, int32_t steps) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
+  TORCH_CHECK(steps >= 1 && steps <= 127, "int8 quantization: steps must be in [1, 127]");
+  const float range = static_cast<float>(steps);
   auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
   auto amax = w.abs().amax(1);                                             // [out]
-  amax.masked_fill_(amax == 0, 127.0f);
-  amax.clamp_min_(127.0f / FLT_MAX);
-  auto inverse = torch::full_like(amax, 127.0f) / amax;
+  amax.masked_fill_(amax == 0, range);
+  amax.clamp_min_(range / FLT_MAX);
+  auto inverse = torch::full_like(amax, range) / amax;
   auto q = (w * inverse.unsqueeze(1)).round().to(torch::kChar);  // round: half to even, as rint
   return {q, inverse};
 }
 
-std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
-  auto [qw, inverse] = quantize_rows_int8(weight);
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
+                                                              int32_t steps) {
+  if (steps == 0) steps = int8_weight_steps();
+  auto [qw, inverse] = quantize_rows_int8(weight, steps);
   auto q = std::make_shared<Int8LinearWeights>();
+  q->steps = steps;
   q->out = qw.size(0);
   q->in = qw.size(1);
   q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;

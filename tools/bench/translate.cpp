@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
       "torchmt's beam search ends a sentence when its best candidate ends it (OpenNMT-py's criterion; "
       "not like for like: CTranslate2, as torchmt by default, runs until beam-size hypotheses are finished)")(
       "rounds",
-      "measure torchmt and CTranslate2 this many times, alternating (torchmt's rows, then CTranslate2's), "
+      "measure torchmt and CTranslate2 this many times (each configuration: torchmt, then CTranslate2), "
       "and keep each configuration's fastest: a shared machine's speed drifts between runs",
       cxxopts::value<int>()->default_value("1"))(
       "h,help", "show this help");
@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
               << (r.count("early-exit") ? "when its best candidate ends it (--early-exit: beam rows NOT like for "
                                           "like, CTranslate2 waits for beam-size finished hypotheses)\n"
                                         : "with beam-size finished hypotheses, as CTranslate2 (patience 1)\n")
+              << (ct2 ? "CTranslate2 runs each configuration right after torchmt's run of it\n" : "")
               << (r["rounds"].as<int>() > 1 ? "each configuration's fastest of " + std::to_string(r["rounds"].as<int>()) +
-                                                  " rounds (torchmt and CTranslate2 alternating)\n"
+                                                  " rounds\n"
                                             : std::string())
               << "\n"
               << std::flush;
@@ -337,6 +338,7 @@ int main(int argc, char** argv) {
 
     // CTranslate2's model directories and input, made once for every round.
     std::string ct2_command, ct2_out_path;
+    std::map<std::string, std::string> ct2_models;  // dtype -> model directory
     if (ct2) {
       work = fs::temp_directory_path() / ("torchmt_bench_ct2_" + std::to_string(::getpid()));
       fs::create_directories(work);
@@ -352,21 +354,38 @@ int main(int argc, char** argv) {
       }
       auto checkpoint = load_checkpoint(model_path, torch::kCPU);
       auto exporter = make_exporter("ctranslate2");
-      std::string models;
       for (const auto& dtype : ct2_dtypes) {
         if (dtype != "fp32" && dtype != "int8") throw std::invalid_argument("--ct2-dtypes: expected fp32 and/or int8");
         ExportOptions export_options;
         export_options.quantize_int8 = dtype == "int8";
         const auto dir = (work / ("ct2_" + dtype)).string();
         exporter->write(checkpoint, export_options, dir);
-        models += " --model " + dtype + "=" + shell_quote(dir);
+        ct2_models[dtype] = dir;
       }
       std::string settings = r["ct2-settings"].as<std::string>();
       if (settings.empty()) settings = std::to_string(threads) + "x1" + (threads > 1 ? ",1x" + std::to_string(threads) : "");
       ct2_command = shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["ct2-runner"].as<std::string>()) +
-                    " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(ct2_out_path) + " --beams " +
-                    join(beams) + " --batch-sizes " + join(batches) + " --settings " + settings + models;
+                    " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(ct2_out_path) + " --settings " +
+                    settings;
     }
+    // CTranslate2 on one configuration, right after torchmt's run of it: a shared machine's
+    // speed drifts over minutes (this project's 2-core EPYC: the same torchmt run 17.9 s one
+    // day, 34.2 s another; CTranslate2 19.7 vs 28.5), so each ratio compares runs seconds apart.
+    auto run_ct2 = [&](int64_t beam, int64_t batch, const std::string& dtype) {
+      const std::string command = ct2_command + " --beams " + std::to_string(beam) + " --batch-sizes " +
+                                  std::to_string(batch) + " --model " + dtype + "=" + shell_quote(ct2_models.at(dtype));
+      std::cerr << "ctranslate2: " << command << "\n" << std::flush;
+      std::cout << std::flush;
+      fs::remove(ct2_out_path);
+      const int rc = std::system(command.c_str());
+      if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
+      std::map<Key, Measure> peer;
+      std::map<std::string, double> peer_loads;
+      read_peer_results(ct2_out_path, "ctranslate2", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
+      for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
+      for (const auto& [what, seconds] : peer_loads)
+        if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
+    };
 
     for (int round = 0; round < rounds; ++round) {
       if (rounds > 1) std::cerr << "round " << round + 1 << " of " << rounds << "\n";
@@ -384,20 +403,13 @@ int main(int argc, char** argv) {
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
               keep_fastest(key, std::move(m));
               if (round == 0) order.push_back(key);
+              if (cache && ct2 && ct2_models.count(dtype)) run_ct2(beam, batch, dtype);
             }
-      if (ct2) {
-        std::cerr << "ctranslate2: " << ct2_command << "\n" << std::flush;
-        std::cout << std::flush;
-        fs::remove(ct2_out_path);
-        const int rc = std::system(ct2_command.c_str());
-        if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
-        std::map<Key, Measure> peer;
-        std::map<std::string, double> peer_loads;
-        read_peer_results(ct2_out_path, "ctranslate2", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
-        for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
-        for (const auto& [what, seconds] : peer_loads)
-          if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
-      }
+      if (ct2)  // CTranslate2's precisions that torchmt does not run here
+        for (const auto& dtype : ct2_dtypes)
+          if (!std::count(dtypes.begin(), dtypes.end(), dtype))
+            for (int64_t beam : beams)
+              for (int64_t batch : batches) run_ct2(beam, batch, dtype);
     }
     if (ct2) {
       remove_tree(work.string());
