@@ -75,24 +75,6 @@ TORCHMT_VECTOR_INLINE f32x16 select(i32x16 mask, f32x16 a, f32x16 b) {
 }
 TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return select(a > b, a, b); }
 
-// exp(x) for x <= 0 on 16 lanes, relative error ~2e-7: 2^k through the exponent bits and
-// 2^f, |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below -87 give exp(-87).
-TORCHMT_VECTOR_INLINE f32x16 exp16_nonpositive(f32x16 x) {
-  x = max16(x, splat(-87.0f));
-  const f32x16 t = x * 1.44269504088896341f;
-  const f32x16 k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
-  const f32x16 f = t - k;
-  f32x16 p = splat(1.5403530393381609e-4f);
-  p = p * f + 1.3333558146428443e-3f;
-  p = p * f + 9.6181291076284772e-3f;
-  p = p * f + 5.5504108664821580e-2f;
-  p = p * f + 2.4022650695910071e-1f;
-  p = p * f + 6.9314718055994531e-1f;
-  p = p * f + 1.0f;
-  const i32x16 exponent = (__builtin_convertvector(k, i32x16) + 127) << 23;
-  return p * reinterpret_cast<f32x16>(exponent);
-}
-
 TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
   float s = 0.0f;
   for (int l = 0; l < kLanes; ++l) s += v[l];
@@ -104,6 +86,41 @@ TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
 using f32x8 = float __attribute__((vector_size(32)));
 using u32x8 = uint32_t __attribute__((vector_size(32)));
 using u16x8 = uint16_t __attribute__((vector_size(16)));
+using i32x8 = int32_t __attribute__((vector_size(32)));
+
+// exp(x) for x <= 0, lane by lane (V: a float vector of any width), relative error ~2e-7: 2^k
+// through the exponent bits and 2^f, |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below
+// -87 give exp(-87).
+template <typename V>
+struct IntLanes;  // the int32 vector of a float vector's width
+template <>
+struct IntLanes<f32x16> {
+  using type = i32x16;
+};
+template <>
+struct IntLanes<f32x8> {
+  using type = i32x8;
+};
+template <typename V>
+TORCHMT_VECTOR_INLINE V exp_nonpositive(V x) {
+  using I = typename IntLanes<V>::type;
+  const V floor = V{} - 87.0f;
+  const I keep = x > floor;
+  x = reinterpret_cast<V>((keep & reinterpret_cast<I>(x)) | (~keep & reinterpret_cast<I>(floor)));
+  const V t = x * 1.44269504088896341f;
+  const V k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
+  const V f = t - k;
+  V p = V{} + 1.5403530393381609e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  const I exponent = (__builtin_convertvector(k, I) + 127) << 23;
+  return p * reinterpret_cast<V>(exponent);
+}
+TORCHMT_VECTOR_INLINE f32x16 exp16_nonpositive(f32x16 x) { return exp_nonpositive(x); }
 
 TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const float* p) {
   f32x8 v;
