@@ -28,6 +28,7 @@
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
+#include "torchmt/model/int8_linear.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
@@ -624,7 +625,10 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   EXPECT_EQ(exported.dtype(), "int8");
 
   // The archive's TorchScript (what Python runs) and the native model rebuilt from the archive
-  // with the int8 kernels compute the same integer sums: equal logits up to float rounding.
+  // with the int8 kernels compute the same integer sums (equal logits up to float rounding),
+  // except on a CPU whose int8 kernel is AVX2's, which quantizes on fewer steps (int8_linear.h):
+  // there both are int8 roundings of the same float model, a few percent apart.
+  const bool same_integers = int8_active_kernel() != Int8Kernel::avx2;
   torch::NoGradGuard no_grad;
   auto script_logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
   Transformer native = exported.native_model();
@@ -632,10 +636,12 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   auto native_logits = native->forward(f.src, f.tgt_in);
   // (A row whose float inputs differ in the last bits between the two paths may round one of
   // its int8 values the other way: a few 1e-3 of the largest logit.)
-  EXPECT_LT((script_logits - native_logits).abs().max().item<double>(), 1e-2 * native_logits.abs().max().item<double>());
-  // Within int8's rounding of the float model.
-  auto agree = script_logits.argmax(-1).eq(f.native.model->forward(f.src, f.tgt_in).argmax(-1));
-  EXPECT_GT(agree.to(torch::kFloat).mean().item<double>(), 0.9);
+  EXPECT_LT((script_logits - native_logits).abs().max().item<double>(),
+            (same_integers ? 1e-2 : 5e-2) * native_logits.abs().max().item<double>());
+  // Both within int8's rounding of the float model.
+  auto float_best = f.native.model->forward(f.src, f.tgt_in).argmax(-1);
+  EXPECT_GT(script_logits.argmax(-1).eq(float_best).to(torch::kFloat).mean().item<double>(), 0.9);
+  EXPECT_GT(native_logits.argmax(-1).eq(float_best).to(torch::kFloat).mean().item<double>(), 0.9);
 
   // translate: an int8 export runs the native int8 model by default, its TorchScript at
   // --dtype fp32; a float export at --dtype int8 translates exactly as its checkpoint does.
@@ -649,7 +655,8 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   auto by_default = translate(int8, "auto");
   EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}}).model()) << "expected the native model";
   EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}}).model()) << "expected the TorchScript";
-  EXPECT_EQ(by_default, translate(int8, "fp32"));
+  if (same_integers) EXPECT_EQ(by_default, translate(int8, "fp32"));
+  EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));
 
   auto frozen = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " -o " +

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/model/fused_inference_ops.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 
@@ -41,7 +42,10 @@ at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
     auto hidden = model_->decode(prefix_, memory_, src_mask_, make_causal_mask(prefix_.size(1), prefix_.device()));
     logits = apply_linear(model_->fc_out, hidden.select(1, -1));  // [N, V]
   }
-  return torch::log_softmax(logits.to(torch::kFloat), -1);
+  // The projection's output is this step's own tensor: normalised where it lies (CPU, fp32).
+  logits = logits.to(torch::kFloat);
+  if (try_log_softmax_in_place_cpu(logits)) return logits;
+  return torch::log_softmax(logits, -1);
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {

@@ -1,6 +1,8 @@
 #include "torchmt/model/fused_inference_ops.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -125,6 +127,55 @@ TORCHMT_VECTOR_CLONES void add_norm_rows_bf16(const uint16_t* x, const uint16_t*
   add_norm_rows(x, y, weight, bias, eps, dim, begin, end, sum, out, scratch);
 }
 
+// log_softmax of rows [begin, end) of x [rows, n], in place, in 8-lane vectors (one AVX2
+// register; GCC moves 16-lane vectors through the stack in AVX2 code): the maximum, the sum of
+// exp(x - max) (exp_nonpositive), then x - max - log(sum). The tail of a row that is not a
+// multiple of 8 through a copy padded with the maximum, whose padding lanes are not summed.
+TORCHMT_VECTOR_CLONES void log_softmax_rows_fp32(float* x, int64_t n, int64_t begin, int64_t end) {
+  constexpr int64_t kLanes8 = 8;
+  const int64_t vec_end = n - n % kLanes8;
+  for (int64_t row = begin; row < end; ++row) {
+    float* r = x + row * n;
+    f32x8 m8 = f32x8{} - std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < vec_end; j += kLanes8) {
+      const f32x8 v = load8_as_float(r + j);
+      const i32x8 greater = v > m8;
+      m8 = reinterpret_cast<f32x8>((greater & reinterpret_cast<i32x8>(v)) | (~greater & reinterpret_cast<i32x8>(m8)));
+    }
+    float max = -std::numeric_limits<float>::infinity();
+    for (int l = 0; l < kLanes8; ++l) max = m8[l] > max ? m8[l] : max;
+    for (int64_t j = vec_end; j < n; ++j) max = r[j] > max ? r[j] : max;
+    if (!std::isfinite(max)) {  // a row of -inf (or with +inf/NaN): ATen's arithmetic, lane by lane
+      float total = 0.0f;
+      for (int64_t j = 0; j < n; ++j) total += std::exp(r[j] - max);
+      const float shift = max + std::log(total);
+      for (int64_t j = 0; j < n; ++j) r[j] -= shift;
+      continue;
+    }
+    const f32x8 max8 = f32x8{} + max;
+    f32x8 even = f32x8{}, odd = f32x8{};
+    int64_t j = 0;
+    for (; j + 2 * kLanes8 <= vec_end; j += 2 * kLanes8) {
+      even += exp_nonpositive(load8_as_float(r + j) - max8);
+      odd += exp_nonpositive(load8_as_float(r + j + kLanes8) - max8);
+    }
+    if (j < vec_end) even += exp_nonpositive(load8_as_float(r + j) - max8);
+    float total = tree_sum16(even, odd);
+    if (vec_end < n) {
+      float tail[kLanes8];
+      for (int64_t l = 0; l < kLanes8; ++l) tail[l] = vec_end + l < n ? r[vec_end + l] : max;
+      const f32x8 e = exp_nonpositive(load8_as_float(tail) - max8);
+      for (int64_t l = 0; vec_end + l < n; ++l) total += e[l];
+    }
+    const f32x8 shift = f32x8{} + (max + std::log(total));
+    for (j = 0; j < vec_end; j += kLanes8) {
+      const f32x8 v = load8_as_float(r + j) - shift;
+      std::memcpy(r + j, &v, sizeof v);
+    }
+    for (j = vec_end; j < n; ++j) r[j] -= shift[0];
+  }
+}
+
 const uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
 uint16_t* bf16_bits_mut(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
@@ -200,6 +251,18 @@ std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, co
                          bf16_bits_mut(sum), bf16_bits_mut(out), scratch.data());
   });
   return {sum, out};
+}
+
+bool try_log_softmax_in_place_cpu(at::Tensor& x) {
+  if (!x.defined() || at::GradMode::is_enabled() || !x.device().is_cpu() || x.scalar_type() != at::kFloat ||
+      x.dim() != 2 || !x.is_contiguous() || x.size(1) == 0 || x.requires_grad())
+    return false;
+  RECORD_FUNCTION("torchmt::log_softmax_in_place", std::vector<c10::IValue>());
+  const int64_t rows = x.size(0), n = x.size(1);
+  float* data = x.data_ptr<float>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, 65536 / n),
+                   [&](int64_t begin, int64_t end) { log_softmax_rows_fp32(data, n, begin, end); });
+  return true;
 }
 
 at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y, at::Tensor* sum) {

@@ -32,6 +32,12 @@ at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::
 std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, const at::Tensor& y,
                                                          const at::Tensor& weight, const at::Tensor& bias, double eps);
 
+// x = log_softmax(x, -1) in place for an fp32 CPU tensor [rows, n], contiguous, outside autograd
+// (the decoder's vocabulary scores: no second [rows, vocabulary] buffer, and exponentials in AVX2
+// registers); false, leaving x alone, where it does not apply. Values agree with ATen's to ~1e-6
+// absolute (its exp is Sleef's, this one exp_nonpositive, ~2e-7 relative).
+bool try_log_softmax_in_place_cpu(at::Tensor& x);
+
 // norm(x + y), and x + y in *sum when sum is not null: the fused pass where it applies,
 // else the two ATen ops (training, autocast, CUDA).
 at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y,
