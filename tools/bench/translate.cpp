@@ -38,6 +38,7 @@
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/heap.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;
@@ -296,6 +297,9 @@ int main(int argc, char** argv) {
       int8.emplace(Translator::from_checkpoint(model_path, device, torch::kFloat));
       quantize_linears_int8(*int8->model());
     }
+    // As `torchmt translate` runs (translate_command.cpp): after the load, large tensor buffers
+    // from the reusing pool (heap.h), not a fresh mapping (and its page faults) per buffer.
+    use_cpu_tensor_pool();
     const auto& cfg = fp32.model()->config();
     int64_t params = 0;
     for (const auto& p : unique_parameters(*fp32.model())) params += p.numel();
