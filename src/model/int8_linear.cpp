@@ -21,7 +21,8 @@ namespace {
 constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
 constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
 
-// Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (zero).
+// Quantized input rows: u8 = rint(x * 127 / amax) + 128 (the AVX2 kernel's own steps and zero
+// points: see its section), padded with 128.
 struct QuantizedRows {
   std::vector<uint8_t> values;  // [rows][in_padded]
   std::vector<float> scale;     // [rows]: x ~ (u8 - zero) * scale
@@ -200,10 +201,12 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 // row on 63 steps a side (qx = rint(x * 63 / max|x|) in [-63, 63], stored as qx + 64). A pair is
 // then at most 127 * 127 * 2 = 32,258: exact. vpmaddwd with ones adds the pairs into int32 lanes of
 // 4 products, and the zero point's share, zero * sum_k qw[n, k], is subtracted once per output.
-// Three instructions per 32 products; the first AVX2 kernel moved each input's sign onto the
-// weight (vpsignb, 8-bit inputs) and needed four, plus an |x| per broadcast: measured on a 2-core
-// Zen 3 EPYC in the notes of int8_linear.h. The ReLU's output (the second FFN layer's input) keeps
-// all 8 bits' resolution; LayerNorm outputs lose one bit (BLEU in the README).
+// The first AVX2 kernel kept 8-bit inputs by moving each input's sign onto the weight (vpsignb);
+// dropping that and the |x| per broadcast alone changed nothing measurable (its perf share in int8
+// beam 5 batch 64, 2-core Zen 3: 48.4% -> 51.2%), because the two multiplies per 32 products are
+// the limit; what the 7-bit inputs buy is the pair sum of tile_avx2 (3 multiplies per 64). The
+// ReLU's output (the second FFN layer's input) keeps its 127 steps; LayerNorm outputs lose one bit
+// (BLEU in the README).
 #define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))
 
 constexpr int32_t kSignedZeroAvx2 = 64;  // zero point of a row with negative values (qx + 64)
