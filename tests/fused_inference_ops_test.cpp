@@ -1,6 +1,8 @@
 // The fused CPU inference passes (rotary positions, residual sum + LayerNorm): the values of
 // the ATen composites they replace, in fp32 and bf16, and they step aside where they do not
 // apply (gradients, autocast), so training differentiates the composite.
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -133,6 +135,43 @@ TEST(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTraining)
   EXPECT_FALSE(try_add_layer_norm_cpu(x, y.transpose(0, 1).contiguous().transpose(0, 1), norm->weight, norm->bias,
                                       1e-5).first.defined());  // not contiguous
   EXPECT_FALSE(try_add_layer_norm_cpu(x, y.narrow(2, 0, 8), norm->weight, norm->bias, 1e-5).first.defined());
+}
+
+// The decoder's in-place log-softmax: ATen's values for row widths on and off the 8-lane step,
+// with -inf entries (a forced or masked token) and a row of -inf (ATen's NaNs), and it leaves
+// alone what it does not handle.
+TEST(FusedInferenceOpsTest, LogSoftmaxInPlaceMatchesAten) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  for (int64_t n : {8000, 37, 8, 3}) {
+    auto x = torch::randn({6, n}) * 4;
+    x[1][0] = -std::numeric_limits<float>::infinity();
+    x[2].fill_(-std::numeric_limits<float>::infinity());
+    x[3][n - 1] = 60.f;  // one dominant logit: the others' exponentials far below 1
+    x[5][n / 2] = std::numeric_limits<float>::quiet_NaN();  // a NaN makes its row NaN, as in ATen
+    auto expected = torch::log_softmax(x, -1);
+    auto y = x.clone();
+    const void* data = y.data_ptr();
+    ASSERT_TRUE(try_log_softmax_in_place_cpu(y)) << n;
+    EXPECT_EQ(y.data_ptr(), data);  // in place
+    auto finite = torch::isfinite(expected);
+    EXPECT_TRUE(torch::equal(finite, torch::isfinite(y))) << n;
+    EXPECT_TRUE(torch::allclose(y.masked_select(finite), expected.masked_select(finite), 1e-5, 1e-5)) << n;
+    EXPECT_TRUE(torch::equal(torch::isnan(y), torch::isnan(expected))) << n;  // the all -inf row
+    // Rows are independent: a row alone gives what it gives among the others.
+    auto row = x.narrow(0, 4, 1).clone();
+    ASSERT_TRUE(try_log_softmax_in_place_cpu(row));
+    EXPECT_TRUE(torch::equal(row, y.narrow(0, 4, 1)));
+  }
+  auto bf16 = torch::randn({2, 16}).to(torch::kBFloat16);
+  EXPECT_FALSE(try_log_softmax_in_place_cpu(bf16));
+  auto strided = torch::randn({16, 2}).t();
+  EXPECT_FALSE(try_log_softmax_in_place_cpu(strided));
+  {
+    torch::AutoGradMode grad(true);
+    auto leaf = torch::randn({2, 16}, torch::requires_grad());
+    EXPECT_FALSE(try_log_softmax_in_place_cpu(leaf));
+  }
 }
 
 }  // namespace

@@ -137,15 +137,18 @@ TORCHMT_VECTOR_CLONES void log_softmax_rows_fp32(float* x, int64_t n, int64_t be
   for (int64_t row = begin; row < end; ++row) {
     float* r = x + row * n;
     f32x8 m8 = f32x8{} - std::numeric_limits<float>::infinity();
+    i32x8 nan8 = i32x8{};
     for (int64_t j = 0; j < vec_end; j += kLanes8) {
       const f32x8 v = load8_as_float(r + j);
       const i32x8 greater = v > m8;
       m8 = reinterpret_cast<f32x8>((greater & reinterpret_cast<i32x8>(v)) | (~greater & reinterpret_cast<i32x8>(m8)));
+      nan8 |= v != v;
     }
     float max = -std::numeric_limits<float>::infinity();
-    for (int l = 0; l < kLanes8; ++l) max = m8[l] > max ? m8[l] : max;
-    for (int64_t j = vec_end; j < n; ++j) max = r[j] > max ? r[j] : max;
-    if (!std::isfinite(max)) {  // a row of -inf (or with +inf/NaN): ATen's arithmetic, lane by lane
+    bool nan = false;
+    for (int l = 0; l < kLanes8; ++l) max = m8[l] > max ? m8[l] : max, nan = nan || nan8[l] != 0;
+    for (int64_t j = vec_end; j < n; ++j) max = r[j] > max ? r[j] : max, nan = nan || std::isnan(r[j]);
+    if (nan || !std::isfinite(max)) {  // a row of -inf, or with +inf or NaN: ATen's arithmetic, lane by lane
       float total = 0.0f;
       for (int64_t j = 0; j < n; ++j) total += std::exp(r[j] - max);
       const float shift = max + std::log(total);
