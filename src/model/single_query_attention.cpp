@@ -40,6 +40,7 @@ TORCHMT_VECTOR_INLINE void attend_head(const float* query, const T* k, int64_t k
   constexpr int kLanes8 = 8;
   const int64_t vec_end = DV > 0 ? DV * kLanes8 : dim - dim % kLanes8;
   float max = -std::numeric_limits<float>::infinity();
+  bool finite = true;  // every allowed score
   for (int64_t t = lo; t < hi; ++t) {
     if (check_mask && !mh[t * m_stride_t]) {
       scores[t] = -std::numeric_limits<float>::infinity();
@@ -57,10 +58,15 @@ TORCHMT_VECTOR_INLINE void attend_head(const float* query, const T* k, int64_t k
     for (j = vec_end; j < dim; ++j) dot += query[j] * load_as_float(kt + j);
     scores[t] = dot;
     max = dot > max ? dot : max;
+    finite = finite && std::isfinite(dot);
   }
   // exp(score - max) 8 at a time; the last, partial 8 through a copy padded with the maximum.
+  // Scores with an inf or NaN (a broken model) take std::exp, whose NaNs propagate as ATen's do
+  // (exp_nonpositive would clamp them).
   int64_t t = lo;
   const f32x8 max8 = f32x8{} + max;
+  if (!finite)
+    for (; t < hi; ++t) scores[t] = std::exp(scores[t] - max);
   for (; t + kLanes8 <= hi; t += kLanes8) {
     const f32x8 e = exp_nonpositive(load8_as_float(scores + t) - max8);
     std::memcpy(scores + t, &e, sizeof e);
