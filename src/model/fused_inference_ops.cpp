@@ -140,8 +140,7 @@ TORCHMT_VECTOR_CLONES void log_softmax_rows_fp32(float* x, int64_t n, int64_t be
     i32x8 nan8 = i32x8{};
     for (int64_t j = 0; j < vec_end; j += kLanes8) {
       const f32x8 v = load8_as_float(r + j);
-      const i32x8 greater = v > m8;
-      m8 = reinterpret_cast<f32x8>((greater & reinterpret_cast<i32x8>(v)) | (~greater & reinterpret_cast<i32x8>(m8)));
+      m8 = max_lanes(v, m8);
       nan8 |= v != v;
     }
     float max = -std::numeric_limits<float>::infinity();

@@ -29,10 +29,10 @@ struct QuantizedRows {
   std::vector<int32_t> zero;    // [rows]: 128, or the AVX2 kernel's 0 / 64
 };
 
-// The scale of a row and the factor that maps it onto [-127, 127].
-inline void row_scale(float amax, float& scale, float& inverse) {
-  scale = amax > 0.f ? amax / 127.f : 1.f;
-  inverse = 127.f / (amax > 0.f ? amax : 127.f);
+// The scale of a row and the factor that maps it onto [-steps, steps].
+inline void row_scale(float amax, float& scale, float& inverse, float steps = 127.f) {
+  scale = amax > 0.f ? amax / steps : 1.f;
+  inverse = steps / (amax > 0.f ? amax : steps);
 }
 
 void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q) {
@@ -233,10 +233,8 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
     for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
     const bool has_negative = min < 0.f;
     const int32_t zero = has_negative ? kSignedZeroAvx2 : 0;
-    const float steps = has_negative ? 63.f : 127.f;
-    float& scale = q.scale[static_cast<size_t>(m)];
-    scale = amax > 0.f ? amax / steps : 1.f;
-    const float inverse = steps / (amax > 0.f ? amax : steps);
+    float inverse;
+    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse, has_negative ? 63.f : 127.f);
     q.zero[static_cast<size_t>(m)] = zero;
     const __m256 factor = _mm256_set1_ps(inverse);
     const __m256i offset = _mm256_set1_epi32(zero);

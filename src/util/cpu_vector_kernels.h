@@ -69,12 +69,6 @@ TORCHMT_VECTOR_INLINE void store16_bf16(uint16_t* p, f32x16 v) {
   std::memcpy(p, &h, sizeof h);
 }
 
-// Lane-wise a > b ? a : b and mask ? a : b without relying on vector ?: support.
-TORCHMT_VECTOR_INLINE f32x16 select(i32x16 mask, f32x16 a, f32x16 b) {
-  return reinterpret_cast<f32x16>((mask & reinterpret_cast<i32x16>(a)) | (~mask & reinterpret_cast<i32x16>(b)));
-}
-TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return select(a > b, a, b); }
-
 TORCHMT_VECTOR_INLINE float sum16(f32x16 v) {
   float s = 0.0f;
   for (int l = 0; l < kLanes; ++l) s += v[l];
@@ -101,12 +95,24 @@ template <>
 struct IntLanes<f32x8> {
   using type = i32x8;
 };
+
+// Lane-wise mask ? a : b and a > b ? a : b, for float vectors of any width, without relying on
+// vector ?: support.
+template <typename V>
+TORCHMT_VECTOR_INLINE V select(typename IntLanes<V>::type mask, V a, V b) {
+  using I = typename IntLanes<V>::type;
+  return reinterpret_cast<V>((mask & reinterpret_cast<I>(a)) | (~mask & reinterpret_cast<I>(b)));
+}
+template <typename V>
+TORCHMT_VECTOR_INLINE V max_lanes(V a, V b) {
+  return select<V>(a > b, a, b);
+}
+TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return max_lanes(a, b); }
+
 template <typename V>
 TORCHMT_VECTOR_INLINE V exp_nonpositive(V x) {
   using I = typename IntLanes<V>::type;
-  const V floor = V{} - 87.0f;
-  const I keep = x > floor;
-  x = reinterpret_cast<V>((keep & reinterpret_cast<I>(x)) | (~keep & reinterpret_cast<I>(floor)));
+  x = max_lanes(x, V{} - 87.0f);
   const V t = x * 1.44269504088896341f;
   const V k = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
   const V f = t - k;
