@@ -115,9 +115,12 @@ for stage in "${stages[@]}"; do
   bench_translate)
     model=$run_dir/averaged.pt
     [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
+    # CTranslate2 is a CPU peer here; the device image has no PyPI, so it is compared only where installed.
+    ct2=()
+    python3 -c 'import ctranslate2' 2>/dev/null || { ct2=(--no-ctranslate2); say "no ctranslate2 package: skipped"; }
     step timeout "${BENCH_TRANSLATE_SECONDS:-600}" "$build/bench_translate" --model "$model" --device cuda \
       --beams 1,5 --batch-sizes 1,64 --dtypes fp32,bf16 --python-beams 1,5 --sentences "${BENCH_SENTENCES:-100}" \
-      --no-uncached ;;
+      --no-uncached "${ct2[@]}" ;;
   fp16)
     # fp32 / bf16 / fp16 (dynamic loss scaling) on the GPU recipe's first 1,000 updates: loss,
     # validation BLEU, tokens/s, and the loss scale's course.

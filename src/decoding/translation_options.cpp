@@ -35,7 +35,7 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
          [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
          [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding)
       .add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime)
-      .add("dtype", &C::dtype, "auto|fp32|bf16|int8 (auto: bf16 on CUDA; on a CPU with native bf16, whichever of fp32 and bf16 translates "
+      .add("dtype", &C::dtype, "auto|fp32|bf16|int8 (auto: on a GPU or a CPU with native bf16, whichever of fp32 and bf16 translates "
            "faster here, measured once per machine and model and cached; an int8 export: int8; int8: CPU, "
            "Linear weights and activations quantized per row)", runtime)
       .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime)

@@ -194,13 +194,13 @@ Translator load_translator(const TranslatorConfig& config) {
       return translator;
     }
     Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
-    if (config.dtype == "auto" && device.is_cpu()) choose_translation_dtype(translator, config.translation);
+    if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
     return translator;
   }
   if (config.dtype != "int8") {
     Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
-    // "auto" on a CPU: measured (translation_dtype.h), not taken from the CPU's flags.
-    if (config.dtype == "auto" && device.is_cpu()) choose_translation_dtype(translator, config.translation);
+    // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
+    if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
     return translator;
   }
   auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);

@@ -40,7 +40,7 @@ double training_tokens_per_second(const ModelConfig& config, const std::vector<B
 
 DtypeChoice choose_training_dtype(const ModelConfig& config, const std::vector<Batch>& batches,
                                   const c10::Device& device) {
-  if (batches.size() < 2 && device.is_cpu()) return {c10::ScalarType::Float, "fp32: too few batches to measure bf16 against"};
+  if (batches.size() < 2) return {c10::ScalarType::Float, "fp32: too few batches to measure bf16 against"};
   int64_t batch_tokens = 0;
   for (const auto& b : batches) batch_tokens = std::max<int64_t>(batch_tokens, b.src.numel() + b.tgt_in.numel());
   const std::string key = "train|" + std::to_string(std::hash<std::string>{}(config.to_json())) + "|batch~" +

@@ -72,7 +72,7 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
       .add("seed", &O::seed, "random seed", optim)
       .add("device", &O::device, "auto|cpu|cuda|cuda:N", run)
-      .add("dtype", &O::dtype, "auto|fp32|bf16|fp16 (auto: bf16 on CUDA; on a CPU with native bf16, whichever of fp32 and bf16 trains this model faster here, measured once and cached; fp16: CUDA, with loss scaling)", run)
+      .add("dtype", &O::dtype, "auto|fp32|bf16|fp16 (auto: on a GPU or a CPU with native bf16, whichever of fp32 and bf16 trains this model faster here, measured once and cached; fp16: CUDA, with loss scaling)", run)
       .add("threads", &O::threads, "CPU threads (0 = all cores)", run)
       .add("out", &O::out, "run directory", run)
       .add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run)

@@ -1,15 +1,33 @@
 #include "torchmt/util/device.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
 #define TORCHMT_DEVICE_GENERIC_AUTOCAST (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+#define TORCHMT_HAS_CUDNN_SDPA TORCHMT_DEVICE_GENERIC_AUTOCAST  // the cuDNN SDPA switch: LibTorch 2.4+
 
 namespace torchmt {
+
+namespace {
+
+// SDPA's cuDNN backend builds an execution plan for every new shape. Decoding steps change
+// shape every step (the key length grows, finished rows leave the batch), and so does
+// training on length-bucketed batches: the plans cost more than the attention itself.
+// TORCHMT_CUDNN_SDPA=1 keeps it (to compare); flash / memory-efficient kernels remain.
+void prefer_shape_free_attention_kernels() {
+#if TORCHMT_HAS_CUDNN_SDPA
+  const char* keep = std::getenv("TORCHMT_CUDNN_SDPA");
+  if (!(keep && std::string(keep) == "1")) at::globalContext().setSDPUseCuDNN(false);
+#endif
+}
+
+}  // namespace
 
 c10::Device resolve_device(const std::string& spec, int default_index) {
   c10::Device device(c10::kCPU);
@@ -26,6 +44,7 @@ c10::Device resolve_device(const std::string& spec, int default_index) {
     if (index >= static_cast<int64_t>(torch::cuda::device_count()))
       throw std::runtime_error("device '" + spec + "' does not exist (" + std::to_string(torch::cuda::device_count()) +
                                " CUDA devices)");
+    prefer_shape_free_attention_kernels();
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   if (!device.is_cpu()) throw std::invalid_argument("unsupported device '" + spec + "'");

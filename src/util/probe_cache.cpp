@@ -74,6 +74,23 @@ bool ProbeCache::put(const std::string& key, const ProbeRecord& record) const {
   }
 }
 
+std::string ProbeCache::gpu_key() {
+  std::map<std::string, int> models;
+  std::error_code ec;
+  for (const auto& gpu : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    std::ifstream info(gpu.path() / "information");
+    for (std::string line; std::getline(info, line);) {
+      if (line.rfind("Model:", 0) != 0) continue;
+      const auto start = line.find_first_not_of(" \t", 6);
+      ++models[start == std::string::npos ? "gpu" : line.substr(start)];
+      break;
+    }
+  }
+  std::string key;
+  for (const auto& [model, count] : models) key += (key.empty() ? "" : ", ") + clean(model) + " x" + std::to_string(count);
+  return key.empty() ? "unknown-gpu" : key;
+}
+
 std::string ProbeCache::machine_key(int threads) {
   std::string cpu = "unknown-cpu";
   std::ifstream info("/proc/cpuinfo");

@@ -60,9 +60,11 @@ def load_model(path, device):
         cfg = cfg.decode()
     cfg = json.loads(cfg) if isinstance(cfg, str) else dict(cfg)
     model = ref.from_config(cfg)
-    state = {k: v for k, v in ckpt["model"].items() if k != "pos_encoding.pe"}
+    # position tables (sinusoidal, rotary) are computed from the configuration, not stored
+    derived = ("pos_encoding.pe", "pos_encoding.cos", "pos_encoding.sin")
+    state = {k: v for k, v in ckpt["model"].items() if k not in derived}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k != "pos_encoding.pe"]
+    missing = [k for k in missing if k not in derived]
     if cfg.get("tie_embeddings"):  # tied copies may be stored once
         missing = [k for k in missing if k not in ("tgt_embedding.weight", "fc_out.weight")]
     if missing or unexpected:

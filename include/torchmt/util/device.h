@@ -11,11 +11,12 @@ namespace torchmt {
 // for a malformed spec or a CUDA device that this machine does not have.
 // `default_index`: the GPU that "auto" and "cuda" (no index) mean: a data-parallel worker's
 // LOCAL_RANK, one GPU per worker.
+// Resolving a CUDA device also turns off SDPA's cuDNN backend (per-shape plans: device.cpp).
 c10::Device resolve_device(const std::string& spec, int default_index = 0);
 
 // "fp32", "bf16", "fp16" or "auto" (bf16 where the device computes it natively: CUDA, or
 // a CPU with AMX / AVX512-BF16; fp32 otherwise). This is only the starting guess: the
-// commands resolve "auto" on a CPU with native bf16 by measuring both (dtype_choice.h).
+// commands resolve "auto" on a GPU or a CPU with native bf16 by measuring both (dtype_choice.h).
 c10::ScalarType resolve_dtype(const std::string& spec, const c10::Device& device);
 std::string dtype_name(c10::ScalarType dtype);
 

@@ -24,6 +24,9 @@ class ProbeCache {
 
   // The machine's part of a key: CPU model, threads in use, LibTorch version.
   static std::string machine_key(int threads);
+  // The GPUs' part of a key for work on a GPU: the models the NVIDIA driver lists
+  // (/proc/driver/nvidia/gpus), e.g. "NVIDIA H200 x1"; "unknown-gpu" when it lists none.
+  static std::string gpu_key();
 
  private:
   std::string path_;
