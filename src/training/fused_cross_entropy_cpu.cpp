@@ -36,7 +36,7 @@ TORCHMT_VECTOR_INLINE void load_row(Load16 load16, Load1 load1, int64_t vocab, f
   for (; j + kLanes <= vocab; j += kLanes) {
     const f32x16 v = load16(j);
     store16(x + j, v);
-    lane_max = max16(v, lane_max);
+    lane_max = max_lanes(v, lane_max);
     lane_sum += v;
   }
   float max = max_of16(lane_max), sum = sum16(lane_sum);
@@ -54,7 +54,7 @@ TORCHMT_VECTOR_INLINE float exponentiate_row(float* x, int64_t vocab, float max)
   f32x16 lane_sum = splat(0.0f);
   int64_t j = 0;
   for (; j + kLanes <= vocab; j += kLanes) {
-    const f32x16 e = exp16_nonpositive(load16(x + j) - max);
+    const f32x16 e = exp_nonpositive(load16(x + j) - max);
     store16(x + j, e);
     lane_sum += e;
   }
@@ -62,7 +62,7 @@ TORCHMT_VECTOR_INLINE float exponentiate_row(float* x, int64_t vocab, float max)
     float tail[kLanes];
     const int64_t n = vocab - j;
     for (int l = 0; l < kLanes; ++l) tail[l] = l < n ? x[j + l] - max : -87.0f;
-    const f32x16 e = exp16_nonpositive(load16(tail));
+    const f32x16 e = exp_nonpositive(load16(tail));
     for (int64_t l = 0; l < n; ++l) lane_sum[l] += x[j + l] = e[l];
   }
   return sum16(lane_sum);

@@ -82,9 +82,6 @@ using u32x8 = uint32_t __attribute__((vector_size(32)));
 using u16x8 = uint16_t __attribute__((vector_size(16)));
 using i32x8 = int32_t __attribute__((vector_size(32)));
 
-// exp(x) for x <= 0, lane by lane (V: a float vector of any width), relative error ~2e-7: 2^k
-// through the exponent bits and 2^f, |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below
-// -87 give exp(-87).
 template <typename V>
 struct IntLanes;  // the int32 vector of a float vector's width
 template <>
@@ -107,8 +104,10 @@ template <typename V>
 TORCHMT_VECTOR_INLINE V max_lanes(V a, V b) {
   return select<V>(a > b, a, b);
 }
-TORCHMT_VECTOR_INLINE f32x16 max16(f32x16 a, f32x16 b) { return max_lanes(a, b); }
 
+// exp(x) for x <= 0, lane by lane (V: a float vector of any width), relative error ~2e-7: 2^k
+// through the exponent bits and 2^f, |f| <= 1/2, by its degree-6 Taylor polynomial. Inputs below
+// -87 give exp(-87).
 template <typename V>
 TORCHMT_VECTOR_INLINE V exp_nonpositive(V x) {
   using I = typename IntLanes<V>::type;
@@ -126,7 +125,6 @@ TORCHMT_VECTOR_INLINE V exp_nonpositive(V x) {
   const I exponent = (__builtin_convertvector(k, I) + 127) << 23;
   return p * reinterpret_cast<V>(exponent);
 }
-TORCHMT_VECTOR_INLINE f32x16 exp16_nonpositive(f32x16 x) { return exp_nonpositive(x); }
 
 TORCHMT_VECTOR_INLINE f32x8 load8_as_float(const float* p) {
   f32x8 v;
