@@ -35,6 +35,13 @@ constexpr int kWeightTile = 4;  // weight rows (output features) per block
 // and 10.15 -> 5.87 s.
 constexpr int64_t kPrefetchBytes = 16384;
 
+// How the weights are prefetched. kPerLine: each cache line kPrefetchBytes ahead of its FMAs,
+// as they are reached. kBlockAhead: all lines of the weight block two blocks ahead, at once,
+// before a block's FMAs (and the first two blocks when a range starts), so that the memory
+// system has a block's worth of misses in flight instead of one line per FMA group; for one
+// row of x, where nothing but the weight stream is left to overlap (linear_columns_avx2).
+enum class Prefetch { kPerLine, kBlockAhead };
+
 // out[m, n + r] = x[m] . w[n + r] + bias[n + r] for m < ROWS, r < COLS; x is fp32 [ROWS, K],
 // the weight rows are K apart, out rows are ldo apart.
 template <int ROWS, int COLS, typename T>
@@ -69,7 +76,7 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
 // (1,883 stack accesses in the AVX2 clone of dot_block's 4 x 4 tile), at 1.8-2.8 GMAC/s on
 // [rows x 256] x [256 x 256] in L2 on a Zen 3 EPYC. The same products, the same tree of adds
 // (tree_sum16's): the same results as dot_block.
-template <int ROWS, int COLS, typename T>
+template <int ROWS, int COLS, Prefetch PREFETCH, typename T>
 TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T* bias, int64_t K, T* out,
                                             int64_t ldo) {
   f32x8 lo[ROWS][COLS], hi[ROWS][COLS];
@@ -79,7 +86,8 @@ TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T*
   for (; k + kLanes <= K; k += kLanes) {
     f32x8 wlo[COLS], whi[COLS];
     for (int r = 0; r < COLS; ++r) {
-      __builtin_prefetch(reinterpret_cast<const char*>(w + r * K + k) + kPrefetchBytes, 0, 2);
+      if constexpr (PREFETCH == Prefetch::kPerLine)
+        __builtin_prefetch(reinterpret_cast<const char*>(w + r * K + k) + kPrefetchBytes, 0, 2);
       wlo[r] = load8_as_float(w + r * K + k);
       whi[r] = load8_as_float(w + r * K + k + 8);
     }
@@ -100,13 +108,15 @@ TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T*
     }
 }
 
-template <int ROWS, int COLS, bool HALVES, typename T>
+// dot_block (per-line prefetch only) or dot_block_halves.
+template <int ROWS, int COLS, bool HALVES, Prefetch PREFETCH, typename T>
 TORCHMT_VECTOR_INLINE void dot_block_as(const float* x, const T* w, const T* bias, int64_t K, T* out, int64_t ldo) {
-  if constexpr (HALVES) dot_block_halves<ROWS, COLS>(x, w, bias, K, out, ldo);
+  static_assert(HALVES || PREFETCH == Prefetch::kPerLine);
+  if constexpr (HALVES) dot_block_halves<ROWS, COLS, PREFETCH>(x, w, bias, K, out, ldo);
   else dot_block<ROWS, COLS>(x, w, bias, K, out, ldo);
 }
 
-template <int COLS, int ROW_TILE, bool HALVES, typename T>
+template <int COLS, int ROW_TILE, bool HALVES, Prefetch PREFETCH, typename T>
 TORCHMT_VECTOR_INLINE void dot_columns(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, T* out,
                                        int64_t ldo) {
   // The weight block (COLS rows of K) stays in L1 across the row tiles.
@@ -114,24 +124,34 @@ TORCHMT_VECTOR_INLINE void dot_columns(const float* x, int64_t rows, const T* w,
     const float* xm = x + m * K;
     T* om = out + m * ldo;
     const int64_t tile = std::min<int64_t>(ROW_TILE, rows - m);
-    if (tile >= ROW_TILE) dot_block_as<ROW_TILE, COLS, HALVES>(xm, w, bias, K, om, ldo);
-    else if (tile == 1) dot_block_as<1, COLS, HALVES>(xm, w, bias, K, om, ldo);
+    if (tile >= ROW_TILE) dot_block_as<ROW_TILE, COLS, HALVES, PREFETCH>(xm, w, bias, K, om, ldo);
+    else if (tile == 1) dot_block_as<1, COLS, HALVES, PREFETCH>(xm, w, bias, K, om, ldo);
     else if constexpr (ROW_TILE > 2) {
-      if (tile == 2) dot_block_as<2, COLS, HALVES>(xm, w, bias, K, om, ldo);
-      else dot_block_as<3, COLS, HALVES>(xm, w, bias, K, om, ldo);  // ROW_TILE is at most 4
+      if (tile == 2) dot_block_as<2, COLS, HALVES, PREFETCH>(xm, w, bias, K, om, ldo);
+      else dot_block_as<3, COLS, HALVES, PREFETCH>(xm, w, bias, K, om, ldo);  // ROW_TILE is at most 4
     }
   }
 }
 
+TORCHMT_VECTOR_INLINE void prefetch_bytes(const void* p, int64_t bytes) {
+  // Past the matrix's end it reads whatever follows (a prefetch never faults).
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b, 0, 3);
+}
+
 // Output features [n_begin, n_end) of out [rows, N], WEIGHT_TILE weight rows x ROW_TILE rows of
 // x at a time.
-template <int WEIGHT_TILE, int ROW_TILE, bool HALVES, typename T>
+template <int WEIGHT_TILE, int ROW_TILE, bool HALVES, Prefetch PREFETCH, typename T>
 TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,
                                           int64_t N, int64_t n_begin, int64_t n_end, T* out) {
+  const int64_t block = WEIGHT_TILE * K;  // weights per block of WEIGHT_TILE rows
   int64_t n = n_begin;
-  for (; n + WEIGHT_TILE <= n_end; n += WEIGHT_TILE)
-    dot_columns<WEIGHT_TILE, ROW_TILE, HALVES>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
-  for (; n < n_end; ++n) dot_columns<1, ROW_TILE, HALVES>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+  if constexpr (PREFETCH == Prefetch::kBlockAhead) prefetch_bytes(w + n * K, 2 * block * int64_t{sizeof(T)});
+  for (; n + WEIGHT_TILE <= n_end; n += WEIGHT_TILE) {
+    if constexpr (PREFETCH == Prefetch::kBlockAhead) prefetch_bytes(w + n * K + 2 * block, block * int64_t{sizeof(T)});
+    dot_columns<WEIGHT_TILE, ROW_TILE, HALVES, PREFETCH>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
+  }
+  for (; n < n_end; ++n)
+    dot_columns<1, ROW_TILE, HALVES, PREFETCH>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
 }
 
 // One copy per instruction set, each with the tile its registers hold. A 16-lane vector is one
@@ -141,20 +161,25 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
 // only), `translate --dtype fp32 --beam 5 --batch-size 1`, 200 test_2016 lines, 1 x 1 thread:
 // 28.3 s with the AVX-512 tile (its AVX2 clone), 8.4 s with 2 x 2 halves and FMA (same output).
 // One row takes 4 weight rows at a time (more streams from memory): greedy batch 1, the same
-// 200 lines, 7.08-7.60 s against 7.41-9.25 with 2 x 2 (three alternating runs each).
+// 200 lines, 7.08-7.60 s against 7.41-9.25 with 2 x 2 (three alternating runs each). It
+// prefetches a block ahead (Prefetch::kBlockAhead), measured against per-line prefetch on the
+// same CPU, `translate --dtype fp32 --beam 1 --batch-size 1`, median of alternating runs:
+// 300 test_2016 lines, 1 x 1, three runs each, 8.35 -> 6.49 s; 600 lines, 2 workers x 1, six
+// runs each, 6.47 -> 5.53 s (same output). The 2 x 2 tiles (beam 5, batch 1: five rows) ran
+// slower with it (12.3-13.7 -> 14.4-14.6 s, 300 lines, 1 x 1) and keep per-line prefetch.
 template <typename T>
 using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TORCHMT_LINEAR_COLUMNS_ISA(name, isa, weight_tile, row_tile, halves)                                              \
+#define TORCHMT_LINEAR_COLUMNS_ISA(name, isa, weight_tile, row_tile, halves, prefetch)                                    \
   template <typename T>                                                                                          \
   __attribute__((target(isa))) void name(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,      \
                                          int64_t N, int64_t n_begin, int64_t n_end, T* out) {                    \
-    linear_columns<weight_tile, row_tile, halves>(x, rows, w, bias, K, N, n_begin, n_end, out);                  \
+    linear_columns<weight_tile, row_tile, halves, prefetch>(x, rows, w, bias, K, N, n_begin, n_end, out);        \
   }
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, "avx512f", kWeightTile, kRowTile, false)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, "avx2,fma", 2, 2, true)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, "avx2,fma", 4, 1, true)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, "avx512f", kWeightTile, kRowTile, false, Prefetch::kPerLine)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, "avx2,fma", 2, 2, true, Prefetch::kPerLine)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, "avx2,fma", 4, 1, true, Prefetch::kBlockAhead)
 template <typename T>
 void linear_columns_avx2(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
                          int64_t n_begin, int64_t n_end, T* out) {
@@ -167,7 +192,7 @@ void linear_columns_avx2(const float* x, int64_t rows, const T* w, const T* bias
 template <typename T>
 void linear_columns_baseline(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
                              int64_t n_begin, int64_t n_end, T* out) {
-  linear_columns<kWeightTile, kRowTile, false>(x, rows, w, bias, K, N, n_begin, n_end, out);
+  linear_columns<kWeightTile, kRowTile, false, Prefetch::kPerLine>(x, rows, w, bias, K, N, n_begin, n_end, out);
 }
 
 // The copy for this CPU, chosen once.
