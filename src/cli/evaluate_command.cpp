@@ -45,6 +45,7 @@ int run_evaluate(int argc, char** argv) {
   if (translate_first == !o->hyp.empty())
     return usage_error(argv[0], "give either --hyp FILE, or -m MODEL with --src FILE");
   if (translate_first && o->src.empty()) return usage_error(argv[0], "missing required option --src");
+  o->translator.translation.search.scores = false;  // BLEU and chrF read the texts only
   const std::string hyp_path = translate_first ? o->src : o->hyp;
   const std::string ref_path = o->ref;
   std::unique_ptr<Translator> translator;

@@ -69,6 +69,8 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --buffer-size must be at least 1\n";
     return kExitUsage;
   }
+  // Scores are printed only in the n-best format (and `--dtype auto` measures this search).
+  o->translator.translation.search.scores = o->translator.translation.search.nbest > 1;
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
     return kExitUsage;

@@ -1,6 +1,8 @@
 #include "torchmt/decoding/greedy_stream.h"
 
 #include <algorithm>
+#include <limits>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 
@@ -25,8 +27,9 @@ void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags,
   }
   const auto limits = max_lengths(src, options);
   for (size_t i = 0; i < tags.size(); ++i) {
-    Row row{tags[i], limits[i], options.length_penalty};
+    Row row{tags[i], limits[i], options.length_penalty, options.scores};
     row.next = options.bos_id;
+    if (!row.scores) row.hypothesis.log_prob = std::numeric_limits<double>::quiet_NaN();
     rows_.push_back(std::move(row));
   }
 }
@@ -37,14 +40,21 @@ void GreedyStream::step() {
   std::vector<int64_t> last;
   last.reserve(rows_.size());
   for (const auto& row : rows_) last.push_back(row.next);
-  auto lprobs = decoder_.step(torch::tensor(last, torch::kLong).to(device));  // [N, V]
-  auto [best_lp, best_tok] = row_top_k(lprobs, 1);                            // [N, 1]
-  auto eos_lp = lprobs.select(1, eos_id_).to(torch::kCPU).contiguous();        // a strided view otherwise
-  best_lp = best_lp.to(torch::kCPU);
-  best_tok = best_tok.to(torch::kCPU);
-  const auto* lp_ptr = best_lp.data_ptr<float>();
+  const auto last_tokens = torch::tensor(last, torch::kLong).to(device);
+  at::Tensor best_lp, best_tok, eos_lp;
+  const bool scores = std::any_of(rows_.begin(), rows_.end(), [](const Row& row) { return row.scores; });
+  if (scores) {
+    auto lprobs = decoder_.step(last_tokens);                               // [N, V]
+    std::tie(best_lp, best_tok) = row_top_k(lprobs, 1);                     // [N, 1]
+    eos_lp = lprobs.select(1, eos_id_).to(torch::kCPU).contiguous();        // a strided view otherwise
+    best_lp = best_lp.to(torch::kCPU);
+  } else {
+    best_tok = decoder_.greedy_tokens(last_tokens);  // [N]
+  }
+  best_tok = best_tok.to(torch::kCPU).contiguous();
+  const auto* lp_ptr = scores ? best_lp.data_ptr<float>() : nullptr;
   const auto* tok_ptr = best_tok.data_ptr<int64_t>();
-  const auto* eos_ptr = eos_lp.data_ptr<float>();
+  const auto* eos_ptr = scores ? eos_lp.data_ptr<float>() : nullptr;
 
   std::vector<bool> keep(rows_.size(), false);
   for (size_t r = 0; r < rows_.size(); ++r) {
@@ -52,7 +62,7 @@ void GreedyStream::step() {
     Hypothesis& h = row.hypothesis;
     const bool forced = ++row.steps >= row.limit;  // out of room: only eos
     const int64_t tok = forced ? eos_id_ : tok_ptr[r];
-    h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
+    if (scores) h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];  // NaN stays NaN: a row without scores
     if (tok == eos_id_) {
       h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, row.length_penalty);
       finished_.emplace_back(row.tag, std::move(h));

@@ -12,6 +12,10 @@
 
 namespace torchmt {
 
+at::Tensor IncrementalDecoder::greedy_tokens(const at::Tensor& last_tokens) {
+  return row_top_k(step(last_tokens), 1).second.view({-1});  // [N]
+}
+
 void IncrementalDecoder::expand_rows(int64_t rows, int64_t k) {
   select(torch::arange(rows, torch::TensorOptions().dtype(torch::kLong).device(device())).repeat_interleave(k));
 }

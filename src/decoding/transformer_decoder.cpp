@@ -4,9 +4,22 @@
 
 #include "torchmt/model/fused_inference_ops.h"
 #include "torchmt/model/linear.h"
+#include "torchmt/decoding/row_top_k.h"
 #include "torchmt/model/masks.h"
 
 namespace torchmt {
+
+namespace {
+
+// Logits [N, V] -> log-probabilities, float32. The projection's output is this step's own
+// tensor: normalised where it lies (CPU, fp32).
+at::Tensor log_probabilities(at::Tensor logits) {
+  logits = logits.to(torch::kFloat);
+  if (try_log_softmax_in_place_cpu(logits)) return logits;
+  return torch::log_softmax(logits, -1);
+}
+
+}  // namespace
 
 TransformerDecoder::TransformerDecoder(Transformer model, bool use_cache)
     : model_(std::move(model)), use_cache_(use_cache) {}
@@ -42,10 +55,26 @@ at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
     auto hidden = model_->decode(prefix_, memory_, src_mask_, make_causal_mask(prefix_.size(1), prefix_.device()));
     logits = apply_linear(model_->fc_out, hidden.select(1, -1));  // [N, V]
   }
-  // The projection's output is this step's own tensor: normalised where it lies (CPU, fp32).
-  logits = logits.to(torch::kFloat);
-  if (try_log_softmax_in_place_cpu(logits)) return logits;
-  return torch::log_softmax(logits, -1);
+  return log_probabilities(logits);
+}
+
+at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
+  if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
+  torch::NoGradGuard no_grad;
+  const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
+  auto tokens = try_linear_argmax(model_->fc_out, hidden);
+  if (tokens.empty()) return row_top_k(log_probabilities(apply_linear(model_->fc_out, hidden)), 1).second.view({-1});
+  // Rows the screen left open: their full projection and top-1, as step() + row_top_k. The
+  // kernel gives a row the same logits in any batch of few rows.
+  std::vector<int64_t> open;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0) open.push_back(static_cast<int64_t>(i));
+  if (!open.empty()) {
+    const auto rows = hidden.index_select(0, torch::tensor(open, torch::kLong));  // [n, D]
+    const auto top = row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second.contiguous();
+    for (size_t i = 0; i < open.size(); ++i) tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[i];
+  }
+  return torch::tensor(tokens, torch::kLong);  // [N], CPU (the screen runs only there)
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {

@@ -46,6 +46,12 @@ torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& 
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 
+std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  if (!q || q->int8) return {};
+  return q->screen->try_argmax(x, layer->weight, layer->bias);
+}
+
 int64_t quantize_linears_int8(torch::nn::Module& module, bool enable) {
   int64_t count = 0;
   for (const auto& child : module.modules(/*include_self=*/true)) {

@@ -145,7 +145,8 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
                                           int64_t N, int64_t n_begin, int64_t n_end, T* out) {
   const int64_t block = WEIGHT_TILE * K;  // weights per block of WEIGHT_TILE rows
   int64_t n = n_begin;
-  if constexpr (PREFETCH == Prefetch::kBlockAhead) prefetch_bytes(w + n * K, 2 * block * int64_t{sizeof(T)});
+  if constexpr (PREFETCH == Prefetch::kBlockAhead)
+    if (n_end - n_begin > WEIGHT_TILE) prefetch_bytes(w + n * K, 2 * block * int64_t{sizeof(T)});
   for (; n + WEIGHT_TILE <= n_end; n += WEIGHT_TILE) {
     if constexpr (PREFETCH == Prefetch::kBlockAhead) prefetch_bytes(w + n * K + 2 * block, block * int64_t{sizeof(T)});
     dot_columns<WEIGHT_TILE, ROW_TILE, HALVES, PREFETCH>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
@@ -277,6 +278,12 @@ bool cpu_has_bf16_dot() {
 #endif
 
 }  // namespace
+
+float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias, int64_t K) {
+  float out = 0.0f;
+  linear_columns_fp32(x, 1, w_row, bias, K, 1, 0, 1, &out);
+  return out;
+}
 
 at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                       bool use_bf16_dot) {

@@ -178,6 +178,10 @@ DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const tor
 }
 
 torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, DecoderCache& cache) {
+  return apply_linear(fc_out, decode_step_hidden(last_tokens, cache));  // [B, V]
+}
+
+torch::Tensor TransformerImpl::decode_step_hidden(const torch::Tensor& last_tokens, DecoderCache& cache) {
   auto embedded = tgt_embedding(last_tokens.unsqueeze(1)) * embed_scale_;  // [B, 1, D]
   torch::Tensor x, self_mask;
   RotaryTables rotary;
@@ -198,7 +202,7 @@ torch::Tensor TransformerImpl::decode_step(const torch::Tensor& last_tokens, Dec
                                                                         self_mask);
   cache.length += 1;
   if (decoder_norm) x = decoder_norm(x);
-  return apply_linear(fc_out, x.squeeze(1));  // [B, V]
+  return x.squeeze(1);  // [B, D]
 }
 
 torch::Tensor TransformerImpl::moe_aux_loss() const {

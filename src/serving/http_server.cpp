@@ -187,6 +187,7 @@ struct HttpServer::Impl {
       job.sentences = request.sentences;
       job.options = options.translation;
       job.options.search = request.options.search;
+      job.options.search.scores = request.options.scores || request.options.search.nbest > 1;  // as answered below
       job.attention = request.options.attention;
       job.attention_layer = request.options.attention_layer;
       job.attention_head = request.options.attention_head;

@@ -20,7 +20,7 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
   const auto &x = a.search, &y = b.search;
   return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
          x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
-         x.early_exit == y.early_exit &&
+         x.early_exit == y.early_exit && x.scores == y.scores &&
          a.use_cache == b.use_cache;
 }
 

@@ -36,6 +36,7 @@ ValidationScores Validator::run(Transformer& model) const {
   Translator translator(model, tokenizer_, tokenizer_, device_, dtype_);
   TranslationOptions options;
   options.batch_size = translate_batch_size_;
+  options.search.scores = false;  // BLEU reads the texts only
   s.bleu = evaluation::corpus_bleu(translator.translate_text(sources_, options), references_).score;
   model->train();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -31,6 +31,7 @@ class GreedyStream {
     int64_t tag;
     int64_t limit;    // steps allowed, eos included
     double length_penalty;
+    bool scores;      // SearchOptions::scores
     int64_t steps = 0;
     int64_t next = 0;  // the token the next step feeds
     Hypothesis hypothesis;

@@ -16,6 +16,10 @@ class IncrementalDecoder {
   virtual void start(const at::Tensor& src) = 0;
   // last_tokens [N] (the newest token of each row) -> log-probabilities [N, V], float32.
   virtual at::Tensor step(const at::Tensor& last_tokens) = 0;
+  // The same step for greedy search without scores: each row's most probable next token, [N]
+  // int64 on the decoder's device, the token step()'s top-1 (row_top_k) would give. The default
+  // is exactly that; a decoder may find it with less work.
+  virtual at::Tensor greedy_tokens(const at::Tensor& last_tokens);
   // New row i is old row index[i]; index [N'] int64 on the decoder's device.
   virtual void select(const at::Tensor& index) = 0;
   // Each of the `rows` current rows becomes k consecutive rows (the k beams of a sentence

@@ -23,6 +23,11 @@ struct SearchOptions {
   // criterion and CTranslate2's with patience 1; the default): fewer steps, a search that
   // stops at its first answer.
   bool early_exit = false;
+  // Hypotheses carry their log-probability and score. Without (false), greedy search only picks
+  // tokens, which lets the decoder skip most of the output projection's fp32 work
+  // (IncrementalDecoder::greedy_tokens): the same tokens, score and log_prob NaN. Beam search
+  // ranks by score and always computes it.
+  bool scores = true;
   int64_t bos_id = 2;
   int64_t eos_id = 3;
   int64_t pad_id = 0;

@@ -12,10 +12,12 @@
 // (quantize_linears_int8, `translate --dtype int8`); apply_linear then uses it whenever
 // gradients are off and the input is on the CPU.
 #include <memory>
+#include <vector>
 
 #include <torch/nn/modules/linear.h>
 
 #include "torchmt/model/packed_linear.h"
+#include "torchmt/model/screened_argmax.h"
 
 namespace torchmt {
 
@@ -30,6 +32,8 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
   std::shared_ptr<const Int8LinearWeights> int8;  // set by quantize_linears_int8; null = float
   // fp32 CPU inference: the weight packed for MKL's GEMM, made on first use (packed_linear.h).
   std::shared_ptr<PackedWeightCache> packed = std::make_shared<PackedWeightCache>();
+  // Greedy decoding's argmax over this layer's outputs (screened_argmax.h), made on first use.
+  std::shared_ptr<ScreenedArgmaxCache> screen = std::make_shared<ScreenedArgmaxCache>();
 };
 
 // While one is alive on this thread, the model's modules allocate their parameters without
@@ -53,6 +57,11 @@ class SkipParameterInit {
 torch::nn::Linear make_linear(int64_t in_features, int64_t out_features);
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x);
+
+// For each row of x [N, in]: the index of the largest of apply_linear(layer, x)'s outputs in that
+// row, or -1 where the caller must compute the row in full (screened_argmax.h); empty when the
+// screen does not apply (int8 layers, training, other devices or dtypes, more rows).
+std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x);
 
 // Gives every Linear of `module` (recursively) an int8 copy of its current weight; returns how
 // many. `enable` false drops the copies (float again).

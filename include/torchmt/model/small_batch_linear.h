@@ -23,4 +23,9 @@ constexpr int64_t kSmallBatchLinearMaxRows = 8;
 at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                       bool use_bf16_dot = true);
 
+// One fp32 output of that kernel: x . w_row (+ *bias when bias is not null) for one row x of K
+// values, bit for bit the value try_small_batch_linear_cpu gives that output (every output of
+// a row is summed alike, whatever the number of rows).
+float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias, int64_t K);
+
 }  // namespace torchmt

@@ -45,6 +45,8 @@ class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
   DecoderCache start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask);
   // last_tokens [B] -> logits [B, V] for the next position; extends the cache.
   torch::Tensor decode_step(const torch::Tensor& last_tokens, DecoderCache& cache);
+  // decode_step without fc_out: the decoder's output for the next position, [B, D].
+  torch::Tensor decode_step_hidden(const torch::Tensor& last_tokens, DecoderCache& cache);
 
   const ModelConfig& config() const { return config_; }
   // ffn: moe: the sum of every MoELayer's load-balancing loss from the last forward pass

@@ -1,0 +1,207 @@
+#include "torchmt/model/screened_argmax.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "torchmt/model/int8_linear.h"
+#include "torchmt/model/small_batch_linear.h"
+#include "torchmt/util/device.h"
+
+namespace torchmt {
+
+// The int8 copy of a projection's weight and, per output row v, what bounds the distance
+// between its int8 and fp32 logits. With w^ = s_v q (the int8 kernel's weight) and x^ its
+// quantized input row, |x.w - x^.w^| <= sum_k |x_k| |w_k - w^_k| + sum_k |x_k - x^_k| |w^_k|
+// <= min(max_error * |x|_1, error_l2 * |x|_2) + max_k |x_k - x^_k| * l1.
+struct ScreenedProjection {
+  const void* weight_data = nullptr;
+  const void* bias_data = nullptr;
+  uint32_t weight_version = 0, bias_version = 0;
+  int64_t out = 0, in = 0;
+  std::shared_ptr<const Int8LinearWeights> int8;  // without the bias: it is added in fp32
+  std::vector<float> max_error;                   // [out] max_k |w - w^|, rounded up
+  std::vector<float> error_l2;                    // [out] |w - w^|_2, rounded up
+  std::vector<float> l1;                          // [out] |w^|_1, rounded up
+  float max_of_max_error = 0, max_of_l1 = 0, max_abs_bias = 0;
+};
+
+namespace {
+
+thread_local int64_t fp32_logits_of_last_call = 0;
+
+// TORCHMT_SCREENED_ARGMAX=0 turns the screen off (A/B measurements; the same tokens either way).
+bool screen_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TORCHMT_SCREENED_ARGMAX");
+    return !(v && std::string(v) == "0");
+  }();
+  return enabled;
+}
+
+// A row that leaves more candidates than this is cheaper through the full projection.
+constexpr size_t kMaxCandidates = 512;
+
+// Two fp32 logits closer than this are a near-tie: the log-softmax's rounding (its output is
+// compared, not the logits) could make them equal, and the full row decides. Rounding moves a
+// log-probability of magnitude below 100 by under 1e-5; this margin is 10x that and more.
+double near_tie_margin(double logit) { return 1e-4 * (1.0 + std::fabs(logit)); }
+
+float round_up(double v) {
+  const auto f = static_cast<float>(v * (1.0 + 1e-9));
+  return static_cast<double>(f) < v ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
+}
+
+std::shared_ptr<const ScreenedProjection> build(const at::Tensor& weight, const at::Tensor& bias) {
+  auto s = std::make_shared<ScreenedProjection>();
+  s->weight_data = weight.data_ptr();
+  s->weight_version = static_cast<uint32_t>(weight._version());
+  if (bias.defined()) {
+    s->bias_data = bias.data_ptr();
+    s->bias_version = static_cast<uint32_t>(bias._version());
+    s->max_abs_bias = bias.abs().max().item<float>();
+  }
+  s->out = weight.size(0);
+  s->in = weight.size(1);
+  s->int8 = quantize_linear_int8(weight, at::Tensor());
+  const auto q = quantize_rows_int8(weight, s->int8->steps).first;  // the integers int8 holds, [out, in]
+  const float* w = weight.data_ptr<float>();
+  const int8_t* qd = q.data_ptr<int8_t>();
+  s->max_error.resize(static_cast<size_t>(s->out));
+  s->error_l2.resize(static_cast<size_t>(s->out));
+  s->l1.resize(static_cast<size_t>(s->out));
+  for (int64_t v = 0; v < s->out; ++v) {
+    const double scale = s->int8->scale[static_cast<size_t>(v)];
+    double max_error = 0, squares = 0, l1 = 0;
+    for (int64_t k = 0; k < s->in; ++k) {
+      const double wq = scale * qd[v * s->in + k];  // exact in double
+      const double e = std::fabs(static_cast<double>(w[v * s->in + k]) - wq);
+      max_error = std::max(max_error, e);
+      squares += e * e;
+      l1 += std::fabs(wq);
+    }
+    s->max_error[static_cast<size_t>(v)] = round_up(max_error);
+    s->error_l2[static_cast<size_t>(v)] = round_up(std::sqrt(squares));
+    s->l1[static_cast<size_t>(v)] = round_up(l1);
+    s->max_of_max_error = std::max(s->max_of_max_error, s->max_error[static_cast<size_t>(v)]);
+    s->max_of_l1 = std::max(s->max_of_l1, s->l1[static_cast<size_t>(v)]);
+  }
+  return s;
+}
+
+bool stale(const ScreenedProjection* s, const at::Tensor& weight, const at::Tensor& bias) {
+  return !s || s->weight_data != weight.data_ptr() || s->weight_version != static_cast<uint32_t>(weight._version()) ||
+         s->out != weight.size(0) || s->in != weight.size(1) ||
+         s->bias_data != (bias.defined() ? bias.data_ptr() : nullptr) ||
+         (bias.defined() && s->bias_version != static_cast<uint32_t>(bias._version()));
+}
+
+// Row x's token, or -1 (see the header). approx: the row's int8 logits without the bias.
+int64_t screen_row(const ScreenedProjection& s, const float* x, const float* approx, const float* w,
+                   const float* bias) {
+  const int64_t K = s.in, V = s.out;
+  double amax = 0, l1x = 0, l2x = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double a = std::fabs(static_cast<double>(x[k]));
+    if (!std::isfinite(a)) return -1;
+    amax = std::max(amax, a);
+    l1x += a;
+    l2x += a * a;
+  }
+  l2x = std::sqrt(l2x);
+  // Half a quantization step of the input, at the coarsest the int8 kernels use (63 steps a
+  // side, int8_linear.h), with room for the fp32 scale's rounding.
+  const double x_error = amax / 63.0 * 0.501;
+  // What the fp32 sums themselves may be off by (both the int8 path's scaling and the fp32
+  // kernel's summation: far below 1e-5 of the sum of |products| for the widths used here).
+  auto rounding = [&](double l1w, double max_error, double b) {
+    return 1e-5 * ((l1w + static_cast<double>(K) * max_error) * amax + std::fabs(b)) + 1e-30;
+  };
+  auto logit = [&](int64_t v) { return static_cast<double>(approx[v]) + (bias ? bias[v] : 0.0f); };
+
+  int64_t v0 = 0;
+  double a0 = -std::numeric_limits<double>::infinity();
+  for (int64_t v = 0; v < V; ++v) {
+    const double a = logit(v);
+    if (std::isnan(a)) return -1;
+    if (a > a0) a0 = a, v0 = v;
+  }
+  const double tau = small_batch_dot_fp32(x, w + v0 * K, bias ? bias + v0 : nullptr, K);
+  ++fp32_logits_of_last_call;
+  if (!std::isfinite(tau)) return -1;
+  const double threshold = tau - near_tie_margin(tau);
+  // Every row whose fp32 logit may reach the threshold. First against the largest bound of
+  // any row, then each such row against its own.
+  const double widest = (static_cast<double>(s.max_of_max_error) * l1x + x_error * s.max_of_l1) * 1.001 +
+                        rounding(s.max_of_l1, s.max_of_max_error, s.max_abs_bias);
+  std::vector<int64_t> candidates;
+  for (int64_t v = 0; v < V; ++v) {
+    if (v == v0 || logit(v) + widest < threshold) continue;
+    const auto i = static_cast<size_t>(v);
+    const double bound = (std::min(s.max_error[i] * l1x, s.error_l2[i] * l2x) + x_error * s.l1[i]) * 1.001 +
+                         rounding(s.l1[i], s.max_error[i], bias ? bias[v] : 0.0f);
+    if (logit(v) + bound < threshold) continue;
+    if (candidates.size() == kMaxCandidates) return -1;
+    candidates.push_back(v);
+  }
+  int64_t best = v0;
+  double best_logit = tau;
+  std::vector<double> logits;
+  logits.reserve(candidates.size());
+  for (const int64_t v : candidates) {
+    const double l = small_batch_dot_fp32(x, w + v * K, bias ? bias + v : nullptr, K);
+    if (!std::isfinite(l)) return -1;
+    logits.push_back(l);
+    if (l > best_logit) best_logit = l, best = v;
+  }
+  fp32_logits_of_last_call += static_cast<int64_t>(candidates.size());
+  // Rows off the list are below the threshold, itself at most best - margin(best).
+  const double tie = best_logit - near_tie_margin(best_logit);
+  if (best != v0 && tau >= tie) return -1;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i] != best && logits[i] >= tie) return -1;
+  return best;
+}
+
+}  // namespace
+
+int64_t ScreenedArgmaxCache::last_fp32_logits() { return fp32_logits_of_last_call; }
+
+std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const at::Tensor& weight,
+                                                     const at::Tensor& bias) {
+  if (at::GradMode::is_enabled() || !x.defined() || !x.device().is_cpu() || x.scalar_type() != at::kFloat ||
+      !weight.device().is_cpu() || weight.scalar_type() != at::kFloat || weight.dim() != 2 ||
+      !weight.is_contiguous() || active_autocast_dtype(c10::Device(c10::kCPU)) != at::kFloat)
+    return {};
+  const int64_t V = weight.size(0), K = weight.size(1);
+  if (K == 0 || V == 0 || x.dim() < 1 || x.size(-1) != K) return {};
+  const int64_t rows = x.numel() / K;
+  if (rows < 1 || rows > kSmallBatchLinearMaxRows) return {};
+  if (bias.defined() && (!bias.device().is_cpu() || bias.scalar_type() != at::kFloat || bias.numel() != V ||
+                         !bias.is_contiguous()))
+    return {};
+  // The portable int8 loop reads less but computes slower than the fp32 kernel streams.
+  if (int8_active_kernel() == Int8Kernel::portable || !screen_enabled()) return {};
+
+  auto screen = std::atomic_load(&screen_);
+  if (stale(screen.get(), weight, bias)) {
+    screen = build(weight, bias);
+    std::atomic_store(&screen_, screen);
+  }
+  const at::Tensor input = x.reshape({rows, K}).contiguous();  // [N, K]
+  const at::Tensor approx = int8_linear(input, *screen->int8);  // [N, V]
+  fp32_logits_of_last_call = 0;
+  std::vector<int64_t> tokens(static_cast<size_t>(rows));
+  for (int64_t m = 0; m < rows; ++m)
+    tokens[static_cast<size_t>(m)] =
+        screen_row(*screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
+                   weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr);
+  return tokens;
+}
+
+}  // namespace torchmt
