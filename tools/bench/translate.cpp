@@ -126,6 +126,7 @@ Measure run_ours(Translator& translator, const std::vector<std::string>& lines, 
   options.workers = workers;
   options.search.beam_size = beam;
   options.search.early_exit = early_exit;
+  options.search.scores = false;  // as `translate` without n-best output
   options.batch_size = batch;
   options.use_cache = cache;
   // Warm-up (allocator, oneDNN primitives, autocast caches) on a few sentences.
