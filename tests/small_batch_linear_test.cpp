@@ -37,6 +37,26 @@ TEST(SmallBatchLinearTest, Fp32MatchesAtenLinear) {
     }
 }
 
+// One output at a time (the screened greedy projection's fp32 logits) is bit for bit the
+// output of the whole call, for every row count.
+TEST(SmallBatchLinearTest, OneOutputEqualsTheWholeCallsBitForBit) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  for (const Shape& s : kShapes)
+    for (bool with_bias : {true, false}) {
+      auto x = torch::randn({s.rows, s.in}), w = torch::randn({s.out, s.in});
+      auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
+      auto all = try_small_batch_linear_cpu(x, w, b).contiguous();
+      ASSERT_TRUE(all.defined());
+      for (int64_t m = 0; m < s.rows; ++m)
+        for (int64_t n = 0; n < s.out; n += std::max<int64_t>(1, s.out / 37)) {
+          const float one = small_batch_dot_fp32(x[m].data_ptr<float>(), w[n].data_ptr<float>(),
+                                                 with_bias ? b.data_ptr<float>() + n : nullptr, s.in);
+          ASSERT_EQ(one, all[m][n].item<float>()) << s.rows << "x" << s.in << "x" << s.out << " [" << m << ", " << n << "]";
+        }
+    }
+}
+
 TEST(SmallBatchLinearTest, Bf16EqualsFp32ResultRoundedOnce) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
