@@ -117,10 +117,12 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   // Half a quantization step of the input, at the coarsest the int8 kernels use (63 steps a
   // side, int8_linear.h), with room for the fp32 scale's rounding.
   const double x_error = amax / 63.0 * 0.501;
-  // What the fp32 sums themselves may be off by (both the int8 path's scaling and the fp32
-  // kernel's summation: far below 1e-5 of the sum of |products| for the widths used here).
+  // What the fp32 sums themselves may be off by, relative to the sum of |products| (and the
+  // bias): the fp32 kernel adds K / 16 + 6 terms in a row (16 lanes, a tree of 4, the bias), each
+  // add off by at most 2^-24, the int8 path's scaling by a few 2^-24; with a wide margin.
+  const double relative = 1e-5 + 1e-8 * static_cast<double>(K);
   auto rounding = [&](double l1w, double max_error, double b) {
-    return 1e-5 * ((l1w + static_cast<double>(K) * max_error) * amax + std::fabs(b)) + 1e-30;
+    return relative * ((l1w + static_cast<double>(K) * max_error) * amax + std::fabs(b)) + 1e-30;
   };
   auto logit = [&](int64_t v) { return static_cast<double>(approx[v]) + (bias ? bias[v] : 0.0f); };
 
