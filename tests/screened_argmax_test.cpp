@@ -3,6 +3,7 @@
 // a changed weight is screened anew; and a greedy search without scores finds the same tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -42,7 +43,11 @@ TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
       int64_t decided = 0, total = 0;
       for (int64_t rows = 1; rows <= kSmallBatchLinearMaxRows; ++rows) {
         auto x = torch::randn({rows, in}) * 2.0;
+        const auto before = ScreenedArgmaxCache::stats();
         const auto tokens = cache.try_argmax(x, w, b);
+        const auto after = ScreenedArgmaxCache::stats();
+        EXPECT_EQ(after.rows - before.rows, rows);
+        EXPECT_EQ(after.open_rows - before.open_rows, std::count(tokens.begin(), tokens.end(), -1));
         ASSERT_EQ(static_cast<int64_t>(tokens.size()), rows);
         const auto expected = full_top1(x, w, b);
         for (int64_t m = 0; m < rows; ++m) {
@@ -52,7 +57,7 @@ TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
           EXPECT_EQ(tokens[m], expected[m]) << in << "x" << out << " row " << m << " of " << rows;
         }
         if (rows == 1 && tokens[0] >= 0)
-          EXPECT_LT(ScreenedArgmaxCache::last_fp32_logits(), out / 4) << "the screen ruled out too few rows";
+          EXPECT_LT(after.fp32_logits - before.fp32_logits, out / 4) << "the screen ruled out too few rows";
       }
       EXPECT_GT(decided, total / 2) << in << "x" << out << ": the screen decided " << decided << " of " << total;
     }

@@ -33,7 +33,7 @@ struct ScreenedProjection {
 
 namespace {
 
-thread_local int64_t fp32_logits_of_last_call = 0;
+std::atomic<int64_t> screened_rows{0}, open_rows{0}, screened_fp32_logits{0};
 
 // TORCHMT_SCREENED_ARGMAX=0 turns the screen off (A/B measurements; the same tokens either way).
 bool screen_enabled() {
@@ -103,7 +103,7 @@ bool stale(const ScreenedProjection* s, const at::Tensor& weight, const at::Tens
 
 // Row x's token, or -1 (see the header). approx: the row's int8 logits without the bias.
 int64_t screen_row(const ScreenedProjection& s, const float* x, const float* approx, const float* w,
-                   const float* bias) {
+                   const float* bias, int64_t& fp32_logits) {
   const int64_t K = s.in, V = s.out;
   double amax = 0, l1x = 0, l2x = 0;
   for (int64_t k = 0; k < K; ++k) {
@@ -134,7 +134,7 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
     if (a > a0) a0 = a, v0 = v;
   }
   const double tau = small_batch_dot_fp32(x, w + v0 * K, bias ? bias + v0 : nullptr, K);
-  ++fp32_logits_of_last_call;
+  ++fp32_logits;
   if (!std::isfinite(tau)) return -1;
   const double threshold = tau - near_tie_margin(tau);
   // Every row whose fp32 logit may reach the threshold. First against the largest bound of
@@ -157,11 +157,11 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   logits.reserve(candidates.size());
   for (const int64_t v : candidates) {
     const double l = small_batch_dot_fp32(x, w + v * K, bias ? bias + v : nullptr, K);
+    ++fp32_logits;
     if (!std::isfinite(l)) return -1;
     logits.push_back(l);
     if (l > best_logit) best_logit = l, best = v;
   }
-  fp32_logits_of_last_call += static_cast<int64_t>(candidates.size());
   // Rows off the list are below the threshold, itself at most best - margin(best).
   const double tie = best_logit - near_tie_margin(best_logit);
   if (best != v0 && tau >= tie) return -1;
@@ -172,7 +172,9 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
 
 }  // namespace
 
-int64_t ScreenedArgmaxCache::last_fp32_logits() { return fp32_logits_of_last_call; }
+ScreenStats ScreenedArgmaxCache::stats() {
+  return {screened_rows.load(), open_rows.load(), screened_fp32_logits.load()};
+}
 
 std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const at::Tensor& weight,
                                                      const at::Tensor& bias) {
@@ -197,12 +199,17 @@ std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const 
   }
   const at::Tensor input = x.reshape({rows, K}).contiguous();  // [N, K]
   const at::Tensor approx = int8_linear(input, *screen->int8);  // [N, V]
-  fp32_logits_of_last_call = 0;
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
-  for (int64_t m = 0; m < rows; ++m)
+  int64_t fp32_logits = 0, open = 0;
+  for (int64_t m = 0; m < rows; ++m) {
     tokens[static_cast<size_t>(m)] =
         screen_row(*screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
-                   weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr);
+                   weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr, fp32_logits);
+    open += tokens[static_cast<size_t>(m)] < 0 ? 1 : 0;
+  }
+  screened_rows += rows;
+  open_rows += open;
+  screened_fp32_logits += fp32_logits;
   return tokens;
 }
 

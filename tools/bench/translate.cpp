@@ -35,6 +35,7 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
+#include "torchmt/model/screened_argmax.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
@@ -403,9 +404,17 @@ int main(int argc, char** argv) {
               std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                         << (cache ? "cache" : "no cache") << " ..." << std::flush;
               Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
+              const ScreenStats before = ScreenedArgmaxCache::stats();
               Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
                                    r.count("early-exit") > 0);
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
+              const ScreenStats after = ScreenedArgmaxCache::stats();
+              if (const int64_t rows = after.rows - before.rows; rows > 0)  // warm-up included
+                std::cerr << "  screened projection: " << rows << " rows, "
+                          << fmt(100.0 * static_cast<double>(after.open_rows - before.open_rows) / rows, 2)
+                          << "% left to the full row, "
+                          << fmt(static_cast<double>(after.fp32_logits - before.fp32_logits) / rows, 1)
+                          << " fp32 logits per row\n";
               keep_fastest(key, std::move(m));
               if (round == 0) order.push_back(key);
               if (cache && ct2 && ct2_models.count(dtype)) run_ct2(beam, batch, dtype);

@@ -24,6 +24,12 @@ namespace torchmt {
 
 struct ScreenedProjection;
 
+// What the screens of this process did (every thread): rows screened, rows left to the full
+// projection, and logits computed in fp32 (the screened rows' candidates).
+struct ScreenStats {
+  int64_t rows = 0, open_rows = 0, fp32_logits = 0;
+};
+
 class ScreenedArgmaxCache {
  public:
   // x [N, K] and weight [V, K] fp32 on the CPU (bias [V] or undefined), in inference (grad mode
@@ -32,8 +38,8 @@ class ScreenedArgmaxCache {
   // Empty when the call does not apply (nothing computed). The int8 copy is made on first use
   // and again when the weight changes (its data pointer or version). Safe from several threads.
   std::vector<int64_t> try_argmax(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
-  // Logits computed in fp32 by this thread's last try_argmax, all rows (tests, measurements).
-  static int64_t last_fp32_logits();
+  // Totals since the process started (tests, benchmarks).
+  static ScreenStats stats();
 
  private:
   std::shared_ptr<const ScreenedProjection> screen_;  // read and replaced atomically
