@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <limits>
-#include <tuple>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include <torch/torch.h>
 

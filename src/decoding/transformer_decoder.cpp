@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/decoding/row_top_k.h"
 #include "torchmt/model/fused_inference_ops.h"
 #include "torchmt/model/linear.h"
-#include "torchmt/decoding/row_top_k.h"
 #include "torchmt/model/masks.h"
 
 namespace torchmt {
