@@ -166,7 +166,7 @@ TEST(BeamSearch, MaxLengthEndsHypothesesThatNeverEmitEos) {
 
 TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
   // Sentence 1 ends at once; sentence 2 runs for 6 steps. Rows stepped must reflect that
-  // only sentence 2 stays in the batch.
+  // only sentence 2 stays in the batch, and that the first step runs one row per sentence.
   Script script = [](int64_t sentence, const std::vector<int64_t>& p) {
     if (sentence == 1) return dist(0.0, 0.0, 1.0);
     return p.size() < 5 ? dist(1.0, 0.0, 0.0) : dist(0.0, 0.0, 1.0);
@@ -177,7 +177,7 @@ TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
   ScriptedDecoder beam_decoder(script);
   auto result = beam_search(beam_decoder, sources({1, 2}), options(2));
   EXPECT_EQ(result[1][0].tokens.size(), 5u);
-  EXPECT_EQ(beam_decoder.rows_stepped(), 2 * 2 + 5 * 2);
+  EXPECT_EQ(beam_decoder.rows_stepped(), 2 * 1 + 5 * 2);
 }
 
 TEST(BeamSearch, EarlyExitEndsASentenceWhenItsBestCandidateEnds) {
@@ -187,13 +187,13 @@ TEST(BeamSearch, EarlyExitEndsASentenceWhenItsBestCandidateEnds) {
   };
   ScriptedDecoder fairseq(script);
   auto full = beam_search(fairseq, sources({1}), options(2));
-  EXPECT_EQ(fairseq.rows_stepped(), 2 + 2);  // on until two hypotheses are complete
+  EXPECT_EQ(fairseq.rows_stepped(), 1 + 2);  // on until two hypotheses are complete
   EXPECT_TRUE(full[0][0].tokens.empty());
   auto o = options(2);
   o.early_exit = true;
   ScriptedDecoder early(script);
   auto first = beam_search(early, sources({1}), o);
-  EXPECT_EQ(early.rows_stepped(), 2);  // the best candidate ended it at step 0
+  EXPECT_EQ(early.rows_stepped(), 1);  // the best candidate ended it at step 0 (one row)
   ASSERT_EQ(first[0].size(), 1u);
   EXPECT_TRUE(first[0][0].tokens.empty());
   EXPECT_NEAR(first[0][0].log_prob, std::log(0.5), 1e-5);
@@ -201,7 +201,7 @@ TEST(BeamSearch, EarlyExitEndsASentenceWhenItsBestCandidateEnds) {
   o.nbest = 2;
   ScriptedDecoder two(script);
   auto both = beam_search(two, sources({1}), o);
-  EXPECT_EQ(two.rows_stepped(), 2 + 2);
+  EXPECT_EQ(two.rows_stepped(), 1 + 2);
   ASSERT_EQ(both[0].size(), 2u);
   EXPECT_EQ(both[0][1].tokens, (std::vector<int64_t>{A}));
   // A best candidate that continues does not end the sentence: "b" wins over eos here.
