@@ -62,16 +62,18 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
   torch::NoGradGuard no_grad;
   const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
+  // Rows in full: their projection and top-1, as step() + row_top_k.
+  auto top1 = [&](const at::Tensor& rows) {
+    return row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
+  };
   auto tokens = try_linear_argmax(model_->fc_out, hidden);
-  if (tokens.empty()) return row_top_k(log_probabilities(apply_linear(model_->fc_out, hidden)), 1).second.view({-1});
-  // Rows the screen left open: their full projection and top-1, as step() + row_top_k. The
-  // kernel gives a row the same logits in any batch of few rows.
+  if (tokens.empty()) return top1(hidden).view({-1});
+  // Rows the screen left open (the kernel gives a row the same logits in any batch of few rows).
   std::vector<int64_t> open;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0) open.push_back(static_cast<int64_t>(i));
   if (!open.empty()) {
-    const auto rows = hidden.index_select(0, torch::tensor(open, torch::kLong));  // [n, D]
-    const auto top = row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second.contiguous();
+    const auto top = top1(hidden.index_select(0, torch::tensor(open, torch::kLong))).contiguous();
     for (size_t i = 0; i < open.size(); ++i) tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[i];
   }
   return torch::tensor(tokens, torch::kLong);  // [N], CPU (the screen runs only there)
