@@ -107,7 +107,9 @@ TEST(Int8Linear, EveryKernelThisCpuRunsComputesItsFormulaExactly) {
           EXPECT_TRUE(torch::allclose(fast127, expected127, 1e-5, 1e-5))
               << (fast127 - expected127).abs().max().item<float>();
           // The same integer sums and one rounding of the same product: equal, not only close.
-          if (kernel == Int8Kernel::vnni) EXPECT_TRUE(torch::equal(fast, portable));
+          if (kernel == Int8Kernel::vnni) {
+            EXPECT_TRUE(torch::equal(fast, portable));
+          }
           // Any row alone gives what it gives in the batch.
           EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
         }

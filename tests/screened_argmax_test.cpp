@@ -56,8 +56,9 @@ TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
           ++decided;
           EXPECT_EQ(tokens[m], expected[m]) << in << "x" << out << " row " << m << " of " << rows;
         }
-        if (rows == 1 && tokens[0] >= 0)
+        if (rows == 1 && tokens[0] >= 0) {
           EXPECT_LT(after.fp32_logits - before.fp32_logits, out / 4) << "the screen ruled out too few rows";
+        }
       }
       EXPECT_GT(decided, total / 2) << in << "x" << out << ": the screen decided " << decided << " of " << total;
     }
@@ -109,7 +110,9 @@ TEST(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
     EXPECT_TRUE(cache.try_argmax(x.slice(0, 0, 2).to(torch::kBFloat16), w, torch::Tensor()).empty());
     auto nan_row = x.slice(0, 0, 1).clone();
     nan_row[0][3] = std::nan("");
-    if (int8_screen_runs()) EXPECT_EQ(cache.try_argmax(nan_row, w, torch::Tensor()), std::vector<int64_t>{-1});
+    if (int8_screen_runs()) {
+      EXPECT_EQ(cache.try_argmax(nan_row, w, torch::Tensor()), std::vector<int64_t>{-1});
+    }
   }
   EXPECT_TRUE(cache.try_argmax(x.slice(0, 0, 2), w, torch::Tensor()).empty()) << "gradients on";
 }

@@ -165,8 +165,12 @@ TEST(TrainingStep, MoeAuxLossTrainsTheGateAndIsNotReported) {
   for (const auto& p : with->named_parameters()) {
     const bool gate = p.key().find(".ffn.gate.") != std::string::npos;
     gates += gate;
-    if (gate) EXPECT_FALSE(torch::equal(p.value(), theirs[p.key()])) << p.key();
-    if (p.key().rfind("fc_out.", 0) == 0) EXPECT_TRUE(torch::equal(p.value(), theirs[p.key()])) << p.key();
+    if (gate) {
+      EXPECT_FALSE(torch::equal(p.value(), theirs[p.key()])) << p.key();
+    }
+    if (p.key().rfind("fc_out.", 0) == 0) {
+      EXPECT_TRUE(torch::equal(p.value(), theirs[p.key()])) << p.key();
+    }
   }
   EXPECT_EQ(gates, 2 * (c.num_encoder_layers + c.num_decoder_layers));  // weight and bias per layer
 }

@@ -154,7 +154,9 @@ TEST_P(TransformerOnDevice, EveryParameterGetsAGradient) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
   }
-  if (!expert_tokens.empty()) EXPECT_GT(experts_used, 0);
+  if (!expert_tokens.empty()) {
+    EXPECT_GT(experts_used, 0);
+  }
 }
 
 TEST_P(TransformerOnDevice, IncrementalDecodingEqualsFullRecomputation) {

@@ -38,7 +38,7 @@ int run_average(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"average", "average the parameters of several checkpoints", run_average, 60});
+const CommandRegistration average_registration({"average", "average the parameters of several checkpoints", run_average, 60});
 
 }  // namespace
 }  // namespace torchmt::cli

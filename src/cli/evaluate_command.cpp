@@ -81,7 +81,7 @@ int run_evaluate(int argc, char** argv) {
   return evaluation::score_and_print(hyps, refs, std::cout);
 }
 
-const CommandRegistration registration({"evaluate", "corpus BLEU and chrF of a hypothesis file (sacreBLEU-exact)",
+const CommandRegistration evaluate_registration({"evaluate", "corpus BLEU and chrF of a hypothesis file (sacreBLEU-exact)",
                                         run_evaluate, 40});
 
 }  // namespace

@@ -88,7 +88,7 @@ int run_export(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"export", "export a checkpoint for deployment (TorchScript file or CTranslate2 directory)",
+const CommandRegistration export_registration({"export", "export a checkpoint for deployment (TorchScript file or CTranslate2 directory)",
                                         run_export, 50});
 
 }  // namespace

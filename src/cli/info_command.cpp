@@ -5,6 +5,7 @@
 
 #include "cli_options.h"
 #include "torchmt/model/transformer.h"
+#include "torchmt/util/environment.h"
 
 namespace torchmt::cli {
 
@@ -13,22 +14,31 @@ namespace {
 struct InfoCommandOptions {
   std::string preset = "base";
   int64_t vocab_size = 8000;
+  bool environment = false;
 };
 
 const OptionTable<InfoCommandOptions>& info_option_table() {
   using O = InfoCommandOptions;
   static const auto table = OptionTable<O>("info")
       .add("preset", &O::preset, "tiny|small|base|big|paper-small|paper-base|modern-small|modern-base")
-      .add("vocab_size", &O::vocab_size, "joint vocabulary size");
+      .add("vocab_size", &O::vocab_size, "joint vocabulary size")
+      .add("environment", &O::environment, "print the table of environment variables instead");
   return table;
 }
 
 int run_info(int argc, char** argv) {
   int code = kExitOk;
   auto o = parse_options(info_option_table(),
-                         "Print the configuration and parameter count of a model preset.",
+                         "Print the configuration and parameter count of a model preset, and the environment "
+                         "variables set that change what torchmt does.",
                          argc, argv, code);
   if (!o) return code;
+  if (o->environment) {
+    for (const auto& v : environment_table())
+      std::cout << v.name << "\t" << v.values << "\tdefault: " << v.default_value << "\t" << v.meaning << "\t("
+                << v.reader << ")\n";
+    return kExitOk;
+  }
   ModelConfig config;
   if (!check_usage(
           [&] {
@@ -40,10 +50,13 @@ int run_info(int argc, char** argv) {
     return kExitUsage;
   Transformer model(config);
   std::cout << config.to_json() << "parameters: " << count_parameters(model) << "\n";
+  const auto set = environment_in_effect();
+  std::cout << "environment:" << (set.empty() ? " none of torchmt's variables is set" : "") << "\n";
+  for (const auto& line : set) std::cout << "  " << line << "\n";
   return kExitOk;
 }
 
-const CommandRegistration registration({"info", "print a model preset's shape and parameter count", run_info, 90});
+const CommandRegistration info_registration({"info", "print a model preset's shape and parameter count", run_info, 90});
 
 }  // namespace
 }  // namespace torchmt::cli

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "torchmt/util/environment.h"
 #include "torchmt/util/strings.h"
 
 namespace {
@@ -52,6 +53,16 @@ int main(int argc, char** argv) {
   if (name == "--version") {
     std::cout << "torchmt " << TORCHMT_VERSION << "\n";
     return kExitOk;
+  }
+  // Every variable of the environment table is checked before any work: a bad value is a usage
+  // error, whichever code path would have read it.
+  try {
+    for (const auto& unknown : torchmt::check_environment())
+      std::cerr << "torchmt: warning: " << unknown
+                << " is set but is not one of torchmt's variables (see 'torchmt info --environment')\n";
+  } catch (const std::exception& e) {
+    std::cerr << "torchmt: error: " << torchmt::escape_control(e.what()) << "\n";
+    return kExitUsage;
   }
   for (const auto& c : all_commands()) {
     if (c.name != name) continue;

@@ -34,7 +34,7 @@ int run_seal(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"seal", "add the checksum to checkpoints and exports of torchmt 0.2", run_seal,
+const CommandRegistration seal_registration({"seal", "add the checksum to checkpoints and exports of torchmt 0.2", run_seal,
                                         75});
 
 }  // namespace

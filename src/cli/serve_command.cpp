@@ -135,7 +135,7 @@ int run_serve(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"serve", "serve a model over HTTP (LibreTranslate API, web page, metrics)",
+const CommandRegistration serve_registration({"serve", "serve a model over HTTP (LibreTranslate API, web page, metrics)",
                                         run_serve, 45});
 
 }  // namespace

@@ -50,7 +50,7 @@ int run_train(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"train", "train a translation model from a parallel corpus", run_train, 20});
+const CommandRegistration train_registration({"train", "train a translation model from a parallel corpus", run_train, 20});
 
 }  // namespace
 }  // namespace torchmt::cli

@@ -146,7 +146,7 @@ int run_translate(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"translate", "translate sentences (greedy or beam search)", run_translate, 30});
+const CommandRegistration translate_registration({"translate", "translate sentences (greedy or beam search)", run_translate, 30});
 
 }  // namespace
 }  // namespace torchmt::cli

@@ -87,7 +87,7 @@ int run_vocab(int argc, char** argv) {
   return kExitOk;
 }
 
-const CommandRegistration registration({"vocab", "train a SentencePiece BPE vocabulary on parallel text", run_vocab,
+const CommandRegistration vocab_registration({"vocab", "train a SentencePiece BPE vocabulary on parallel text", run_vocab,
                                         10});
 
 }  // namespace

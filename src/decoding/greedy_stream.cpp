@@ -27,7 +27,7 @@ void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags,
   }
   const auto limits = max_lengths(src, options);
   for (size_t i = 0; i < tags.size(); ++i) {
-    Row row{tags[i], limits[i], options.length_penalty, options.scores};
+    Row row{tags[i], limits[i], options.length_penalty, options.scores, 0, 0, Hypothesis{}};
     row.next = options.bos_id;
     if (!row.scores) row.hypothesis.log_prob = std::numeric_limits<double>::quiet_NaN();
     rows_.push_back(std::move(row));

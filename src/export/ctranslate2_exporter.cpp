@@ -176,7 +176,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
                              ": exists and is not a CTranslate2 model directory (choose another -o)");
 
   torch::NoGradGuard no_grad;
-  Writer w{ModelBinWriter{}, options};
+  Writer w{ModelBinWriter{}, options, {}};
   auto& bin = w.bin;
   const bool pre_norm = c.norm == Norm::kPre, rope = c.positions == Positions::kRope;
   const int64_t kv_heads = c.key_value_heads();

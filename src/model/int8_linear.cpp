@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "torchmt/util/environment.h"
 namespace torchmt {
 namespace {
 
@@ -423,16 +424,18 @@ Int8Kernel detect_kernel() {
   return Int8Kernel::portable;
 }
 
-// TORCHMT_INT8_KERNEL=portable|avx2|avx512-vnni caps the kernel (comparisons, as
-// TORCHMT_PACKED_GEMM does for the float GEMMs); another value is ignored.
+// TORCHMT_INT8_KERNEL caps the kernel (comparisons, as TORCHMT_PACKED_GEMM does for the float
+// GEMMs). Read on first use, not at load: a bad value is an error for the caller to report.
+constexpr int kLimitUnread = -1;
+
 int limit_from_environment() {
-  if (const char* v = std::getenv("TORCHMT_INT8_KERNEL"))
+  if (auto v = env_value("TORCHMT_INT8_KERNEL"))
     for (Int8Kernel k : {Int8Kernel::portable, Int8Kernel::avx2, Int8Kernel::vnni})
-      if (std::strcmp(v, int8_kernel_name(k)) == 0) return static_cast<int>(k);
+      if (*v == int8_kernel_name(k)) return static_cast<int>(k);
   return static_cast<int>(Int8Kernel::vnni);
 }
 
-std::atomic<int> kernel_limit{limit_from_environment()};
+std::atomic<int> kernel_limit{kLimitUnread};
 
 }  // namespace
 
@@ -452,7 +455,13 @@ const char* int8_kernel_name(Int8Kernel kernel) {
 void set_int8_kernel_limit(Int8Kernel limit) { kernel_limit = static_cast<int>(limit); }
 
 Int8Kernel int8_active_kernel() {
-  return static_cast<Int8Kernel>(std::min(static_cast<int>(int8_cpu_kernel()), kernel_limit.load()));
+  int limit = kernel_limit.load();
+  if (limit == kLimitUnread) {
+    limit = limit_from_environment();
+    int unread = kLimitUnread;
+    if (!kernel_limit.compare_exchange_strong(unread, limit)) limit = unread;  // set meanwhile
+  }
+  return static_cast<Int8Kernel>(std::min(static_cast<int>(int8_cpu_kernel()), limit));
 }
 
 int32_t int8_weight_steps() { return int8_active_kernel() == Int8Kernel::avx2 ? kPairSumSteps : 127; }

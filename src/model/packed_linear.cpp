@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/util/probe_cache.h"
+#include "torchmt/util/environment.h"
 
 namespace torchmt {
 namespace {
@@ -37,7 +38,7 @@ struct MklPackedApi {
   bool ok() const { return get_size && pack && compute; }
 };
 
-bool packing_disabled() { return std::getenv("TORCHMT_NO_PACKED_GEMM") != nullptr; }  // for A/B measurements
+bool packing_disabled() { return env_flag("TORCHMT_NO_PACKED_GEMM", false); }  // for A/B measurements
 
 const MklPackedApi& mkl() {
   static const MklPackedApi found = [] {
@@ -82,11 +83,10 @@ std::optional<PackedGemm> forced;
 std::map<std::pair<int64_t, int64_t>, PackedGemm> chosen;  // [in, out] -> GEMM, this process
 
 std::optional<PackedGemm> forced_by_environment() {
-  const char* v = std::getenv("TORCHMT_PACKED_GEMM");
+  const auto v = env_value("TORCHMT_PACKED_GEMM");
   if (!v) return std::nullopt;
-  const std::string s(v);
   for (PackedGemm g : {PackedGemm::kAten, PackedGemm::kMkl, PackedGemm::kOnednn})
-    if (s == packed_gemm_name(g)) return g;
+    if (*v == packed_gemm_name(g)) return g;
   return std::nullopt;
 }
 

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/model/int8_linear.h"
+#include "torchmt/util/environment.h"
 #include "torchmt/model/small_batch_linear.h"
 #include "torchmt/util/device.h"
 
@@ -37,10 +38,7 @@ std::atomic<int64_t> screened_rows{0}, open_rows{0}, screened_fp32_logits{0};
 
 // TORCHMT_SCREENED_ARGMAX=0 turns the screen off (A/B measurements; the same tokens either way).
 bool screen_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TORCHMT_SCREENED_ARGMAX");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool enabled = env_flag("TORCHMT_SCREENED_ARGMAX", true);
   return enabled;
 }
 

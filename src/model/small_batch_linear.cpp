@@ -219,6 +219,17 @@ void linear_columns_bf16(const float* x, int64_t rows, const uint16_t* w, const 
 }
 
 #if TORCHMT_HAVE_BF16_DOT
+// GCC's _mm512_reduce_add_ps, add for add (bit-identical sums), with zeroed instead of
+// undefined operands: GCC 12 warns (-Wmaybe-uninitialized) inside its own intrinsic.
+TORCHMT_BF16_DOT_TARGET float reduce_add16(__m512 v) {
+  const __m512d d = _mm512_castps_pd(v);
+  const __m256 half = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 1)),
+                                    _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 0)));
+  const __m128 quarter = _mm_add_ps(_mm256_extractf128_ps(half, 1), _mm256_castps256_ps128(half));
+  const __m128 pairs = _mm_add_ps(quarter, _mm_shuffle_ps(quarter, quarter, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_shuffle_ps(pairs, pairs, _MM_SHUFFLE(0, 1, 0, 1)));
+}
+
 // As dot_block, x and the weights bf16, pairs of K multiplied and added by vdpbf16ps.
 template <int ROWS, int COLS>
 TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint16_t* w, const uint16_t* bias,
@@ -240,7 +251,7 @@ TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint1
     for (int r = 0; r < COLS; ++r) {
       // The same tree of half-width adds as tree_sum16 (bit-identical sums), as an intrinsic:
       // clang refuses to pass a 512-bit vector to a helper compiled without AVX-512.
-      float s = _mm512_reduce_add_ps(acc[m][r]);
+      float s = reduce_add16(acc[m][r]);
       for (int64_t kk = k; kk < K; ++kk) s += bf16_to_float(x[m * K + kk]) * bf16_to_float(w[r * K + kk]);
       if (bias) s += bf16_to_float(bias[r]);
       out[m * ldo + r] = float_to_bf16(s);

@@ -30,18 +30,9 @@
 
 #include <torch/torch.h>
 
-namespace torchmt {
+#include "torchmt/util/environment.h"
 
-int environment_int(const char* name, int fallback, int min, int max) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value < min || value > max)
-    throw std::invalid_argument(std::string("environment variable ") + name + "=" + text + " must be an integer in [" +
-                                std::to_string(min) + ", " + std::to_string(max) + "]");
-  return static_cast<int>(value);
-}
+namespace torchmt {
 
 namespace {
 
@@ -54,16 +45,15 @@ std::string seconds_text(std::chrono::milliseconds t) {
 
 DistributedEnv DistributedEnv::from_environment() {
   DistributedEnv env;
-  const char* world = std::getenv("WORLD_SIZE");
-  if (world == nullptr || *world == '\0') return env;
+  if (!env_value("WORLD_SIZE")) return env;
   env.present = true;
-  env.world_size = environment_int("WORLD_SIZE", 1, 1, 1 << 20);
-  env.rank = environment_int("RANK", -1, 0, env.world_size - 1);
+  env.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 20);
+  env.rank = env_int("RANK", -1, 0, env.world_size - 1);
   if (env.rank < 0) throw std::invalid_argument("environment variable RANK is missing (WORLD_SIZE is set)");
-  env.local_world_size = environment_int("LOCAL_WORLD_SIZE", env.world_size, 1, env.world_size);
-  env.local_rank = environment_int("LOCAL_RANK", env.rank % env.local_world_size, 0, env.local_world_size - 1);
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') env.master_addr = addr;
-  env.master_port = environment_int("MASTER_PORT", env.master_port, 1, 65535);
+  env.local_world_size = env_int("LOCAL_WORLD_SIZE", env.world_size, 1, env.world_size);
+  env.local_rank = env_int("LOCAL_RANK", env.rank % env.local_world_size, 0, env.local_world_size - 1);
+  if (auto addr = env_value("MASTER_ADDR")) env.master_addr = *addr;
+  env.master_port = env_int("MASTER_PORT", env.master_port, 1, 65535);
   return env;
 }
 
@@ -161,10 +151,7 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
   std::signal(SIGPIPE, SIG_IGN);
   // The backend asked for, checked before this rank joins (a bad value must not leave the
   // others waiting for it).
-  const char* choice = std::getenv("TORCHMT_DIST_BACKEND");
-  const std::string backend = choice == nullptr ? "" : choice;
-  if (!backend.empty() && backend != "gloo" && backend != "nccl")
-    throw std::invalid_argument("environment variable TORCHMT_DIST_BACKEND=" + backend + " must be gloo or nccl");
+  const std::string backend = env_value("TORCHMT_DIST_BACKEND").value_or("");
   if (backend == "nccl" && !device.is_cuda())
     throw std::invalid_argument("TORCHMT_DIST_BACKEND=nccl reduces CUDA tensors: it needs --device cuda");
   if (backend == "nccl" && !nccl_available())
@@ -181,9 +168,8 @@ ProcessGroup::ProcessGroup(const DistributedEnv& env, std::chrono::milliseconds 
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     // On loopback every rank binds 127.0.0.1; across machines GLOO_SOCKET_IFNAME names the
     // interface (as in PyTorch), else the address this host's name resolves to.
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    if (ifname != nullptr && *ifname != '\0')
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    if (auto ifname = env_value("GLOO_SOCKET_IFNAME"))
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*ifname));
     else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else

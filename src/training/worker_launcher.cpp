@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "torchmt/training/process_group.h"
+#include "torchmt/util/environment.h"
 #include "torchmt/util/stop_signals.h"
 
 namespace torchmt {
@@ -45,16 +46,16 @@ std::string describe(int status) {
 }  // namespace
 
 int launch_local_workers(int nproc, const std::vector<std::string>& args) {
-  const int nnodes = environment_int("NNODES", 1, 1, 1 << 16);
-  const int node_rank = environment_int("NODE_RANK", 0, 0, 1 << 16);
+  const int nnodes = env_int("NNODES", 1, 1, 1 << 16);
+  const int node_rank = env_int("NODE_RANK", 0, 0, 1 << 16);
   if (node_rank >= nnodes)
     throw std::invalid_argument("NODE_RANK " + std::to_string(node_rank) + " must be below NNODES " +
                                 std::to_string(nnodes));
-  const char* addr_env = std::getenv("MASTER_ADDR");
-  const std::string master_addr = addr_env != nullptr && *addr_env != '\0' ? addr_env : "127.0.0.1";
-  if (nnodes > 1 && (addr_env == nullptr || std::getenv("MASTER_PORT") == nullptr))
+  const auto addr_env = env_value("MASTER_ADDR");
+  const std::string master_addr = addr_env.value_or("127.0.0.1");
+  if (nnodes > 1 && (!addr_env || !env_value("MASTER_PORT")))
     throw std::invalid_argument("NNODES > 1 needs MASTER_ADDR and MASTER_PORT (node 0's address and a free port)");
-  const int given_port = environment_int("MASTER_PORT", 0, 1, 65535);
+  const int given_port = env_int("MASTER_PORT", 0, 1, 65535);
   const int master_port = given_port > 0 ? given_port : free_loopback_port();
 
   std::vector<char*> argv;

@@ -9,6 +9,8 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "torchmt/util/environment.h"
+
 #define TORCHMT_DEVICE_GENERIC_AUTOCAST (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 #define TORCHMT_HAS_CUDNN_SDPA TORCHMT_DEVICE_GENERIC_AUTOCAST  // the cuDNN SDPA switch: LibTorch 2.4+
 
@@ -22,8 +24,7 @@ namespace {
 // TORCHMT_CUDNN_SDPA=1 keeps it (to compare); flash / memory-efficient kernels remain.
 void prefer_shape_free_attention_kernels() {
 #if TORCHMT_HAS_CUDNN_SDPA
-  const char* keep = std::getenv("TORCHMT_CUDNN_SDPA");
-  if (!(keep && std::string(keep) == "1")) at::globalContext().setSDPUseCuDNN(false);
+  if (!env_flag("TORCHMT_CUDNN_SDPA", false)) at::globalContext().setSDPUseCuDNN(false);
 #endif
 }
 

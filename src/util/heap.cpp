@@ -14,6 +14,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include "torchmt/util/environment.h"
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -160,7 +162,7 @@ void CpuTensorPool::raw_delete(void* p) {
 
 void use_cpu_tensor_pool() {
   std::call_once(pool_once, [] {
-    if (const char* off = std::getenv("TORCHMT_NO_TENSOR_POOL"); off != nullptr && std::strcmp(off, "0") != 0) return;
+    if (env_flag("TORCHMT_NO_TENSOR_POOL", false)) return;
     auto* p = new CpuTensorPool(c10::GetCPUAllocator());
     pool.store(p, std::memory_order_release);
     // Priority above the default registration (0), so a later default registration cannot undo it.

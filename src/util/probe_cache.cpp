@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/environment.h"
 
 namespace fs = std::filesystem;
 
@@ -16,7 +17,7 @@ namespace torchmt {
 namespace {
 
 std::string cache_dir() {
-  if (const char* d = std::getenv("TORCHMT_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (auto d = env_value("TORCHMT_CACHE_DIR")) return *d;
   if (const char* d = std::getenv("XDG_CACHE_HOME"); d != nullptr && *d != '\0') return std::string(d) + "/torchmt";
   if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/torchmt";
   return "";

@@ -46,6 +46,7 @@
 #include "torchmt/training/process_group.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/training/worker_launcher.h"
+#include "torchmt/util/environment.h"
 
 using namespace torchmt;
 namespace fs = std::filesystem;
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
     }
   const std::string work = r["work-dir"].as<std::string>();
   const std::string spm = work + "/spm";
-  if (std::getenv("WORLD_SIZE") == nullptr) {
+  if (!env_value("WORLD_SIZE")) {
     // The vocabulary once, before the workers start (they would race to write it).
     fs::create_directories(work);
     if (!fs::exists(spm + ".model")) {

@@ -28,10 +28,6 @@ struct DistributedEnv {
   static DistributedEnv from_environment();
 };
 
-// An integer environment variable in [min, max], `fallback` when unset or empty; throws
-// std::invalid_argument naming the variable and its value otherwise.
-int environment_int(const char* name, int fallback, int min, int max);
-
 class DistributedError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
