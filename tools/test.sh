@@ -13,6 +13,8 @@ case "${1:-}" in
   --quick) mode=quick; shift ;;
   --sanitize) mode=sanitize; shift ;;
 esac
+# Both passes build with warnings as errors (a new build directory; an existing one keeps its flags).
+export TORCHMT_CMAKE_ARGS="-DTORCHMT_WERROR=ON ${TORCHMT_CMAKE_ARGS:-}"
 
 # The suite built with ASan + UBSan in build-asan/ (fuzz corpora replayed there too). LibTorch is
 # not instrumented: leak reports at exit would be its own, so leak detection is off.

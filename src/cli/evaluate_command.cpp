@@ -8,6 +8,7 @@
 #include "torchmt/evaluation/report.h"
 #include "torchmt/evaluation/utf8_line_reader.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/progress.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/export/exported_model.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 struct EvaluateCommandOptions {
   std::string hyp, src, ref, save_hyp;
+  bool quiet = false;
   TranslatorConfig translator;
 };
 
@@ -28,6 +30,7 @@ const OptionTable<EvaluateCommandOptions>& evaluate_option_table() {
       .add("ref", &O::ref, "reference file, line i translating the same source as hypothesis line i",
            {"", "scoring", {}})
       .add("save_hyp", &O::save_hyp, "with -m: also write the translations to this file", {"", "scoring", {}})
+      .add("quiet", &O::quiet, "no progress on stderr while translating", {"q", "scoring", {}})
       .include(translator_option_table(), &O::translator);
   return table;
 }
@@ -70,7 +73,11 @@ int run_evaluate(int argc, char** argv) {
   }
   if (translate_first) {
     std::vector<std::string> translated;
-    for (auto& t : translator->translate(hyps, o->translator.translation)) translated.push_back(std::move(t.texts.front()));
+    Progress progress("evaluate: translate", "lines", static_cast<int64_t>(hyps.size()),
+                      o->quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
+    for (auto& t : translator->translate(hyps, o->translator.translation, [&progress](int64_t n) { progress.add(n); }))
+      translated.push_back(std::move(t.texts.front()));
+    progress.finish();
     hyps = std::move(translated);
     if (!o->save_hyp.empty()) {
       std::string text;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
@@ -16,6 +17,20 @@ InputLines::InputLines(const std::string& path, bool strict)
 }
 
 InputLines::~InputLines() = default;
+
+int64_t count_lines(const std::string& path) {
+  std::error_code ec;
+  if (path == "-" || !std::filesystem::is_regular_file(path, ec)) return -1;
+  try {
+    LineReader reader(path);
+    std::string line;
+    int64_t n = 0;
+    while (reader.next(line)) ++n;
+    return n;
+  } catch (const std::exception&) {
+    return -1;  // the real read reports what is wrong with the file
+  }
+}
 
 bool InputLines::is_terminal() const { return !file_ && ::isatty(STDIN_FILENO) == 1; }
 

@@ -5,6 +5,7 @@
 // Invalid UTF-8: with `strict`, an error naming the source, the line and the byte; otherwise
 // the bad bytes become U+FFFD and a warning naming the line goes to stderr (one bad line must
 // not cost the others their translation).
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,5 +31,9 @@ class InputLines {
   std::unique_ptr<LineReader> file_;
   int64_t line_number_ = 0;
 };
+
+// The lines of a regular file (plain or .gz), read once ahead for a progress total; -1 for
+// standard input or anything that cannot be read twice (a pipe).
+int64_t count_lines(const std::string& path);
 
 }  // namespace torchmt::cli

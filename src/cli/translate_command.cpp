@@ -1,5 +1,7 @@
 // torchmt translate: raw sentences in (stdin or -i), translations out (stdout or -o), one
 // line per input line in input order. Progress and timing go to stderr.
+#include <unistd.h>
+
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/heap.h"
+#include "torchmt/util/progress.h"
 #include "input_lines.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/export/exported_model.h"
@@ -34,6 +37,7 @@ struct TranslateCommandOptions {
   bool strict_utf8 = false;
   int64_t buffer_size = 1024;
   bool unbuffered = false;
+  bool quiet = false;
 };
 
 const OptionTable<TranslateCommandOptions>& translate_option_table() {
@@ -55,7 +59,9 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
            {"", "io", {}})
       .add("unbuffered", &O::unbuffered,
            "translate and write each line as soon as it is read (the default when stdin is a terminal)",
-           {"", "io", {}});
+           {"", "io", {}})
+      .add("quiet", &O::quiet, "no progress on stderr (by default: a live line on a terminal, a line every 5 s in a log)",
+           {"q", "io", {}});
   return table;
 }
 
@@ -86,6 +92,12 @@ int run_translate(int argc, char** argv) {
   std::unique_ptr<AtomicFileWriter> file;  // -o FILE: appears whole at the end, never half
   if (o->output != "-") file = std::make_unique<AtomicFileWriter>(o->output);
   const bool nbest = o->translator.translation.search.nbest > 1;
+  // Translations written to the terminal are their own progress, and a person typing needs none.
+  const bool to_terminal = !file && ::isatty(STDOUT_FILENO) == 1;
+  const bool show_progress = !o->quiet && !to_terminal && !input.is_terminal();
+  Progress progress("translate", "lines", show_progress ? count_lines(o->input) : -1,
+                    show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
+  const auto line_done = [&progress](int64_t n) { progress.add(n); };
 
   std::vector<std::string> lines;
   std::string first_line;
@@ -95,7 +107,7 @@ int run_translate(int argc, char** argv) {
   while (input.read(window, lines)) {
     const auto start = std::chrono::steady_clock::now();
     const bool first_window = count == 0;
-    auto translations = translator->translate(lines, o->translator.translation);
+    auto translations = translator->translate(lines, o->translator.translation, line_done);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::string text;
     for (size_t i = 0; i < translations.size(); ++i, ++count) {
@@ -130,6 +142,7 @@ int run_translate(int argc, char** argv) {
     }
   }
   if (file) file->commit();
+  progress.finish();
   if (truncated > 0)
     std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
   std::cerr << "translated " << count << " lines in " << seconds << " s ("

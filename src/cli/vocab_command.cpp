@@ -5,14 +5,27 @@
 
 #include "cli_options.h"
 #include "torchmt/data/tokenizer.h"
+#include "torchmt/util/progress.h"
 
 namespace torchmt::cli {
 
 namespace {
 
-void train_one(VocabTrainingOptions options) {
+void train_one(VocabTrainingOptions options, bool quiet) {
   const auto start = std::chrono::steady_clock::now();
-  train_bpe_vocab(options);
+  {
+    const std::string what = "vocab " + options.model_prefix;
+    Progress progress(what + ": reading", "lines", -1, quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
+    const int pieces = options.vocab_size;
+    options.lines_read = [&progress, what, pieces, quiet](int64_t n, bool done) {
+      progress.add(n);
+      if (!done) return;
+      progress.finish();
+      // SentencePiece's training says nothing until it ends: say what the wait is for.
+      if (!quiet) std::cerr << what << ": learning " << pieces << " pieces from the sampled sentences\n";
+    };
+    train_bpe_vocab(options);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Tokenizer tok = Tokenizer::load(options.model_prefix + ".model");
   std::cout << "wrote " << options.model_prefix << ".model and " << options.model_prefix << ".vocab ("
@@ -23,6 +36,7 @@ void train_one(VocabTrainingOptions options) {
 struct VocabCommandOptions {
   std::string src, tgt, out;
   bool separate = false;
+  bool quiet = false;
   VocabTrainingOptions training;
 };
 
@@ -39,7 +53,8 @@ const OptionTable<VocabCommandOptions>& vocab_option_table() {
       .add("seed", [](O& o) -> uint32_t& { return o.training.seed; },
            "sampling seed (same seed and input -> same model)")
       .add("character_coverage", [](O& o) -> double& { return o.training.character_coverage; },
-           "share of characters covered by pieces");
+           "share of characters covered by pieces")
+      .add("quiet", &O::quiet, "no progress on stderr", {"q", "", {}});
   return table;
 }
 
@@ -77,12 +92,12 @@ int run_vocab(int argc, char** argv) {
     s.model_prefix = out + ".src";
     t.inputs = {tgt};
     t.model_prefix = out + ".tgt";
-    train_one(s);
-    train_one(t);
+    train_one(s, o->quiet);
+    train_one(t, o->quiet);
   } else {
     base.inputs = {src, tgt};
     base.model_prefix = out;
-    train_one(base);
+    train_one(base, o->quiet);
   }
   return kExitOk;
 }

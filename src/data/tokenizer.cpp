@@ -24,7 +24,10 @@ namespace {
 // reservoir sampling (input_sentence_size) bounds the memory, and .gz needs no temp file.
 class FileSentenceIterator : public sentencepiece::SentenceIterator {
  public:
-  explicit FileSentenceIterator(std::vector<std::string> paths) : paths_(std::move(paths)) { advance(); }
+  FileSentenceIterator(std::vector<std::string> paths, std::function<void(int64_t, bool)> lines_read)
+      : paths_(std::move(paths)), lines_read_(std::move(lines_read)) {
+    advance();
+  }
   bool done() const override { return done_; }
   void Next() override { advance(); }
   const std::string& value() const override { return line_; }
@@ -38,11 +41,13 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
         if (!reader_) {
           if (next_path_ >= paths_.size()) {
             done_ = true;
+            report(true);
             return;
           }
           reader_ = std::make_unique<LineReader>(paths_[next_path_++]);
         }
         if (reader_->next(line_)) {
+          if (++unreported_ == kReportEvery) report(false);
           if (!line_.empty()) return;  // empty lines carry nothing to learn from
           continue;
         }
@@ -56,7 +61,15 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
     }
   }
 
+  void report(bool done) {
+    if (lines_read_) lines_read_(unreported_, done);
+    unreported_ = 0;
+  }
+
+  static constexpr int64_t kReportEvery = 4096;
   std::vector<std::string> paths_;
+  std::function<void(int64_t, bool)> lines_read_;
+  int64_t unreported_ = 0;
   size_t next_path_ = 0;
   std::unique_ptr<LineReader> reader_;
   std::string line_;
@@ -99,7 +112,7 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
   };
   // Seeds the sampling of input_sentence_size sentences: same seed and input -> same model.
   sentencepiece::SetRandomGeneratorSeed(options.seed);
-  FileSentenceIterator sentences(options.inputs);
+  FileSentenceIterator sentences(options.inputs, options.lines_read);
   // No model_prefix: the trainer hands back the proto, which then records no output path,
   // so the same data gives byte-identical models (and checksums) wherever they are written.
   std::string proto;

@@ -92,7 +92,8 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& lines,
-                                               const TranslationOptions& options) {
+                                               const TranslationOptions& options,
+                                               const std::function<void(int64_t)>& done) {
   std::vector<Translation> out(lines.size());
   std::vector<std::vector<int64_t>> sources(lines.size());
   std::vector<size_t> order;
@@ -120,6 +121,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     begin = end;
   }
 
+  if (done && order.size() < lines.size()) done(static_cast<int64_t>(lines.size() - order.size()));  // blank lines
   const SearchOptions search = search_options(options);
   auto run_batch = [&](IncrementalDecoder& decoder, const std::pair<size_t, size_t>& batch) {
     const auto [begin, end] = batch;
@@ -131,6 +133,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       t.hypotheses = std::move(result[r - begin]);
       finish(t);
     }
+    if (done) done(static_cast<int64_t>(end - begin));
   };
 
   const WorkerPlan plan = plan_workers(options, batches.size());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 
 #include "torchmt/util/environment.h"
 
@@ -49,14 +50,16 @@ class CpuTensorPool final : public c10::Allocator {
  public:
   explicit CpuTensorPool(c10::Allocator* fallback) : fallback_(fallback) {}
 
-  // LibTorch before 2.3 declares allocate() const, later versions not: one of the two overrides
-  // it, whichever the headers declare.
-  c10::DataPtr allocate(size_t n) { return allocate_impl(n); }
-  c10::DataPtr allocate(size_t n) const { return const_cast<CpuTensorPool*>(this)->allocate_impl(n); }
-  // Pure virtual since LibTorch 2.3; an unused extra member before.
-  void copy_data(void* dest, const void* src, std::size_t count) const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return allocate_impl(n); }
+  // Pure virtual since LibTorch 2.3.
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count > 0) std::memcpy(dest, src, count);
   }
+#else
+  // LibTorch before 2.3 declares allocate() const.
+  c10::DataPtr allocate(size_t n) const override { return const_cast<CpuTensorPool*>(this)->allocate_impl(n); }
+#endif
 
   // LibTorch's raw_allocate / raw_deallocate (oneDNN's scratch buffers among others) free a
   // buffer through this: pooled blocks return to the pool, the others to the fallback's deleter.

@@ -131,9 +131,10 @@ static int run(int argc, char** argv) {
   // the whole load (issue goal: < 5%).
   // (The weights-only checkpoint: written here, so sealed even when --checkpoint is older.)
   const double load_weights = median_seconds(repeats, [&] { load_checkpoint(weights_only, torch::kCPU); });
-  for (const auto& [name, path, whole] :
+  for (const auto& [name_, path_, whole] :
        {std::tuple<std::string, std::string, double>{"checkpoint", weights_only, load_weights},
         {"export fp32", fp32, load_st}}) {
+    const std::string &name = name_, &path = path_;  // a lambda may not capture a structured binding (C++17)
     const std::string bytes = read_file(path);
     const double verify = median_seconds(repeats, [&] { verify_zip_seal(bytes, name, path); });
     std::cout << "seal check " << name << " (" << bytes.size() / (1 << 20) << " MiB): " << verify * 1e3 << " ms = "

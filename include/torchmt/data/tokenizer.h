@@ -2,6 +2,7 @@
 // SentencePiece BPE: training a vocabulary and the Tokenizer that wraps a trained model.
 // The SentencePiece headers stay in src/data/tokenizer.cpp (pimpl).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct VocabTrainingOptions {
   double character_coverage = 1.0;  // 1.0: every character of the input gets a piece
   std::string model_type = "bpe";
   int num_threads = 0;  // 0: hardware concurrency
+  // Called with the count of lines read since the last call, every few thousand lines, and
+  // with `done` true once the inputs are read (training the pieces comes after).
+  std::function<void(int64_t lines, bool done)> lines_read;
 };
 
 // Trains with the SentencePiece C++ trainer API, special ids pad 0, unk 1, bos 2, eos 3.

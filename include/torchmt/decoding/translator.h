@@ -56,7 +56,10 @@ class Translator {
   // Output in input order, whatever the number of workers (options.workers; 0 = plan_workers).
   // Several threads may call it at once with options.workers 1 (a server's workers), once the
   // model is in eval mode (it is after the first call).
-  std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options);
+  // `done`, if given, is called with each batch's line count as it finishes (from the workers'
+  // threads: it must be thread-safe), e.g. Progress::add.
+  std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options,
+                                     const std::function<void(int64_t)>& done = {});
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
   // one worker.

@@ -1,0 +1,125 @@
+#include "torchmt/util/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+namespace torchmt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A terminal redraws often enough to look live; a log gets a line every few seconds.
+constexpr std::chrono::milliseconds kTerminalInterval{200};
+constexpr std::chrono::milliseconds kLineInterval{5000};
+
+ProgressStyle resolve(ProgressStyle style) {
+  if (style != ProgressStyle::kAuto) return style;
+  return isatty(STDERR_FILENO) ? ProgressStyle::kTerminal : ProgressStyle::kLines;
+}
+
+// 1234567 -> "1,234,567"
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(text, sizeof text, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return text;
+}
+
+}  // namespace
+
+Progress::Progress(std::string what, std::string unit, int64_t total, ProgressStyle style)
+    : Progress(std::move(what), std::move(unit), total, resolve(style), std::cerr,
+               resolve(style) == ProgressStyle::kTerminal ? kTerminalInterval : kLineInterval) {}
+
+Progress::Progress(std::string what, std::string unit, int64_t total, ProgressStyle style, std::ostream& out,
+                   std::chrono::milliseconds interval)
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      total_(total),
+      style_(resolve(style)),
+      out_(out),
+      interval_(interval),
+      start_(Clock::now()),
+      last_draw_(start_) {
+  // A terminal shows the line at once (as pv and tqdm do), so that even short work says what it did.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (style_ == ProgressStyle::kTerminal) draw_locked(false);
+}
+
+Progress::~Progress() { finish(); }
+
+std::string Progress::describe(const std::string& unit, int64_t done, int64_t total, double seconds) {
+  std::string text = grouped(done) + " " + unit;
+  const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+  char part[64];
+  std::snprintf(part, sizeof part, ", %.1f %s/s", rate, unit.c_str());
+  text += part;
+  if (total > 0) {
+    std::snprintf(part, sizeof part, ", %d%% of ", static_cast<int>(100.0 * static_cast<double>(done) / total));
+    text += part + grouped(total);
+    if (done > 0 && done < total) text += ", ETA " + clock_text(static_cast<double>(total - done) / rate);
+  }
+  text += ", " + clock_text(seconds);
+  return text;
+}
+
+void Progress::draw_locked(bool final) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  const std::string line = what_ + ": " + describe(unit_, done_, total_, seconds);
+  if (style_ == ProgressStyle::kTerminal) {
+    // Back to the line's start and clear it: the new figures may be shorter than the old.
+    out_ << '\r' << line << "\033[K";
+    if (final) out_ << '\n';
+  } else {
+    out_ << line << '\n';
+  }
+  out_.flush();
+  drawn_ = true;
+}
+
+void Progress::add(int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_ += n;
+  if (style_ == ProgressStyle::kQuiet || finished_) return;
+  const auto now = Clock::now();
+  if (now - last_draw_ < interval_) return;
+  last_draw_ = now;
+  draw_locked(false);
+}
+
+void Progress::set_total(int64_t total) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  total_ = total;
+}
+
+void Progress::finish() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_) return;
+  finished_ = true;
+  // A terminal line ends with the final figures; a log needs no last line (each command
+  // prints its own summary).
+  if (style_ == ProgressStyle::kTerminal && drawn_) draw_locked(true);
+}
+
+int64_t Progress::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+}  // namespace torchmt
