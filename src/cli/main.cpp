@@ -25,7 +25,7 @@ void print_help(std::ostream& out) {
 
 // Ends the process once a command is done: its output flushed, then _Exit, without running the
 // static destructors. Those are LibTorch's (every operator it registered at load taken out of
-// its dispatcher again), which took 0.1-0.2 s of each run; torchmt's own statics hold nothing
+// its dispatcher again), a noticeable part of a short run; torchmt's own statics hold nothing
 // to release (files are committed and threads joined before a command returns).
 [[noreturn]] void finish(int code) {
   std::cout.flush();

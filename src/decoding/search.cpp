@@ -102,8 +102,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
   decoder.start(src);
   // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
   // first step picks their first tokens (expand_rows): the first step computes one row per
-  // sentence instead of k copies of it. Measured (2-core EPYC, `translate --beam 5 --batch-size
-  // 64`, fp32, test_2016, three alternating runs each): 7.99-8.09 -> 7.27-7.50 s, same output.
+  // sentence instead of k copies of it (same output, faster: tools/bench/DECISIONS.md).
   int64_t beams = 1;  // decoder rows per live sentence
 
   std::vector<int64_t> live(batch);  // live sentence slot -> sentence
@@ -128,8 +127,8 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       lprobs.index_put_({rows, torch::full_like(rows, options.eos_id)}, eos_col);
     }
     // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
-    // one top-k per row on the device, then a merge of k x 2k on the host (a single topk
-    // over k x V took ~150 us per step on the CPU for an 8k vocabulary, the rows ~10 us).
+    // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
+    // single topk over k x V on the CPU (tools/bench/DECISIONS.md).
     // A row's ranking is its log-probabilities' (its score is one number added to all), so
     // the score is added to the 2k picked only.
     const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
@@ -176,9 +175,8 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       }
       // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or
       // with early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's;
-      // CTranslate2 4 runs to beam_size * patience complete ones). Measured, beam 5, fp32,
-      // D3, 1,000 lines, 2-core Xeon: test_2016 4.85 -> 4.29 s, BLEU 40.4 -> 40.2; test_2017
-      // 4.60 -> 4.02 s, 36.9 -> 36.7; so not the default.
+      // CTranslate2 4 runs to beam_size * patience complete ones). early_exit is faster but
+      // costs a little BLEU, so it is not the default (tools/bench/DECISIONS.md).
       const auto complete = static_cast<int64_t>(done.size());
       if (complete >= k || (options.early_exit && best_ends && complete >= options.nbest)) continue;
       if (rows.empty()) {

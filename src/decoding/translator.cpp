@@ -81,9 +81,8 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
   const auto jobs = static_cast<int64_t>(std::max<size_t>(1, batches));
   // Auto: one single-threaded worker per core, as many as there are batches; the cores left
   // over go to the workers' own threads, so a lone batch (one sentence from a terminal) gets
-  // every core. Measured on 2 cores (bench_translate --workers 1 vs 0, 300 test_2016 sentences,
-  // small model, two alternating runs each): 2 x 1 was faster than 1 x 2 for greedy fp32 (1.05-1.4x)
-  // and for every int8 row (1.4-2.1x), level within noise for beam 5 fp32.
+  // every core. A worker per core beat or matched one worker with every core's thread
+  // (tools/bench/DECISIONS.md).
   plan.workers = options.workers > 0 ? options.workers : std::max<int64_t>(1, std::min(cpu_threads_, jobs));
   plan.threads_per_worker = options.threads_per_worker > 0
                                 ? options.threads_per_worker
@@ -159,8 +158,8 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       }
       // Grad mode and autocast are per thread too. InferenceMode rather than NoGradGuard: the
       // tensors a search makes (KV caches, views of them) then carry no version counters or
-      // autograd view records (0.8% of fp32 greedy batch-1 decoding on a 2-core EPYC went to
-      // those); everything they touch lives in this worker's call.
+      // autograd view records, which cost time at every step; everything they touch lives in
+      // this worker's call.
       c10::InferenceMode inference;
       AutocastGuard autocast(device_, dtype_);
       for (size_t b; !failed && (b = next++) < batches.size();) run_batch(decoder, batches[b]);

@@ -16,6 +16,7 @@
 #endif
 
 #include "torchmt/util/environment.h"
+
 namespace torchmt {
 namespace {
 
@@ -76,7 +77,8 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
 #define TORCHMT_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 // The same rounding as the portable loop: cvtps_epi32 rounds to nearest even (MXCSR's
-// default), as nearbyint does. Scalar quantization was 24% of int8 greedy decoding at batch 64.
+// default), as nearbyint does. Vectorized because scalar quantization was a large share of
+// int8 decoding (tools/bench/DECISIONS.md).
 TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_t in, int64_t in_padded,
                                             QuantizedRows& q) {
   const __m512i offset = _mm512_set1_epi32(128);
@@ -113,7 +115,7 @@ TORCHMT_VNNI_TARGET __attribute__((always_inline)) inline void dpbusd_in_place(_
 
 // Rows x Cols accumulators (Cols blocks of 16 outputs): each weight load serves Rows rows and
 // each broadcast input serves Cols blocks. The first kernel (8 rows x 1 block) issued a
-// broadcast per vpdpbusd and ran at a third of fbgemm's speed on 256 x 256 layers at 64 rows.
+// broadcast per vpdpbusd and ran far behind fbgemm (tools/bench/DECISIONS.md).
 template <int Rows, int Cols>
 TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const float* xscale, const int8_t* panel,
                                    int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
@@ -159,7 +161,7 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
 
 constexpr int64_t kPanelBlocks = 4;  // blocks per register tile (64 outputs)
 // Rows per register tile: 4 x 4 accumulators + 4 weights + 1 input. With 6 rows GCC 12 kept
-// the accumulators on the stack (spills every step): 49 vs 28 us for 256 x 256 at 64 rows.
+// the accumulators on the stack (spills every step) and the tile ran much slower.
 constexpr int64_t kRowTile = 4;
 
 template <int Cols>
@@ -203,9 +205,9 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 // then at most 127 * 127 * 2 = 32,258: exact. vpmaddwd with ones adds the pairs into int32 lanes of
 // 4 products, and the zero point's share, zero * sum_k qw[n, k], is subtracted once per output.
 // The first AVX2 kernel kept 8-bit inputs by moving each input's sign onto the weight (vpsignb);
-// dropping that and the |x| per broadcast alone changed nothing measurable (its perf share in int8
-// beam 5 batch 64, 2-core Zen 3: 48.4% -> 51.2%), because the two multiplies per 32 products are
-// the limit; what the 7-bit inputs buy is the pair sum of tile_avx2 (3 multiplies per 64). The
+// dropping that and the |x| per broadcast alone changed nothing measurable, because the two
+// multiplies per 32 products are the limit; what the 7-bit inputs buy is the pair sum of
+// tile_avx2 (3 multiplies per 64). The
 // ReLU's output (the second FFN layer's input) keeps its 127 steps; LayerNorm outputs lose one bit
 // (BLEU in the README).
 #define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))

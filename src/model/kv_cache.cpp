@@ -33,9 +33,8 @@ at::Tensor compose(const at::Tensor& rows, const at::Tensor& index) {
 }
 
 // A tensor over t's memory with these sizes, strides and offset that is not a view: made
-// directly, not through as_strided/narrow + set_ (dispatched operations and an autograd view
-// at every append: int8 greedy batch 1, 1,000 lines, took 2.25 s with them, 2.13 without, and
-// 2.21 / 2.15 for the build before the in-place cache, alternating runs).
+// directly, not through as_strided/narrow + set_, whose dispatched operations and autograd
+// view at every append cost more than the in-place cache saves (tools/bench/DECISIONS.md).
 at::Tensor alias(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides, int64_t offset) {
   auto out = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
   out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
@@ -103,7 +102,7 @@ int64_t capacity_for(int64_t t) { return std::max<int64_t>(2 * t, 8); }
 // R > B rows and columns after t's), nothing else holds it and it has the rows and columns;
 // otherwise a new buffer with room (1.5x the rows, 2x the columns). Sets room: the result is
 // such a buffer. Concatenating copied every row's cross- and self-attention K/V at each join
-// of serve's in-flight batching (int8, 64 clients: 1,128 -> 1,242 requests/s without it).
+// of serve's in-flight batching, which cost throughput (tools/bench/DECISIONS.md).
 at::Tensor grow(const at::Tensor& t, int64_t n, int64_t columns, bool& room) {
   const int64_t rows = t.size(0), groups = t.size(1), c = t.size(2), d = t.size(3);
   const Room have = room ? room_of(t) : Room{};

@@ -58,12 +58,11 @@ bool MultiHeadAttentionImpl::use_fused_kernel(const torch::Tensor& q, bool paddi
   if (attention_kernel() != AttentionKernel::kAuto) return attention_kernel() == AttentionKernel::kFused;
   // On CUDA, flash attention where no padding mask is needed (decoder self-attention through
   // `causal`, decoding steps). Under a padding mask SDPA falls back to the memory-efficient
-  // kernel, which trained 5x slower than the explicit matmuls in bf16 on an H100 (the Python
-  // reference, base, 50k-token batches: 47k vs 240k tokens/s; fp32 87k vs 88k).
+  // kernel, which trains far slower than the explicit matmuls in bf16 (tools/bench/DECISIONS.md).
   if (q.is_cuda()) return !padding_mask;
-  // On CPU the fused kernel is only the faster choice in fp32 without dropout (measured on
-  // this project's 2-core CPU: with dropout it is 25x slower than the explicit path in
-  // training, and under bf16 autocast the explicit bf16 matmuls win).
+  // On CPU the fused kernel is only the faster choice in fp32 without dropout: with dropout it
+  // is much slower than the explicit path in training, and under bf16 autocast the explicit
+  // bf16 matmuls win.
   return q.scalar_type() == torch::kFloat && !(is_training() && options.dropout() > 0.0);
 }
 

@@ -10,9 +10,9 @@
 #include <torch/torch.h>
 
 #include "torchmt/model/int8_linear.h"
-#include "torchmt/util/environment.h"
 #include "torchmt/model/small_batch_linear.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/environment.h"
 
 namespace torchmt {
 

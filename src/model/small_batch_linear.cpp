@@ -28,11 +28,8 @@ constexpr int kWeightTile = 4;  // weight rows (output features) per block
 // Weights are prefetched into L2 (prefetcht1) this far ahead of the FMAs. A decoding step of one
 // sentence streams every decoder weight from memory (~19 MB fp32 for the small model: more
 // than this CPU's L3 keeps between steps) and the hardware prefetcher alone lost the
-// 1-4 KB runs of the 4-row blocks. Measured (one thread, 2-core EPYC, weights rotated
-// through 96 MB, GB/s read): [1 x 256] x [256 x 8000] 10.6 -> 18.9, [5 x 256] x [256 x 256]
-// 6.6 -> 20.2; prefetcht0 at the same distance 11 / 10; distances 8-128 KB within noise of
-// each other. `translate --beam 1|5 --batch-size 1`, 300 test_2016 lines, 1 x 1: 6.98 -> 4.67 s
-// and 10.15 -> 5.87 s.
+// 1-4 KB runs of the 4-row blocks. prefetcht1 beat prefetcht0, and distances from 8 to 128 KB
+// did about equally well (tools/bench/DECISIONS.md).
 constexpr int64_t kPrefetchBytes = 16384;
 
 // How the weights are prefetched. kPerLine: each cache line kPrefetchBytes ahead of its FMAs,
@@ -73,8 +70,8 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
 
 // dot_block with each 16-lane accumulator held as two 8-lane halves, for AVX2: GCC compiles
 // 16-lane vectors for AVX2 by moving their pieces through the stack and general registers
-// (1,883 stack accesses in the AVX2 clone of dot_block's 4 x 4 tile), at 1.8-2.8 GMAC/s on
-// [rows x 256] x [256 x 256] in L2 on a Zen 3 EPYC. The same products, the same tree of adds
+// (the AVX2 clone of dot_block's 4 x 4 tile is mostly stack accesses), which made it slow.
+// The same products, the same tree of adds
 // (tree_sum16's): the same results as dot_block.
 template <int ROWS, int COLS, Prefetch PREFETCH, typename T>
 TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T* bias, int64_t K, T* out,
@@ -158,16 +155,10 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
 // One copy per instruction set, each with the tile its registers hold. A 16-lane vector is one
 // AVX-512 register and two AVX2 ones: the AVX-512 tile (4 x 4 accumulators) as an AVX2 clone
 // needed 32 + 8 + 2 of AVX2's 16 registers and spilled on every step, and target_clones'
-// "avx2" has no FMA (a multiply and an add per product). Measured on a 2-core Zen 3 EPYC (AVX2
-// only), `translate --dtype fp32 --beam 5 --batch-size 1`, 200 test_2016 lines, 1 x 1 thread:
-// 28.3 s with the AVX-512 tile (its AVX2 clone), 8.4 s with 2 x 2 halves and FMA (same output).
-// One row takes 4 weight rows at a time (more streams from memory): greedy batch 1, the same
-// 200 lines, 7.08-7.60 s against 7.41-9.25 with 2 x 2 (three alternating runs each). It
-// prefetches a block ahead (Prefetch::kBlockAhead), measured against per-line prefetch on the
-// same CPU, `translate --dtype fp32 --beam 1 --batch-size 1`, median of alternating runs:
-// 300 test_2016 lines, 1 x 1, three runs each, 8.35 -> 6.49 s; 600 lines, 2 workers x 1, six
-// runs each, 6.47 -> 5.53 s (same output). The 2 x 2 tiles (beam 5, batch 1: five rows) ran
-// slower with it (12.3-13.7 -> 14.4-14.6 s, 300 lines, 1 x 1) and keep per-line prefetch.
+// "avx2" has no FMA (a multiply and an add per product); hence 2 x 2 halves with FMA for AVX2.
+// One row takes 4 weight rows at a time (more streams from memory) and prefetches a block
+// ahead (Prefetch::kBlockAhead); the 2 x 2 tiles (beam 5, batch 1: five rows) ran slower with
+// block-ahead prefetch and keep per-line prefetch (figures: tools/bench/DECISIONS.md).
 template <typename T>
 using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);
 

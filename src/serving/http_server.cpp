@@ -272,8 +272,8 @@ struct HttpServer::Impl {
     if (!ok)
       throw std::runtime_error("cannot listen on " + options.host + ":" + std::to_string(options.port) +
                                " (address in use, not an address of this machine, or not allowed)");
-    // httplib listens with a backlog of 5: a burst of new clients (64 at once in bench_serve)
-    // overflowed it, and the kernel retried their connections a second later (p99 1.26 s).
+    // httplib listens with a backlog of 5: a burst of new clients (bench_serve's) overflowed it,
+    // and the kernel retried their connections a second later, which set the tail latency.
     // Listening again on a listening socket only changes its backlog.
     if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
     return port;

@@ -16,13 +16,12 @@ struct Recipe {
 };
 
 const std::vector<Recipe>& recipes() {
-  // multi30k-15min: tools/recipes/search.sh on a 2-core Xeon, validation set only (README,
-  // "Recipes"): Pre-LN + RoPE + GQA (modern-small) reached 40.5 greedy validation BLEU in 15
-  // minutes at a 2e-3 peak (38.8 at 1e-3) where the paper's Post-LN small model reached 34.4 at
-  // 1e-3; a 5% warm-up at 2e-3 left the Post-LN model at 16.6. multi30k-60min: the same settings
-  // for four times the budget with dropout 0.2: at 60 minutes (32 epochs) dropout 0.1 overfit
-  // (validation loss up from 1.606 at update 3,000 to 1.667, best 42.6 greedy BLEU) where 0.2
-  // kept improving to the end (README, "Recipes": points F and G).
+  // multi30k-15min: the winner of tools/recipes/search.sh on a 2-core CPU, validation set only
+  // (README, "Recipes"): Pre-LN + RoPE + GQA (modern-small) at a 2e-3 peak beat the paper's
+  // Post-LN small model, which trains poorly at that peak even with a warm-up.
+  // multi30k-60min: the same settings for four times the budget with dropout 0.2, since 0.1
+  // overfits by 60 minutes (README, "Recipes": points F and G; figures in
+  // tools/bench/DECISIONS.md).
   static const std::vector<Recipe> table = {
       {"multi30k-15min", nullptr,
        "preset: modern-small\n"

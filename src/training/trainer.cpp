@@ -365,9 +365,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     position_.best_loss = where[4].item<double>();
     position_.train_seconds = where[5].item<double>();
     batcher_->seek(position_.epoch, position_.batch_index);
-    // A 1 MB first bucket, as DDP's: measured with tools/bench/grad_reducer.cpp (small, fp32, 2
-    // workers on 2 cores, 25 MB buckets), the all-reduce time not hidden behind backward was
-    // 57-101 ms per update without it and 32-66 ms with it, c10d's own Reducer's 24-70 ms.
+    // A 1 MB first bucket, as DDP's: its all-reduce starts early in backward, which hides more
+    // of the all-reduce time (tools/bench/grad_reducer.cpp; figures in tools/bench/DECISIONS.md).
     const auto bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
     reducer_ = std::make_unique<GradientReducer>(unique_parameters(*model_), *group_, bucket_bytes,
                                                  o.overlap_allreduce, std::min<int64_t>(bucket_bytes, 1 << 20));

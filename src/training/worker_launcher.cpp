@@ -128,8 +128,8 @@ int launch_local_workers(int nproc, const std::vector<std::string>& args) {
           if (live > 0) std::cerr << "; stopping the other " << live << " worker(s)";
           std::cerr << "\n";
           signal_live(SIGTERM);
-          // They stop at their next collective (the peer is gone: ~1 s measured); one that is
-          // stuck (hung, or stopped) is killed.
+          // They stop at their next collective (the peer is gone), well within the 10 s below;
+          // one that is stuck (hung, or stopped) is killed.
           kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         }
       }

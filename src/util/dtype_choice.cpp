@@ -23,8 +23,7 @@ DtypeChoice choose_dtype_by_measuring(const c10::Device& device, const std::stri
                                       const std::function<double(c10::ScalarType)>& throughput,
                                       const std::string& unit) {
   // A GPU computes bf16 natively, but a small model's step there is bound by kernel launches,
-  // which autocast's casts add to: the GPU recipe's `small` model trained at 74k target
-  // tokens/s in bf16 and 97k in fp32 on an H200, and decoded at 0.53x (greedy, batch 64).
+  // which autocast's casts add to, so bf16 can lose there too (tools/bench/DECISIONS.md).
   if (device.is_cpu() && !cpu_has_native_bf16())
     return {c10::ScalarType::Float, "fp32: this CPU has no native bf16 (AMX or AVX512-BF16)"};
   const std::string full_key = ProbeCache::machine_key(torch::get_num_threads()) +

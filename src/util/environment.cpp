@@ -92,13 +92,26 @@ bool parse_flag(const EnvVariable& v, const std::string& value) {
   bad_value(v, value, "1 or 0 (true/false, yes/no, on/off)");
 }
 
-long parse_integer(const EnvVariable& v, const std::string& value, long min, long max) {
+// The whole text as a decimal integer, if it is one.
+std::optional<long> whole_number(const std::string& value) {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(value.c_str(), &end, 10);
-  if (end == value.c_str() || *end != '\0' || errno != 0 || n < min || n > max)
-    bad_value(v, value, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  if (end == value.c_str() || *end != '\0' || errno != 0) return std::nullopt;
   return n;
+}
+
+long parse_integer(const EnvVariable& v, const std::string& value, long min, long max) {
+  const auto n = whole_number(value);
+  if (!n || *n < min || *n > max)
+    bad_value(v, value, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return *n;
+}
+
+// The rule alone: ranges that depend on other variables are checked where they are read.
+void check_integer(const EnvVariable& v, const std::string& value) {
+  const auto n = whole_number(value);
+  if (!n || *n < 0) bad_value(v, value, std::string("an integer, ") + v.values);
 }
 
 void check_choice(const EnvVariable& v, const std::string& value) {
@@ -116,7 +129,7 @@ void check(const EnvVariable& v, const std::string& value) {
   switch (v.kind) {
     case EnvKind::kFlag: parse_flag(v, value); break;
     case EnvKind::kChoice: check_choice(v, value); break;
-    case EnvKind::kInteger: parse_integer(v, value, 0, 1L << 30); break;
+    case EnvKind::kInteger: check_integer(v, value); break;
     case EnvKind::kText: break;
   }
 }

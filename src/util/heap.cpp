@@ -27,14 +27,10 @@ namespace {
 constexpr size_t kPoolMinBytes = size_t{64} << 10;  // smaller buffers: LibTorch's allocator
 constexpr size_t kPageBytes = size_t{4} << 10;
 // A request takes the smallest cached block up to kPoolFit times its size; at most
-// kPoolCacheBytes wait for reuse, the rest is unmapped at once. Measured (int8, 2 workers,
-// 15-minute modern-small, test_2016 repeated, 2-core Xeon; peak RSS of 1,000 / 20,000 lines,
-// time of 20,000): LibTorch's allocator, greedy 298 / 328 MB, 11.3 s; beam 5 442 / 450 MB,
-// 43.0 s. Exact size class only, 1 GB cache: 508 MB for 1,000 greedy lines (each class kept its
-// own peak); exact class, 32 MB: 272 MB but 1.36 s for 1,000 lines (0.87 s), from unmapping.
-// Up to 2x, 1 GB: 311 / 314 MB. Up to 4x: greedy 288 / 288 MB with a 64 MB cache but beam 5
-// 406 / 427 MB and 45.6 s (unmapping); 128 MB: greedy 294 / 295 MB, 11.4 s, beam 5 461 / 454 MB,
-// 43.0 s; 256 MB: 296 / 295 and 470 / 471 MB.
+// kPoolCacheBytes wait for reuse, the rest is unmapped at once. Exact size classes kept a peak
+// per class, or with a small cache lost time unmapping; a fit of 2x kept more memory than 4x;
+// at 4x a smaller cache made beam search unmap and a larger one only raised the peak
+// (the variants: tools/bench/DECISIONS.md).
 constexpr size_t kPoolFit = 4;
 constexpr size_t kPoolCacheBytes = size_t{128} << 20;
 

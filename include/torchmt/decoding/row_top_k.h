@@ -2,7 +2,7 @@
 // The k best entries of each row of a [rows, n] score matrix, for the searches' per-step
 // selection on the CPU: one pass per row that keeps a sorted list of k and looks at an entry
 // only when it beats the k-th best (16 entries per compare with AVX-512). torch::topk sorted
-// every row: 10% of beam-5 int8 decoding at batch 64 (8,000-token vocabulary).
+// every row, a visible share of beam-search decoding (tools/bench/DECISIONS.md).
 #include <cstdint>
 #include <utility>
 

@@ -1,8 +1,8 @@
 #pragma once
 // Inverted dropout, the role of the reference's nn.Dropout (no parameters, so state dicts
 // are unchanged). On CPU the keep mask comes from a counter-based hash of (seed, element
-// index) instead of ATen's per-element Bernoulli sampling, which cost ~10 ns per element on
-// this project's 2-core CPU (17% of a bf16 training step); the seed is drawn from the
+// index) instead of ATen's per-element Bernoulli sampling, which was a large share of a CPU
+// training step (tools/bench/DECISIONS.md); the seed is drawn from the
 // default CPU generator, so torch::manual_seed and the checkpointed RNG state still make a
 // run reproducible, and the result does not depend on the number of threads. The mask is
 // not stored: backward recomputes it from the seed. Other devices use torch::dropout.

@@ -17,9 +17,8 @@
 // groups of inputs add in int16 before they widen: 3 multiply instructions per 64 products
 // instead of 4; the multiply ports are the kernel's limit), and input rows with a negative value
 // on 63 steps (qx = rint(x * 63 / max|x|), stored as qx + 64); rows without one (a ReLU's output)
-// keep 127. Measured on a 2-core Zen 3 EPYC: the kernel's share of `translate --dtype int8`
-// (perf, beam 5, batch 64) 45.8% -> 37.5%, a 1.4x faster GEMM; BLEU in the README. Rows are
-// independent: any batch composition gives the same output for a row.
+// keep 127 (speed-up: tools/bench/DECISIONS.md; BLEU in the README). Rows are independent:
+// any batch composition gives the same output for a row.
 #include <cstdint>
 #include <memory>
 #include <utility>

@@ -4,7 +4,7 @@
 // The C++ frontend's Linear::forward computes `matmul(x, W^T)` and then `+= bias` for
 // inputs of rank > 2. Under autocast the in-place add is not cast, so an fp32 bias is added
 // into a bf16 output through TensorIterator's mixed-dtype path (the output copied to fp32
-// and back): measured 20% of a small-model bf16 training step on this project's CPU.
+// and back), a sizeable share of a bf16 training step on the CPU (tools/bench/DECISIONS.md).
 // at::linear, which Python's nn.Linear calls, is autocast-aware and fuses the bias into addmm.
 //
 // The model's Linear layers are torch::nn::Linear (same class, parameters `weight`, `bias`)
@@ -38,9 +38,8 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
 
 // While one is alive on this thread, the model's modules allocate their parameters without
 // drawing random values: a model about to receive a checkpoint's weights (the loader checks
-// that every parameter is overwritten). Drawing them was most of building the model: 0.14-0.27 s
-// of a `small` model's load; `translate` of one sentence went from 0.75-0.9 s to 0.55-0.6 s
-// without them (a checkpoint with optimizer state; measured, 2-core EPYC).
+// that every parameter is overwritten). Drawing them was most of building the model, and a
+// visible part of a short `translate`'s start-up.
 class SkipParameterInit {
  public:
   SkipParameterInit();

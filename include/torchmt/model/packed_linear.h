@@ -3,18 +3,15 @@
 //
 // Why: at::linear calls MKL's sgemm, which re-packs the whole weight matrix into its blocked
 // layout on every call. With the few dozen rows of a decoding step that copy is most of the
-// call: a [28, 512] x [512, 8000] output projection took 2.36-2.49 ms through at::linear and
-// 1.47-1.64 ms with the weight packed once (1 thread, this project's 2-core Xeon; [8, ...]:
-// 1.72 vs 0.69 ms, [64, ...]: 3.69-4.00 vs 2.96-3.05 ms), the same values.
+// call; packing once gives the same values (tools/bench/DECISIONS.md).
 //
 // Two packed GEMMs can serve: MKL's packed API (cblas_sgemm_pack / cblas_sgemm_compute, looked
 // up at run time in the LibTorch that is loaded) and oneDNN's, through LibTorch's own
 // mkldnn::_reorder_linear_weight / mkldnn::_linear_pointwise operators. Which is faster
-// depends on the CPU: MKL takes a generic AVX2 path on AMD, where oneDNN's JIT uses AVX-512
-// (2-core AMD EPYC, 1 thread, 64 rows: [256 x 8000] 5.18 vs 3.05 ms, [256 x 1024] 0.36 vs
-// 0.31 ms, [1024 x 256] 0.36 vs 0.31 ms). So it is measured, not guessed: the first time a
-// weight shape is packed on a machine, each available library (and plain at::linear) runs
-// that call three times and the fastest is kept for the shape, remembered between runs in
+// depends on the CPU: MKL takes a generic AVX2 path on AMD, where oneDNN's JIT uses AVX-512.
+// So it is measured, not guessed: the first time a weight shape is packed on a machine, each
+// available library (and plain at::linear) runs that call three times and the fastest is
+// kept for the shape, remembered between runs in
 // the probe cache (probe_cache.h, file gemm-probe.tsv), so a machine keeps one choice and its
 // outputs stay the same from run to run.
 #include <memory>

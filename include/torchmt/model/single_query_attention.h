@@ -13,9 +13,9 @@ namespace torchmt {
 // whose keys are all masked attends to all of them, as MultiHeadAttention does.
 //
 // Why: a decoding step of one sentence attends with a single query per head over ~15-30
-// keys; ATen spends ~30 us per op dispatching bmm, scale, mask, softmax and bmm (two bf16
-// bmm calls alone were ~18% of a beam-5 bf16 step here), while the arithmetic is ~100k
-// multiply-adds. Scores, softmax and the weighted sum run in fp32 in one pass per head.
+// keys; ATen's dispatch of bmm, scale, mask, softmax and bmm (tens of microseconds per op)
+// costs far more than the ~100k multiply-adds (tools/bench/DECISIONS.md). Scores, softmax
+// and the weighted sum run in fp32 in one pass per head.
 at::Tensor try_single_query_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const at::Tensor& mask);
 

@@ -15,8 +15,8 @@ constexpr int64_t kSmallBatchLinearMaxRows = 8;
 //
 // Why: one decoding step of one sentence multiplies 1-5 rows by every weight matrix of the
 // decoder, so the step is weight reading. At those shapes MKL's sgemm and oneDNN's bf16
-// matmul read the weights at 7-21 GB/s on this project's CPU (a [5,256]x[256,8000]
-// projection: 0.59 ms fp32, 0.19 ms bf16) and pay ~40 us of setup for the small matrices;
+// matmul read the weights far below memory bandwidth and pay a fixed setup cost that
+// dominates such small matrices (tools/bench/DECISIONS.md);
 // this kernel streams each weight row once through fp32 FMAs against all rows at once.
 // bf16 uses AVX512-BF16 dot products where the CPU has them (unless use_bf16_dot is false,
 // for tests), and fp32 FMAs on the widened values otherwise.

@@ -1,8 +1,8 @@
 #pragma once
 // `--dtype auto` by measurement (training: training/dtype_probe.h; translation:
 // decoding/dtype_probe.h): bf16 where the device computes it natively and it is measured
-// faster than fp32 here. A CPU with AVX512-BF16 but no AMX may run bf16 slower than fp32
-// (training measured at 0.65x on one such Xeon, 2x on an EPYC), and so may a GPU for a model
+// faster than fp32 here. A CPU with AVX512-BF16 but no AMX may run bf16 slower or faster than
+// fp32, depending on the CPU (tools/bench/DECISIONS.md), and so may a GPU for a model
 // small enough to be bound by kernel launches, so the caller's own work is timed in both, once
 // per machine (and GPU model) and job shape, and the result kept (probe_cache.h).
 #include <functional>

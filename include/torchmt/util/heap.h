@@ -12,8 +12,7 @@ namespace torchmt {
 // the C heap's small objects. Why: glibc serves them from its arenas (its mmap threshold rises
 // to 32 MB once a mapped block is freed), and there tensors of every size left holes that later
 // ones could not use; a long `translate` run's peak resident memory crept above a one-window
-// run's even with malloc_trim after every window (int8 greedy, 1,000 / 20,000 / 100,000 lines:
-// 296 / 320 / 330 MB; with the pool 294 / 294 / 298 MB; heap.cpp has the variants). Smaller
+// run's even with malloc_trim after every window (tools/bench/DECISIONS.md). Smaller
 // buffers and everything else still come from LibTorch's own allocator. Idempotent; tensors
 // allocated before keep their own deleter. TORCHMT_NO_TENSOR_POOL=1 leaves LibTorch's allocator
 // in place (for A/B runs).

@@ -2,8 +2,8 @@
 // Threads that live as long as their owner and run one task per worker on request (the
 // Translator's workers). Persistent rather than one std::thread per call: streaming calls
 // translate() once per window, and every new thread gets a new malloc arena, which kept its
-// memory (measured: peak RSS 305 MB for 5,000 lines vs 268 MB for 1,000 with a thread pair per
-// window; the same threads for every window keep it at the first window's).
+// memory, so peak RSS grew with the number of windows; the same threads for every window keep
+// it at the first window's (tools/bench/DECISIONS.md).
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
