@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer campaigns on the targets of tests/fuzz/ (README "Fuzzing").
+# libFuzzer campaigns on the targets of tests/fuzz/ (records: tools/bench/README.md, "Fuzzing").
 #   tools/fuzz.sh [--runs N] [--seconds S] [TARGET...]
 #       default: 1,000,000 executions of every target (--seconds: stop each target after S s)
 # Builds build-fuzz/ with clang (coverage + ASan + UBSan on torchmt's code; clang comes from

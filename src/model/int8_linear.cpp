@@ -209,7 +209,7 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 // multiplies per 32 products are the limit; what the 7-bit inputs buy is the pair sum of
 // tile_avx2 (3 multiplies per 64). The
 // ReLU's output (the second FFN layer's input) keeps its 127 steps; LayerNorm outputs lose one bit
-// (BLEU in the README).
+// (BLEU: tools/bench/README.md).
 #define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))
 
 constexpr int32_t kSignedZeroAvx2 = 64;  // zero point of a row with negative values (qx + 64)

@@ -17,10 +17,10 @@ struct Recipe {
 
 const std::vector<Recipe>& recipes() {
   // multi30k-15min: the winner of tools/recipes/search.sh on a 2-core CPU, validation set only
-  // (README, "Recipes"): Pre-LN + RoPE + GQA (modern-small) at a 2e-3 peak beat the paper's
+  // (tools/recipes/README.md): Pre-LN + RoPE + GQA (modern-small) at a 2e-3 peak beat the paper's
   // Post-LN small model, which trains poorly at that peak even with a warm-up.
   // multi30k-60min: the same settings for four times the budget with dropout 0.2, since 0.1
-  // overfits by 60 minutes (README, "Recipes": points F and G; figures in
+  // overfits by 60 minutes (tools/recipes/README.md: points F and G; figures in
   // tools/bench/DECISIONS.md).
   static const std::vector<Recipe> table = {
       {"multi30k-15min", nullptr,

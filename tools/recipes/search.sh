@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One point of the recipe search (README, "Recipes"): trains with the given flags, then scores
+# One point of the recipe search (tools/recipes/README.md): trains with the given flags, then scores
 # the best checkpoint on the validation set only (greedy and beam 5) and appends one line to
 # runs/search/results.tsv. The test sets are scored once, for the final choice, by hand.
 #   tools/recipes/search.sh NAME [SRC TGT] -- TRAIN_FLAGS...

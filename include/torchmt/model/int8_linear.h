@@ -17,7 +17,7 @@
 // groups of inputs add in int16 before they widen: 3 multiply instructions per 64 products
 // instead of 4; the multiply ports are the kernel's limit), and input rows with a negative value
 // on 63 steps (qx = rint(x * 63 / max|x|), stored as qx + 64); rows without one (a ReLU's output)
-// keep 127 (speed-up: tools/bench/DECISIONS.md; BLEU in the README). Rows are independent:
+// keep 127 (speed-up: tools/bench/DECISIONS.md; BLEU: tools/bench/README.md). Rows are independent:
 // any batch composition gives the same output for a row.
 #include <cstdint>
 #include <memory>

@@ -2,7 +2,7 @@
 // Greedy decoding's next token from an output projection, without reading all of it in fp32.
 //
 // Why: a greedy step of one sentence reads every decoder weight, and it reads them from memory
-// (more than this project's CPUs keep in cache between steps: the README's working-set
+// (more than this project's CPUs keep in cache between steps: tools/bench/README.md's working-set
 // figures); the 8,000-word projection is 8 of the `modern-small` model's 18.4 MB of fp32 weights.
 // The next token is the argmax of the logits and needs no log-softmax when no score is asked for.
 // So the projection is screened with an int8 copy of its weight (a quarter of the bytes): each

@@ -1,6 +1,6 @@
 #pragma once
 // Named training recipes (`train --recipe NAME`): the settings that won a search on the
-// validation set for one corpus and time budget on a 2-core CPU (README, "Recipes"). A recipe
+// validation set for one corpus and time budget on a 2-core CPU (tools/recipes/README.md). A recipe
 // is a set of option defaults, read through the same option table as flags and --config, which
 // override it; the run's config.yaml records the effective values.
 #include <string>
