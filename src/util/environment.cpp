@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 extern char** environ;
@@ -62,9 +61,18 @@ const std::vector<EnvVariable>& environment_table() {
   return table;
 }
 
-const EnvVariable& environment_variable(const char* name) {
+namespace {
+
+const EnvVariable* find_variable(const std::string& name) {
   for (const auto& v : environment_table())
-    if (std::strcmp(v.name, name) == 0) return v;
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
+const EnvVariable& environment_variable(const char* name) {
+  if (const EnvVariable* v = find_variable(name)) return *v;
   throw std::logic_error(std::string("environment variable ") + name + " is not in torchmt's environment table");
 }
 
@@ -164,9 +172,7 @@ std::vector<std::string> check_environment() {
     const std::string entry = *e;
     if (entry.rfind("TORCHMT_", 0) != 0) continue;
     const std::string name = entry.substr(0, entry.find('='));
-    const bool listed = std::any_of(environment_table().begin(), environment_table().end(),
-                                    [&](const EnvVariable& v) { return name == v.name; });
-    if (!listed) unknown.push_back(name);
+    if (!find_variable(name)) unknown.push_back(name);
   }
   return unknown;
 }

@@ -73,7 +73,7 @@ std::string Progress::describe(const std::string& unit, int64_t done, int64_t to
   if (total > 0) {
     std::snprintf(part, sizeof part, ", %d%% of ", static_cast<int>(100.0 * static_cast<double>(done) / total));
     text += part + grouped(total);
-    if (done > 0 && done < total) text += ", ETA " + clock_text(static_cast<double>(total - done) / rate);
+    if (rate > 0 && done < total) text += ", ETA " + clock_text(static_cast<double>(total - done) / rate);
   }
   text += ", " + clock_text(seconds);
   return text;
@@ -101,11 +101,6 @@ void Progress::add(int64_t n) {
   if (now - last_draw_ < interval_) return;
   last_draw_ = now;
   draw_locked(false);
-}
-
-void Progress::set_total(int64_t total) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  total_ = total;
 }
 
 void Progress::finish() {

@@ -29,7 +29,6 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void add(int64_t n);
-  void set_total(int64_t total);
   // Ends the line on a terminal (the last figures stay on screen); nothing more is drawn.
   void finish();
   int64_t done() const;
