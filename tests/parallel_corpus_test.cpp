@@ -126,7 +126,6 @@ TEST(ParallelCorpus, KeepsTheSampleInOrder) {
     std::vector<int64_t> ids(corpus.pairs[i].src.begin(), corpus.pairs[i].src.end());
     EXPECT_EQ(sample_tokenizer().decode(ids), de[i]);
   }
-  EXPECT_FALSE(corpus.from_cache);
 }
 
 TEST(ParallelCorpus, SkipsAndCountsBadPairs) {
@@ -183,90 +182,6 @@ TEST(ParallelCorpus, ThreadedEncodingMatchesSingleThreaded) {
   EXPECT_EQ(a.stats.empty, 1);
   EXPECT_EQ(a.pairs[1000].index, 1001);
   expect_same(a, b);
-}
-
-TEST(CorpusCache, SecondLoadComesFromTheCache) {
-  TempDir dir;
-  const Tokenizer& tok = sample_tokenizer();
-  CorpusOptions options;
-  options.cache_dir = dir.file("cache");
-  auto cold = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  EXPECT_FALSE(cold.from_cache);
-  EXPECT_TRUE(std::filesystem::exists(corpus_cache_path(sample_de(), sample_en(), tok, tok, options)));
-  auto warm = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  EXPECT_TRUE(warm.from_cache);
-  expect_same(cold, warm);
-}
-
-TEST(CorpusCache, InvalidatedWhenAnInputChanges) {
-  TempDir dir;
-  const Tokenizer& tok = sample_tokenizer();
-  auto de = read_lines(sample_de());
-  auto en = read_lines(sample_en());
-  write_lines(dir.file("c.de"), de);
-  write_lines(dir.file("c.en"), en);
-  CorpusOptions options;
-  options.cache_dir = dir.file("cache");
-  load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options);
-  ASSERT_TRUE(load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options).from_cache);
-
-  // Same size, same modification time, different content: still detected.
-  auto mtime = std::filesystem::last_write_time(dir.file("c.en"));
-  std::swap(en[0], en[1]);
-  write_lines(dir.file("c.en"), en);
-  std::filesystem::last_write_time(dir.file("c.en"), mtime);
-  auto changed = load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options);
-  EXPECT_FALSE(changed.from_cache);
-  const auto first = tok.encode(en[0]);
-  EXPECT_EQ(changed.pairs[0].tgt, std::vector<int32_t>(first.begin(), first.end()));
-  EXPECT_TRUE(load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options).from_cache);
-
-  // Another max_sentence_tokens: another cache entry, not a stale answer.
-  options.max_sentence_tokens = 8;
-  auto shorter = load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, options);
-  EXPECT_FALSE(shorter.from_cache);
-  EXPECT_GT(shorter.stats.too_long, 0);
-}
-
-TEST(CorpusCache, InvalidatedWhenTheTokenizerChanges) {
-  TempDir dir;
-  const Tokenizer& tok = sample_tokenizer();
-  VocabTrainingOptions o;
-  o.inputs = {sample_de(), sample_en()};
-  o.model_prefix = dir.file("other");
-  o.vocab_size = 250;
-  train_bpe_vocab(o);
-  Tokenizer other = Tokenizer::load(dir.file("other.model"));
-  CorpusOptions options;
-  options.cache_dir = dir.file("cache");
-  load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  auto with_other = load_parallel_corpus(sample_de(), sample_en(), tok, other, options);
-  EXPECT_FALSE(with_other.from_cache);
-  auto direct = load_parallel_corpus(sample_de(), sample_en(), tok, other, {});
-  expect_same(with_other, direct);
-}
-
-TEST(CorpusCache, CorruptCacheIsRebuilt) {
-  TempDir dir;
-  const Tokenizer& tok = sample_tokenizer();
-  CorpusOptions options;
-  options.cache_dir = dir.file("cache");
-  auto cold = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  const std::string path = corpus_cache_path(sample_de(), sample_en(), tok, tok, options);
-  std::string bytes = test::read_text(path);
-  test::write_text(path, bytes.substr(0, bytes.size() - 100));  // truncated
-  auto rebuilt = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  EXPECT_FALSE(rebuilt.from_cache);
-  expect_same(cold, rebuilt);
-  test::write_text(path, std::string("TMTCORPUS\0", 10) + std::string(200, '\x07'));  // right magic, wrong version
-  EXPECT_FALSE(load_parallel_corpus(sample_de(), sample_en(), tok, tok, options).from_cache);
-  EXPECT_TRUE(load_parallel_corpus(sample_de(), sample_en(), tok, tok, options).from_cache);
-  bytes = test::read_text(path);
-  bytes[bytes.size() / 2] ^= 0x01;  // one flipped bit in the ids: caught by the checksum
-  test::write_text(path, bytes);
-  auto flipped = load_parallel_corpus(sample_de(), sample_en(), tok, tok, options);
-  EXPECT_FALSE(flipped.from_cache);
-  expect_same(cold, flipped);
 }
 
 }  // namespace

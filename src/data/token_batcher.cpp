@@ -3,8 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "torchmt/data/special_ids.h"
@@ -25,106 +27,265 @@ struct SplitMix64 {
   }
 };
 
+uint64_t mix64(uint64_t x) { return SplitMix64{x}.next(); }
+
+// A keyed bijection of [0, n) without a table (a 4-round Feistel network on the next even
+// number of bits, cycle-walking back into range), so a 30 M-pair epoch needs no 240 MB permutation.
+class KeyedPermutation {
+ public:
+  KeyedPermutation(int64_t n, uint64_t key) : n_(static_cast<uint64_t>(n)), key_(key) {
+    int bits = 2;
+    while ((uint64_t{1} << bits) < n_) bits += 2;
+    half_ = bits / 2;
+    mask_ = (uint64_t{1} << half_) - 1;
+  }
+  int64_t operator()(int64_t i) const {
+    uint64_t x = static_cast<uint64_t>(i);
+    do x = encrypt(x);
+    while (x >= n_);
+    return static_cast<int64_t>(x);
+  }
+
+ private:
+  uint64_t encrypt(uint64_t x) const {
+    uint64_t left = x >> half_, right = x & mask_;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t f = mix64(key_ ^ (round << 56) ^ right) & mask_;
+      const uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    return (left << half_) | right;
+  }
+  uint64_t n_, key_, mask_ = 0;
+  int half_ = 1;
+};
+
+// Draws per epoch from each corpus: its size, or its weight's share of all pairs (largest
+// remainder, so the shares add up exactly).
+std::vector<int64_t> draws_per_epoch(const std::vector<CorpusShare>& corpora) {
+  int64_t total = 0;
+  double weights = 0;
+  bool weighted = false;
+  for (const auto& c : corpora) {
+    if (c.source == nullptr) throw std::invalid_argument("corpus '" + c.name + "' has no source");
+    if (!(c.weight >= 0) || !std::isfinite(c.weight))
+      throw std::invalid_argument("corpus '" + c.name + "': weight must be a finite number >= 0");
+    total += c.source->size();
+    weights += c.weight;
+    weighted = weighted || c.weight > 0;
+  }
+  std::vector<int64_t> draws;
+  if (!weighted) {
+    for (const auto& c : corpora) draws.push_back(c.source->size());
+    return draws;
+  }
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t assigned = 0;
+  for (size_t k = 0; k < corpora.size(); ++k) {
+    if (corpora[k].weight <= 0)
+      throw std::invalid_argument("corpus '" + corpora[k].name + "': give every corpus a weight > 0, or none");
+    if (corpora[k].source->size() == 0)
+      throw std::invalid_argument("corpus '" + corpora[k].name + "' has a weight but no pairs");
+    const double exact = static_cast<double>(total) * corpora[k].weight / weights;
+    draws.push_back(static_cast<int64_t>(std::floor(exact)));
+    assigned += draws.back();
+    remainders.emplace_back(exact - std::floor(exact), k);
+  }
+  std::sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (size_t i = 0; assigned < total; ++i, ++assigned) ++draws[remainders[i % remainders.size()].second];
+  return draws;
+}
+
 }  // namespace
 
-TokenBatcher::TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options)
-    : corpus_(&corpus), options_(options) {
-  if (options_.batch_tokens <= 0) throw std::invalid_argument("batch_tokens must be positive");
-  const auto& pairs = corpus.pairs;
-  // Row lengths in the tensors: src carries eos, tgt_in/tgt_out carry bos/eos.
-  auto src_len = [&](int32_t i) { return static_cast<int64_t>(pairs[static_cast<size_t>(i)].src.size()) + 1; };
-  auto tgt_len = [&](int32_t i) { return static_cast<int64_t>(pairs[static_cast<size_t>(i)].tgt.size()) + 1; };
+TokenBatcher::TokenBatcher(const PairSource& corpus, BatcherOptions options)
+    : TokenBatcher(std::vector<CorpusShare>{{&corpus, 0, "train"}}, options) {}
 
-  // Length order (src, then tgt, then position as the tie-break, so the order is total):
+TokenBatcher::TokenBatcher(std::vector<CorpusShare> corpora, BatcherOptions options)
+    : corpora_(std::move(corpora)), options_(options) {
+  if (options_.batch_tokens <= 0) throw std::invalid_argument("batch_tokens must be positive");
+  if (options_.window_pairs < 0) throw std::invalid_argument("window_pairs must be >= 0");
+  if (corpora_.empty()) throw std::invalid_argument("no corpora to batch");
+  draws_ = draws_per_epoch(corpora_);
+  int64_t base = 0;
+  for (const auto& c : corpora_) {
+    bases_.push_back(base);
+    base += c.source->size();
+  }
+  const int64_t per_epoch = std::accumulate(draws_.begin(), draws_.end(), int64_t{0});
+  if (options_.window_pairs > 0 && per_epoch > options_.window_pairs)
+    windows_per_epoch_ = (per_epoch + options_.window_pairs - 1) / options_.window_pairs;
+  counting_epoch1_ = true;  // epoch 1's windows give the padding and oversized figures
+  count_epoch(1);
+  counting_epoch1_ = false;
+  seek(1, 0);
+}
+
+int64_t TokenBatcher::corpus_of(int64_t id) const {
+  return static_cast<int64_t>(std::upper_bound(bases_.begin(), bases_.end(), id) - bases_.begin()) - 1;
+}
+
+int64_t TokenBatcher::src_length(int64_t id) const {
+  const auto k = static_cast<size_t>(corpus_of(id));
+  return corpora_[k].source->src_length(id - bases_[k]) + 1;  // + eos
+}
+
+int64_t TokenBatcher::tgt_length(int64_t id) const {
+  const auto k = static_cast<size_t>(corpus_of(id));
+  return corpora_[k].source->tgt_length(id - bases_[k]) + 1;  // + bos / eos
+}
+
+TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) {
+  Window win;
+  win.epoch = epoch;
+  win.index = w;
+  // Corpus k's draws form an endless stream: draw j is pair perm_{j / N}(j % N), a fresh
+  // permutation per pass; epoch e takes draws [(e - 1) q, e q), window w its w-th slice.
+  for (size_t k = 0; k < corpora_.size(); ++k) {
+    const int64_t n = corpora_[k].source->size(), q = draws_[k];
+    if (n == 0) continue;
+    const int64_t begin = (epoch - 1) * q + w * q / windows_per_epoch_;
+    const int64_t end = (epoch - 1) * q + (w + 1) * q / windows_per_epoch_;
+    int64_t pass = -1;
+    std::optional<KeyedPermutation> perm;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t position = j % n;
+      if (!options_.shuffle) {
+        win.members.push_back(bases_[k] + position);
+        continue;
+      }
+      if (j / n != pass) {
+        pass = j / n;
+        perm.emplace(n, mix64(options_.seed ^ mix64((static_cast<uint64_t>(k) << 32) ^ static_cast<uint64_t>(pass))));
+      }
+      win.members.push_back(bases_[k] + (*perm)(position));
+    }
+  }
+  // Length order (src, then tgt, then id as the tie-break, so the order is total):
   // neighbours have near-equal lengths on both sides, which keeps padding low.
-  std::vector<int32_t> order(pairs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    int64_t sa = src_len(a), sb = src_len(b);
-    if (sa != sb) return sa < sb;
-    int64_t ta = tgt_len(a), tb = tgt_len(b);
-    if (ta != tb) return ta < tb;
-    return a < b;
-  });
+  struct Keyed {
+    uint64_t lengths;
+    int64_t id;
+  };
+  std::vector<Keyed> keyed(win.members.size());
+  for (size_t i = 0; i < keyed.size(); ++i) {
+    const int64_t id = win.members[i];
+    keyed[i] = {static_cast<uint64_t>(src_length(id)) << 32 | static_cast<uint64_t>(tgt_length(id)), id};
+  }
+  std::sort(keyed.begin(), keyed.end(),
+            [](const Keyed& a, const Keyed& b) { return a.lengths != b.lengths ? a.lengths < b.lengths : a.id < b.id; });
 
   // Greedy cut: a batch grows while rows * (max_src + max_tgt) stays within the budget.
-  std::vector<int32_t> current;
-  int64_t max_s = 0, max_t = 0, real = 0;
-  auto close = [&]() {
-    if (current.empty()) return;
-    padded_positions_ += static_cast<int64_t>(current.size()) * (max_s + max_t);
-    real_tokens_ += real;
-    batches_.push_back(std::move(current));
-    current.clear();
-    max_s = max_t = real = 0;
+  int64_t rows = 0, max_s = 0, max_t = 0, real = 0;
+  auto close = [&](size_t end) {
+    if (rows == 0) return;
+    if (counting_epoch1_) {
+      padded_positions_ += rows * (max_s + max_t);
+      real_tokens_ += real;
+    }
+    win.starts.push_back(static_cast<int64_t>(end));
+    rows = max_s = max_t = real = 0;
   };
-  for (int32_t i : order) {
-    const int64_t s = src_len(i), t = tgt_len(i);
-    const int64_t rows = static_cast<int64_t>(current.size()) + 1;
-    if (!current.empty() && rows * (std::max(max_s, s) + std::max(max_t, t)) > options_.batch_tokens) close();
+  win.starts.push_back(0);
+  for (size_t i = 0; i < keyed.size(); ++i) {
+    const int64_t s = static_cast<int64_t>(keyed[i].lengths >> 32), t = static_cast<int64_t>(keyed[i].lengths & 0xFFFFFFFF);
+    win.members[i] = keyed[i].id;
+    if (rows > 0 && (rows + 1) * (std::max(max_s, s) + std::max(max_t, t)) > options_.batch_tokens) close(i);
     if (s + t > options_.batch_tokens) {
       // Over the budget on its own: a batch of one rather than a silently dropped pair.
-      ++oversized_pairs_;
-      close();
+      if (counting_epoch1_) ++oversized_pairs_;
+      close(i);
     }
-    current.push_back(i);
+    ++rows;
     max_s = std::max(max_s, s);
     max_t = std::max(max_t, t);
     real += s + t;
-    if (s + t > options_.batch_tokens) close();
+    if (s + t > options_.batch_tokens) close(i + 1);
   }
-  close();
-  order_ = epoch_order(epoch_);
+  close(keyed.size());
+  const auto batches = static_cast<int64_t>(win.starts.size()) - 1;
+  win.order.resize(static_cast<size_t>(batches));
+  std::iota(win.order.begin(), win.order.end(), int64_t{0});
+  if (options_.shuffle) {
+    // The state depends on (seed, epoch, window) only: seek() can rebuild any window's order.
+    SplitMix64 rng{options_.seed * 0xD1B54A32D192ED03ULL + static_cast<uint64_t>(epoch) +
+                   static_cast<uint64_t>(w) * 0x9E3779B97F4A7C15ULL};
+    for (size_t i = win.order.size(); i > 1; --i) {
+      const size_t j = static_cast<size_t>(rng.next() % i);  // modulo bias ~ i / 2^64: irrelevant
+      std::swap(win.order[i - 1], win.order[j]);
+    }
+  }
+  for (const auto& c : corpora_) c.source->release_pages();
+  return win;
 }
 
-std::vector<int64_t> TokenBatcher::epoch_order(int64_t epoch) const {
-  std::vector<int64_t> order(batches_.size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  if (!options_.shuffle) return order;
-  // The state depends on (seed, epoch) only: seek() can rebuild any epoch's order.
-  SplitMix64 rng{options_.seed * 0xD1B54A32D192ED03ULL + static_cast<uint64_t>(epoch)};
-  for (size_t i = order.size(); i > 1; --i) {
-    size_t j = static_cast<size_t>(rng.next() % i);  // modulo bias ~ i / 2^64: irrelevant
-    std::swap(order[i - 1], order[j]);
+void TokenBatcher::count_epoch(int64_t epoch) {
+  if (counted_epoch_ == epoch) return;
+  window_batches_.clear();
+  epoch_batches_ = 0;
+  for (int64_t w = 0; w < windows_per_epoch_; ++w) {
+    Window win = build_window(epoch, w);
+    window_batches_.push_back(static_cast<int64_t>(win.order.size()));
+    epoch_batches_ += window_batches_.back();
+    if (windows_per_epoch_ == 1) current_ = std::move(win);  // the one window: keep it
   }
-  return order;
+  counted_epoch_ = epoch;
+}
+
+void TokenBatcher::load_window(int64_t w) {
+  if (current_.epoch == epoch_ && current_.index == w) return;
+  current_ = build_window(epoch_, w);
 }
 
 void TokenBatcher::seek(int64_t epoch, int64_t batch_index) {
   if (epoch < 1) throw std::invalid_argument("epoch is 1-based, got " + std::to_string(epoch));
-  if (batch_index < 0 || batch_index > batches_per_epoch()) {
+  count_epoch(epoch);
+  if (batch_index < 0 || batch_index > epoch_batches_) {
     throw std::invalid_argument("batch index " + std::to_string(batch_index) + " outside an epoch of " +
-                                std::to_string(batches_per_epoch()) + " batches");
+                                std::to_string(epoch_batches_) + " batches");
   }
-  if (batch_index == batches_per_epoch() && batch_index > 0) {
+  if (batch_index == epoch_batches_ && batch_index > 0) {
     ++epoch;
     batch_index = 0;
+    count_epoch(epoch);
   }
-  if (epoch != epoch_) order_ = epoch_order(epoch);
   epoch_ = epoch;
   batch_index_ = batch_index;
+  window_ = 0;
+  in_window_ = batch_index;
+  while (window_ + 1 < windows_per_epoch_ && in_window_ >= window_batches_[static_cast<size_t>(window_)])
+    in_window_ -= window_batches_[static_cast<size_t>(window_++)];
 }
 
 void TokenBatcher::skip() {
-  if (batches_.empty()) throw std::runtime_error("no batches: the corpus has no pairs");
-  if (++batch_index_ == batches_per_epoch()) {
-    ++epoch_;
-    batch_index_ = 0;
-    order_ = epoch_order(epoch_);
+  if (epoch_batches_ == 0) throw std::runtime_error("no batches: the corpus has no pairs");
+  ++batch_index_;
+  ++in_window_;
+  if (batch_index_ == epoch_batches_) {
+    seek(epoch_ + 1, 0);
+    return;
+  }
+  while (in_window_ >= window_batches_[static_cast<size_t>(window_)]) {
+    in_window_ -= window_batches_[static_cast<size_t>(window_)];
+    ++window_;
   }
 }
 
 Batch TokenBatcher::next(const c10::Device& device) {
-  if (batches_.empty()) throw std::runtime_error("no batches: the corpus has no pairs");
-  const auto& members = batches_[static_cast<size_t>(order_[static_cast<size_t>(batch_index_)])];
+  if (epoch_batches_ == 0) throw std::runtime_error("no batches: the corpus has no pairs");
+  load_window(window_);
+  const int64_t b = current_.order[static_cast<size_t>(in_window_)];
+  const int64_t first = current_.starts[static_cast<size_t>(b)], last = current_.starts[static_cast<size_t>(b) + 1];
   skip();
 
-  const auto& pairs = corpus_->pairs;
-  const int64_t rows = static_cast<int64_t>(members.size());
+  const int64_t rows = last - first;
   int64_t S = 0, T = 0;
-  for (int32_t i : members) {
-    S = std::max<int64_t>(S, static_cast<int64_t>(pairs[static_cast<size_t>(i)].src.size()) + 1);
-    T = std::max<int64_t>(T, static_cast<int64_t>(pairs[static_cast<size_t>(i)].tgt.size()) + 1);
+  for (int64_t r = first; r < last; ++r) {
+    S = std::max(S, src_length(current_.members[static_cast<size_t>(r)]));
+    T = std::max(T, tgt_length(current_.members[static_cast<size_t>(r)]));
   }
   // Host tensors in page-locked memory when the batch goes to a GPU, so the copy below can
   // run asynchronously; plain memory otherwise (pinning needs a CUDA runtime).
@@ -137,21 +298,27 @@ Batch TokenBatcher::next(const c10::Device& device) {
   int64_t* src = batch.src.data_ptr<int64_t>();
   int64_t* tgt_in = batch.tgt_in.data_ptr<int64_t>();
   int64_t* tgt_out = batch.tgt_out.data_ptr<int64_t>();
-  batch.indices.reserve(members.size());
+  batch.indices.reserve(static_cast<size_t>(rows));
+  batch.corpus_rows.assign(corpora_.size(), 0);
   for (int64_t r = 0; r < rows; ++r) {
-    const auto& p = pairs[static_cast<size_t>(members[static_cast<size_t>(r)])];
-    batch.indices.push_back(p.index);
+    const int64_t id = current_.members[static_cast<size_t>(first + r)];
+    const auto k = static_cast<size_t>(corpus_of(id));
+    const PairSource& source = *corpora_[k].source;
+    const int64_t i = id - bases_[k];
+    const int64_t s_len = source.src_length(i), t_len = source.tgt_length(i);
+    batch.indices.push_back(source.line(i));
+    ++batch.corpus_rows[k];
     int64_t* s = src + r * S;
-    std::copy(p.src.begin(), p.src.end(), s);
-    s[p.src.size()] = kEosId;
+    source.copy_src(i, s);
+    s[s_len] = kEosId;
     int64_t* ti = tgt_in + r * T;
     int64_t* to = tgt_out + r * T;
     ti[0] = kBosId;
-    std::copy(p.tgt.begin(), p.tgt.end(), ti + 1);
-    std::copy(p.tgt.begin(), p.tgt.end(), to);
-    to[p.tgt.size()] = kEosId;
-    batch.src_tokens += static_cast<int64_t>(p.src.size()) + 1;
-    batch.tgt_tokens += static_cast<int64_t>(p.tgt.size()) + 1;
+    source.copy_tgt(i, to);
+    std::copy(to, to + t_len, ti + 1);
+    to[t_len] = kEosId;
+    batch.src_tokens += s_len + 1;
+    batch.tgt_tokens += t_len + 1;
   }
   if (device.type() != c10::DeviceType::CPU) {
     batch.src = batch.src.to(device, /*non_blocking=*/pin);
@@ -159,6 +326,24 @@ Batch TokenBatcher::next(const c10::Device& device) {
     batch.tgt_out = batch.tgt_out.to(device, /*non_blocking=*/pin);
   }
   return batch;
+}
+
+std::vector<int64_t> TokenBatcher::drawn_pairs(int64_t epoch, int64_t batch_index) {
+  const int64_t saved_epoch = epoch_, saved_index = batch_index_;
+  seek(epoch, batch_index);
+  std::vector<int64_t> drawn(corpora_.size());
+  for (size_t k = 0; k < corpora_.size(); ++k)
+    drawn[k] = (epoch_ - 1) * draws_[k] + window_ * draws_[k] / windows_per_epoch_;
+  if (in_window_ > 0) {
+    load_window(window_);
+    for (int64_t i = 0; i < in_window_; ++i) {
+      const auto b = static_cast<size_t>(current_.order[static_cast<size_t>(i)]);
+      for (int64_t r = current_.starts[b]; r < current_.starts[b + 1]; ++r)
+        ++drawn[static_cast<size_t>(corpus_of(current_.members[static_cast<size_t>(r)]))];
+    }
+  }
+  seek(saved_epoch, saved_index);
+  return drawn;
 }
 
 double TokenBatcher::padding_fraction() const {

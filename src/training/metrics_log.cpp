@@ -11,7 +11,7 @@
 namespace torchmt {
 namespace {
 
-constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds,lr,ema_bleu,avg_bleu";
+constexpr const char* kHeader = "step,epoch,train_loss,valid_loss,valid_ppl,valid_bleu,tokens_per_sec,wall_seconds,lr,ema_bleu,avg_bleu,corpus_pairs";
 
 std::string fmt(double v, int precision = 4) {
   char buf[64];
@@ -119,6 +119,7 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resume_step)
     } catch (const std::exception&) {
       continue;  // a damaged row: the history loses it, the run goes on
     }
+    if (f.size() > 11) rec.corpus_pairs = f[11];
     if (rec.step <= resume_step) records_.push_back(rec);
   }
 }
@@ -130,7 +131,7 @@ void MetricsLog::add(const ValidationRecord& record) {
   for (const auto& r : records_) {
     csv << r.step << "," << r.epoch << "," << fmt(r.train_loss) << "," << fmt(r.valid_loss) << "," << fmt(r.valid_ppl)
         << "," << fmt(r.valid_bleu, 2) << "," << fmt(r.tokens_per_sec, 0) << "," << fmt(r.wall_seconds, 1) << "," << lr_text(r.lr) << ","
-        << optional_bleu(r.ema_bleu) << "," << optional_bleu(r.avg_bleu) << "\n";
+        << optional_bleu(r.ema_bleu) << "," << optional_bleu(r.avg_bleu) << "," << r.corpus_pairs << "\n";
   }
   atomic_write(csv_path_, csv.str());
   atomic_write(svg_path_, render_curves_svg(records_));

@@ -14,6 +14,13 @@ const OptionTable<TrainOptions>& train_option_table() {
   static const auto table = OptionTable<O>("training")
       .add("train_src", &O::train_src, "training source file (plain or .gz)", data)
       .add("train_tgt", &O::train_tgt, "training target file", data)
+      .add("train_data", &O::train_data,
+           "instead of --train-src/--train-tgt: a dataset from `torchmt preprocess`, or a YAML file listing corpora "
+           "({name, src, tgt | data, weight}) to mix",
+           data)
+      .add("shuffle_window", &O::shuffle_window,
+           "pairs shuffled, then sorted by length and batched together (0 = the whole epoch; memory grows with it)",
+           data)
       .add("valid_src", &O::valid_src, "validation source file", data)
       .add("valid_tgt", &O::valid_tgt, "validation target file", data)
       .add("spm", &O::spm, "existing joint SentencePiece model (default: train one into the run directory)", data)
@@ -105,7 +112,11 @@ void TrainOptions::validate() const {
   auto require = [](bool ok, const std::string& msg) {
     if (!ok) throw std::invalid_argument(msg);
   };
-  require(!train_src.empty() && !train_tgt.empty(), "--train-src and --train-tgt are required");
+  require(train_src.empty() == train_tgt.empty(), "--train-src and --train-tgt go together");
+  require(train_src.empty() != train_data.empty(),
+          train_data.empty() ? "give the training data: --train-src and --train-tgt, or --train-data"
+                             : "give --train-data or --train-src/--train-tgt, not both");
+  require(shuffle_window >= 0, "--shuffle-window must be >= 0");
   require(valid_src.empty() == valid_tgt.empty(), "--valid-src and --valid-tgt go together");
   require(vocab_size >= 16, "--vocab-size must be at least 16");
   require(batch_tokens > 0, "--batch-tokens must be positive");

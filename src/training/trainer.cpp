@@ -30,6 +30,7 @@
 #include "torchmt/training/metrics_log.h"
 #include "torchmt/training/process_group.h"
 #include "torchmt/training/stop_criteria.h"
+#include "torchmt/training/training_corpora.h"
 #include "torchmt/training/training_step.h"
 #include "torchmt/training/validator.h"
 #include "torchmt/util/device.h"
@@ -37,6 +38,7 @@
 #include "torchmt/util/file_lock.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/stop_signals.h"
+#include "torchmt/util/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -111,11 +113,13 @@ class Progress {
 // The joint BPE model: the given one, or one trained into the run directory (once).
 std::string ensure_tokenizer(const TrainOptions& o, Progress& progress) {
   if (!o.spm.empty()) return o.spm;
+  const std::vector<CorpusSpec> specs = corpus_specs(o);
+  if (std::string given = dataset_tokenizer(specs); !given.empty()) return given;  // the one its ids belong to
   const std::string path = o.out + "/spm.model";
   if (fs::exists(path)) return path;
   progress.line("training a joint " + std::to_string(o.vocab_size) + " BPE vocabulary -> " + path);
   VocabTrainingOptions v;
-  v.inputs = {o.train_src, o.train_tgt};
+  for (const auto& spec : specs) v.inputs.insert(v.inputs.end(), {spec.src, spec.tgt});
   v.model_prefix = o.out + "/spm";
   v.vocab_size = static_cast<int>(o.vocab_size);
   v.seed = static_cast<uint32_t>(o.seed);
@@ -132,7 +136,10 @@ Tokenizer shared_tokenizer(const TrainOptions& o, Progress& progress, ProcessGro
     proto = Tokenizer::load(path).serialized();
   }
   if (group != nullptr) group->broadcast_bytes(proto, 0);
-  if (group != nullptr && group->rank() != 0) path = o.spm.empty() ? o.out + "/spm.model" : o.spm;
+  if (group != nullptr && group->rank() != 0) {
+    const std::string given = o.spm.empty() ? dataset_tokenizer(corpus_specs(o)) : o.spm;
+    path = given.empty() ? o.out + "/spm.model" : given;
+  }
   return Tokenizer::from_serialized(proto);
 }
 
@@ -221,12 +228,12 @@ class TrainingRun {
   CheckpointManager checkpoints_;
   std::string spm_path_;
   Tokenizer tokenizer_;
-  EncodedCorpus train_;
+  std::unique_ptr<TrainingCorpora> corpora_;
   std::optional<Validator> validator_;
   ModelConfig model_config_;
   Transformer model_{nullptr};
   std::unique_ptr<AdamOptimizer> optimizer_;
-  std::unique_ptr<TokenBatcher> batcher_;  // points into train_
+  std::unique_ptr<TokenBatcher> batcher_;  // points into corpora_
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<ExponentialMovingAverage> ema_;  // --ema-decay; its tensors live in the optimizer state
@@ -257,18 +264,20 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
   if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d " + group_->backend() + ", " +
                              env_.master_addr + ":" + std::to_string(env_.master_port) + ")");
-  // Corpora (encoded once, then cached next to the run: rank 0 first, the others read its cache
-  // when they share the disk).
+  // Corpora: text is preprocessed into the run's cache once (rank 0 first, the others read it
+  // when they share the disk); datasets are mapped.
   CorpusOptions corpus_options;
   corpus_options.max_sentence_tokens = o.max_sentence_tokens;
-  corpus_options.cache_dir = o.out + "/cache";
   const auto t0 = Clock::now();
   if (!rank0_) wait_for_rank0();
-  train_ = load_parallel_corpus(o.train_src, o.train_tgt, tokenizer_, tokenizer_, corpus_options);
+  PreprocessOptions preprocess;
+  preprocess.corpus = corpus_options;
+  corpora_ = std::make_unique<TrainingCorpora>(corpus_specs(o), tokenizer_, o.out + "/cache", preprocess,
+                                               [this](const std::string& text) { progress_.line(text); });
   if (rank0_) wait_for_rank0();
-  progress_.line("train: " + train_.stats.summary() + (train_.from_cache ? " (cached)" : "") + " in " +
+  progress_.line("train: " + with_thousands(corpora_->pairs()) + " pairs ready in " +
                  std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
-  if (train_.pairs.empty()) throw std::runtime_error("no training pairs left after filtering " + o.train_src);
+  if (corpora_->pairs() == 0) throw std::runtime_error("no training pairs left after filtering");
 
   // Model, optimiser, batches.
   model_config_ = build_model_config(o, tokenizer_.vocab_size(), true);
@@ -281,12 +290,13 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   BatcherOptions batcher_options;
   batcher_options.batch_tokens = o.batch_tokens;
   batcher_options.seed = o.seed;
-  batcher_ = std::make_unique<TokenBatcher>(train_, batcher_options);
+  batcher_options.window_pairs = o.shuffle_window;
+  batcher_ = std::make_unique<TokenBatcher>(corpora_->shares(), batcher_options);
   if (o.dtype == "auto") {
     // Rank 0 measures (on the first batches of a batcher of its own) and every rank follows.
     std::string reason;
     if (rank0_) {
-      TokenBatcher probe_batches(train_, batcher_options);
+      TokenBatcher probe_batches(corpora_->shares(), batcher_options);
       std::vector<Batch> sample;
       for (int64_t i = 0; i < std::min<int64_t>(4, probe_batches.batches_per_epoch()); ++i)
         sample.push_back(probe_batches.next(device_));
@@ -378,8 +388,13 @@ TrainingRun::TrainingRun(const TrainOptions& o)
                          "/config.yaml); the last line is its checksum: delete it after editing by hand\n" +
                          meta_.train_config));
   progress_.line("model " + o.preset + ": " + std::to_string(count_parameters(model_)) + " parameters, " +
-                 std::to_string(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
-                 std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%), device " + device_.str() +
+                 with_thousands(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
+                 std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%" +
+                 (batcher_->windows_per_epoch() > 1
+                      ? ", " + std::to_string(batcher_->windows_per_epoch()) + " windows of " +
+                            with_thousands(o.shuffle_window) + " pairs"
+                      : std::string()) +
+                 "), device " + device_.str() +
                  ", " + dtype_name(dtype_) + ", " + std::to_string(torch::get_num_threads()) + " threads");
   if (group_)
     progress_.line("gradient all-reduce: " + std::to_string(reducer_->bytes() / 1024) + " KiB per update in " +
@@ -453,7 +468,10 @@ void TrainingRun::validate_and_save(bool validate) {
     rec.lr = last_lr_;
     if (ema_scores) rec.ema_bleu = ema_scores->bleu;
     if (top_scores) rec.avg_bleu = top_scores->bleu;
+    const std::vector<int64_t> drawn = batcher_->drawn_pairs(position_.epoch, position_.batch_index);
+    rec.corpus_pairs = corpora_->counts_field(drawn);
     metrics_->add(rec);
+    if (corpora_->specs().size() > 1) progress_.line("corpora drawn so far: " + corpora_->counts_text(drawn));
     summary_.last_bleu = scores.bleu;
     summary_.last_valid_loss = scores.loss;
     char buf[320];

@@ -1,16 +1,24 @@
-// bench_data: the data layer's costs on Multi30k (tools/get_data.sh first).
-//   time to train the joint 8k BPE vocabulary on train.{de,en}
-//   time to encode + batch the 29,000 training pairs, cold and from the cache
-//   padding fraction of the --batch-tokens batches, and the kept/skipped summary
+// bench_data: the data layer's costs, on Multi30k (tools/get_data.sh first) or on any corpus:
+//   training the joint BPE vocabulary (Multi30k only, when no --spm is given)
+//   `preprocess`: pairs/s and bytes per token on disk
+//   opening the dataset (checksums verified), and building the batcher at each --windows size:
+//   its start-up time and the padding of its batches
+//   the batcher alone: target tokens/s of next() on the CPU, against 20x what an H100 trains
+//   `base` at (265,000 target tokens/s measured: the batcher must never be why a GPU waits)
+//   peak RSS of this process
+#include <sys/resource.h>
+
 #include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <thread>
 
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
-#include "torchmt/data/parallel_corpus.h"
+#include "torchmt/data/binary_dataset.h"
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/util/atomic_file.h"
@@ -21,42 +29,41 @@ using namespace torchmt;
 
 namespace {
 
+constexpr double kH100BaseTokensPerSecond = 265000;  // bench_train, base, bf16, H100 (tools/bench/README.md)
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-struct Run {
-  double load_s = 0, batch_s = 0;
-  EncodedCorpus corpus;
-  int64_t batches = 0;
-  double padding = 0;
-  int64_t oversized = 0;
-};
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
 
-// Loads (encoding or reading the cache) and cuts one epoch of batches into CPU tensors.
-Run encode_and_batch(const std::string& src, const std::string& tgt, const Tokenizer& tok,
-                     const CorpusOptions& corpus_options, int64_t batch_tokens) {
-  Run run;
-  auto start = std::chrono::steady_clock::now();
-  run.corpus = load_parallel_corpus(src, tgt, tok, tok, corpus_options);
-  run.load_s = seconds_since(start);
-  start = std::chrono::steady_clock::now();
-  TokenBatcher batcher(run.corpus, {batch_tokens, 1, true});
-  for (int64_t i = 0; i < batcher.batches_per_epoch(); ++i) batcher.next(torch::kCPU);
-  run.batch_s = seconds_since(start);
-  run.batches = batcher.batches_per_epoch();
-  run.padding = batcher.padding_fraction();
-  run.oversized = batcher.oversized_pairs();
-  return run;
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  cxxopts::Options options("bench_data", "Vocabulary, encoding and batching costs on Multi30k.");
-  options.add_options()("data-dir", "Multi30k directory", cxxopts::value<std::string>()->default_value("data/multi30k"))(
-      "vocab-size", "joint BPE pieces", cxxopts::value<int>()->default_value("8000"))(
-      "batch-tokens", "rows x (source + target) tokens per batch, padding included", cxxopts::value<int64_t>()->default_value("4096"))(
+  cxxopts::Options options("bench_data", "Preprocessing, dataset and batching costs.");
+  options.add_options()("data-dir", "Multi30k directory (when no --src/--dataset)",
+                        cxxopts::value<std::string>()->default_value("data/multi30k"))(
+      "src", "source text to preprocess (with --tgt and --spm)", cxxopts::value<std::string>()->default_value(""))(
+      "tgt", "target text", cxxopts::value<std::string>()->default_value(""))(
+      "spm", "SentencePiece model for --src/--tgt", cxxopts::value<std::string>()->default_value(""))(
+      "dataset", "an existing dataset directory (skips preprocessing)", cxxopts::value<std::string>()->default_value(""))(
+      "vocab-size", "joint BPE pieces (Multi30k)", cxxopts::value<int>()->default_value("8000"))(
+      "batch-tokens", "rows x (source + target) tokens per batch, padding included",
+      cxxopts::value<int64_t>()->default_value("4096"))(
+      "windows", "batcher windows to compare (pairs; 0 = one global sort)",
+      cxxopts::value<std::string>()->default_value("0,65536,262144,1048576"))(
+      "batches", "batches timed for the throughput figure", cxxopts::value<int64_t>()->default_value("3000"))(
       "max-sentence-tokens", "longest side kept, in tokens", cxxopts::value<int64_t>()->default_value("256"))(
       "work-dir", "scratch directory (removed first)",
       cxxopts::value<std::string>()->default_value((fs::temp_directory_path() / "torchmt_bench_data").string()))(
@@ -72,45 +79,73 @@ int main(int argc, char** argv) {
     std::cout << options.help() << "\n";
     return 0;
   }
-  const std::string dir = r["data-dir"].as<std::string>();
-  const std::string src = dir + "/train.de.gz", tgt = dir + "/train.en.gz";
   const fs::path work = r["work-dir"].as<std::string>();
   const int64_t batch_tokens = r["batch-tokens"].as<int64_t>();
   try {
-    if (!fs::exists(src) || !fs::exists(tgt)) {
-      throw std::runtime_error("'" + src + "' not found: run tools/get_data.sh first");
+    std::cout << std::fixed << std::setprecision(3) << "bench_data (" << std::thread::hardware_concurrency()
+              << " hardware threads)\n";
+    std::string dataset_dir = r["dataset"].as<std::string>();
+    if (dataset_dir.empty()) {
+      remove_tree(work.string());
+      fs::create_directories(work);
+      std::string src = r["src"].as<std::string>(), tgt = r["tgt"].as<std::string>(), spm = r["spm"].as<std::string>();
+      if (src.empty()) {
+        const std::string dir = r["data-dir"].as<std::string>();
+        src = dir + "/train.de.gz";
+        tgt = dir + "/train.en.gz";
+        if (!fs::exists(src) || !fs::exists(tgt)) throw std::runtime_error("'" + src + "' not found: run tools/get_data.sh first");
+      }
+      if (spm.empty()) {
+        VocabTrainingOptions vocab;
+        vocab.inputs = {src, tgt};
+        vocab.model_prefix = (work / "deen").string();
+        vocab.vocab_size = r["vocab-size"].as<int>();
+        const auto start = std::chrono::steady_clock::now();
+        train_bpe_vocab(vocab);
+        std::cout << "train joint BPE vocabulary (" << vocab.vocab_size << " pieces): " << seconds_since(start) << " s\n";
+        spm = vocab.model_prefix + ".model";
+      }
+      const Tokenizer tok = Tokenizer::load(spm);
+      PreprocessOptions preprocess;
+      preprocess.corpus.max_sentence_tokens = r["max-sentence-tokens"].as<int64_t>();
+      dataset_dir = (work / "dataset").string();
+      const auto start = std::chrono::steady_clock::now();
+      const DatasetManifest m = preprocess_corpus(src, tgt, tok, dataset_dir, preprocess);
+      const double s = seconds_since(start);
+      uint64_t bytes = 0;
+      for (const auto& f : m.files) bytes += f.bytes;
+      std::cout << "preprocess " << with_thousands(m.stats.total) << " pairs: " << s << " s, "
+                << std::setprecision(0) << static_cast<double>(m.stats.total) / s << " pairs/s; "
+                << std::setprecision(1) << static_cast<double>(bytes) / 1e6 << " MB, " << std::setprecision(2)
+                << static_cast<double>(bytes) / static_cast<double>(m.src_tokens + m.tgt_tokens)
+                << " bytes per token on disk; " << m.stats.summary() << "\n";
     }
-    remove_tree(work.string());
-    fs::create_directories(work);
-    std::cout << std::fixed << std::setprecision(3) << "bench_data on " << src << " + " << tgt << " ("
-              << std::thread::hardware_concurrency() << " hardware threads)\n";
-
-    VocabTrainingOptions vocab;
-    vocab.inputs = {src, tgt};
-    vocab.model_prefix = (work / "deen").string();
-    vocab.vocab_size = r["vocab-size"].as<int>();
     auto start = std::chrono::steady_clock::now();
-    train_bpe_vocab(vocab);
-    const double vocab_s = seconds_since(start);
-    Tokenizer tok = Tokenizer::load(vocab.model_prefix + ".model");
-    std::cout << "train joint BPE vocabulary (" << tok.vocab_size() << " pieces): " << vocab_s << " s\n";
-
-    CorpusOptions corpus_options;
-    corpus_options.max_sentence_tokens = r["max-sentence-tokens"].as<int64_t>();
-    corpus_options.cache_dir = (work / "cache").string();
-    Run cold = encode_and_batch(src, tgt, tok, corpus_options, batch_tokens);
-    Run warm = encode_and_batch(src, tgt, tok, corpus_options, batch_tokens);
-    if (!warm.corpus.from_cache) throw std::runtime_error("the second load did not come from the cache");
-    std::cout << "encode + batch " << with_thousands(cold.corpus.stats.total) << " pairs, cold:   " << cold.load_s
-              << " s encode + " << cold.batch_s << " s batch = " << cold.load_s + cold.batch_s << " s\n"
-              << "encode + batch " << with_thousands(warm.corpus.stats.total) << " pairs, cached: " << warm.load_s
-              << " s load   + " << warm.batch_s << " s batch = " << warm.load_s + warm.batch_s << " s\n"
-              << "cache file: " << fs::file_size(corpus_cache_path(src, tgt, tok, tok, corpus_options)) / 1024
-              << " KiB\n"
-              << "--batch-tokens " << batch_tokens << ": " << cold.batches << " batches per epoch, padding "
-              << std::setprecision(1) << 100.0 * cold.padding << "%, " << cold.oversized << " oversized pairs\n"
-              << cold.corpus.stats.summary() << " (max-sentence-tokens " << corpus_options.max_sentence_tokens << ")\n";
-    remove_tree(work.string());
+    auto dataset = BinaryDataset::open(dataset_dir);
+    std::cout << std::setprecision(3) << "open " << dataset_dir << " (" << with_thousands(dataset->size())
+              << " pairs, every checksum verified): " << seconds_since(start) << " s\n";
+    for (int64_t window : parse_list(r["windows"].as<std::string>())) {
+      BatcherOptions bo;
+      bo.batch_tokens = batch_tokens;
+      bo.window_pairs = window;
+      start = std::chrono::steady_clock::now();
+      TokenBatcher batcher(*dataset, bo);
+      const double build_s = seconds_since(start);
+      const int64_t n = std::min(r["batches"].as<int64_t>(), batcher.batches_per_epoch());
+      int64_t target_tokens = 0;
+      start = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < n; ++i) target_tokens += batcher.next(torch::kCPU).tgt_tokens;
+      const double next_s = seconds_since(start);
+      const double rate = static_cast<double>(target_tokens) / next_s;
+      std::cout << "window " << (window == 0 ? std::string("global") : with_thousands(window)) << ": "
+                << batcher.windows_per_epoch() << " window(s)/epoch, " << with_thousands(batcher.batches_per_epoch())
+                << " batches, padding " << std::setprecision(2) << 100.0 * batcher.padding_fraction()
+                << "%, start-up " << std::setprecision(3) << build_s << " s; next(): " << with_thousands(n)
+                << " batches, " << std::setprecision(0) << rate << " target tokens/s = " << std::setprecision(1)
+                << rate / kH100BaseTokensPerSecond << "x the H100's base training rate (goal >= 20x)\n";
+    }
+    std::cout << "peak RSS " << std::setprecision(0) << peak_rss_mb() << " MB\n";
+    if (r["dataset"].as<std::string>().empty()) remove_tree(work.string());
   } catch (const std::exception& e) {
     std::cerr << "bench_data: error: " << e.what() << "\n";
     return 1;

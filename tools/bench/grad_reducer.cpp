@@ -192,8 +192,6 @@ int main(int argc, char** argv) {
   const int rank = group.rank(), world = group.size();
   Tokenizer tok = Tokenizer::load(spm + ".model");
   CorpusOptions co;
-  co.cache_dir = work + "/rank" + std::to_string(rank);  // each its own cache file
-  fs::create_directories(co.cache_dir);
   auto corpus = load_parallel_corpus(src, tgt, tok, tok, co);
   BatcherOptions bo;
   bo.batch_tokens = r["batch-tokens"].as<int64_t>();

@@ -254,7 +254,6 @@ int main(int argc, char** argv) {
   }
   Tokenizer tok = Tokenizer::load(spm + ".model");
   CorpusOptions co;
-  co.cache_dir = work;
   auto corpus = load_parallel_corpus(src, tgt, tok, tok, co);
   BatcherOptions bo;
   bo.batch_tokens = r["batch-tokens"].as<int64_t>();

@@ -1,6 +1,7 @@
 #pragma once
-// Reading a sentence-aligned parallel corpus into token ids: strict about alignment,
-// explicit about what it skips, and cached so that a second run starts at once.
+// Reading a sentence-aligned parallel corpus into token ids: strict about alignment and
+// explicit about what it skips. In memory (validation sets, tests) here; corpora of any size
+// go through the binary dataset (binary_dataset.h), which encodes with the same encode_pairs().
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,6 +9,21 @@
 #include "torchmt/data/tokenizer.h"
 
 namespace torchmt {
+
+// What the batcher reads: pairs of token ids by position, without bos/eos.
+class PairSource {
+ public:
+  virtual ~PairSource() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t src_length(int64_t i) const = 0;
+  virtual int64_t tgt_length(int64_t i) const = 0;
+  // Writes the ids of pair i (src_length(i) / tgt_length(i) of them) to `out`.
+  virtual void copy_src(int64_t i, int64_t* out) const = 0;
+  virtual void copy_tgt(int64_t i, int64_t* out) const = 0;
+  virtual int64_t line(int64_t i) const = 0;  // 0-based line number in the original files
+  // A mapped corpus returns the pages it read to the page cache; in memory, nothing to do.
+  virtual void release_pages() const {}
+};
 
 struct EncodedPair {
   std::vector<int32_t> src, tgt;  // without bos/eos
@@ -18,33 +34,45 @@ struct CorpusStats {
   int64_t total = 0, kept = 0, too_long = 0, empty = 0, invalid_utf8 = 0;
   // "kept 28,962 of 29,000 pairs: 31 too long, 7 empty, 0 invalid UTF-8"
   std::string summary() const;
+  CorpusStats& operator+=(const CorpusStats& other);
 };
 
-struct EncodedCorpus {
+struct EncodedCorpus : PairSource {
   std::vector<EncodedPair> pairs;  // in file order
   CorpusStats stats;
-  bool from_cache = false;  // true when the cache answered
+
+  int64_t size() const override { return static_cast<int64_t>(pairs.size()); }
+  int64_t src_length(int64_t i) const override { return static_cast<int64_t>(at(i).src.size()); }
+  int64_t tgt_length(int64_t i) const override { return static_cast<int64_t>(at(i).tgt.size()); }
+  void copy_src(int64_t i, int64_t* out) const override;
+  void copy_tgt(int64_t i, int64_t* out) const override;
+  int64_t line(int64_t i) const override { return at(i).index; }
+
+ private:
+  const EncodedPair& at(int64_t i) const { return pairs[static_cast<size_t>(i)]; }
 };
 
 struct CorpusOptions {
   // A pair is skipped as too long when either side, with the eos/bos it carries in a
   // batch, exceeds this many tokens. Nothing is ever truncated.
   int64_t max_sentence_tokens = 256;
-  std::string cache_dir;  // empty = no cache
-  int num_threads = 0;    // encoding threads; 0: hardware concurrency
+  int num_threads = 0;  // encoding threads; 0: hardware concurrency
 };
 
+// Encodes lines[i] of both sides with all threads; pair i gets index first_line + i. Pairs with
+// invalid UTF-8 (either side), an empty side or a side over max_sentence_tokens are skipped and
+// counted. The one encoder of both the in-memory corpus and `torchmt preprocess`.
+EncodedCorpus encode_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt,
+                           int64_t first_line, const Tokenizer& src_tok, const Tokenizer& tgt_tok,
+                           const CorpusOptions& options);
+
 // Throws std::runtime_error with both file names and both line counts when the line counts
-// differ (before any encoding). Pairs with invalid UTF-8 (either side), an empty side or a
-// side over max_sentence_tokens are skipped and counted in `stats`.
-// With a cache_dir, the encoded corpus is stored there (binary, versioned) and reused while
-// both input files (path, size, content hash), both tokenizers (checksum) and max_sentence_tokens match.
+// differ (before any encoding); otherwise encode_pairs() of every line.
 EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::string& tgt_path,
                                    const Tokenizer& src_tok, const Tokenizer& tgt_tok, const CorpusOptions& options);
 
-// The cache file load_parallel_corpus uses for these inputs (whether or not it exists).
-std::string corpus_cache_path(const std::string& src_path, const std::string& tgt_path, const Tokenizer& src_tok,
-                              const Tokenizer& tgt_tok, const CorpusOptions& options);
-
+// "line counts differ: 'A' has N lines, 'B' has M (the files must be sentence-aligned)"
+std::string line_count_mismatch(const std::string& src_path, int64_t src_lines, const std::string& tgt_path,
+                                 int64_t tgt_lines);
 
 }  // namespace torchmt

@@ -1,9 +1,13 @@
 #pragma once
 // Token-budget batches in the style of fairseq's --max-tokens: pairs are sorted by length,
 // cut into batches whose padded size rows * (max_src + max_tgt) stays within the budget, and
-// the batches are shuffled once per epoch. The order is a function of (seed, epoch) only, so
-// a run resumed with seek() sees exactly the batches it would have seen.
+// the batches are shuffled. On a corpus larger than one window, an epoch is a random
+// permutation of the pairs cut into windows, each sorted and batched on its own (Marian's
+// --maxi-batch): memory follows the window, not the corpus. Several corpora are mixed in set
+// proportions. Everything is a function of (seed, epoch), so a run resumed with seek() sees
+// exactly the batches it would have seen.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,24 +22,38 @@ struct Batch {
   at::Tensor tgt_in;   // [B, T] int64: bos + y, padded
   at::Tensor tgt_out;  // [B, T] int64: y + eos, padded
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad counts (tgt_tokens counts tgt_out)
-  std::vector<int64_t> indices;            // EncodedPair::index of each row
+  std::vector<int64_t> indices;            // PairSource::line of each row (in its own corpus)
+  std::vector<int64_t> corpus_rows;        // rows from each corpus, in the batcher's corpus order
 };
 
 struct BatcherOptions {
   int64_t batch_tokens = 4096;  // rows * (S + T), padding included
   uint64_t seed = 1;
-  bool shuffle = true;  // false: batches in length order every epoch
+  bool shuffle = true;  // false: pairs in corpus order, batches in length order, every epoch
+  // Pairs sorted together; an epoch with more is cut into windows of at most this many.
+  // 0: the whole epoch is one window (a global sort).
+  int64_t window_pairs = 1 << 20;
+};
+
+// A corpus in a mix: `weight` is its share of the pairs drawn (weights are relative); when
+// every weight is 0, each corpus is drawn once per epoch (plain concatenation).
+struct CorpusShare {
+  const PairSource* source = nullptr;
+  double weight = 0;
+  std::string name;
 };
 
 class TokenBatcher {
  public:
-  // Keeps a pointer to `corpus`: it must outlive the batcher. A pair that alone exceeds
+  // Keeps pointers to the corpora: they must outlive the batcher. A pair that alone exceeds
   // batch_tokens becomes a batch of its own (counted in oversized_pairs()), never dropped.
-  TokenBatcher(const EncodedCorpus& corpus, BatcherOptions options);
+  TokenBatcher(const PairSource& corpus, BatcherOptions options);
+  TokenBatcher(std::vector<CorpusShare> corpora, BatcherOptions options);
 
-  int64_t batches_per_epoch() const { return static_cast<int64_t>(batches_.size()); }
+  // Batches in the current epoch (epochs with several windows differ by a few batches).
+  int64_t batches_per_epoch() const { return epoch_batches_; }
   // Positions the iterator at batch `batch_index` (0-based) of `epoch` (1-based);
-  // batch_index == batches_per_epoch() means the start of the next epoch.
+  // batch_index == batches in that epoch means the start of the next epoch.
   void seek(int64_t epoch, int64_t batch_index);
   int64_t epoch() const { return epoch_; }              // of the NEXT batch
   int64_t batch_index() const { return batch_index_; }  // of the NEXT batch
@@ -45,21 +63,42 @@ class TokenBatcher {
   // Moves past the next batch without building it (another data-parallel rank's batch).
   void skip();
 
-  // Pad positions / all positions, over one epoch's batches (the same every epoch).
+  // Pad positions / all positions, over epoch 1's batches.
   double padding_fraction() const;
-  int64_t oversized_pairs() const { return oversized_pairs_; }
-  // Pair positions (into corpus.pairs) of the i-th batch in length order.
-  const std::vector<int32_t>& batch_members(int64_t i) const { return batches_.at(static_cast<size_t>(i)); }
-  // Length-order batch ids in the order `epoch` visits them.
-  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  int64_t oversized_pairs() const { return oversized_pairs_; }  // in epoch 1
+  int64_t windows_per_epoch() const { return windows_per_epoch_; }
+  // Pairs drawn from each corpus per epoch (its weight's share; its size when unweighted).
+  const std::vector<int64_t>& pairs_per_epoch() const { return draws_; }
+  // Pairs of each corpus in the batches before position (epoch, batch_index), from the start
+  // of training (all ranks' batches: a function of the position, so a resumed run counts the same).
+  std::vector<int64_t> drawn_pairs(int64_t epoch, int64_t batch_index);
 
  private:
-  const EncodedCorpus* corpus_;
+  struct Window {
+    int64_t epoch = 0, index = -1;
+    std::vector<int64_t> members;  // global pair ids, length order
+    std::vector<int64_t> starts;   // batch b is members[starts[b], starts[b + 1])
+    std::vector<int64_t> order;    // batch ids in the order this epoch visits them
+  };
+  Window build_window(int64_t epoch, int64_t w);
+  void count_epoch(int64_t epoch);  // epoch_batches_ and window_batches_ for `epoch`
+  void load_window(int64_t w);
+  int64_t corpus_of(int64_t id) const;
+  int64_t src_length(int64_t id) const;
+  int64_t tgt_length(int64_t id) const;
+
+  std::vector<CorpusShare> corpora_;
+  std::vector<int64_t> bases_;  // global id of each corpus's first pair
+  std::vector<int64_t> draws_;  // pairs drawn from each corpus per epoch
   BatcherOptions options_;
-  std::vector<std::vector<int32_t>> batches_;
-  int64_t padded_positions_ = 0, real_tokens_ = 0, oversized_pairs_ = 0;
+  int64_t windows_per_epoch_ = 1;
+  int64_t padded_positions_ = 0, real_tokens_ = 0, oversized_pairs_ = 0;  // epoch 1
+  bool counting_epoch1_ = false;
   int64_t epoch_ = 1, batch_index_ = 0;
-  std::vector<int64_t> order_;  // epoch_order(epoch_)
+  int64_t counted_epoch_ = 0, epoch_batches_ = 0;
+  std::vector<int64_t> window_batches_;  // batches in each window of counted_epoch_
+  int64_t window_ = 0, in_window_ = 0;     // position of the NEXT batch
+  Window current_;
 };
 
 }  // namespace torchmt

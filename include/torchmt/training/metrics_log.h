@@ -19,6 +19,7 @@ struct ValidationRecord {
   double lr = 0;              // the learning rate of the last update
   double ema_bleu = std::numeric_limits<double>::quiet_NaN();  // of the moving average (--ema-decay), NaN when off
   double avg_bleu = std::numeric_limits<double>::quiet_NaN();  // of the average of the best (--average-best)
+  std::string corpus_pairs;  // pairs drawn from each training corpus so far: "name=count;name=count"
 };
 
 class MetricsLog {

@@ -11,6 +11,10 @@ namespace torchmt {
 struct TrainOptions {
   // Data
   std::string train_src, train_tgt, valid_src, valid_tgt;
+  // Instead of train_src/train_tgt: a preprocessed dataset directory, or a YAML file listing
+  // corpora with weights (training_corpora.h)
+  std::string train_data;
+  int64_t shuffle_window = 1 << 20;  // pairs sorted by length together (0 = the whole epoch)
   std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
   int64_t vocab_size = 8000;
   int64_t max_sentence_tokens = 256;  // a pair with a side longer than this (tokens, eos included) is skipped

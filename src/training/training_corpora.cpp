@@ -1,0 +1,145 @@
+#include "torchmt/training/training_corpora.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include "torchmt/util/integrity.h"
+#include "torchmt/util/strings.h"
+
+namespace torchmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<CorpusSpec> read_corpus_list(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument("--train-data " + path + ": not a readable YAML file (" + e.what() + ")");
+  }
+  const YAML::Node list = root.IsMap() ? root["corpora"] : root;
+  if (!list || !list.IsSequence() || list.size() == 0)
+    throw std::invalid_argument("--train-data " + path + ": expected a list of corpora (under `corpora:`)");
+  std::vector<CorpusSpec> specs;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node entry = list[i];
+    const std::string where = "--train-data " + path + ": corpus " + std::to_string(i + 1);
+    if (!entry.IsMap()) throw std::invalid_argument(where + " is not a mapping");
+    CorpusSpec spec;
+    try {
+      for (const auto& kv : entry) {
+        const auto key = kv.first.as<std::string>();
+        if (key == "name") spec.name = kv.second.as<std::string>();
+        else if (key == "data") spec.data = kv.second.as<std::string>();
+        else if (key == "src") spec.src = kv.second.as<std::string>();
+        else if (key == "tgt") spec.tgt = kv.second.as<std::string>();
+        else if (key == "weight") spec.weight = kv.second.as<double>();
+        else throw std::invalid_argument(where + ": unknown key '" + key + "' (name, data, src, tgt, weight)");
+      }
+    } catch (const YAML::Exception& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+    if (spec.data.empty() == (spec.src.empty() || spec.tgt.empty()))
+      throw std::invalid_argument(where + ": give either `data` (a preprocessed dataset) or both `src` and `tgt`");
+    if (!(spec.weight > 0) || !std::isfinite(spec.weight))
+      throw std::invalid_argument(where + ": `weight` must be a number > 0");
+    if (spec.name.empty()) spec.name = fs::path(spec.data.empty() ? spec.src : spec.data).filename().string();
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+}  // namespace
+
+std::vector<CorpusSpec> corpus_specs(const TrainOptions& o) {
+  std::vector<CorpusSpec> specs;
+  if (o.train_data.empty()) {
+    specs.push_back({"train", "", o.train_src, o.train_tgt, 0});
+  } else if (fs::is_directory(o.train_data)) {
+    specs.push_back({fs::path(o.train_data).filename().string(), o.train_data, "", "", 0});
+  } else if (fs::exists(o.train_data)) {
+    specs = read_corpus_list(o.train_data);
+  } else {
+    throw std::invalid_argument("--train-data '" + o.train_data + "' not found");
+  }
+  std::set<std::string> names;
+  for (const auto& s : specs) {
+    if (s.name.find_first_of(",;=\n") != std::string::npos)
+      throw std::invalid_argument("corpus name '" + s.name + "' may not contain , ; or =");
+    if (!names.insert(s.name).second)
+      throw std::invalid_argument("two corpora are named '" + s.name + "': give each a distinct `name`");
+  }
+  return specs;
+}
+
+std::string dataset_tokenizer(const std::vector<CorpusSpec>& specs) {
+  for (const auto& s : specs)
+    if (!s.data.empty()) return s.data + "/spm.model";
+  return "";
+}
+
+TrainingCorpora::TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& tokenizer,
+                                 const std::string& cache_dir, const PreprocessOptions& options,
+                                 const std::function<void(const std::string&)>& log)
+    : specs_(specs) {
+  for (const auto& spec : specs_) {
+    std::string how;
+    if (spec.data.empty()) {
+      datasets_.push_back(cached_dataset(spec.src, spec.tgt, tokenizer, cache_dir, options, how));
+    } else {
+      datasets_.push_back(BinaryDataset::open(spec.data));
+      const auto& m = datasets_.back()->manifest();
+      if (m.tokenizer_checksum != tokenizer.checksum())
+        throw std::runtime_error("dataset " + spec.data + " was encoded with another SentencePiece model (checksum " +
+                                 m.tokenizer_checksum + ", this run's is " + tokenizer.checksum() +
+                                 "): leave out --spm to use the dataset's, or preprocess it again");
+      if (m.max_sentence_tokens > options.corpus.max_sentence_tokens)
+        throw std::runtime_error("dataset " + spec.data + " keeps pairs up to " + std::to_string(m.max_sentence_tokens) +
+                                 " tokens, more than --max-sentence-tokens " +
+                                 std::to_string(options.corpus.max_sentence_tokens) + ": preprocess it again with that limit");
+      how = "mapped";
+    }
+    const auto& m = datasets_.back()->manifest();
+    if (log)
+      log("corpus " + spec.name + ": " + m.stats.summary() + " (" + how + ", " + datasets_.back()->dir() + ")");
+  }
+}
+
+std::vector<CorpusShare> TrainingCorpora::shares() const {
+  std::vector<CorpusShare> shares;
+  for (size_t k = 0; k < specs_.size(); ++k) shares.push_back({datasets_[k].get(), specs_[k].weight, specs_[k].name});
+  return shares;
+}
+
+int64_t TrainingCorpora::pairs() const {
+  int64_t n = 0;
+  for (const auto& d : datasets_) n += d->size();
+  return n;
+}
+
+std::string TrainingCorpora::counts_field(const std::vector<int64_t>& drawn) const {
+  std::string out;
+  for (size_t k = 0; k < specs_.size() && k < drawn.size(); ++k)
+    out += (k ? ";" : "") + specs_[k].name + "=" + std::to_string(drawn[k]);
+  return out;
+}
+
+std::string TrainingCorpora::counts_text(const std::vector<int64_t>& drawn) const {
+  int64_t total = 0;
+  for (int64_t d : drawn) total += d;
+  std::string out;
+  for (size_t k = 0; k < specs_.size() && k < drawn.size(); ++k) {
+    char share[32];
+    std::snprintf(share, sizeof(share), "%.1f%%", total > 0 ? 100.0 * static_cast<double>(drawn[k]) / static_cast<double>(total) : 0.0);
+    out += (k ? ", " : "") + specs_[k].name + " " + with_thousands(drawn[k]) + " (" + share + ")";
+  }
+  return out;
+}
+
+}  // namespace torchmt

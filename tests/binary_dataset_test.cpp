@@ -1,0 +1,245 @@
+// The binary dataset: what `preprocess` writes equals the in-memory encoding; an incomplete,
+// truncated or bit-flipped dataset is refused by name; the run cache reuses and rebuilds; and
+// training reads a dataset, or several corpora mixed by weight, end to end.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data_test_support.h"
+#include "test_support.h"
+#include "torchmt/data/binary_dataset.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/training/trainer.h"
+#include "torchmt/training/training_corpora.h"
+#include "torchmt/util/integrity.h"
+
+namespace torchmt {
+namespace {
+
+namespace fs = std::filesystem;
+using test::sample_tokenizer;
+using test::TempDir;
+
+std::vector<int64_t> ids_of(const PairSource& s, int64_t i, bool src) {
+  std::vector<int64_t> out(static_cast<size_t>(src ? s.src_length(i) : s.tgt_length(i)));
+  if (src)
+    s.copy_src(i, out.data());
+  else
+    s.copy_tgt(i, out.data());
+  return out;
+}
+
+void expect_same_pairs(const PairSource& a, const PairSource& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(ids_of(a, i, true), ids_of(b, i, true)) << "pair " << i;
+    ASSERT_EQ(ids_of(a, i, false), ids_of(b, i, false)) << "pair " << i;
+    ASSERT_EQ(a.line(i), b.line(i)) << "pair " << i;
+  }
+}
+
+// The sample with a few pairs that must be skipped, so the line numbers are tested too.
+void write_corpus(const TempDir& dir) {
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  de[3] = "";
+  en[7] = "Stra\xdf" "e";
+  write_lines(dir.file("c.de"), de);
+  write_lines(dir.file("c.en"), en);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BinaryDataset, EqualsTheInMemoryEncodingAtAnyChunkSize) {
+  TempDir dir;
+  write_corpus(dir);
+  const Tokenizer& tok = sample_tokenizer();
+  const EncodedCorpus memory = load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, {});
+  EXPECT_EQ(memory.stats.empty, 1);
+  EXPECT_EQ(memory.stats.invalid_utf8, 1);
+  for (int64_t chunk : {int64_t{7}, int64_t{1} << 16}) {
+    PreprocessOptions options;
+    options.chunk_pairs = chunk;
+    options.corpus.num_threads = 2;
+    int64_t counted = 0, done = 0;
+    options.lines_counted = [&](int64_t n) { counted = n; };
+    options.lines_done = [&](int64_t n) { done += n; };
+    const std::string out = dir.file("d" + std::to_string(chunk));
+    const DatasetManifest m = preprocess_corpus(dir.file("c.de"), dir.file("c.en"), tok, out, options);
+    EXPECT_EQ(counted, memory.stats.total);
+    EXPECT_EQ(done, memory.stats.total);
+    EXPECT_EQ(m.stats.summary(), memory.stats.summary());
+    EXPECT_EQ(m.token_bytes, 2);  // the sample's vocabulary fits uint16
+    EXPECT_FALSE(fs::exists(out + ".partial"));
+    auto d = BinaryDataset::open(out);
+    expect_same_pairs(*d, memory);
+    EXPECT_EQ(Tokenizer::load(d->tokenizer_path()).checksum(), tok.checksum());
+    d->release_pages();
+    expect_same_pairs(*d, memory);  // pages come back after release
+  }
+}
+
+TEST(BinaryDataset, IncompleteTruncatedOrFlippedIsRefusedByName) {
+  TempDir dir;
+  write_corpus(dir);
+  const Tokenizer& tok = sample_tokenizer();
+  const std::string out = dir.file("d");
+  preprocess_corpus(dir.file("c.de"), dir.file("c.en"), tok, out, {});
+  const std::string pristine = dir.file("pristine");
+  fs::copy(out, pristine, fs::copy_options::recursive);
+  auto restore = [&] {
+    fs::remove_all(out);
+    fs::copy(pristine, out, fs::copy_options::recursive);
+  };
+  for (const std::string name : {"src.tokens", "tgt.tokens", "offsets.bin", "lengths.bin", "lines.bin"}) {
+    const std::string path = out + "/" + name;
+    std::string bytes = test::read_text(path);
+    test::write_text(path, bytes.substr(0, bytes.size() - 2));
+    std::string e = error_of([&] { BinaryDataset::open(out); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+    bytes[bytes.size() / 2] ^= 0x10;
+    test::write_text(path, bytes);
+    e = error_of([&] { BinaryDataset::open(out); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find("checksum mismatch"), std::string::npos) << e;
+    EXPECT_THROW(BinaryDataset::open(out), DamagedFileError);
+    restore();
+  }
+  fs::remove(out + "/manifest.json");  // what a kill before the last step leaves
+  const std::string e = error_of([&] { BinaryDataset::open(out); });
+  EXPECT_NE(e.find("incomplete"), std::string::npos) << e;
+  restore();
+  test::write_text(out + "/manifest.json", "{\"format\": \"torchmt-dataset\", \"version\": 1, \"pairs\": 5");
+  EXPECT_THROW(BinaryDataset::open(out), DamagedFileError);
+  EXPECT_THROW(BinaryDataset::open(dir.file("nowhere")), std::runtime_error);
+}
+
+TEST(BinaryDataset, PreprocessRefusesMisalignedFilesAndExistingOutput) {
+  TempDir dir;
+  write_corpus(dir);
+  test::write_text(dir.file("short.en"), "one\n");
+  const Tokenizer& tok = sample_tokenizer();
+  const std::string e = error_of([&] { preprocess_corpus(dir.file("c.de"), dir.file("short.en"), tok, dir.file("x"), {}); });
+  EXPECT_NE(e.find("c.de"), std::string::npos) << e;
+  EXPECT_NE(e.find("short.en"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir.file("x")));
+  EXPECT_FALSE(fs::exists(dir.file("x.partial")));
+  // A crashed run's leftovers are replaced; a finished dataset is never overwritten.
+  fs::create_directories(dir.file("y.partial"));
+  test::write_text(dir.file("y.partial/src.tokens"), "junk");
+  preprocess_corpus(dir.file("c.de"), dir.file("c.en"), tok, dir.file("y"), {});
+  EXPECT_NO_THROW(BinaryDataset::open(dir.file("y")));
+  EXPECT_NE(error_of([&] { preprocess_corpus(dir.file("c.de"), dir.file("c.en"), tok, dir.file("y"), {}); })
+                .find("already exists"),
+            std::string::npos);
+}
+
+TEST(BinaryDataset, RunCacheIsReusedAndRebuiltWhenStaleOrDamaged) {
+  TempDir dir;
+  write_corpus(dir);
+  const Tokenizer& tok = sample_tokenizer();
+  std::string how;
+  auto first = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  EXPECT_EQ(how, "encoded");
+  const std::string path = first->dir();
+  first.reset();
+  auto again = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  EXPECT_EQ(how, "cached");
+  again.reset();
+  // Same size, same modification time, different content: still detected.
+  auto en = read_lines(dir.file("c.en"));
+  const auto mtime = fs::last_write_time(dir.file("c.en"));
+  std::swap(en[0], en[1]);
+  write_lines(dir.file("c.en"), en);
+  fs::last_write_time(dir.file("c.en"), mtime);
+  auto changed = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  EXPECT_EQ(how, "re-encoded (an input changed)");
+  expect_same_pairs(*changed, load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, {}));
+  changed.reset();
+  std::string bytes = test::read_text(path + "/tgt.tokens");
+  bytes[10] ^= 1;
+  test::write_text(path + "/tgt.tokens", bytes);
+  auto repaired = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  EXPECT_NE(how.find("checksum mismatch"), std::string::npos) << how;
+  expect_same_pairs(*repaired, load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, {}));
+}
+
+TEST(TrainingCorpora, ListsAreCheckedEntryByEntry) {
+  TempDir dir;
+  TrainOptions o;
+  o.train_data = dir.file("list.yaml");
+  auto error_for = [&](const std::string& yaml) {
+    test::write_text(o.train_data, yaml);
+    return error_of([&] { corpus_specs(o); });
+  };
+  EXPECT_NE(error_for("corpora:\n  - {src: a, tgt: b, weight: 1, wieght: 2}\n").find("unknown key 'wieght'"), std::string::npos);
+  EXPECT_NE(error_for("corpora:\n  - {src: a, weight: 1}\n").find("corpus 1"), std::string::npos);
+  EXPECT_NE(error_for("corpora:\n  - {data: d, weight: 0}\n").find("weight"), std::string::npos);
+  EXPECT_NE(error_for("corpora:\n  - {data: d, weight: x}\n").find("corpus 1"), std::string::npos);
+  EXPECT_NE(error_for("- {name: a, data: d, weight: 1}\n- {name: a, data: e, weight: 1}\n").find("two corpora"),
+            std::string::npos);
+  EXPECT_NE(error_for("corpora: [unclosed\n").find("YAML"), std::string::npos);
+  const auto specs = [&] {
+    test::write_text(o.train_data, "corpora:\n  - {name: in, src: a.de, tgt: a.en, weight: 3}\n  - {data: web.dataset, weight: 1}\n");
+    return corpus_specs(o);
+  }();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "in");
+  EXPECT_EQ(specs[1].name, "web.dataset");
+  EXPECT_EQ(specs[1].weight, 1.0);
+  EXPECT_EQ(dataset_tokenizer(specs), "web.dataset/spm.model");
+}
+
+// `preprocess` once, then `train --train-data` on the dataset alone and mixed 3:1 with the text.
+TEST(TrainingCorpora, TrainsOnADatasetAndOnAWeightedMix) {
+  TempDir dir;
+  write_corpus(dir);
+  auto r = test::run_command(test::torchmt_binary() + " preprocess --src " + dir.file("c.de") + " --tgt " +
+                             dir.file("c.en") + " --spm " + test::sample_spm_path() + " -o " + dir.file("data") + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir.file("data")), std::string::npos) << r.output;
+  r = test::run_command(test::torchmt_binary() + " preprocess --src " + dir.file("c.de") + " --tgt " +
+                        test::sample_de() + ".missing --spm " + test::sample_spm_path() + " -o " + dir.file("x"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(".missing"), std::string::npos) << r.output;
+
+  TrainOptions o = test::tiny_run(dir.file("run"));
+  o.train_src = o.train_tgt = "";
+  o.spm = "";  // the dataset's own model
+  o.train_data = dir.file("data");
+  o.max_steps = 2;
+  EXPECT_EQ(Trainer(o).run().steps, 2);
+  EXPECT_TRUE(fs::exists(dir.file("run/checkpoint_last.pt")));
+
+  test::write_text(dir.file("mix.yaml"), "corpora:\n  - {name: text, src: " + dir.file("c.de") + ", tgt: " +
+                                             dir.file("c.en") + ", weight: 3}\n  - {name: binary, data: " +
+                                             dir.file("data") + ", weight: 1}\n");
+  o.out = dir.file("mix");
+  o.train_data = dir.file("mix.yaml");
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  de.resize(16);
+  en.resize(16);
+  write_lines(dir.file("v.de"), de);
+  write_lines(dir.file("v.en"), en);
+  o.valid_src = dir.file("v.de");
+  o.valid_tgt = dir.file("v.en");
+  o.validate_every = 3;
+  o.max_steps = 3;
+  o.valid_batch_size = 64;
+  Trainer(o).run();
+  const std::string metrics = test::read_text(dir.file("mix/metrics.csv"));
+  EXPECT_NE(metrics.find(",corpus_pairs\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(",text="), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(";binary="), std::string::npos) << metrics;
+}
+
+}  // namespace
+}  // namespace torchmt
