@@ -47,6 +47,8 @@ mark "suite done"
 # Checkpoints survive kill -9 at random moments and runs resume from them (a small campaign;
 # tools/kill_campaign.sh 20 for the full one).
 TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/kill_campaign.sh" 5
+# A dataset being preprocessed survives kill -9 the same way: none, or a complete one that verifies.
+TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/preprocess_kill_campaign.sh" 4 50000
 
 # The installed package as another CMake project uses it: find_package(torchmt) and the
 # Translator API (tools/example/), built against `cmake --install`'s output.

@@ -15,7 +15,7 @@ namespace torchmt::cli {
 namespace {
 
 struct PreprocessCommandOptions {
-  std::string src, tgt, spm, out;
+  std::string src, tgt, spm, out, verify;
   int64_t max_sentence_tokens = 256;
   int64_t threads = 0;
   bool quiet = false;
@@ -31,6 +31,7 @@ const OptionTable<PreprocessCommandOptions>& preprocess_option_table() {
       .add("max_sentence_tokens", &O::max_sentence_tokens,
            "skip a pair when a side has more tokens than this (eos included); nothing is truncated")
       .add("threads", &O::threads, "encoding threads (0 = all cores)")
+      .add("verify", &O::verify, "instead: check the dataset directory DIR (complete, sizes, checksums) and describe it")
       .add("quiet", &O::quiet, "no progress on stderr", {"q", "", {}});
   return table;
 }
@@ -42,6 +43,15 @@ int run_preprocess(int argc, char** argv) {
                          "token ids in flat arrays, memory-mapped by training, with a checksum per file.",
                          argc, argv, code);
   if (!o) return code;
+  if (!o->verify.empty()) {
+    const auto d = BinaryDataset::open(o->verify);
+    const DatasetManifest& m = d->manifest();
+    std::cout << o->verify << ": " << with_thousands(m.pairs) << " pairs, " << with_thousands(m.src_tokens) << " + "
+              << with_thousands(m.tgt_tokens) << " tokens (" << m.token_bytes * 8 << "-bit ids, vocabulary "
+              << m.vocab_size << ", SentencePiece " << m.tokenizer_checksum << "); " << m.stats.summary() << "; from "
+              << m.src.path << " and " << m.tgt.path << "; every checksum verified\n";
+    return kExitOk;
+  }
   for (const auto& [value, name] :
        {std::pair{&o->src, "src"}, {&o->tgt, "tgt"}, {&o->spm, "spm"}, {&o->out, "out"}}) {
     if (value->empty()) return usage_error(argv[0], std::string("missing required option --") + name);

@@ -1,4 +1,5 @@
 // torchmt vocab: trains the SentencePiece BPE model(s) a translation model is built on.
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -6,6 +7,7 @@
 #include "cli_options.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/util/progress.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt::cli {
 
@@ -17,12 +19,19 @@ void train_one(VocabTrainingOptions options, bool quiet) {
     const std::string what = "vocab " + options.model_prefix;
     Progress progress(what + ": reading", "lines", -1, quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
     const int pieces = options.vocab_size;
-    options.lines_read = [&progress, what, pieces, quiet](int64_t n, bool done) {
+    const int64_t sample = options.input_sentence_size;
+    int64_t lines = 0;
+    options.lines_read = [&progress, &lines, what, pieces, sample, quiet](int64_t n, bool done) {
       progress.add(n);
+      lines += n;
       if (!done) return;
       progress.finish();
-      // SentencePiece's training says nothing until it ends: say what the wait is for.
-      if (!quiet) std::cerr << what << ": learning " << pieces << " pieces from the sampled sentences\n";
+      // SentencePiece's training says nothing until it ends: say what the wait is for, and on
+      // how many sentences (a uniform sample of at most --input-sentence-size bounds the memory).
+      if (!quiet)
+        std::cerr << what << ": learning " << pieces << " pieces from " << with_thousands(std::min(sample, lines))
+                  << " sentences sampled from " << with_thousands(lines) << " lines (--input-sentence-size "
+                  << with_thousands(sample) << ")\n";
     };
     train_bpe_vocab(options);
   }

@@ -296,7 +296,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     // Rank 0 measures (on the first batches of a batcher of its own) and every rank follows.
     std::string reason;
     if (rank0_) {
-      TokenBatcher probe_batches(corpora_->shares(), batcher_options);
+      TokenBatcher probe_batches = *batcher_;  // a copy: building one again costs seconds on a big corpus
       std::vector<Batch> sample;
       for (int64_t i = 0; i < std::min<int64_t>(4, probe_batches.batches_per_epoch()); ++i)
         sample.push_back(probe_batches.next(device_));
