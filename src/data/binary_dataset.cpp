@@ -300,7 +300,9 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
   }
   DatasetManifest& m = d->manifest_;
   const auto n = static_cast<uint64_t>(m.pairs);
-  if (m.pairs < 0 || m.src_tokens < 0 || m.tgt_tokens < 0 || (m.token_bytes != 2 && m.token_bytes != 4))
+  constexpr int64_t kLimit = int64_t{1} << 40;  // so that no size below can overflow
+  if (m.pairs < 0 || m.src_tokens < 0 || m.tgt_tokens < 0 || m.pairs > kLimit || m.src_tokens > kLimit ||
+      m.tgt_tokens > kLimit || (m.token_bytes != 2 && m.token_bytes != 4))
     throw DamagedFileError("dataset manifest " + manifest_path + " is damaged (impossible counts)");
   // The sizes the counts imply: a manifest that disagrees with itself is damaged too.
   const std::vector<std::pair<std::string, uint64_t>> expected = {
@@ -309,6 +311,7 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
       {kOffsets, 16 * (n + 1)},
       {kLengths, 4 * n},
       {kLines, 8 * n}};
+  std::vector<std::pair<std::string, std::future<uint32_t>>> checks;  // the files are read in parallel
   for (const auto& [name, bytes] : expected) {
     const std::string path = dir + "/" + name;
     const auto f = std::find_if(m.files.begin(), m.files.end(), [&](const auto& file) { return file.name == name; });
@@ -319,8 +322,12 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
     if (actual != bytes)
       throw DamagedFileError("dataset file " + path + " is damaged: " + with_thousands(static_cast<int64_t>(actual)) +
                              " bytes, the manifest says " + with_thousands(static_cast<int64_t>(bytes)));
-    if (verify && crc_of_file(path) != f->crc32c)
-      throw DamagedFileError("dataset file " + path + " is damaged (checksum mismatch)");
+    if (verify) checks.emplace_back(path, std::async(std::launch::async, crc_of_file, path));
+  }
+  for (auto& [path, crc] : checks) {
+    const auto f = std::find_if(m.files.begin(), m.files.end(),
+                                [&](const auto& file) { return dir + "/" + file.name == path; });
+    if (crc.get() != f->crc32c) throw DamagedFileError("dataset file " + path + " is damaged (checksum mismatch)");
   }
   auto map = [&](const std::string& name) -> const uint8_t* {
     const std::string path = dir + "/" + name;

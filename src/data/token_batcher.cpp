@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <future>
 #include <optional>
+#include <thread>
 #include <stdexcept>
 
 #include "torchmt/data/special_ids.h"
@@ -118,9 +120,7 @@ TokenBatcher::TokenBatcher(std::vector<CorpusShare> corpora, BatcherOptions opti
   const int64_t per_epoch = std::accumulate(draws_.begin(), draws_.end(), int64_t{0});
   if (options_.window_pairs > 0 && per_epoch > options_.window_pairs)
     windows_per_epoch_ = (per_epoch + options_.window_pairs - 1) / options_.window_pairs;
-  counting_epoch1_ = true;  // epoch 1's windows give the padding and oversized figures
   count_epoch(1);
-  counting_epoch1_ = false;
   seek(1, 0);
 }
 
@@ -138,7 +138,7 @@ int64_t TokenBatcher::tgt_length(int64_t id) const {
   return corpora_[k].source->tgt_length(id - bases_[k]) + 1;  // + bos / eos
 }
 
-TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) {
+TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) const {
   Window win;
   win.epoch = epoch;
   win.index = w;
@@ -182,10 +182,8 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) {
   int64_t rows = 0, max_s = 0, max_t = 0, real = 0;
   auto close = [&](size_t end) {
     if (rows == 0) return;
-    if (counting_epoch1_) {
-      padded_positions_ += rows * (max_s + max_t);
-      real_tokens_ += real;
-    }
+    win.padded_positions += rows * (max_s + max_t);
+    win.real_tokens += real;
     win.starts.push_back(static_cast<int64_t>(end));
     rows = max_s = max_t = real = 0;
   };
@@ -196,7 +194,7 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) {
     if (rows > 0 && (rows + 1) * (std::max(max_s, s) + std::max(max_t, t)) > options_.batch_tokens) close(i);
     if (s + t > options_.batch_tokens) {
       // Over the budget on its own: a batch of one rather than a silently dropped pair.
-      if (counting_epoch1_) ++oversized_pairs_;
+      ++win.oversized_pairs;
       close(i);
     }
     ++rows;
@@ -224,14 +222,35 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) {
 
 void TokenBatcher::count_epoch(int64_t epoch) {
   if (counted_epoch_ == epoch) return;
+  // Windows are independent: built on all cores, which is most of a big corpus's start-up.
+  std::vector<Window> windows(static_cast<size_t>(windows_per_epoch_));
+  const int64_t threads = std::min<int64_t>(windows_per_epoch_, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::future<void>> workers;
+  for (int64_t t = 0; t < threads; ++t)
+    workers.push_back(std::async(std::launch::async, [&, t] {
+      for (int64_t w = t; w < windows_per_epoch_; w += threads) {
+        Window win = build_window(epoch, w);
+        if (windows_per_epoch_ > 1) {  // keep the batch boundaries and figures only
+          win.members = {};
+          win.order = {};
+        }
+        windows[static_cast<size_t>(w)] = std::move(win);
+      }
+    }));
+  for (auto& worker : workers) worker.get();
   window_batches_.clear();
   epoch_batches_ = 0;
-  for (int64_t w = 0; w < windows_per_epoch_; ++w) {
-    Window win = build_window(epoch, w);
-    window_batches_.push_back(static_cast<int64_t>(win.order.size()));
+  for (const Window& win : windows) {
+    window_batches_.push_back(static_cast<int64_t>(win.starts.size()) - 1);
     epoch_batches_ += window_batches_.back();
-    if (windows_per_epoch_ == 1) current_ = std::move(win);  // the one window: keep it
+    if (epoch == 1 && !epoch1_figures_) {
+      padded_positions_ += win.padded_positions;
+      real_tokens_ += win.real_tokens;
+      oversized_pairs_ += win.oversized_pairs;
+    }
   }
+  epoch1_figures_ = epoch1_figures_ || epoch == 1;
+  if (windows_per_epoch_ == 1) current_ = std::move(windows[0]);  // the one window: keep it
   counted_epoch_ = epoch;
 }
 

@@ -16,6 +16,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// "web.dataset" for "data/web.dataset/" as for "data/web.dataset".
+std::string last_component(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 std::vector<CorpusSpec> read_corpus_list(const std::string& path) {
   YAML::Node root;
   try {
@@ -49,7 +56,7 @@ std::vector<CorpusSpec> read_corpus_list(const std::string& path) {
       throw std::invalid_argument(where + ": give either `data` (a preprocessed dataset) or both `src` and `tgt`");
     if (!(spec.weight > 0) || !std::isfinite(spec.weight))
       throw std::invalid_argument(where + ": `weight` must be a number > 0");
-    if (spec.name.empty()) spec.name = fs::path(spec.data.empty() ? spec.src : spec.data).filename().string();
+    if (spec.name.empty()) spec.name = last_component(spec.data.empty() ? spec.src : spec.data);
     specs.push_back(spec);
   }
   return specs;
@@ -62,7 +69,7 @@ std::vector<CorpusSpec> corpus_specs(const TrainOptions& o) {
   if (o.train_data.empty()) {
     specs.push_back({"train", "", o.train_src, o.train_tgt, 0});
   } else if (fs::is_directory(o.train_data)) {
-    specs.push_back({fs::path(o.train_data).filename().string(), o.train_data, "", "", 0});
+    specs.push_back({last_component(o.train_data), o.train_data, "", "", 0});
   } else if (fs::exists(o.train_data)) {
     specs = read_corpus_list(o.train_data);
   } else {

@@ -79,8 +79,9 @@ class TokenBatcher {
     std::vector<int64_t> members;  // global pair ids, length order
     std::vector<int64_t> starts;   // batch b is members[starts[b], starts[b + 1])
     std::vector<int64_t> order;    // batch ids in the order this epoch visits them
+    int64_t padded_positions = 0, real_tokens = 0, oversized_pairs = 0;
   };
-  Window build_window(int64_t epoch, int64_t w);
+  Window build_window(int64_t epoch, int64_t w) const;
   void count_epoch(int64_t epoch);  // epoch_batches_ and window_batches_ for `epoch`
   void load_window(int64_t w);
   int64_t corpus_of(int64_t id) const;
@@ -93,7 +94,7 @@ class TokenBatcher {
   BatcherOptions options_;
   int64_t windows_per_epoch_ = 1;
   int64_t padded_positions_ = 0, real_tokens_ = 0, oversized_pairs_ = 0;  // epoch 1
-  bool counting_epoch1_ = false;
+  bool epoch1_figures_ = false;
   int64_t epoch_ = 1, batch_index_ = 0;
   int64_t counted_epoch_ = 0, epoch_batches_ = 0;
   std::vector<int64_t> window_batches_;  // batches in each window of counted_epoch_
