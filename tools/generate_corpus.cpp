@@ -16,29 +16,22 @@
 
 #include <cxxopts.hpp>
 
+#include "torchmt/util/split_mix.h"
+
 namespace {
 
-// splitmix64: the same stream on every platform (std:: distributions are not).
-struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  double normal() {  // Box-Muller
-    const double u = std::max(uniform(), 1e-300), v = uniform();
-    return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
-  }
-};
+using torchmt::SplitMix64;
+
+double normal(SplitMix64& rng) {  // Box-Muller
+  const double u = std::max(rng.uniform(), 1e-300), v = rng.uniform();
+  return std::sqrt(-2 * std::log(u)) * std::cos(6.283185307179586 * v);
+}
 
 // Words of one language: Zipf-ranked types spelled from that language's syllables.
 class Lexicon {
  public:
   Lexicon(std::vector<std::string> syllables, int64_t types, double zipf, uint64_t seed) {
-    Rng rng{seed};
+    SplitMix64 rng{seed};
     words_.reserve(static_cast<size_t>(types));
     for (int64_t i = 0; i < types; ++i) {
       // Frequent words are short, as in real text.
@@ -52,7 +45,7 @@ class Lexicon {
     for (int64_t i = 0; i < types; ++i) cdf_[static_cast<size_t>(i)] = total += 1.0 / std::pow(static_cast<double>(i + 1), zipf);
     for (auto& c : cdf_) c /= total;
   }
-  int64_t draw(Rng& rng) const {
+  int64_t draw(SplitMix64& rng) const {
     return static_cast<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), rng.uniform()) - cdf_.begin());
   }
   const std::string& word(int64_t i) const { return words_[static_cast<size_t>(i)]; }
@@ -114,12 +107,12 @@ int main(int argc, char** argv) {
     std::cerr << "generate_corpus: cannot write " << prefix << ".de / .en\n";
     return 1;
   }
-  Rng rng{seed};
+  SplitMix64 rng{seed};
   std::string buf_de, buf_en;
   std::vector<int64_t> src, tgt;
   const double mu = std::log(median), sigma = 0.55;
   for (int64_t p = 0; p < pairs; ++p) {
-    const auto n = static_cast<int64_t>(std::clamp(std::exp(mu + sigma * rng.normal()), 1.0, 150.0));
+    const auto n = static_cast<int64_t>(std::clamp(std::exp(mu + sigma * normal(rng)), 1.0, 150.0));
     src.clear();
     for (int64_t i = 0; i < n; ++i) src.push_back(de.draw(rng));
     // The "translation": a fixed word map (rank-preserving, so frequent maps to frequent),

@@ -12,24 +12,11 @@
 #include <stdexcept>
 
 #include "torchmt/data/special_ids.h"
+#include "torchmt/util/split_mix.h"
 
 namespace torchmt {
 
 namespace {
-
-// splitmix64: the shuffle must be the same on every platform and standard library, and
-// std::shuffle / std::uniform_int_distribution are not specified bit for bit.
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-};
-
-uint64_t mix64(uint64_t x) { return SplitMix64{x}.next(); }
 
 // A keyed bijection of [0, n) without a table (a 4-round Feistel network on the next even
 // number of bits, cycle-walking back into range), so a 30 M-pair epoch needs no 240 MB permutation.

@@ -37,6 +37,7 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/file_lock.h"
 #include "torchmt/util/integrity.h"
+#include "torchmt/util/split_mix.h"
 #include "torchmt/util/stop_signals.h"
 #include "torchmt/util/strings.h"
 
@@ -179,12 +180,7 @@ const TrainOptions& prepare_run_directory(const TrainOptions& o, const Distribut
 // finaliser over each part in turn).
 uint64_t mix_seed(uint64_t seed, uint64_t update, uint64_t rank) {
   uint64_t h = seed;
-  for (uint64_t part : {update, rank}) {
-    h += 0x9E3779B97F4A7C15ULL + part;
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
-    h ^= h >> 31;
-  }
+  for (uint64_t part : {update, rank}) h = mix64(h + part);
   return h;
 }
 
