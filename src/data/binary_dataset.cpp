@@ -311,7 +311,12 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
       {kOffsets, 16 * (n + 1)},
       {kLengths, 4 * n},
       {kLines, 8 * n}};
-  std::vector<std::pair<std::string, std::future<uint32_t>>> checks;  // the files are read in parallel
+  struct Check {
+    std::string path;
+    uint32_t expected;
+    std::future<uint32_t> crc;
+  };
+  std::vector<Check> checks;  // the files are read in parallel
   for (const auto& [name, bytes] : expected) {
     const std::string path = dir + "/" + name;
     const auto f = std::find_if(m.files.begin(), m.files.end(), [&](const auto& file) { return file.name == name; });
@@ -322,13 +327,11 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
     if (actual != bytes)
       throw DamagedFileError("dataset file " + path + " is damaged: " + with_thousands(static_cast<int64_t>(actual)) +
                              " bytes, the manifest says " + with_thousands(static_cast<int64_t>(bytes)));
-    if (verify) checks.emplace_back(path, std::async(std::launch::async, crc_of_file, path));
+    if (verify) checks.push_back({path, f->crc32c, std::async(std::launch::async, crc_of_file, path)});
   }
-  for (auto& [path, crc] : checks) {
-    const auto f = std::find_if(m.files.begin(), m.files.end(),
-                                [&](const auto& file) { return dir + "/" + file.name == path; });
-    if (crc.get() != f->crc32c) throw DamagedFileError("dataset file " + path + " is damaged (checksum mismatch)");
-  }
+  for (auto& check : checks)
+    if (check.crc.get() != check.expected)
+      throw DamagedFileError("dataset file " + check.path + " is damaged (checksum mismatch)");
   auto map = [&](const std::string& name) -> const uint8_t* {
     const std::string path = dir + "/" + name;
     const size_t bytes = fs::file_size(path);
