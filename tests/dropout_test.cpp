@@ -6,8 +6,14 @@
 
 #include "torchmt/model/dropout.h"
 
+#include "kernel_isa_support.h"
+
 namespace torchmt {
 namespace {
+
+// The CPU kernels on every instruction set this machine runs.
+class DropoutKernel : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(DropoutKernel);
 
 TEST(Dropout, IsTheIdentityInEvalModeAndForZeroRate) {
   Dropout dropout(0.3);
@@ -32,7 +38,7 @@ TEST(Dropout, DropsAboutPAndScalesTheRestByOneOverOneMinusP) {
   EXPECT_LT((per_row - p).abs().max().item<double>(), 0.05);
 }
 
-TEST(Dropout, SameSeedSameMaskAnyThreadCountDifferentSeedDifferentMask) {
+TEST_P(DropoutKernel, SameSeedSameMaskAnyThreadCountDifferentSeedDifferentMask) {
   auto x = torch::randn({300, 257});  // not a multiple of the vector width
   const int threads = torch::get_num_threads();
   torch::set_num_threads(1);
@@ -58,7 +64,7 @@ TEST(Dropout, ModuleFollowsTorchManualSeed) {
   EXPECT_FALSE(torch::equal(a, b));  // each call draws a fresh seed
 }
 
-TEST(Dropout, GradientIsTheSameMaskTimesTheScale) {
+TEST_P(DropoutKernel, GradientIsTheSameMaskTimesTheScale) {
   auto x = torch::randn({37, 53}, torch::requires_grad());
   auto y = hashed_dropout(x, 0.2, 99);
   auto upstream = torch::randn({37, 53});
@@ -67,7 +73,7 @@ TEST(Dropout, GradientIsTheSameMaskTimesTheScale) {
   EXPECT_TRUE(torch::allclose(x.grad(), expected, 1e-6, 1e-6));
 }
 
-TEST(Dropout, Bf16MatchesFp32RoundedOnce) {
+TEST_P(DropoutKernel, Bf16MatchesFp32RoundedOnce) {
   auto x = torch::randn({129, 65}).to(torch::kBFloat16);
   auto y16 = hashed_dropout(x, 0.1, 5);
   auto y32 = hashed_dropout(x.to(torch::kFloat), 0.1, 5);

@@ -16,27 +16,7 @@
 namespace torchmt {
 namespace {
 
-// Sets a variable for one scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 std::set<std::string> table_names() {
   std::set<std::string> names;
@@ -67,12 +47,12 @@ TEST(EnvironmentTable, BooleansFollowOneRule) {
     EXPECT_TRUE(env_flag("TORCHMT_CUDNN_SDPA", true));
     EXPECT_FALSE(env_flag("TORCHMT_CUDNN_SDPA", false));
   }
-  ScopedEnv e("TORCHMT_NO_PACKED_GEMM", "2");
+  ScopedEnv e("TORCHMT_SCREENED_ARGMAX", "2");
   try {
-    env_flag("TORCHMT_NO_PACKED_GEMM", false);
+    env_flag("TORCHMT_SCREENED_ARGMAX", false);
     FAIL() << "a bad boolean was accepted";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("TORCHMT_NO_PACKED_GEMM=2"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("TORCHMT_SCREENED_ARGMAX=2"), std::string::npos) << error.what();
   }
 }
 
@@ -82,12 +62,12 @@ TEST(EnvironmentTable, ChoicesAndIntegersAreChecked) {
     EXPECT_EQ(env_value("TORCHMT_PACKED_GEMM").value_or(""), "mkl");
   }
   {
-    ScopedEnv e("TORCHMT_INT8_KERNEL", "avx");  // a prefix of a choice is not a choice
-    EXPECT_THROW(env_value("TORCHMT_INT8_KERNEL"), std::invalid_argument);
+    ScopedEnv e("TORCHMT_CPU_ISA", "avx");  // a prefix of a choice is not a choice
+    EXPECT_THROW(env_value("TORCHMT_CPU_ISA"), std::invalid_argument);
   }
   {
-    ScopedEnv e("TORCHMT_INT8_KERNEL", "avx512-vnni");
-    EXPECT_EQ(env_value("TORCHMT_INT8_KERNEL").value_or(""), "avx512-vnni");
+    ScopedEnv e("TORCHMT_CPU_ISA", "avx512-vnni");
+    EXPECT_EQ(env_value("TORCHMT_CPU_ISA").value_or(""), "avx512-vnni");
   }
   {
     ScopedEnv e("MASTER_PORT", "70000");

@@ -28,7 +28,6 @@
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
-#include "torchmt/model/int8_linear.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
@@ -625,19 +624,17 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   EXPECT_EQ(exported.dtype(), "int8");
 
   // The archive's TorchScript (what Python runs) and the native model rebuilt from the archive
-  // with the int8 kernels compute the same integer sums (equal logits up to float rounding),
-  // except on a CPU whose int8 kernel is AVX2's, which quantizes on fewer steps (int8_linear.h):
-  // there both are int8 roundings of the same float model, a few percent apart.
-  const bool same_integers = int8_active_kernel() != Int8Kernel::avx2;
+  // with the int8 kernels compute the same integer sums on every instruction set (equal logits
+  // up to float rounding).
   torch::NoGradGuard no_grad;
   auto script_logits = run_script_method(m, "forward", {f.src, f.tgt_in}).toTensor();
   Transformer native = exported.native_model();
-  quantize_linears_int8(*native);
+  prepare_linears_for_inference(*native, InferencePrecision::kInt8);
   auto native_logits = native->forward(f.src, f.tgt_in);
   // (A row whose float inputs differ in the last bits between the two paths may round one of
   // its int8 values the other way: a few 1e-3 of the largest logit.)
   EXPECT_LT((script_logits - native_logits).abs().max().item<double>(),
-            (same_integers ? 1e-2 : 5e-2) * native_logits.abs().max().item<double>());
+            1e-2 * native_logits.abs().max().item<double>());
   // Both within int8's rounding of the float model.
   auto float_best = f.native.model->forward(f.src, f.tgt_in).argmax(-1);
   EXPECT_GT(script_logits.argmax(-1).eq(float_best).to(torch::kFloat).mean().item<double>(), 0.9);
@@ -655,9 +652,7 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   auto by_default = translate(int8, "auto");
   EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}}).model()) << "expected the native model";
   EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}}).model()) << "expected the TorchScript";
-  if (same_integers) {
-    EXPECT_EQ(by_default, translate(int8, "fp32"));
-  }
+  EXPECT_EQ(by_default, translate(int8, "fp32"));
   EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));
 

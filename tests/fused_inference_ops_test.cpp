@@ -7,12 +7,21 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/fused_inference_ops.h"
+#include "torchmt/model/add_layer_norm.h"
 #include "torchmt/model/rotary.h"
 #include "torchmt/util/device.h"
 
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
+
 namespace torchmt {
 namespace {
+
+using namespace kernels;
+
+class FusedInferenceOpsTest : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(FusedInferenceOpsTest);
+
 
 at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos) {
   return x * cos + rotate_half(x) * sin;
@@ -23,7 +32,7 @@ at::Tensor heads_view(int64_t b, int64_t h, int64_t t, int64_t d, torch::Dtype d
   return torch::randn({b, t, h, d}).to(dtype).transpose(1, 2);  // [B, H, T, d]
 }
 
-TEST(FusedInferenceOpsTest, RotaryMatchesCompositeFp32) {
+TEST_P(FusedInferenceOpsTest, RotaryMatchesCompositeFp32) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
   const int64_t b = 3, h = 4, t = 6, d = 32;
@@ -45,7 +54,7 @@ TEST(FusedInferenceOpsTest, RotaryMatchesCompositeFp32) {
   EXPECT_TRUE(torch::allclose(ours, rotary_composite(step, angles.sin(), angles.cos()), 1e-6, 1e-6));
 }
 
-TEST(FusedInferenceOpsTest, RotaryBf16RoundsAsTheComposite) {
+TEST_P(FusedInferenceOpsTest, RotaryBf16RoundsAsTheComposite) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
   auto x = heads_view(2, 2, 5, 16, torch::kBFloat16);
@@ -59,7 +68,7 @@ TEST(FusedInferenceOpsTest, RotaryBf16RoundsAsTheComposite) {
   EXPECT_TRUE(torch::allclose(ours.to(torch::kFloat), expected, 8e-3, 8e-3));
 }
 
-TEST(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
+TEST_P(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
   auto x = heads_view(1, 2, 3, 8, torch::kFloat);
   auto angles = torch::rand({3, 8});
   {
@@ -78,7 +87,7 @@ TEST(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
   EXPECT_TRUE(torch::allclose(k_out, rotary_composite(k, angles.sin(), angles.cos()), 1e-6, 1e-6));
 }
 
-TEST(FusedInferenceOpsTest, AddLayerNormMatchesCompositeFp32) {
+TEST_P(FusedInferenceOpsTest, AddLayerNormMatchesCompositeFp32) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   // Widths with and without a 16-lane remainder; a row with a large mean (two-pass variance).
@@ -97,7 +106,7 @@ TEST(FusedInferenceOpsTest, AddLayerNormMatchesCompositeFp32) {
   }
 }
 
-TEST(FusedInferenceOpsTest, AddLayerNormBf16) {
+TEST_P(FusedInferenceOpsTest, AddLayerNormBf16) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(8);
   const int64_t d = 48;
@@ -111,7 +120,7 @@ TEST(FusedInferenceOpsTest, AddLayerNormBf16) {
   EXPECT_TRUE(torch::allclose(out.to(torch::kFloat), expected, 1e-2, 2e-2));
 }
 
-TEST(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTraining) {
+TEST_P(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTraining) {
   torch::manual_seed(9);
   torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({16}));
   torch::nn::init::normal_(norm->weight);
@@ -140,7 +149,7 @@ TEST(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTraining)
 // The decoder's in-place log-softmax: ATen's values for row widths on and off the 8-lane step,
 // with -inf entries (a forced or masked token) and a row of -inf (ATen's NaNs), and it leaves
 // alone what it does not handle.
-TEST(FusedInferenceOpsTest, LogSoftmaxInPlaceMatchesAten) {
+TEST_P(FusedInferenceOpsTest, LogSoftmaxInPlaceMatchesAten) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(12);
   for (int64_t n : {8000, 37, 8, 3}) {

@@ -1,11 +1,13 @@
-// Dynamic int8 linear layers: the kernel against the quantization formula computed in double,
-// the VNNI and AVX2 kernels against the portable loop, the model with and without int8.
+// Dynamic int8 linear layers, on every instruction set: the kernel against the quantization
+// formula computed in double, every instruction set's kernel equal to the portable loop bit for
+// bit (the same integers, the same float steps), the model with and without int8.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include "data_test_support.h"
-#include "torchmt/model/int8_linear.h"
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 #include "torchmt/model/transformer.h"
@@ -13,33 +15,31 @@
 namespace torchmt {
 namespace {
 
-// The documented formula: per-row symmetric quantization of weights (on `weight_steps` a side, as
-// quantize_rows_int8 computes it, in float) and inputs (on 127 steps; the AVX2 kernel's rows with a
-// negative value on 63, int8_linear.h; the kernels' float arithmetic: inverse = steps / max|x|,
-// q = rint(x * inverse)), then the integer sums and scales in double.
-at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t weight_steps,
-                          bool seven_bit_signed_inputs) {
+using namespace kernels;
+
+class Int8Linear : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(Int8Linear);
+
+// The documented formula: per-row symmetric quantization of weights (as quantize_rows_int8
+// computes it, in float) and inputs (the kernels' float arithmetic: inverse = 127 / max|x|,
+// q = rint(x * inverse)), both on 127 steps a side, then the integer sums and scales in double.
+at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   auto xf = x.to(torch::kFloat).reshape({-1, x.size(-1)}).contiguous();  // [R, K]
   auto x_steps = torch::full({xf.size(0), 1}, 127.0f);
-  if (seven_bit_signed_inputs) x_steps.masked_fill_(xf.amin(1, true) < 0, 63.0f);
   auto x_amax = xf.abs().amax(1, true);
   auto x_inverse = x_steps / torch::where(x_amax > 0, x_amax, x_steps);
   auto xq = torch::round(xf * x_inverse).to(torch::kDouble);
   auto xs = torch::where(x_amax > 0, x_amax / x_steps, torch::ones_like(x_amax)).to(torch::kDouble);
-  auto [wq_int8, w_inverse] = quantize_rows_int8(w, weight_steps);
+  auto [wq_int8, w_inverse] = quantize_rows_int8(w);
   auto wq = wq_int8.to(torch::kDouble);
   auto ws = (1.0f / w_inverse).to(torch::kDouble).unsqueeze(1);  // [N, 1]
   auto y = xq.matmul(wq.t()) * xs * ws.t() + b.to(torch::kDouble);  // [R, N]
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);
-  return y.reshape(shape);
+  return y.reshape(shape).to(torch::kFloat);
 }
 
-at::Tensor reference_for(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Int8LinearWeights& q) {
-  return reference_int8(x, w, b, q.steps, int8_active_kernel() == Int8Kernel::avx2).to(torch::kFloat);
-}
-
-TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
+TEST_P(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
   torch::manual_seed(3);
   for (int64_t in : {256, 30}) {
     for (int64_t out : {16, 40, 1000}) {
@@ -51,9 +51,8 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
         x[0].zero_();
         if (rows > 1) x[1].abs_();  // a row without negative values (a ReLU's output)
         auto q = quantize_linear_int8(w, b);
-        EXPECT_EQ(q->steps, int8_weight_steps());
         auto y = int8_linear(x, *q);
-        auto expected = reference_for(x, w, b, *q);
+        auto expected = reference_int8(x, w, b);
         ASSERT_EQ(y.sizes(), expected.sizes());
         EXPECT_TRUE(torch::allclose(y, expected, 1e-5, 1e-5))
             << in << "x" << out << ", " << rows << " rows: " << (y - expected).abs().max().item<float>();
@@ -67,58 +66,42 @@ TEST(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
   }
 }
 
-// Every kernel this CPU runs, on every tile remainder, against the formula of its quantization
-// (an int16 pair that saturated would be off by far more than the tolerance); the VNNI kernel
-// also equals the portable loop exactly (the same integer sums).
-TEST(Int8Linear, EveryKernelThisCpuRunsComputesItsFormulaExactly) {
-  if (int8_cpu_kernel() == Int8Kernel::portable) GTEST_SKIP() << "this CPU runs only the portable loop";
+// Every tile remainder, with products at their extremes (an int16 pair that saturated would be
+// off by far more than the tolerance): equal to the portable loop bit for bit, so --dtype int8
+// gives the same output on every CPU.
+TEST_P(Int8Linear, EqualsThePortableLoopBitForBit) {
   torch::manual_seed(4);
-  std::vector<Int8Kernel> kernels = {Int8Kernel::avx2};
-  if (int8_cpu_kernel() == Int8Kernel::vnni) kernels.push_back(Int8Kernel::vnni);
-  for (Int8Kernel kernel : kernels) {
-    SCOPED_TRACE(int8_kernel_name(kernel));
-    // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
-    // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder;
-    // inputs that are and are not a multiple of AVX2's 32-input quantization step and of its
-    // two-group (8-input) step.
-    for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
-      for (int64_t in : {256, 30, 70, 12}) {
-        auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
-        w[0].fill_(0.05);  // a row of largest weights: every product at its extreme
-        set_int8_kernel_limit(kernel);
-        auto q = quantize_linear_int8(w, b);
-        // The AVX2 kernel also runs weights made for the others (127 steps), one group at a time.
-        auto q127 = quantize_linear_int8(w, b, 127);
-        for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 64}) {
-          SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in) + ", " + std::to_string(rows) + " rows");
-          auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
-          x[0][0].fill_(-1.f);                    // inputs at the negative extreme against weights at the positive
-          if (rows > 1) x[0][1].fill_(1.f);       // a row without negative values, at its extreme (127)
-          set_int8_kernel_limit(kernel);
-          auto fast = int8_linear(x, *q);
-          auto alone = int8_linear(x[0][rows - 1], *q);
-          auto fast127 = int8_linear(x, *q127);
-          auto expected = reference_for(x, w, b, *q), expected127 = reference_for(x, w, b, *q127);
-          set_int8_kernel_limit(Int8Kernel::portable);
-          auto portable = int8_linear(x, *q);
-          set_int8_kernel_limit(Int8Kernel::vnni);
-          EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
-          EXPECT_TRUE(torch::allclose(fast, expected, 1e-5, 1e-5)) << (fast - expected).abs().max().item<float>();
-          EXPECT_TRUE(torch::allclose(fast127, expected127, 1e-5, 1e-5))
-              << (fast127 - expected127).abs().max().item<float>();
-          // The same integer sums and one rounding of the same product: equal, not only close.
-          if (kernel == Int8Kernel::vnni) {
-            EXPECT_TRUE(torch::equal(fast, portable));
-          }
-          // Any row alone gives what it gives in the batch.
-          EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
+  // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
+  // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder;
+  // inputs that are and are not a multiple of AVX2's 32-input quantization step.
+  for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
+    for (int64_t in : {256, 30, 70, 12}) {
+      auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
+      w[0].fill_(0.05);   // a row of largest weights: every product at its extreme
+      w[1].fill_(-0.05);  // and at the other
+      auto q = quantize_linear_int8(w, b);
+      for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 64}) {
+        SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in) + ", " + std::to_string(rows) + " rows");
+        auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
+        x[0][0].fill_(-1.f);                    // inputs at the negative extreme
+        if (rows > 1) x[0][1].fill_(1.f);       // and at the positive
+        auto fast = int8_linear(x, *q);
+        auto alone = int8_linear(x[0][rows - 1], *q);
+        at::Tensor portable;
+        {
+          CpuIsaOverride scalar(CpuIsa::kPortable);
+          portable = int8_linear(x, *q);
         }
+        EXPECT_EQ(fast.sizes(), torch::IntArrayRef({1, rows, out}));
+        EXPECT_TRUE(torch::allclose(fast, reference_int8(x, w, b), 1e-5, 1e-5));
+        EXPECT_TRUE(torch::equal(fast, portable)) << (fast - portable).abs().max().item<float>();
+        EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
       }
     }
   }
 }
 
-TEST(Int8Linear, TheModelUsesItWithoutGradientsOnly) {
+TEST_P(Int8Linear, TheModelUsesItWithoutGradientsOnly) {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = 50;
   torch::manual_seed(5);
@@ -127,18 +110,20 @@ TEST(Int8Linear, TheModelUsesItWithoutGradientsOnly) {
   auto src = torch::randint(4, 50, {3, 7}), tgt = torch::randint(4, 50, {3, 5});
   auto float_logits = model->forward(src, tgt).detach();
   const int64_t linears = 4 * (c.num_encoder_layers + 2 * c.num_decoder_layers) + 2 * (c.num_encoder_layers + c.num_decoder_layers) + 1;
-  EXPECT_EQ(quantize_linears_int8(*model), linears);  // every Linear: attention, FFN, output projection
+  EXPECT_EQ(prepare_linears_for_inference(*model, InferencePrecision::kInt8), linears);  // every Linear
   // Training (grad mode on) never sees the int8 copies.
   EXPECT_TRUE(torch::equal(model->forward(src, tgt).detach(), float_logits));
   torch::NoGradGuard no_grad;
   auto int8_logits = model->forward(src, tgt);
-  quantize_linears_int8(*model, /*enable=*/false);
+  release_inference_preparation(*model);
   auto float_inference = model->forward(src, tgt);  // fused inference passes, float linears
   EXPECT_TRUE(torch::allclose(float_inference, float_logits, 1e-5, 1e-5));
-  quantize_linears_int8(*model);
+  prepare_linears_for_inference(*model, InferencePrecision::kInt8);
   EXPECT_FALSE(torch::equal(int8_logits, float_logits));
   EXPECT_LT((int8_logits - float_logits).norm().item<double>(), 0.05 * float_logits.norm().item<double>());
-  quantize_linears_int8(*model, /*enable=*/false);
+  prepare_linears_for_inference(*model, InferencePrecision::kFloat, &model->fc_out);  // packed: the same values
+  EXPECT_TRUE(torch::allclose(model->forward(src, tgt), float_inference, 1e-5, 1e-5));
+  release_inference_preparation(*model);
   EXPECT_TRUE(torch::equal(model->forward(src, tgt), float_inference));
 }
 

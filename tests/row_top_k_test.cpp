@@ -9,12 +9,20 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/row_top_k.h"
+
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 
 namespace torchmt {
 namespace {
 
-TEST(RowTopK, EqualsASortedRowWithTiesInIndexOrderAndNanLast) {
+using namespace kernels;
+
+class RowTopK : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(RowTopK);
+
+
+TEST_P(RowTopK, EqualsASortedRowWithTiesInIndexOrderAndNanLast) {
   torch::manual_seed(11);
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t n : {1, 5, 16, 17, 40, 1000}) {
@@ -45,7 +53,7 @@ TEST(RowTopK, EqualsASortedRowWithTiesInIndexOrderAndNanLast) {
   }
 }
 
-TEST(RowTopK, OtherTypesGoThroughTorchTopk) {
+TEST_P(RowTopK, OtherTypesGoThroughTorchTopk) {
   auto x = torch::tensor({{1.0, 3.0, 2.0}}, torch::kDouble);
   auto [values, indices] = row_top_k(x, 2);
   EXPECT_TRUE(torch::equal(indices, torch::tensor({{1, 2}}, torch::kLong)));

@@ -1,6 +1,7 @@
-// Greedy decoding's screened projection (screened_argmax.h): every row it decides gets the
-// token of the full fp32 projection's log-softmax top-1, near-ties go back to the full row,
-// a changed weight is screened anew; and a greedy search without scores finds the same tokens.
+// Greedy decoding's screened projection (src/kernels/primitives.h), on every instruction set:
+// every row it decides gets the token of the full fp32 projection's log-softmax top-1, near-ties
+// go back to the full row, a weight changed after preparation is not screened with the old copy;
+// and a greedy search without scores finds the same tokens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,16 +9,19 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/row_top_k.h"
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 #include "torchmt/decoding/search.h"
 #include "torchmt/decoding/transformer_decoder.h"
-#include "torchmt/model/fused_inference_ops.h"
-#include "torchmt/model/int8_linear.h"
-#include "torchmt/model/screened_argmax.h"
-#include "torchmt/model/small_batch_linear.h"
+#include "torchmt/model/linear.h"
 
 namespace torchmt {
 namespace {
+
+using namespace kernels;
+
+class ScreenedArgmax : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(ScreenedArgmax);
 
 // What greedy search takes without the screen: the top-1 of the log-softmax of the kernel's logits.
 std::vector<int64_t> full_top1(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -28,9 +32,9 @@ std::vector<int64_t> full_top1(const at::Tensor& x, const at::Tensor& w, const a
   return std::vector<int64_t>(top.data_ptr<int64_t>(), top.data_ptr<int64_t>() + top.numel());
 }
 
-bool int8_screen_runs() { return int8_active_kernel() != Int8Kernel::portable; }
+bool int8_screen_runs() { return cpu_isa() != CpuIsa::kPortable; }
 
-TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
+TEST_P(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
   if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
   torch::NoGradGuard no_grad;
   torch::manual_seed(11);
@@ -39,13 +43,13 @@ TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
     auto w = torch::randn({out, in}) * 0.05;
     for (bool with_bias : {true, false}) {
       auto b = with_bias ? torch::randn({out}) * 0.1 : torch::Tensor();
-      ScreenedArgmaxCache cache;
+      const auto screen = build_screen(w, b);
       int64_t decided = 0, total = 0;
       for (int64_t rows = 1; rows <= kSmallBatchLinearMaxRows; ++rows) {
         auto x = torch::randn({rows, in}) * 2.0;
-        const auto before = ScreenedArgmaxCache::stats();
-        const auto tokens = cache.try_argmax(x, w, b);
-        const auto after = ScreenedArgmaxCache::stats();
+        const auto before = screen_stats();
+        const auto tokens = try_screened_argmax(*screen, x, w, b);
+        const auto after = screen_stats();
         EXPECT_EQ(after.rows - before.rows, rows);
         EXPECT_EQ(after.open_rows - before.open_rows, std::count(tokens.begin(), tokens.end(), -1));
         ASSERT_EQ(static_cast<int64_t>(tokens.size()), rows);
@@ -65,7 +69,7 @@ TEST(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
   }
 }
 
-TEST(ScreenedArgmax, ATieOrNearTieIsLeftToTheFullRow) {
+TEST_P(ScreenedArgmax, ATieOrNearTieIsLeftToTheFullRow) {
   if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
@@ -75,56 +79,69 @@ TEST(ScreenedArgmax, ATieOrNearTieIsLeftToTheFullRow) {
   // Rows 7 and 123 point along x: far above the others, and equal (a tie) or 1e-6 apart.
   w[7] = x[0] / x.norm() * 3.0;
   w[123] = w[7].clone();
-  ScreenedArgmaxCache cache;
-  EXPECT_EQ(cache.try_argmax(x, w, torch::Tensor()), std::vector<int64_t>{-1});
+  auto screened = [&] { return try_screened_argmax(*build_screen(w, {}), x, w, torch::Tensor()); };
+  EXPECT_EQ(screened(), std::vector<int64_t>{-1});
   w[123] *= 1.0 + 1e-6;
-  EXPECT_EQ(cache.try_argmax(x, w, torch::Tensor()), std::vector<int64_t>{-1});
+  EXPECT_EQ(screened(), std::vector<int64_t>{-1});
   // Apart by more than the margin, the screen decides, as the full row does.
   w[123] *= 1.01;
-  EXPECT_EQ(cache.try_argmax(x, w, torch::Tensor()), std::vector<int64_t>{123});
+  EXPECT_EQ(screened(), std::vector<int64_t>{123});
   EXPECT_EQ(full_top1(x, w, torch::Tensor()), std::vector<int64_t>{123});
 }
 
-TEST(ScreenedArgmax, AWeightChangedInPlaceIsScreenedAnew) {
+// The screen is made when the layer is prepared; a weight changed in place after that (an
+// optimizer step) is not screened with the old copy, until it is prepared again.
+TEST_P(ScreenedArgmax, AWeightChangedAfterPreparationIsNotScreenedWithTheOldCopy) {
   if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
-  auto w = torch::randn({400, 48}) * 0.05, b = torch::zeros({400});
+  torch::nn::Linear layer = make_linear(48, 400);
+  layer->weight.normal_(0, 0.05);
+  layer->bias.zero_();
   auto x = torch::randn({1, 48});
-  ScreenedArgmaxCache cache;
-  w[17] = x[0] / x.norm();
-  EXPECT_EQ(cache.try_argmax(x, w, b), std::vector<int64_t>{17});
-  w[250] = x[0] / x.norm() * 2.0;  // an optimizer step: the same storage, a new version
-  EXPECT_EQ(cache.try_argmax(x, w, b), std::vector<int64_t>{250});
-  b[3] = 1000.0f;  // the bias too
-  EXPECT_EQ(cache.try_argmax(x, w, b), std::vector<int64_t>{3});
+  layer->weight[17] = x[0] / x.norm();
+  EXPECT_TRUE(try_linear_argmax(layer, x).empty()) << "not prepared: no screen";
+  prepare_linears_for_inference(*layer, InferencePrecision::kFloat, &layer);
+  EXPECT_EQ(try_linear_argmax(layer, x), std::vector<int64_t>{17});
+  layer->weight[250] = x[0] / x.norm() * 2.0;  // the same storage, a new version
+  EXPECT_TRUE(try_linear_argmax(layer, x).empty());
+  prepare_linears_for_inference(*layer, InferencePrecision::kFloat, &layer);
+  EXPECT_EQ(try_linear_argmax(layer, x), std::vector<int64_t>{250});
+  layer->bias[3] = 1000.0f;  // the bias too
+  EXPECT_TRUE(try_linear_argmax(layer, x).empty());
+  prepare_linears_for_inference(*layer, InferencePrecision::kFloat, &layer);
+  EXPECT_EQ(try_linear_argmax(layer, x), std::vector<int64_t>{3});
+  release_inference_preparation(*layer);
+  EXPECT_TRUE(try_linear_argmax(layer, x).empty());
 }
 
-TEST(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
+TEST_P(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
   torch::manual_seed(7);
   auto w = torch::randn({100, 32}), x = torch::randn({9, 32});
-  ScreenedArgmaxCache cache;
+  const auto screen = build_screen(w, {});
   {
     torch::NoGradGuard no_grad;
-    EXPECT_TRUE(cache.try_argmax(x, w, torch::Tensor()).empty()) << "more rows than the few-row kernel takes";
-    EXPECT_TRUE(cache.try_argmax(x.slice(0, 0, 2).to(torch::kBFloat16), w, torch::Tensor()).empty());
+    EXPECT_TRUE(try_screened_argmax(*screen, x, w, {}).empty()) << "more rows than the few-row kernel takes";
+    EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2).to(torch::kBFloat16), w, {}).empty());
+    EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2), w.narrow(0, 0, 99), {}).empty()) << "another weight";
     auto nan_row = x.slice(0, 0, 1).clone();
     nan_row[0][3] = std::nan("");
     if (int8_screen_runs()) {
-      EXPECT_EQ(cache.try_argmax(nan_row, w, torch::Tensor()), std::vector<int64_t>{-1});
+      EXPECT_EQ(try_screened_argmax(*screen, nan_row, w, {}), std::vector<int64_t>{-1});
     }
   }
-  EXPECT_TRUE(cache.try_argmax(x.slice(0, 0, 2), w, torch::Tensor()).empty()) << "gradients on";
+  EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2), w, {}).empty()) << "gradients on";
 }
 
 // A real (random, tiny) model: greedy search without scores finds the tokens it finds with
 // them, and its scores are NaN, not a number that looks right.
-TEST(ScreenedArgmax, GreedySearchWithoutScoresFindsTheSameTokens) {
+TEST_P(ScreenedArgmax, GreedySearchWithoutScoresFindsTheSameTokens) {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = 300;
   torch::manual_seed(8);
   Transformer model(c);
   model->eval();
+  prepare_linears_for_inference(*model, InferencePrecision::kFloat, &model->fc_out);
   auto src = torch::randint(4, 300, {6, 9}, torch::kLong);
   src.index_put_({2, torch::indexing::Slice(5)}, 0);
   SearchOptions with;

@@ -6,10 +6,18 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/single_query_attention.h"
+
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 
 namespace torchmt {
 namespace {
+
+using namespace kernels;
+
+class SingleQueryAttentionTest : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(SingleQueryAttentionTest);
+
 
 // The textbook formula in double, heads merged: [B, 1, H * d].
 torch::Tensor reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -21,7 +29,7 @@ torch::Tensor reference(const torch::Tensor& q, const torch::Tensor& k, const to
   return out.transpose(1, 2).reshape({q.size(0), 1, -1});  // [B, 1, H * d]
 }
 
-TEST(SingleQueryAttentionTest, Fp32MatchesFormulaWithMaskAndStridedKeys) {
+TEST_P(SingleQueryAttentionTest, Fp32MatchesFormulaWithMaskAndStridedKeys) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   for (int64_t dim : {64, 20}) {  // 20: a partial vector per row
@@ -42,7 +50,7 @@ TEST(SingleQueryAttentionTest, Fp32MatchesFormulaWithMaskAndStridedKeys) {
 
 // The beams of a sentence share its K/V and mask row: query row b reads row b / r, the
 // same values as r copies of each row, bit for bit, in fp32 and bf16, with grouped heads.
-TEST(SingleQueryAttentionTest, RowsSharingKeyValueRowsEqualCopiedRows) {
+TEST_P(SingleQueryAttentionTest, RowsSharingKeyValueRowsEqualCopiedRows) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(11);
   const int64_t sentences = 3, r = 4, H = 4, G = 2, T = 9, dim = 32;
@@ -66,7 +74,7 @@ TEST(SingleQueryAttentionTest, RowsSharingKeyValueRowsEqualCopiedRows) {
 // Masked keys before a row's first allowed key (rows that joined a running batch) and after
 // its last (source padding) are skipped: each row equals the formula, and bit for bit the
 // same row with only its keys [first allowed, last allowed] given.
-TEST(SingleQueryAttentionTest, KeysOutsideTheAllowedRangeAreSkippedExactly) {
+TEST_P(SingleQueryAttentionTest, KeysOutsideTheAllowedRangeAreSkippedExactly) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(9);
   const int64_t B = 3, H = 4, G = 2, T = 9, dim = 64;
@@ -90,7 +98,7 @@ TEST(SingleQueryAttentionTest, KeysOutsideTheAllowedRangeAreSkippedExactly) {
   }
 }
 
-TEST(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
+TEST_P(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
   torch::NoGradGuard no_grad;
   auto q = torch::randn({2, 2, 1, 16}), k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});
   auto mask = torch::ones({2, 1, 1, 5}, torch::kBool);
@@ -101,7 +109,7 @@ TEST(SingleQueryAttentionTest, FullyMaskedKeysAttendToAll) {
   EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), reference(q, k, v, torch::Tensor()), 1e-5, 1e-6));
 }
 
-TEST(SingleQueryAttentionTest, Bf16IsTheFormulaOnBf16ValuesRoundedOnce) {
+TEST_P(SingleQueryAttentionTest, Bf16IsTheFormulaOnBf16ValuesRoundedOnce) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(8);
   auto q = torch::randn({5, 4, 1, 64}).to(torch::kBFloat16);
@@ -112,7 +120,7 @@ TEST(SingleQueryAttentionTest, Bf16IsTheFormulaOnBf16ValuesRoundedOnce) {
   EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), reference(q, k, v, torch::Tensor()), 1.0 / 128, 1e-3));
 }
 
-TEST(SingleQueryAttentionTest, StepsAsideWhereItDoesNotApply) {
+TEST_P(SingleQueryAttentionTest, StepsAsideWhereItDoesNotApply) {
   auto k = torch::randn({1, 2, 3, 8}), v = torch::randn({1, 2, 3, 8});
   {
     torch::NoGradGuard no_grad;

@@ -1,19 +1,26 @@
-// The few-row linear kernel used by decoding: same results as at::linear (fp32, bf16, CPU
-// bf16 autocast), and it steps aside where it does not apply; and the packed-weight GEMM above it.
+// The few-row linear kernel used by decoding, on every instruction set: same results as
+// at::linear (fp32, bf16, CPU bf16 autocast), one output alone bit for bit the whole call's at any
+// thread count, and it steps aside where it does not apply; and the packed-weight GEMMs above it.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <fstream>
+#include <filesystem>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include "torchmt/model/packed_linear.h"
-#include "torchmt/model/small_batch_linear.h"
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 #include "torchmt/util/device.h"
 #include "test_support.h"
 
 namespace torchmt {
 namespace {
+
+using namespace kernels;
+
+class SmallBatchLinearTest : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(SmallBatchLinearTest);
 
 struct Shape {
   int64_t rows, in, out;
@@ -23,7 +30,7 @@ struct Shape {
 // inputs per vector, with remainders everywhere.
 const Shape kShapes[] = {{1, 256, 8000}, {5, 256, 768}, {8, 1024, 256}, {3, 40, 67}, {7, 16, 5}, {2, 33, 1}, {4, 7, 9}};
 
-TEST(SmallBatchLinearTest, Fp32MatchesAtenLinear) {
+TEST_P(SmallBatchLinearTest, Fp32MatchesAtenLinear) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(3);
   for (const Shape& s : kShapes)
@@ -38,46 +45,53 @@ TEST(SmallBatchLinearTest, Fp32MatchesAtenLinear) {
 }
 
 // One output at a time (the screened greedy projection's fp32 logits) is bit for bit the
-// output of the whole call, for every row count.
-TEST(SmallBatchLinearTest, OneOutputEqualsTheWholeCallsBitForBit) {
+// output of the whole call, for every row count and any number of threads (each thread's share
+// of the outputs starts and ends on other tile boundaries).
+TEST_P(SmallBatchLinearTest, OneOutputEqualsTheWholeCallsBitForBit) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
-  for (const Shape& s : kShapes)
-    for (bool with_bias : {true, false}) {
-      auto x = torch::randn({s.rows, s.in}), w = torch::randn({s.out, s.in});
-      auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
-      auto all = try_small_batch_linear_cpu(x, w, b).contiguous();
-      ASSERT_TRUE(all.defined());
-      for (int64_t m = 0; m < s.rows; ++m)
-        for (int64_t n = 0; n < s.out; n += std::max<int64_t>(1, s.out / 37)) {
-          const float one = small_batch_dot_fp32(x[m].data_ptr<float>(), w[n].data_ptr<float>(),
-                                                 with_bias ? b.data_ptr<float>() + n : nullptr, s.in);
-          ASSERT_EQ(one, all[m][n].item<float>()) << s.rows << "x" << s.in << "x" << s.out << " [" << m << ", " << n << "]";
-        }
-    }
+  const int threads = at::get_num_threads();
+  for (int t : {1, 2, 3, 16}) {
+    at::set_num_threads(t);
+    for (const Shape& s : kShapes)
+      for (bool with_bias : {true, false}) {
+        auto x = torch::randn({s.rows, s.in}), w = torch::randn({s.out, s.in});
+        auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
+        auto all = try_small_batch_linear_cpu(x, w, b).contiguous();
+        ASSERT_TRUE(all.defined());
+        for (int64_t m = 0; m < s.rows; ++m)
+          for (int64_t n = 0; n < s.out; n += std::max<int64_t>(1, s.out / 37)) {
+            const float one = small_batch_dot_fp32(x[m].data_ptr<float>(), w[n].data_ptr<float>(),
+                                                   with_bias ? b.data_ptr<float>() + n : nullptr, s.in);
+            ASSERT_EQ(one, all[m][n].item<float>())
+                << t << " threads, " << s.rows << "x" << s.in << "x" << s.out << " [" << m << ", " << n << "]";
+          }
+      }
+  }
+  at::set_num_threads(threads);
 }
 
-TEST(SmallBatchLinearTest, Bf16EqualsFp32ResultRoundedOnce) {
+TEST_P(SmallBatchLinearTest, Bf16EqualsFp32ResultRoundedOnce) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
   for (const Shape& s : kShapes) {
     auto x = torch::randn({s.rows, s.in}).to(torch::kBFloat16), w = torch::randn({s.out, s.in}).to(torch::kBFloat16);
     auto b = torch::randn({s.out}).to(torch::kBFloat16);
-    // AVX512-BF16 dot products where this CPU has them, the fp32 FMA path in any case.
-    for (bool use_bf16_dot : {true, false}) {
-      auto ours = try_small_batch_linear_cpu(x, w, b, use_bf16_dot);
+    // AVX512-BF16 dot products at avx512-bf16, the fp32 FMA path below it.
+    {
+      auto ours = try_small_batch_linear_cpu(x, w, b);
       ASSERT_TRUE(ours.defined());
       EXPECT_EQ(ours.scalar_type(), torch::kBFloat16);
       // The exact product of the bf16 inputs, rounded to bf16 once: at most one bf16 step
       // (relative 2^-8) apart, plus fp32 accumulation-order noise near zero.
       auto exact = torch::linear(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
       EXPECT_TRUE(torch::allclose(ours.to(torch::kDouble), exact, 1.0 / 128, 1e-3))
-          << s.rows << "x" << s.in << "x" << s.out << (use_bf16_dot ? " dot" : " fma");
+          << s.rows << "x" << s.in << "x" << s.out;
     }
   }
 }
 
-TEST(SmallBatchLinearTest, HonoursCpuBf16AutocastLikeAtenLinear) {
+TEST_P(SmallBatchLinearTest, HonoursCpuBf16AutocastLikeAtenLinear) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
   auto x = torch::randn({5, 1, 256}), w = torch::randn({300, 256}), b = torch::randn({300});
@@ -93,7 +107,7 @@ TEST(SmallBatchLinearTest, HonoursCpuBf16AutocastLikeAtenLinear) {
   EXPECT_TRUE(torch::allclose(ours.to(torch::kFloat), aten.to(torch::kFloat), 1.0 / 128, 1e-2));
 }
 
-TEST(SmallBatchLinearTest, KeepsLeadingDimensionsAndReadsStridedInput) {
+TEST_P(SmallBatchLinearTest, KeepsLeadingDimensionsAndReadsStridedInput) {
   torch::NoGradGuard no_grad;
   auto wide = torch::randn({64, 6});
   auto x = wide.t().slice(0, 0, 4).view({2, 2, 64}).contiguous().transpose(0, 1);  // strided [2, 2, 64]
@@ -104,7 +118,7 @@ TEST(SmallBatchLinearTest, KeepsLeadingDimensionsAndReadsStridedInput) {
   EXPECT_TRUE(torch::allclose(ours, torch::linear(x, w, b), 1e-5, 1e-4));
 }
 
-TEST(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
+TEST_P(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
   auto w = torch::randn({6, 8}), b = torch::randn({6});
   {
     torch::NoGradGuard no_grad;
@@ -123,84 +137,60 @@ TEST(SmallBatchLinearTest, StepsAsideWhereItDoesNotApply) {
 namespace torchmt {
 namespace {
 
-// The packed GEMMs (packed_linear.h), each forced in turn: at::linear's values for any number
-// of rows against a weight packed once, packed again when the weight changes, and out of the
-// way where they do not apply.
-TEST(PackedLinearTest, EveryPackedGemmMatchesAtenLinearAndFollowsTheWeight) {
-  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has neither MKL's nor oneDNN's packed GEMM";
+// The packed GEMMs, each in turn: at::linear's values for any number of rows against a weight
+// packed once, and out of the way where they do not apply.
+TEST(PackedLinearTest, EveryPackedGemmMatchesAtenLinear) {
+  if (available_packed_gemms().empty()) GTEST_SKIP() << "this LibTorch has neither MKL's nor oneDNN's packed GEMM";
   torch::NoGradGuard no_grad;
-  for (PackedGemm gemm : PackedWeightCache::available_gemms()) {
+  for (PackedGemm gemm : available_packed_gemms()) {
     SCOPED_TRACE(packed_gemm_name(gemm));
-    PackedWeightCache::force_gemm(gemm);
     torch::manual_seed(3);
     auto weight = torch::randn({300, 96});
     auto bias = torch::randn({300});
-    PackedWeightCache cache;
+    const PackedWeights packed = pack_weight(weight, gemm);
+    ASSERT_EQ(packed.gemm, gemm);
     for (int64_t rows : {9, 28, 64, 130}) {
       auto x = torch::randn({rows, 96});
-      auto y = cache.try_linear(x, weight, bias, 8);
+      auto y = try_packed_linear(packed, x, bias);
       ASSERT_TRUE(y.defined()) << rows;
       EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5)) << rows;
-      EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, {}, 8), torch::linear(x, weight), 1e-5, 1e-5)) << rows;
+      EXPECT_TRUE(torch::allclose(try_packed_linear(packed, x, {}), torch::linear(x, weight), 1e-5, 1e-5)) << rows;
     }
     auto x3 = torch::randn({4, 5, 96});  // leading dimensions kept
-    auto y3 = cache.try_linear(x3, weight, bias, 8);
+    auto y3 = try_packed_linear(packed, x3, bias);
     ASSERT_EQ(y3.sizes(), torch::IntArrayRef({4, 5, 300}));
     EXPECT_TRUE(torch::allclose(y3, torch::linear(x3, weight, bias), 1e-5, 1e-5));
-    weight.mul_(-2.0);  // an in-place update (an optimizer step, a load): packed again
+    // Not for it: few rows, another width or dtype, grad mode.
     auto x = torch::randn({20, 96});
-    EXPECT_TRUE(torch::allclose(cache.try_linear(x, weight, bias, 8), torch::linear(x, weight, bias), 1e-5, 1e-5));
-    // Not for it: few rows, grad mode, another dtype.
-    EXPECT_FALSE(cache.try_linear(torch::randn({8, 96}), weight, bias, 8).defined());
-    EXPECT_FALSE(cache.try_linear(x.to(torch::kBFloat16), weight, bias, 8).defined());
+    EXPECT_FALSE(try_packed_linear(packed, torch::randn({8, 96}), bias).defined());
+    EXPECT_FALSE(try_packed_linear(packed, torch::randn({20, 95}), bias).defined());
+    EXPECT_FALSE(try_packed_linear(packed, x.to(torch::kBFloat16), bias).defined());
     torch::GradMode::set_enabled(true);
-    EXPECT_FALSE(cache.try_linear(x, weight, bias, 8).defined());
+    EXPECT_FALSE(try_packed_linear(packed, x, bias).defined());
     torch::GradMode::set_enabled(false);
   }
-  PackedWeightCache::force_gemm(std::nullopt);
+  EXPECT_FALSE(try_packed_linear(pack_weight(torch::randn({30, 96}), PackedGemm::kAten), torch::randn({20, 96}), {})
+                   .defined());  // nothing packed: the caller's at::linear runs
 }
 
-// Unforced, the first weight of a shape is measured with every GEMM and at::linear, the
-// fastest is written to the probe cache with its figures, and the result is at::linear's
-// whichever won (undefined where at::linear did: the caller then runs it).
-TEST(PackedLinearTest, TheGemmIsMeasuredOncePerShapeAndRemembered) {
-  if (!PackedWeightCache::available()) GTEST_SKIP() << "this LibTorch has neither MKL's nor oneDNN's packed GEMM";
+// The GEMM of a shape comes from the rule table, never from a timing: the same answer every time,
+// nothing written to the cache directory, and TORCHMT_PACKED_GEMM forces it.
+TEST(PackedLinearTest, TheGemmIsChosenByRulesNotByTiming) {
   if (std::getenv("TORCHMT_PACKED_GEMM")) GTEST_SKIP() << "TORCHMT_PACKED_GEMM forces the choice";
   test::TempDir dir;
-  const char* old = std::getenv("TORCHMT_CACHE_DIR");
-  const std::string old_value = old ? old : "";
-  setenv("TORCHMT_CACHE_DIR", dir.path().c_str(), 1);
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(5);
-  auto weight = torch::randn({123, 77}), bias = torch::randn({123});  // a shape no other test uses
-  auto x = torch::randn({40, 77});
-  PackedWeightCache cache;
-  auto y = cache.try_linear(x, weight, bias, 8);
-  if (y.defined()) {
-    EXPECT_TRUE(torch::allclose(y, torch::linear(x, weight, bias), 1e-5, 1e-5));
+  test::ScopedEnv cache("TORCHMT_CACHE_DIR", dir.path().c_str());
+  const PackedGemm first = packed_gemm_for(8000, 256);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(packed_gemm_for(8000, 256), first);
+  if (!available_packed_gemms().empty()) {
+    EXPECT_NE(first, PackedGemm::kAten) << "a packed GEMM is available, the rules chose none";
   }
-  if (old)
-    setenv("TORCHMT_CACHE_DIR", old_value.c_str(), 1);
-  else
-    unsetenv("TORCHMT_CACHE_DIR");
-
-  std::ifstream in(dir.file("gemm-probe.tsv"));
-  ASSERT_TRUE(in) << "no probe record written";
-  std::string line, found;
-  while (std::getline(in, line))
-    if (line.find("|linear 77x123\t") != std::string::npos) found = line;
-  ASSERT_FALSE(found.empty());
-  const std::string value = found.substr(found.find('\t') + 1, found.rfind('\t') - found.find('\t') - 1);
-  EXPECT_TRUE(value == "aten" || value == "mkl" || value == "onednn") << found;
-  EXPECT_EQ(y.defined(), value != "aten") << found;
-  EXPECT_NE(found.find("aten "), std::string::npos) << found;  // the figures it chose by
-  EXPECT_NE(found.find(" at 40 rows"), std::string::npos) << found;
-
-  // Forced to at::linear: nothing packed, the caller's at::linear runs.
-  PackedWeightCache::force_gemm(PackedGemm::kAten);
-  PackedWeightCache other;
-  EXPECT_FALSE(other.try_linear(x, weight, bias, 8).defined());
-  PackedWeightCache::force_gemm(std::nullopt);
+  torch::NoGradGuard no_grad;
+  auto weight = torch::randn({123, 77}), x = torch::randn({40, 77});
+  const PackedWeights packed = pack_weight(weight, packed_gemm_for(123, 77));
+  if (packed.gemm != PackedGemm::kAten) {
+    EXPECT_TRUE(torch::allclose(try_packed_linear(packed, x, {}), torch::linear(x, weight), 1e-5, 1e-5));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "the choice wrote to the cache directory";
 }
 
 }  // namespace

@@ -10,8 +10,14 @@
 #include "torchmt/training/label_smoothed_cross_entropy.h"
 #include "torchmt/training/training_step.h"
 
+#include "kernel_isa_support.h"
+
 namespace torchmt {
 namespace {
+
+// The CPU kernels on every instruction set this machine runs.
+class LabelSmoothedCrossEntropyKernel : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(LabelSmoothedCrossEntropyKernel);
 
 // Two target positions over a vocabulary of three, computed by hand:
 //  row 0: uniform p = (1/3, 1/3, 1/3), gold 1: nll = ln 3, sum(-log p) = 3 ln 3
@@ -48,7 +54,7 @@ TEST(LabelSmoothedCrossEntropy, IgnoresPaddingAndReducesToCrossEntropyWithoutSmo
 // The CPU criterion is a fused kernel; the same formula in ATen ops is the reference, for
 // the loss, the nll and the gradient, with padding, in fp32 and bf16, for vocabularies
 // with and without a tail beyond the vector width.
-TEST(LabelSmoothedCrossEntropy, FusedCpuKernelMatchesAtenFormulaAndAutograd) {
+TEST_P(LabelSmoothedCrossEntropyKernel, FusedCpuKernelMatchesAtenFormulaAndAutograd) {
   for (int64_t vocab : {5, 16, 37, 8000}) {
     for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
       torch::manual_seed(vocab);
@@ -91,7 +97,7 @@ TEST(LabelSmoothedCrossEntropy, TargetOutsideTheVocabularyIsAnError) {
   EXPECT_THROW(LabelSmoothedCrossEntropy(0.1, 0)(logits, torch::tensor({{-1, 3}}, torch::kLong)), c10::Error);
 }
 
-TEST(LabelSmoothedCrossEntropy, WithoutGradientModeComputesTheSameLoss) {
+TEST_P(LabelSmoothedCrossEntropyKernel, WithoutGradientModeComputesTheSameLoss) {
   auto logits = torch::randn({2, 5, 40});
   auto target = torch::randint(1, 40, {2, 5}, torch::kLong);
   auto with_grad = LabelSmoothedCrossEntropy(0.1, 0)(logits.clone().requires_grad_(true), target);

@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "../kernels/cpu_isa.h"
 #include "cli_options.h"
 #include "torchmt/model/transformer.h"
 #include "torchmt/util/environment.h"
@@ -50,6 +51,7 @@ int run_info(int argc, char** argv) {
     return kExitUsage;
   Transformer model(config);
   std::cout << config.to_json() << "parameters: " << count_parameters(model) << "\n";
+  std::cout << "cpu kernels: " << kernels::cpu_isa_summary() << "\n";
   const auto set = environment_in_effect();
   std::cout << "environment:" << (set.empty() ? " none of torchmt's variables is set" : "") << "\n";
   for (const auto& line : set) std::cout << "  " << line << "\n";

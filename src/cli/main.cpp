@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/cpu_isa.h"
 #include "commands.h"
 #include "torchmt/util/environment.h"
 #include "torchmt/util/strings.h"
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
     for (const auto& unknown : torchmt::check_environment())
       std::cerr << "torchmt: warning: " << unknown
                 << " is set but is not one of torchmt's variables (see 'torchmt info --environment')\n";
+    torchmt::kernels::cpu_isa();  // TORCHMT_CPU_ISA above what this CPU runs: an error now
   } catch (const std::exception& e) {
     std::cerr << "torchmt: error: " << torchmt::escape_control(e.what()) << "\n";
     return kExitUsage;

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/row_top_k.h"
+#include "../kernels/primitives.h"
 
 namespace torchmt {
 
@@ -45,7 +45,7 @@ void GreedyStream::step() {
   const bool scores = std::any_of(rows_.begin(), rows_.end(), [](const Row& row) { return row.scores; });
   if (scores) {
     auto lprobs = decoder_.step(last_tokens);                               // [N, V]
-    std::tie(best_lp, best_tok) = row_top_k(lprobs, 1);                     // [N, 1]
+    std::tie(best_lp, best_tok) = kernels::row_top_k(lprobs, 1);                     // [N, 1]
     eos_lp = lprobs.select(1, eos_id_).to(torch::kCPU).contiguous();        // a strided view otherwise
     best_lp = best_lp.to(torch::kCPU);
   } else {

@@ -8,12 +8,12 @@
 #include <torch/torch.h>
 
 #include "torchmt/decoding/greedy_stream.h"
-#include "torchmt/decoding/row_top_k.h"
+#include "../kernels/primitives.h"
 
 namespace torchmt {
 
 at::Tensor IncrementalDecoder::greedy_tokens(const at::Tensor& last_tokens) {
-  return row_top_k(step(last_tokens), 1).second.view({-1});  // [N]
+  return kernels::row_top_k(step(last_tokens), 1).second.view({-1});  // [N]
 }
 
 void IncrementalDecoder::expand_rows(int64_t rows, int64_t k) {
@@ -133,7 +133,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
     // the score is added to the 2k picked only.
     const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
     const int64_t row_width = std::min<int64_t>(width, vocab);
-    auto [row_top, row_index] = row_top_k(lprobs, row_width);  // [N, row_width]
+    auto [row_top, row_index] = kernels::row_top_k(lprobs, row_width);  // [N, row_width]
     row_top = (row_top.to(torch::kCPU) + torch::tensor(scores, torch::kFloat).unsqueeze(1)).contiguous();
     row_index = row_index.to(torch::kCPU).contiguous();
     std::vector<float> sc(static_cast<size_t>(n_live * width));

@@ -2,8 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/row_top_k.h"
-#include "torchmt/model/fused_inference_ops.h"
+#include "../kernels/primitives.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 
@@ -15,7 +14,7 @@ namespace {
 // tensor: normalised where it lies (CPU, fp32).
 at::Tensor log_probabilities(at::Tensor logits) {
   logits = logits.to(torch::kFloat);
-  if (try_log_softmax_in_place_cpu(logits)) return logits;
+  if (kernels::try_log_softmax_in_place_cpu(logits)) return logits;
   return torch::log_softmax(logits, -1);
 }
 
@@ -64,7 +63,7 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
   // Rows in full: their projection and top-1, as step() + row_top_k.
   auto top1 = [&](const at::Tensor& rows) {
-    return row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
+    return kernels::row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
   };
   auto tokens = try_linear_argmax(model_->fc_out, hidden);
   if (tokens.empty()) return top1(hidden).view({-1});

@@ -248,10 +248,7 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
 }
 
 std::string Translator::precision_name() const {
-  if (model_) {
-    const auto* out = dynamic_cast<const QuantizableLinearImpl*>(model_->fc_out.get());
-    if (out && out->int8) return "int8";
-  }
+  if (model_ && runs_int8(model_->fc_out)) return "int8";
   return dtype_name(dtype_);
 }
 

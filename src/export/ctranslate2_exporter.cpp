@@ -19,7 +19,7 @@
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
-#include "torchmt/model/int8_linear.h"
+#include "../kernels/primitives.h"
 #include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
@@ -132,7 +132,7 @@ struct Writer {
  private:
   void write_weight(const std::string& scope, const at::Tensor& w) {
     if (options.quantize_int8) {
-      auto [q, scale] = quantize_rows_int8(w.detach());
+      auto [q, scale] = kernels::quantize_rows_int8(w.detach());
       bin.add(scope + "/weight", q);
       bin.add(scope + "/weight_scale", scale);
     } else {

@@ -172,13 +172,21 @@ SealOutcome seal_model_file(const std::string& path) {
   return SealOutcome::kSealed;
 }
 
+namespace {
+// Packed, quantized and screened once at load (the kernels' preparation), on the CPU.
+void prepare_for_cpu_inference(Translator& translator, InferencePrecision precision) {
+  if (translator.model() && translator.device().is_cpu())
+    prepare_linears_for_inference(*translator.model(), precision, &translator.model()->fc_out);
+}
+}  // namespace
+
 Translator load_translator(const TranslatorConfig& config) {
   config.validate();
   if (!config.translation.use_cache && is_torchscript_export(config.model))
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
   if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
   // int8: the model's Linear weights quantized per row at load, activations per row at run
-  // time (torchmt/model/int8_linear.h); everything else runs in fp32. An int8 export runs so
+  // time (src/kernels/primitives.h); everything else runs in fp32. An int8 export runs so
   // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript. The
   // int8 kernels are CPU kernels: --device auto means the CPU for them, even beside a GPU.
   const c10::Device device = config.dtype == "int8" && config.device == "auto" ? c10::Device(c10::kCPU)
@@ -190,21 +198,23 @@ Translator load_translator(const TranslatorConfig& config) {
     if (config.dtype == "int8" || (config.dtype == "auto" && exported.dtype() == "int8" && device.is_cpu())) {
       Translator translator(exported.native_model(), exported.tokenizer(), exported.target_tokenizer(), device,
                             c10::ScalarType::Float);
-      quantize_linears_int8(*translator.model());
+      prepare_for_cpu_inference(translator, InferencePrecision::kInt8);
       return translator;
     }
     Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
+    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);
     return translator;
   }
   if (config.dtype != "int8") {
     Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
     // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
+    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);
     return translator;
   }
   auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
-  quantize_linears_int8(*translator.model());
+  prepare_for_cpu_inference(translator, InferencePrecision::kInt8);
   return translator;
 }
 

@@ -16,7 +16,7 @@
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/checkpoint.h"
-#include "torchmt/model/int8_linear.h"
+#include "../kernels/primitives.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/device.h"
@@ -91,7 +91,7 @@ class ScriptBuilder {
   std::pair<at::Tensor, at::Tensor> quantized(const at::Tensor& t) {
     auto it = quantized_.find(t.unsafeGetTensorImpl());
     if (it != quantized_.end()) return it->second;
-    auto q = quantize_rows_int8(t);
+    auto q = kernels::quantize_rows_int8(t);
     quantized_.emplace(t.unsafeGetTensorImpl(), q);
     return q;
   }

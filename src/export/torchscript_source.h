@@ -26,7 +26,7 @@ def forward(self, x: Tensor) -> Tensor:
 
 // `export --dtype int8`. Buffers: weight [out, in] int8, weight_scale [out] (127 / max|w| of
 // the row: w ~ weight / weight_scale), bias [out] float. Each input row is quantized as the
-// native int8 kernel does (torchmt/model/int8_linear.h): q = round(x * 127 / max|x|); the
+// native int8 kernel does (src/kernels/primitives.h): q = round(x * 127 / max|x|); the
 // integer products are summed in float (exact while 127 * 127 * in < 2^24, in <= 1040).
 inline const char* kInt8Linear = R"TS(
 def forward(self, x: Tensor) -> Tensor:

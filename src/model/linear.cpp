@@ -2,13 +2,33 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/int8_linear.h"
-#include "torchmt/model/small_batch_linear.h"
+#include "../kernels/primitives.h"
 
 namespace torchmt {
 
+struct PreparedLinear {
+  // The parameters it was made from: apply_linear ignores it once they change.
+  const void* weight_data = nullptr;
+  const void* bias_data = nullptr;
+  uint32_t weight_version = 0, bias_version = 0;
+  std::shared_ptr<const kernels::Int8LinearWeights> int8;  // kInt8
+  kernels::PackedWeights packed;                           // kFloat (gemm kAten: nothing packed)
+  std::shared_ptr<const kernels::ScreenedProjection> screen;
+};
+
 namespace {
 thread_local bool skip_parameter_init = false;
+
+// The layer's preparation when it applies to this call: inference on the CPU, same parameters.
+const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const torch::Tensor& x) {
+  if (!q || !q->prepared || torch::GradMode::is_enabled() || !x.device().is_cpu()) return nullptr;
+  const PreparedLinear& p = *q->prepared;
+  const bool same = p.weight_data == q->weight.data_ptr() &&
+                    p.weight_version == static_cast<uint32_t>(q->weight._version()) &&
+                    p.bias_data == (q->bias.defined() ? q->bias.data_ptr() : nullptr) &&
+                    (!q->bias.defined() || p.bias_version == static_cast<uint32_t>(q->bias._version()));
+  return same ? &p : nullptr;
+}
 }  // namespace
 
 SkipParameterInit::SkipParameterInit() : previous_(skip_parameter_init) { skip_parameter_init = true; }
@@ -39,28 +59,56 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features) {
 }
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
-  if (q && q->int8 && !torch::GradMode::is_enabled() && x.device().is_cpu()) return int8_linear(x, *q->int8);
-  auto y = try_small_batch_linear_cpu(x, layer->weight, layer->bias);
-  if (!y.defined() && q) y = q->packed->try_linear(x, layer->weight, layer->bias, kSmallBatchLinearMaxRows);
+  const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
+  if (p && p->int8) return kernels::int8_linear(x, *p->int8);
+  auto y = kernels::try_small_batch_linear_cpu(x, layer->weight, layer->bias);
+  if (!y.defined() && p) y = kernels::try_packed_linear(p->packed, x, layer->bias);
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 
 std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x) {
-  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
-  if (!q || q->int8) return {};
-  return q->screen->try_argmax(x, layer->weight, layer->bias);
+  const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
+  if (!p || !p->screen) return {};
+  return kernels::try_screened_argmax(*p->screen, x, layer->weight, layer->bias);
 }
 
-int64_t quantize_linears_int8(torch::nn::Module& module, bool enable) {
+int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
+                                      const torch::nn::Linear* screened) {
+  torch::NoGradGuard no_grad;
   int64_t count = 0;
   for (const auto& child : module.modules(/*include_self=*/true)) {
     auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get());
     if (!linear) continue;
-    linear->int8 = enable ? quantize_linear_int8(linear->weight, linear->bias) : nullptr;
+    auto p = std::make_shared<PreparedLinear>();
+    const torch::Tensor& w = linear->weight;
+    const torch::Tensor& b = linear->bias;
+    p->weight_data = w.data_ptr();
+    p->weight_version = static_cast<uint32_t>(w._version());
+    if (b.defined()) {
+      p->bias_data = b.data_ptr();
+      p->bias_version = static_cast<uint32_t>(b._version());
+    }
+    const bool fp32_cpu = w.device().is_cpu() && w.scalar_type() == torch::kFloat;
+    if (precision == InferencePrecision::kInt8) {
+      p->int8 = kernels::quantize_linear_int8(w, b);
+    } else if (fp32_cpu) {
+      p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
+      if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
+    }
+    linear->prepared = std::move(p);
     ++count;
   }
   return count;
+}
+
+bool runs_int8(const torch::nn::Linear& layer) {
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  return q && q->prepared && q->prepared->int8;
+}
+
+void release_inference_preparation(torch::nn::Module& module) {
+  for (const auto& child : module.modules(/*include_self=*/true))
+    if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linear->prepared.reset();
 }
 
 }  // namespace torchmt

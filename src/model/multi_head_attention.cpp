@@ -10,7 +10,7 @@
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
 #include "torchmt/model/self_attention.h"
-#include "torchmt/model/single_query_attention.h"
+#include "../kernels/primitives.h"
 
 namespace torchmt {
 
@@ -90,7 +90,7 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              const torch::Tensor& mask, bool mask_sanitized, bool causal) {
-  if (auto merged = try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
+  if (auto merged = kernels::try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
     return apply_linear(W_o, merged);
   if (k.size(0) != q.size(0)) {
     // K/V (and mask) rows shared by q.size(0) / k.size(0) consecutive query rows (the beams

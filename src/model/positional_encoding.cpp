@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/fused_inference_ops.h"
+#include "../kernels/primitives.h"
 #include "torchmt/model/rotary.h"
 
 namespace torchmt {
@@ -99,9 +99,9 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 std::pair<at::Tensor, at::Tensor> apply_rotary_pos_emb(const at::Tensor& q, const at::Tensor& k, const at::Tensor& sin,
                                                        const at::Tensor& cos) {
-  // CPU inference: one fused pass per tensor instead of eight ops (fused_inference_ops.h).
-  if (auto q_out = try_rotary_cpu(q, sin, cos); q_out.defined())
-    if (auto k_out = try_rotary_cpu(k, sin, cos); k_out.defined()) return {q_out, k_out};
+  // CPU inference: one fused pass per tensor instead of eight ops (kernels/primitives.h).
+  if (auto q_out = kernels::try_rotary_cpu(q, sin, cos); q_out.defined())
+    if (auto k_out = kernels::try_rotary_cpu(k, sin, cos); k_out.defined()) return {q_out, k_out};
   return {q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin};  // cos/sin [T, d_k] or [B, 1, 1, d_k] broadcast
 }
 

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/fused_inference_ops.h"
+#include "torchmt/model/add_layer_norm.h"
 
 namespace torchmt {
 
@@ -57,7 +57,7 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     self_out = self_attn(in, in, in, tgt_mask, /*causal=*/true, rotary);
   }
   // Residual sums and the LayerNorm that follows are one fused pass in CPU inference
-  // (fused_inference_ops.h).
+  // (add_layer_norm.h).
   torch::Tensor h, cross_in;
   if (pre) {
     cross_in = add_layer_norm(layer.norm2, x, layer.dropout(self_out), &h);

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/fused_inference_ops.h"
+#include "torchmt/model/add_layer_norm.h"
 
 namespace torchmt {
 
@@ -45,7 +45,7 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const
     const auto ffn_in = add_layer_norm(norm2, x, dropout(self_attn(n, n, n, mask, /*causal=*/false, rotary)), &h);
     return h + dropout(ffn(ffn_in));
   }
-  // Residual sum and LayerNorm: one fused pass in CPU inference (fused_inference_ops.h).
+  // Residual sum and LayerNorm: one fused pass in CPU inference (add_layer_norm.h).
   auto h = add_layer_norm(norm1, x, dropout(self_attn(x, x, x, mask, /*causal=*/false, rotary)));
   return add_layer_norm(norm2, h, dropout(ffn(h)));
 }

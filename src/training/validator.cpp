@@ -9,6 +9,7 @@
 #include "torchmt/data/text_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/evaluation/bleu.h"
+#include "torchmt/model/linear.h"
 #include "torchmt/training/training_step.h"
 
 namespace torchmt {
@@ -37,7 +38,12 @@ ValidationScores Validator::run(Transformer& model) const {
   TranslationOptions options;
   options.batch_size = translate_batch_size_;
   options.search.scores = false;  // BLEU reads the texts only
-  s.bleu = evaluation::corpus_bleu(translator.translate_text(sources_, options), references_).score;
+  // The CPU kernels' packed weights and greedy screen, made from this update's weights, as
+  // `translate` makes them at load, and dropped before training goes on.
+  if (device_.is_cpu()) prepare_linears_for_inference(*model, InferencePrecision::kFloat, &model->fc_out);
+  const auto translations = translator.translate_text(sources_, options);
+  release_inference_preparation(*model);
+  s.bleu = evaluation::corpus_bleu(translations, references_).score;
   model->train();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-extern char** environ;
+#include <unistd.h>  // environ
 
 namespace torchmt {
 
@@ -20,12 +20,10 @@ constexpr const char* kScripts = "tools/*.sh";
 const std::vector<EnvVariable>& environment_table() {
   static const std::vector<EnvVariable> table{
       // torchmt's own switches (comparisons and machine set-up).
-      {"TORCHMT_PACKED_GEMM", EnvKind::kChoice, "aten|mkl|onednn", "measured per weight shape, kept in the cache",
-       "the float GEMM of packed CPU linear layers, forced", kLibrary},
-      {"TORCHMT_NO_PACKED_GEMM", EnvKind::kFlag, "0|1", "0",
-       "1: no packed weights at all (MKL's and oneDNN's packing are not looked up)", kLibrary},
-      {"TORCHMT_INT8_KERNEL", EnvKind::kChoice, "portable|avx2|avx512-vnni", "the best the CPU runs",
-       "caps the int8 GEMM kernel (a lower one on a CPU that has the higher)", kLibrary},
+      {"TORCHMT_CPU_ISA", EnvKind::kChoice, "portable|avx2|avx512|avx512-vnni|avx512-bf16", "the best the CPU runs",
+       "the instruction set of every CPU kernel (a lower one on a CPU that has the higher)", kLibrary},
+      {"TORCHMT_PACKED_GEMM", EnvKind::kChoice, "aten|mkl|onednn", "by the rule table in src/kernels/packed_linear.cpp",
+       "the float GEMM of packed CPU linear layers, forced (aten: nothing packed)", kLibrary},
       {"TORCHMT_SCREENED_ARGMAX", EnvKind::kFlag, "0|1", "1",
        "0: greedy search without scores computes the whole output projection (same tokens)", kLibrary},
       {"TORCHMT_NO_TENSOR_POOL", EnvKind::kFlag, "0|1", "0",
@@ -35,7 +33,7 @@ const std::vector<EnvVariable>& environment_table() {
       {"TORCHMT_DIST_BACKEND", EnvKind::kChoice, "gloo|nccl", "NCCL + Gloo on GPUs when built with NCCL, else Gloo",
        "the collective backend of data-parallel training", kLibrary},
       {"TORCHMT_CACHE_DIR", EnvKind::kText, "a directory", "$XDG_CACHE_HOME/torchmt, else ~/.cache/torchmt",
-       "where speed probes (--dtype auto, packed GEMM) keep what they measured", kLibrary},
+       "where the --dtype auto speed probe keeps what it measured", kLibrary},
       // Data-parallel training, as torchrun sets them.
       {"WORLD_SIZE", EnvKind::kInteger, "1 or more", "unset: one process", "processes in the job", kLibrary},
       {"RANK", EnvKind::kInteger, "0 .. WORLD_SIZE-1", "required with WORLD_SIZE", "this process's rank", kLibrary},

@@ -35,8 +35,8 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
-#include "torchmt/model/screened_argmax.h"
 #include "torchmt/io/checkpoint.h"
+#include "kernels/primitives.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/heap.h"
@@ -292,12 +292,15 @@ int main(int argc, char** argv) {
 
     const auto load_start = Clock::now();
     Translator fp32 = Translator::from_checkpoint(model_path, device, torch::kFloat);
+    // Prepared as `translate` prepares it (load_translator): packed weights, the greedy screen.
+    if (device.is_cpu())
+      prepare_linears_for_inference(*fp32.model(), InferencePrecision::kFloat, &fp32.model()->fc_out);
     std::map<std::string, double> loads{{"torchmt checkpoint", seconds_since(load_start)}};
     Translator bf16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kBFloat16);
     std::optional<Translator> int8;  // its own copy of the model: the int8 weights live in its layers
     if (std::count(dtypes.begin(), dtypes.end(), "int8")) {
       int8.emplace(Translator::from_checkpoint(model_path, device, torch::kFloat));
-      quantize_linears_int8(*int8->model());
+      prepare_linears_for_inference(*int8->model(), InferencePrecision::kInt8);
     }
     // As `torchmt translate` runs (translate_command.cpp): after the load, large tensor buffers
     // from the reusing pool (heap.h), not a fresh mapping (and its page faults) per buffer.
@@ -404,11 +407,11 @@ int main(int argc, char** argv) {
               std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                         << (cache ? "cache" : "no cache") << " ..." << std::flush;
               Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
-              const ScreenStats before = ScreenedArgmaxCache::stats();
+              const kernels::ScreenStats before = kernels::screen_stats();
               Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
                                    r.count("early-exit") > 0);
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
-              const ScreenStats after = ScreenedArgmaxCache::stats();
+              const kernels::ScreenStats after = kernels::screen_stats();
               if (const int64_t rows = after.rows - before.rows; rows > 0)  // warm-up included
                 std::cerr << "  screened projection: " << rows << " rows, "
                           << fmt(100.0 * static_cast<double>(after.open_rows - before.open_rows) / rows, 2)

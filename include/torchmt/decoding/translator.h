@@ -105,7 +105,7 @@ class Translator {
   }
   const std::string& dtype_reason() const { return dtype_reason_; }
   // What the commands report: "int8" when the model's Linear layers run int8
-  // (quantize_linears_int8; the rest then runs in dtype()), else dtype()'s name.
+  // (prepare_linears_for_inference; the rest then runs in dtype()), else dtype()'s name.
   std::string precision_name() const;
 
  private:

@@ -8,20 +8,18 @@
 // at::linear, which Python's nn.Linear calls, is autocast-aware and fuses the bias into addmm.
 //
 // The model's Linear layers are torch::nn::Linear (same class, parameters `weight`, `bias`)
-// whose implementation can also hold an int8 copy of the weight for CPU decoding
-// (quantize_linears_int8, `translate --dtype int8`); apply_linear then uses it whenever
-// gradients are off and the input is on the CPU.
+// whose implementation can also hold its weight prepared for CPU inference
+// (prepare_linears_for_inference: packed for the GEMM, or int8 for `translate --dtype int8`, and
+// the output projection's greedy screen); apply_linear uses it whenever gradients are off and
+// the input is on the CPU.
 #include <memory>
 #include <vector>
 
 #include <torch/nn/modules/linear.h>
 
-#include "torchmt/model/packed_linear.h"
-#include "torchmt/model/screened_argmax.h"
-
 namespace torchmt {
 
-struct Int8LinearWeights;
+struct PreparedLinear;  // linear.cpp: the kernels' packed, int8 and screened forms of a weight
 
 class QuantizableLinearImpl : public torch::nn::LinearImpl {
  public:
@@ -29,11 +27,9 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
   // weight [out, in] and bias [out] allocated but not initialised (see SkipParameterInit).
   struct Uninitialized {};
   QuantizableLinearImpl(int64_t in_features, int64_t out_features, Uninitialized);
-  std::shared_ptr<const Int8LinearWeights> int8;  // set by quantize_linears_int8; null = float
-  // fp32 CPU inference: the weight packed for MKL's GEMM, made on first use (packed_linear.h).
-  std::shared_ptr<PackedWeightCache> packed = std::make_shared<PackedWeightCache>();
-  // Greedy decoding's argmax over this layer's outputs (screened_argmax.h), made on first use.
-  std::shared_ptr<ScreenedArgmaxCache> screen = std::make_shared<ScreenedArgmaxCache>();
+  // Set by prepare_linears_for_inference; null: the float layer as trained. Used only while the
+  // weight and bias are the ones it was made from (same storage, no in-place change since).
+  std::shared_ptr<const PreparedLinear> prepared;
 };
 
 // While one is alive on this thread, the model's modules allocate their parameters without
@@ -58,12 +54,23 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features);
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x);
 
 // For each row of x [N, in]: the index of the largest of apply_linear(layer, x)'s outputs in that
-// row, or -1 where the caller must compute the row in full (screened_argmax.h); empty when the
-// screen does not apply (int8 layers, training, other devices or dtypes, more rows).
+// row, or -1 where the caller must compute the row in full (the screened projection of
+// src/kernels/primitives.h); empty when the layer has no screen (not prepared with one, int8) or
+// it does not apply (training, other devices or dtypes, more rows).
 std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x);
 
-// Gives every Linear of `module` (recursively) an int8 copy of its current weight; returns how
-// many. `enable` false drops the copies (float again).
-int64_t quantize_linears_int8(torch::nn::Module& module, bool enable = true);
+enum class InferencePrecision { kFloat, kInt8 };
+
+// Prepares every Linear of `module` (recursively) for CPU inference from its current weights, once:
+// kFloat packs fp32 CPU weights for the packed GEMM the kernels' rule table picks; kInt8 quantizes
+// them (per row, 127 steps); `screened` (the output projection, or null) also gets greedy search's
+// int8 screen at kFloat. Returns how many layers were prepared. Done when a model is loaded for
+// inference (load_translator) and around validation's decoding, never lazily on first use.
+int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
+                                      const torch::nn::Linear* screened = nullptr);
+// Drops every Linear's preparation (float, as trained, again).
+void release_inference_preparation(torch::nn::Module& module);
+// Whether the layer is prepared to run int8.
+bool runs_int8(const torch::nn::Linear& layer);
 
 }  // namespace torchmt

@@ -1,4 +1,4 @@
-#include "torchmt/decoding/row_top_k.h"
+#include "primitives.h"
 
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #endif
 
-namespace torchmt {
+namespace torchmt::kernels {
 namespace {
 
 // A row's best k so far, sorted best first (ties: the earlier index first, as it came first).
@@ -44,8 +44,8 @@ void scan_portable(const float* x, int64_t from, int64_t n, BestK& best) {
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) void scan_avx512(const float* x, int64_t from, int64_t n, BestK& best) {
+#if TORCHMT_X86
+TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 16 <= n; j += 16) {
@@ -64,7 +64,7 @@ __attribute__((target("avx512f"))) void scan_avx512(const float* x, int64_t from
 
 // The same scan 8 lanes at a time, for CPUs without AVX-512 (the portable scan's branch per
 // entry was the CPU's, not the vector unit's, work).
-__attribute__((target("avx2"))) void scan_avx2(const float* x, int64_t from, int64_t n, BestK& best) {
+TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 8 <= n; j += 8) {
@@ -82,37 +82,28 @@ __attribute__((target("avx2"))) void scan_avx2(const float* x, int64_t from, int
   scan_portable(x, j, n, best);
 }
 
-bool has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-bool has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 #endif
+
+void scan(const float* x, int64_t from, int64_t n, BestK& best, CpuIsa isa) {
+#if TORCHMT_X86
+  if (isa >= CpuIsa::kAvx512) return scan_avx512(x, from, n, best);
+  if (isa >= CpuIsa::kAvx2) return scan_avx2(x, from, n, best);
+#endif
+  scan_portable(x, from, n, best);
+}
 
 }  // namespace
 
 void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices) {
   TORCH_CHECK(k >= 1 && k <= n, "row_top_k: k must be in [1, ", n, "], got ", k);
+  const CpuIsa isa = cpu_isa();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * n;
       BestK best{values + r * k, indices + r * k, k};
       for (int64_t j = 0; j < k; ++j)
         best.insert(std::isnan(row[j]) ? -std::numeric_limits<float>::infinity() : row[j], j);
-#if defined(__x86_64__) && defined(__GNUC__)
-      if (has_avx512f()) {
-        scan_avx512(row, k, n, best);
-        continue;
-      }
-      if (has_avx2()) {
-        scan_avx2(row, k, n, best);
-        continue;
-      }
-#endif
-      scan_portable(row, k, n, best);
+      scan(row, k, n, best, isa);
     }
   });
 }
@@ -130,4 +121,4 @@ std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k) {
   return {values, indices};
 }
 
-}  // namespace torchmt
+}  // namespace torchmt::kernels

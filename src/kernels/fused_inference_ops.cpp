@@ -1,4 +1,4 @@
-#include "torchmt/model/fused_inference_ops.h"
+#include "primitives.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,13 +8,11 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "../util/cpu_vector_kernels.h"
+#include "vector.h"
 #include "torchmt/util/device.h"
 
-namespace torchmt {
+namespace torchmt::kernels {
 namespace {
-
-using namespace cpu_kernels;
 
 bool inference_on_cpu(const at::Tensor& x) {
   return !at::GradMode::is_enabled() && x.device().is_cpu() &&
@@ -59,15 +57,11 @@ TORCHMT_VECTOR_INLINE void rotary_rows(const T* x, const T* cos, const T* sin, T
   }
 }
 
-TORCHMT_VECTOR_CLONES void rotary_rows_fp32(const float* x, const float* cos, const float* sin, float* out,
-                                            const RotaryView& v, int64_t begin, int64_t end) {
-  rotary_rows(x, cos, sin, out, v, begin, end);
-}
+TORCHMT_VECTOR_KERNEL(void, rotary_rows_fp32, rotary_rows, (const float* x, const float* cos, const float* sin, float* out, const RotaryView& v, int64_t begin, int64_t end),
+                      (x, cos, sin, out, v, begin, end))
 
-TORCHMT_VECTOR_CLONES void rotary_rows_bf16(const uint16_t* x, const uint16_t* cos, const uint16_t* sin,
-                                            uint16_t* out, const RotaryView& v, int64_t begin, int64_t end) {
-  rotary_rows(x, cos, sin, out, v, begin, end);
-}
+TORCHMT_VECTOR_KERNEL(void, rotary_rows_bf16, rotary_rows, (const uint16_t* x, const uint16_t* cos, const uint16_t* sin, uint16_t* out, const RotaryView& v, int64_t begin, int64_t end),
+                      (x, cos, sin, out, v, begin, end))
 
 template <typename T>
 TORCHMT_VECTOR_INLINE void add_norm_rows(const T* x, const T* y, const T* weight, const T* bias, float eps,
@@ -115,23 +109,17 @@ TORCHMT_VECTOR_INLINE void add_norm_rows(const T* x, const T* y, const T* weight
   }
 }
 
-TORCHMT_VECTOR_CLONES void add_norm_rows_fp32(const float* x, const float* y, const float* weight, const float* bias,
-                                              float eps, int64_t dim, int64_t begin, int64_t end, float* sum,
-                                              float* out, float* scratch) {
-  add_norm_rows(x, y, weight, bias, eps, dim, begin, end, sum, out, scratch);
-}
+TORCHMT_VECTOR_KERNEL(void, add_norm_rows_fp32, add_norm_rows, (const float* x, const float* y, const float* weight, const float* bias, float eps, int64_t dim, int64_t begin, int64_t end, float* sum, float* out, float* scratch),
+                      (x, y, weight, bias, eps, dim, begin, end, sum, out, scratch))
 
-TORCHMT_VECTOR_CLONES void add_norm_rows_bf16(const uint16_t* x, const uint16_t* y, const uint16_t* weight,
-                                              const uint16_t* bias, float eps, int64_t dim, int64_t begin,
-                                              int64_t end, uint16_t* sum, uint16_t* out, float* scratch) {
-  add_norm_rows(x, y, weight, bias, eps, dim, begin, end, sum, out, scratch);
-}
+TORCHMT_VECTOR_KERNEL(void, add_norm_rows_bf16, add_norm_rows, (const uint16_t* x, const uint16_t* y, const uint16_t* weight, const uint16_t* bias, float eps, int64_t dim, int64_t begin, int64_t end, uint16_t* sum, uint16_t* out, float* scratch),
+                      (x, y, weight, bias, eps, dim, begin, end, sum, out, scratch))
 
 // log_softmax of rows [begin, end) of x [rows, n], in place, in 8-lane vectors (one AVX2
 // register; GCC moves 16-lane vectors through the stack in AVX2 code): the maximum, the sum of
 // exp(x - max) (exp_nonpositive), then x - max - log(sum). The tail of a row that is not a
 // multiple of 8 through a copy padded with the maximum, whose padding lanes are not summed.
-TORCHMT_VECTOR_CLONES void log_softmax_rows_fp32(float* x, int64_t n, int64_t begin, int64_t end) {
+TORCHMT_VECTOR_INLINE void log_softmax_rows_body(float* x, int64_t n, int64_t begin, int64_t end) {
   constexpr int64_t kLanes8 = 8;
   const int64_t vec_end = n - n % kLanes8;
   for (int64_t row = begin; row < end; ++row) {
@@ -177,6 +165,9 @@ TORCHMT_VECTOR_CLONES void log_softmax_rows_fp32(float* x, int64_t n, int64_t be
     for (j = vec_end; j < n; ++j) r[j] -= shift[0];
   }
 }
+
+TORCHMT_VECTOR_KERNEL(void, log_softmax_rows_fp32, log_softmax_rows_body, (float* x, int64_t n, int64_t begin, int64_t end),
+                      (x, n, begin, end))
 
 const uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
 uint16_t* bf16_bits_mut(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
@@ -267,19 +258,4 @@ bool try_log_softmax_in_place_cpu(at::Tensor& x) {
   return true;
 }
 
-at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y, at::Tensor* sum) {
-  const auto& options = norm->options;
-  if (options.normalized_shape().size() == 1 && options.elementwise_affine()) {
-    auto [s, out] = try_add_layer_norm_cpu(x, y, norm->weight, norm->bias, options.eps());
-    if (out.defined()) {
-      if (sum) *sum = std::move(s);
-      return out;
-    }
-  }
-  auto s = x + y;
-  auto out = norm(s);
-  if (sum) *sum = std::move(s);
-  return out;
-}
-
-}  // namespace torchmt
+}  // namespace torchmt::kernels

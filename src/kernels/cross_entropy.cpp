@@ -1,4 +1,4 @@
-#include "fused_cross_entropy_cpu.h"
+#include "primitives.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,12 +10,10 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "../util/cpu_vector_kernels.h"
+#include "vector.h"
 
-namespace torchmt {
+namespace torchmt::kernels {
 namespace {
-
-using namespace cpu_kernels;
 
 struct RowParams {
   int64_t vocab;
@@ -81,8 +79,7 @@ TORCHMT_VECTOR_INLINE RowResult row_loss(float max, float sum, float sum_exp, fl
 
 // One row of logits [V] (fp32 or bf16 bits): loss, nll, and when wanted
 // d loss / d logits = softmax - eps / V - (1 - eps) [j == gold], written in the same dtype.
-TORCHMT_VECTOR_CLONES
-RowResult row_f32(const float* row, int64_t gold, float* grad, float* x, RowParams p) {
+TORCHMT_VECTOR_INLINE RowResult row_f32_body(const float* row, int64_t gold, float* grad, float* x, RowParams p) {
   float max, sum;
   auto load_vector = [row](int64_t j) __attribute__((always_inline)) { return load16(row + j); };
   auto load_scalar = [row](int64_t j) __attribute__((always_inline)) { return row[j]; };
@@ -99,8 +96,8 @@ RowResult row_f32(const float* row, int64_t gold, float* grad, float* x, RowPara
   return r;
 }
 
-TORCHMT_VECTOR_CLONES
-RowResult row_bf16(const uint16_t* row, int64_t gold, uint16_t* grad, float* x, RowParams p) {
+TORCHMT_VECTOR_INLINE RowResult row_bf16_body(const uint16_t* row, int64_t gold, uint16_t* grad, float* x,
+                                             RowParams p) {
   float max, sum;
   auto load_vector = [row](int64_t j) __attribute__((always_inline)) { return load16_bf16(row + j); };
   auto load_scalar = [row](int64_t j) __attribute__((always_inline)) { return bf16_to_float(row[j]); };
@@ -116,6 +113,11 @@ RowResult row_bf16(const uint16_t* row, int64_t gold, uint16_t* grad, float* x, 
   }
   return r;
 }
+
+TORCHMT_VECTOR_KERNEL(RowResult, row_f32, row_f32_body, (const float* row, int64_t gold, float* grad, float* x, RowParams p),
+                      (row, gold, grad, x, p))
+TORCHMT_VECTOR_KERNEL(RowResult, row_bf16, row_bf16_body, (const uint16_t* row, int64_t gold, uint16_t* grad, float* x, RowParams p),
+                      (row, gold, grad, x, p))
 
 // Rows are independent: split them over threads; padding rows give 0 and a zero gradient.
 template <typename scalar_t, typename RowFn>
@@ -137,78 +139,16 @@ void rows_kernel(const scalar_t* logits, const int64_t* target, scalar_t* grad, 
   });
 }
 
-class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEntropyFunction> {
- public:
-  // Returns {loss, nll}; the gradient is computed here and only scaled in backward.
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
-                                                const at::Tensor& target, double smoothing, int64_t pad_id) {
-    RECORD_FUNCTION("torchmt::fused_label_smoothed_cross_entropy", std::vector<c10::IValue>{});
-    const bool want_grad = ctx != nullptr;
-    const int64_t vocab = logits.size(-1);
-    auto flat = logits.reshape({-1, vocab}).contiguous();  // [N, V]
-    auto gold = target.reshape({-1}).to(at::kLong).contiguous();  // [N]
-    const int64_t rows = flat.size(0);
-    // The kernel indexes each row by its target: out-of-range ids must fail here, as gather would.
-    TORCH_CHECK(rows == 0 || (gold.min().item<int64_t>() >= 0 && gold.max().item<int64_t>() < vocab),
-                "label-smoothed cross-entropy: a target id is outside the vocabulary of ", vocab);
-    auto loss_rows = at::empty({rows}, at::kDouble);
-    auto nll_rows = at::empty({rows}, at::kDouble);
-    at::Tensor grad = want_grad ? at::empty_like(flat) : at::Tensor();
-    const RowParams params{vocab, smoothing, want_grad};
-    if (flat.scalar_type() == at::kBFloat16) {
-      rows_kernel(reinterpret_cast<const uint16_t*>(flat.data_ptr<at::BFloat16>()), gold.data_ptr<int64_t>(),
-                  want_grad ? reinterpret_cast<uint16_t*>(grad.data_ptr<at::BFloat16>()) : nullptr, rows, params, pad_id,
-                  loss_rows.data_ptr<double>(), nll_rows.data_ptr<double>(), row_bf16);
-    } else {
-      TORCH_CHECK(flat.scalar_type() == at::kFloat, "fused_label_smoothed_cross_entropy takes fp32 or bf16 logits");
-      rows_kernel(flat.data_ptr<float>(), gold.data_ptr<int64_t>(), want_grad ? grad.data_ptr<float>() : nullptr, rows,
-                  params, pad_id, loss_rows.data_ptr<double>(), nll_rows.data_ptr<double>(), row_f32);
-    }
-    if (want_grad) {
-      ctx->save_for_backward({grad.view(logits.sizes())});
-      ctx->saved_data["handed_over"] = false;
-    }
-    auto nll = nll_rows.sum().to(at::kFloat);
-    if (want_grad) ctx->mark_non_differentiable({nll});
-    return {loss_rows.sum().to(at::kFloat), nll};
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto& scale = grads[0];
-    if (!scale.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    auto grad = ctx->get_saved_variables()[0];
-    // The common case is one loss.backward() with a gradient of exactly 1: hand the buffer
-    // over instead of copying it. A second backward (retain_graph) may find that buffer
-    // accumulated into, so it never gets it again.
-    if (scale.item<float>() == 1.0f && !ctx->saved_data["handed_over"].toBool()) {
-      ctx->saved_data["handed_over"] = true;
-      return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    ctx->saved_data["handed_over"] = true;
-    return {grad * scale.to(grad.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
 }  // namespace
 
-CriterionOutput fused_label_smoothed_cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                                   double smoothing, int64_t pad_id) {
-  TORCH_CHECK(logits.device().is_cpu(), "fused_label_smoothed_cross_entropy runs on CPU tensors");
-  const auto dtype = logits.scalar_type();
-  at::Tensor scored = dtype == at::kFloat || dtype == at::kBFloat16 ? logits : logits.to(at::kFloat);
-  CriterionOutput out;
-  torch::autograd::variable_list parts;
-  if (torch::GradMode::is_enabled() && scored.requires_grad()) {
-    parts = FusedCrossEntropyFunction::apply(scored, target, smoothing, pad_id);
-  } else {
-    at::NoGradGuard no_grad;
-    parts = FusedCrossEntropyFunction::forward(nullptr, scored.detach(), target, smoothing, pad_id);
-  }
-  out.loss = parts[0];
-  out.nll = parts[1].detach();
-  out.tokens = target.ne(pad_id).sum();
-  return out;
+void label_smoothed_cross_entropy_rows(const float* logits, const int64_t* target, int64_t rows, int64_t vocab,
+                                       double smoothing, int64_t pad_id, double* loss, double* nll, float* grad) {
+  rows_kernel(logits, target, grad, rows, RowParams{vocab, smoothing, grad != nullptr}, pad_id, loss, nll, row_f32);
 }
 
-}  // namespace torchmt
+void label_smoothed_cross_entropy_rows(const uint16_t* logits, const int64_t* target, int64_t rows, int64_t vocab,
+                                       double smoothing, int64_t pad_id, double* loss, double* nll, uint16_t* grad) {
+  rows_kernel(logits, target, grad, rows, RowParams{vocab, smoothing, grad != nullptr}, pad_id, loss, nll, row_bf16);
+}
+
+}  // namespace torchmt::kernels

@@ -1,7 +1,4 @@
-#include "torchmt/model/int8_linear.h"
-
 #include <algorithm>
-#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -11,30 +8,28 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#if defined(__x86_64__)
+#include "primitives.h"
+
+#if TORCHMT_X86
 #include <immintrin.h>
 #endif
 
-#include "torchmt/util/environment.h"
-
-namespace torchmt {
+namespace torchmt::kernels {
 namespace {
 
 constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
 constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
 
-// Quantized input rows: u8 = rint(x * 127 / amax) + 128 (the AVX2 kernel's own steps and zero
-// points: see its section), padded with 128.
+// Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (qx = 0).
 struct QuantizedRows {
   std::vector<uint8_t> values;  // [rows][in_padded]
-  std::vector<float> scale;     // [rows]: x ~ (u8 - zero) * scale
-  std::vector<int32_t> zero;    // [rows]: 128, or the AVX2 kernel's 0 / 64
+  std::vector<float> scale;     // [rows]: x ~ (u8 - 128) * scale
 };
 
-// The scale of a row and the factor that maps it onto [-steps, steps].
-inline void row_scale(float amax, float& scale, float& inverse, float steps = 127.f) {
-  scale = amax > 0.f ? amax / steps : 1.f;
-  inverse = steps / (amax > 0.f ? amax : steps);
+// The scale of a row and the factor that maps it onto [-127, 127].
+inline void row_scale(float amax, float& scale, float& inverse) {
+  scale = amax > 0.f ? amax / 127.f : 1.f;
+  inverse = 127.f / (amax > 0.f ? amax : 127.f);
 }
 
 void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q) {
@@ -73,8 +68,8 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
   }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TORCHMT_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#if TORCHMT_X86
+#define TORCHMT_VNNI_TARGET TORCHMT_TARGET_AVX512_VNNI
 
 // The same rounding as the portable loop: cvtps_epi32 rounds to nearest even (MXCSR's
 // default), as nearbyint does. Vectorized because scalar quantization was a large share of
@@ -196,95 +191,64 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
   }
 }
 
-// ---- AVX2 (no VNNI): vpmaddubsw on 7-bit inputs ------------------------------------------------
+// ---- AVX2 (no VNNI): vpmaddubsw with the inputs' signs moved onto the weights ------------------
 // vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation: the
-// VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767).
-// So this kernel's inputs are at most 127: a row with no negative value is quantized as the other
-// kernels do (qx = rint(x * 127 / max|x|) in [0, 127], zero point 0: the same integers), any other
-// row on 63 steps a side (qx = rint(x * 63 / max|x|) in [-63, 63], stored as qx + 64). A pair is
-// then at most 127 * 127 * 2 = 32,258: exact. vpmaddwd with ones adds the pairs into int32 lanes of
-// 4 products, and the zero point's share, zero * sum_k qw[n, k], is subtracted once per output.
-// The first AVX2 kernel kept 8-bit inputs by moving each input's sign onto the weight (vpsignb);
-// dropping that and the |x| per broadcast alone changed nothing measurable, because the two
-// multiplies per 32 products are the limit; what the 7-bit inputs buy is the pair sum of
-// tile_avx2 (3 multiplies per 64). The
-// ReLU's output (the second FFN layer's input) keeps its 127 steps; LayerNorm outputs lose one bit
-// (BLEU: tools/bench/README.md).
-#define TORCHMT_AVX2_TARGET __attribute__((target("avx2,fma")))
-
-constexpr int32_t kSignedZeroAvx2 = 64;  // zero point of a row with negative values (qx + 64)
-constexpr int32_t kPairSumSteps = 64;    // weights on at most this many steps a side: pairs of groups add in int16
+// VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767). So
+// this kernel multiplies |qx| (at most 127) by sign(qx) * qw (vpsignb): a pair is at most
+// 127 * 127 * 2 = 32,258, exact, and the sums are those of the other kernels: the same weights
+// (127 steps), the same inputs, the same outputs on every instruction set. (CTranslate2 keeps its
+// AVX2 weights on 127 steps too, and lets oneDNN's / MKL's s8u8 GEMM risk the saturation.)
+// vpmaddwd with ones adds the pairs into int32 lanes of 4 products.
+#define TORCHMT_AVX2_TARGET TORCHMT_TARGET_AVX2
 
 TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
                                             QuantizedRows& q) {
   // Lane order after the two packs: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> a b c d.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 sign_bit = _mm256_set1_ps(-0.f);
+  const __m256i offset = _mm256_set1_epi32(128);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m256 amax8 = _mm256_setzero_ps(), min8 = _mm256_setzero_ps();
+    __m256 amax8 = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= in; k += 8) {
-      const __m256 v = _mm256_loadu_ps(row + k);
-      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v));
-      min8 = _mm256_min_ps(min8, v);
-    }
-    float lanes[8], low[8];
+    for (; k + 8 <= in; k += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(row + k)));
+    float lanes[8];
     _mm256_storeu_ps(lanes, amax8);
-    _mm256_storeu_ps(low, min8);
-    float amax = *std::max_element(lanes, lanes + 8), min = *std::min_element(low, low + 8);
-    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
-    const bool has_negative = min < 0.f;
-    const int32_t zero = has_negative ? kSignedZeroAvx2 : 0;
+    float amax = *std::max_element(lanes, lanes + 8);
+    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
     float inverse;
-    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse, has_negative ? 63.f : 127.f);
-    q.zero[static_cast<size_t>(m)] = zero;
+    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse);
     const __m256 factor = _mm256_set1_ps(inverse);
-    const __m256i offset = _mm256_set1_epi32(zero);
     uint8_t* out = q.values.data() + m * in_padded;
     k = 0;
     // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are in
-    // [0, 127] after the offset, so the saturating packs change none.
+    // [1, 255] after the offset, so the saturating packs change none.
     for (; k + 32 <= in; k += 32) {
       __m256i v[4];
       for (int i = 0; i < 4; ++i)
         v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor)), offset);
-      const __m256i a = v[0], b = v[1], c = v[2], d = v[3];
-      const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+      const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
+    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + 128);
   }
 }
 
-// acc += the products of two groups of 4 inputs (x0, x1: each group's 4 u8, broadcast) with 8
-// outputs' weights (w0, w1: [8 outputs][4 inputs] s8 each), the groups' int16 pair sums added before
-// they widen. As one asm statement with the weights as memory operands and the accumulator read and
-// written in its register: with intrinsics GCC 12 kept the 4 x 2 tile's weights in registers,
-// copied each accumulator after its add and spilled four of them to the stack on every step.
-TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_two_groups(__m256i& acc, __m256i x0, __m256i x1,
-                                                                             const int8_t* w0, const int8_t* w1,
-                                                                             __m256i ones) {
-  __m256i t0, t1;
-  asm("vpmaddubsw %[w0], %[x0], %[t0]\n\t"
-      "vpmaddubsw %[w1], %[x1], %[t1]\n\t"
-      "vpaddw %[t1], %[t0], %[t0]\n\t"
-      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
-      "vpaddd %[t0], %[acc], %[acc]"
-      : [acc] "+x"(acc), [t0] "=&x"(t0), [t1] "=&x"(t1)
-      : [x0] "x"(x0), [x1] "x"(x1), [w0] "m"(*reinterpret_cast<const __m256i*>(w0)),
-        [w1] "m"(*reinterpret_cast<const __m256i*>(w1)), [ones] "x"(ones));
-}
-
-// acc += the products of one group (each pair of products added in int16, then widened).
-TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_one_group(__m256i& acc, __m256i x, const int8_t* w,
+// acc += the products of one group of 4 inputs with 8 outputs' weights (w: [8 outputs][4 inputs]
+// s8): x_abs = |qx| and x_sign = qx, each group's 4 broadcast. As one asm statement with the
+// weights as a memory operand and the accumulator read and written in its register: with
+// intrinsics GCC 12 copied each accumulator after its add and spilled some to the stack.
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_one_group(__m256i& acc, __m256i x_abs,
+                                                                            __m256i x_sign, const int8_t* w,
                                                                             __m256i ones) {
   __m256i t;
-  asm("vpmaddubsw %[w], %[x], %[t]\n\t"
+  asm("vmovdqu %[w], %[t]\n\t"
+      "vpsignb %[x_sign], %[t], %[t]\n\t"
+      "vpmaddubsw %[t], %[x_abs], %[t]\n\t"
       "vpmaddwd %[ones], %[t], %[t]\n\t"
       "vpaddd %[t], %[acc], %[acc]"
       : [acc] "+x"(acc), [t] "=&x"(t)
-      : [x] "x"(x), [w] "m"(*reinterpret_cast<const __m256i*>(w)), [ones] "x"(ones));
+      : [x_abs] "x"(x_abs), [x_sign] "x"(x_sign), [w] "m"(*reinterpret_cast<const __m256i*>(w)), [ones] "x"(ones));
 }
 
 // The tile's steps, one function per row (R from 0 to Rows - 1, recursing at compile time): every
@@ -298,27 +262,15 @@ inline int32_t four_inputs(const uint8_t* p) {
 }
 
 template <int R, int Rows>
-TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_two_groups(__m256i (&acc)[Rows][2],
-                                                                              const uint8_t* x, int64_t in_padded,
-                                                                              const int8_t* wg, __m256i ones) {
-  if constexpr (R < Rows) {
-    constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;
-    const __m256i x0 = _mm256_set1_epi32(four_inputs(x + R * in_padded));
-    const __m256i x1 = _mm256_set1_epi32(four_inputs(x + R * in_padded + kGroupIn));
-    add_two_groups(acc[R][0], x0, x1, wg, wg + kGroupBytes, ones);
-    add_two_groups(acc[R][1], x0, x1, wg + 32, wg + kGroupBytes + 32, ones);
-    rows_two_groups<R + 1, Rows>(acc, x, in_padded, wg, ones);
-  }
-}
-
-template <int R, int Rows>
 TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_one_group(__m256i (&acc)[Rows][2],
                                                                              const uint8_t* x, int64_t in_padded,
                                                                              const int8_t* wg, __m256i ones) {
   if constexpr (R < Rows) {
-    const __m256i xv = _mm256_set1_epi32(four_inputs(x + R * in_padded));
-    add_one_group(acc[R][0], xv, wg, ones);
-    add_one_group(acc[R][1], xv, wg + 32, ones);
+    // u8 - 128 (the stored offset) is u8 ^ 0x80 as a signed byte.
+    const __m256i x_sign = _mm256_xor_si256(_mm256_set1_epi32(four_inputs(x + R * in_padded)), _mm256_set1_epi8(-128));
+    const __m256i x_abs = _mm256_abs_epi8(x_sign);
+    add_one_group(acc[R][0], x_abs, x_sign, wg, ones);
+    add_one_group(acc[R][1], x_abs, x_sign, wg + 32, ones);
     rows_one_group<R + 1, Rows>(acc, x, in_padded, wg, ones);
   }
 }
@@ -326,56 +278,45 @@ TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_one_group(__
 // y[R, n .. n + 8) for accumulator column C (outputs n0 + 8 C ..).
 template <int R, int Rows, int C>
 TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_store(const __m256i (&acc)[Rows][2],
-                                                                         const float* xscale, const int32_t* xzero,
-                                                                         __m256i wsum, __m256 wscale, __m256 bias,
-                                                                         __m256i mask, bool full, float* y,
-                                                                         int64_t out) {
+                                                                         const float* xscale, __m256 wscale,
+                                                                         __m256 bias, __m256i mask, bool full,
+                                                                         float* y, int64_t out) {
   if constexpr (R < Rows) {
-    const __m256i sums = _mm256_sub_epi32(acc[R][C], _mm256_mullo_epi32(wsum, _mm256_set1_epi32(xzero[R])));
     const __m256 result =
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[R])), bias);
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[R][C]), _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[R])), bias);
     // A masked store only for the last, partial 8: vmaskmovps stores are slow on AMD's cores.
     if (full) _mm256_storeu_ps(y + R * out, result);
     else _mm256_maskstore_ps(y + R * out, mask, result);
-    rows_store<R + 1, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, full, y, out);
+    rows_store<R + 1, Rows, C>(acc, xscale, wscale, bias, mask, full, y, out);
   }
 }
 
 template <int Rows, int C>
 TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void store_column(const __m256i (&acc)[Rows][2],
-                                                                           const float* xscale, const int32_t* xzero,
+                                                                           const float* xscale,
                                                                            const Int8LinearWeights& w, int64_t n,
                                                                            float* y, int64_t out) {
   const int64_t valid = std::min<int64_t>(8, out - n);
   if (valid <= 0) return;
   const __m256 wscale = _mm256_loadu_ps(w.scale.data() + n);
   const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
-  // sum_k qw[n, k] (row_sum holds 128 times it, the VNNI kernel's offset)
-  const __m256i wsum = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.row_sum.data() + n)), 7);
   const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  rows_store<0, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, valid == 8, y + n, out);
+  rows_store<0, Rows, C>(acc, xscale, wscale, bias, mask, valid == 8, y + n, out);
 }
 
-// Rows x 16 outputs (one block). vpmaddubsw and vpmaddwd both take a multiply port (two on Zen 3,
-// as on Intel's cores), and those are the limit: 2 per 32 products. With weights on 64 steps
-// (Int8LinearWeights::steps) a pair is at most 127 * 64 * 2 = 16,256, so two groups' pairs add
-// exactly in int16 before one vpmaddwd: 3 per 64 products. Weights on 127 steps (made for another
-// kernel) take one group at a time.
+// Rows x 16 outputs (one block): 4 multiplies (vpmaddubsw, vpmaddwd) per 64 products, the multiply
+// ports being the limit.
 template <int Rows>
-TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int32_t* xzero,
-                                   const int8_t* block, int64_t groups, const Int8LinearWeights& w, int64_t n0,
-                                   float* y, int64_t out) {
+TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int8_t* block,
+                                   int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
   constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[Rows][2] = {};
-  int64_t g = 0;
-  if (w.steps <= kPairSumSteps)
-    for (; g + 2 <= groups; g += 2)
-      rows_two_groups<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
-  for (; g < groups; ++g) rows_one_group<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
-  store_column<Rows, 0>(acc, xscale, xzero, w, n0, y, out);
-  store_column<Rows, 1>(acc, xscale, xzero, w, n0 + 8, y, out);
+  for (int64_t g = 0; g < groups; ++g)
+    rows_one_group<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
+  store_column<Rows, 0>(acc, xscale, w, n0, y, out);
+  store_column<Rows, 1>(acc, xscale, w, n0 + 8, y, out);
 }
 
 constexpr int64_t kRowTileAvx2 = 4;
@@ -391,87 +332,36 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
     for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
       const uint8_t* xq = q.values.data() + m0 * w.in_padded;
       const float* xs = q.scale.data() + m0;
-      const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
       }
     }
   }
 }
 #endif
 
-void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, Int8Kernel kernel) {
+void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, CpuIsa isa) {
   q.values.resize(static_cast<size_t>(rows * in_padded));
   q.scale.resize(static_cast<size_t>(rows));
-  q.zero.assign(static_cast<size_t>(rows), 128);  // the AVX2 kernel sets its own
-  // The padding inputs meet zero weights; 128 (the offset zero of the VNNI and portable loops).
+  // The padding inputs meet zero weights; 128 is qx = 0.
   if (in_padded != in)
     for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 128);
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (kernel == Int8Kernel::vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
-  if (kernel == Int8Kernel::avx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
+#if TORCHMT_X86
+  if (isa >= CpuIsa::kAvx512Vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
+  if (isa >= CpuIsa::kAvx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
 #endif
   quantize_rows_portable(x, rows, in, in_padded, q);
 }
 
-Int8Kernel detect_kernel() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return Int8Kernel::vnni;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Int8Kernel::avx2;
-#endif
-  return Int8Kernel::portable;
-}
-
-// TORCHMT_INT8_KERNEL caps the kernel (comparisons, as TORCHMT_PACKED_GEMM does for the float
-// GEMMs). Read on first use, not at load: a bad value is an error for the caller to report.
-constexpr int kLimitUnread = -1;
-
-int limit_from_environment() {
-  if (auto v = env_value("TORCHMT_INT8_KERNEL"))
-    for (Int8Kernel k : {Int8Kernel::portable, Int8Kernel::avx2, Int8Kernel::vnni})
-      if (*v == int8_kernel_name(k)) return static_cast<int>(k);
-  return static_cast<int>(Int8Kernel::vnni);
-}
-
-std::atomic<int> kernel_limit{kLimitUnread};
-
 }  // namespace
 
-Int8Kernel int8_cpu_kernel() {
-  static const Int8Kernel best = detect_kernel();
-  return best;
-}
-
-const char* int8_kernel_name(Int8Kernel kernel) {
-  switch (kernel) {
-    case Int8Kernel::vnni: return "avx512-vnni";
-    case Int8Kernel::avx2: return "avx2";
-    default: return "portable";
-  }
-}
-
-void set_int8_kernel_limit(Int8Kernel limit) { kernel_limit = static_cast<int>(limit); }
-
-Int8Kernel int8_active_kernel() {
-  int limit = kernel_limit.load();
-  if (limit == kLimitUnread) {
-    limit = limit_from_environment();
-    int unread = kLimitUnread;
-    if (!kernel_limit.compare_exchange_strong(unread, limit)) limit = unread;  // set meanwhile
-  }
-  return static_cast<Int8Kernel>(std::min(static_cast<int>(int8_cpu_kernel()), limit));
-}
-
-int32_t int8_weight_steps() { return int8_active_kernel() == Int8Kernel::avx2 ? kPairSumSteps : 127; }
-
-std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight, int32_t steps) {
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
-  TORCH_CHECK(steps >= 1 && steps <= 127, "int8 quantization: steps must be in [1, 127]");
-  const float range = static_cast<float>(steps);
+  constexpr float range = 127.f;
   auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
   auto amax = w.abs().amax(1);                                             // [out]
   amax.masked_fill_(amax == 0, range);
@@ -481,12 +371,9 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight, i
   return {q, inverse};
 }
 
-std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
-                                                              int32_t steps) {
-  if (steps == 0) steps = int8_weight_steps();
-  auto [qw, inverse] = quantize_rows_int8(weight, steps);
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
+  auto [qw, inverse] = quantize_rows_int8(weight);
   auto q = std::make_shared<Int8LinearWeights>();
-  q->steps = steps;
   q->out = qw.size(0);
   q->in = qw.size(1);
   q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;
@@ -526,16 +413,16 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   shape.back() = w.out;
   auto y = torch::empty(shape, input.options());  // [..., out]
   if (rows == 0) return y;
-  const Int8Kernel kernel = int8_active_kernel();
+  const CpuIsa isa = cpu_isa();
   // This thread's buffer, reused (a decoding step calls this ~20 times). The lambdas below run
   // on other threads, so they get it through a reference, not by naming the thread_local.
   thread_local QuantizedRows buffer;
   QuantizedRows& q = buffer;
-  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, kernel);
+  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, isa);
   float* out = y.data_ptr<float>();
   const int64_t blocks = w.out_padded / kBlockOut;
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (kernel == Int8Kernel::vnni) {
+#if TORCHMT_X86
+  if (isa >= CpuIsa::kAvx512Vnni) {
     // Threads take whole panels; grain: enough work per thread that a fork is worth it.
     const int64_t panels = (blocks + kPanelBlocks - 1) / kPanelBlocks;
     const int64_t grain = std::max<int64_t>(1, 16 / std::max<int64_t>(1, rows));
@@ -544,7 +431,7 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
     });
     return y;
   }
-  if (kernel == Int8Kernel::avx2) {
+  if (isa >= CpuIsa::kAvx2) {
     at::parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
                      [&](int64_t begin, int64_t end) { blocks_avx2(q, rows, w, out, begin, end); });
     return y;
@@ -555,4 +442,4 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   return y;
 }
 
-}  // namespace torchmt
+}  // namespace torchmt::kernels

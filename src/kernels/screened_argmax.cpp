@@ -1,5 +1,3 @@
-#include "torchmt/model/screened_argmax.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,21 +7,17 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/int8_linear.h"
-#include "torchmt/model/small_batch_linear.h"
+#include "primitives.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/environment.h"
 
-namespace torchmt {
+namespace torchmt::kernels {
 
 // The int8 copy of a projection's weight and, per output row v, what bounds the distance
 // between its int8 and fp32 logits. With w^ = s_v q (the int8 kernel's weight) and x^ its
 // quantized input row, |x.w - x^.w^| <= sum_k |x_k| |w_k - w^_k| + sum_k |x_k - x^_k| |w^_k|
 // <= min(max_error * |x|_1, error_l2 * |x|_2) + max_k |x_k - x^_k| * l1.
 struct ScreenedProjection {
-  const void* weight_data = nullptr;
-  const void* bias_data = nullptr;
-  uint32_t weight_version = 0, bias_version = 0;
   int64_t out = 0, in = 0;
   std::shared_ptr<const Int8LinearWeights> int8;  // without the bias: it is added in fp32
   std::vector<float> max_error;                   // [out] max_k |w - w^|, rounded up
@@ -55,19 +49,18 @@ float round_up(double v) {
   return static_cast<double>(f) < v ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
 }
 
-std::shared_ptr<const ScreenedProjection> build(const at::Tensor& weight, const at::Tensor& bias) {
+}  // namespace
+
+std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight_in, const at::Tensor& bias) {
+  TORCH_CHECK(weight_in.dim() == 2 && weight_in.scalar_type() == at::kFloat && weight_in.device().is_cpu(),
+              "build_screen: expected an fp32 CPU weight [V, K]");
+  const at::Tensor weight = weight_in.contiguous();
   auto s = std::make_shared<ScreenedProjection>();
-  s->weight_data = weight.data_ptr();
-  s->weight_version = static_cast<uint32_t>(weight._version());
-  if (bias.defined()) {
-    s->bias_data = bias.data_ptr();
-    s->bias_version = static_cast<uint32_t>(bias._version());
-    s->max_abs_bias = bias.abs().max().item<float>();
-  }
+  if (bias.defined()) s->max_abs_bias = bias.abs().max().item<float>();
   s->out = weight.size(0);
   s->in = weight.size(1);
   s->int8 = quantize_linear_int8(weight, at::Tensor());
-  const auto q = quantize_rows_int8(weight, s->int8->steps).first;  // the integers int8 holds, [out, in]
+  const auto q = quantize_rows_int8(weight).first;  // the integers int8 holds, [out, in]
   const float* w = weight.data_ptr<float>();
   const int8_t* qd = q.data_ptr<int8_t>();
   s->max_error.resize(static_cast<size_t>(s->out));
@@ -92,12 +85,7 @@ std::shared_ptr<const ScreenedProjection> build(const at::Tensor& weight, const 
   return s;
 }
 
-bool stale(const ScreenedProjection* s, const at::Tensor& weight, const at::Tensor& bias) {
-  return !s || s->weight_data != weight.data_ptr() || s->weight_version != static_cast<uint32_t>(weight._version()) ||
-         s->out != weight.size(0) || s->in != weight.size(1) ||
-         s->bias_data != (bias.defined() ? bias.data_ptr() : nullptr) ||
-         (bias.defined() && s->bias_version != static_cast<uint32_t>(bias._version()));
-}
+namespace {
 
 // Row x's token, or -1 (see the header). approx: the row's int8 logits without the bias.
 int64_t screen_row(const ScreenedProjection& s, const float* x, const float* approx, const float* w,
@@ -112,9 +100,9 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
     l2x += a * a;
   }
   l2x = std::sqrt(l2x);
-  // Half a quantization step of the input, at the coarsest the int8 kernels use (63 steps a
-  // side, int8_linear.h), with room for the fp32 scale's rounding.
-  const double x_error = amax / 63.0 * 0.501;
+  // Half a quantization step of the input (127 steps a side), with room for the fp32 scale's
+  // rounding.
+  const double x_error = amax / 127.0 * 0.501;
   // What the fp32 sums themselves may be off by, relative to the sum of |products| (and the
   // bias): the fp32 kernel adds K / 16 + 6 terms in a row (16 lanes, a tree of 4, the bias), each
   // add off by at most 2^-24, the int8 path's scaling by a few 2^-24; with a wide margin.
@@ -170,12 +158,12 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
 
 }  // namespace
 
-ScreenStats ScreenedArgmaxCache::stats() {
+ScreenStats screen_stats() {
   return {screened_rows.load(), open_rows.load(), screened_fp32_logits.load()};
 }
 
-std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const at::Tensor& weight,
-                                                     const at::Tensor& bias) {
+std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
+                                         const at::Tensor& weight, const at::Tensor& bias) {
   if (at::GradMode::is_enabled() || !x.defined() || !x.device().is_cpu() || x.scalar_type() != at::kFloat ||
       !weight.device().is_cpu() || weight.scalar_type() != at::kFloat || weight.dim() != 2 ||
       !weight.is_contiguous() || active_autocast_dtype(c10::Device(c10::kCPU)) != at::kFloat)
@@ -187,21 +175,16 @@ std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const 
   if (bias.defined() && (!bias.device().is_cpu() || bias.scalar_type() != at::kFloat || bias.numel() != V ||
                          !bias.is_contiguous()))
     return {};
+  if (V != screen.out || K != screen.in) return {};
   // The portable int8 loop reads less but computes slower than the fp32 kernel streams.
-  if (int8_active_kernel() == Int8Kernel::portable || !screen_enabled()) return {};
-
-  auto screen = std::atomic_load(&screen_);
-  if (stale(screen.get(), weight, bias)) {
-    screen = build(weight, bias);
-    std::atomic_store(&screen_, screen);
-  }
+  if (cpu_isa() == CpuIsa::kPortable || !screen_enabled()) return {};
   const at::Tensor input = x.reshape({rows, K}).contiguous();  // [N, K]
-  const at::Tensor approx = int8_linear(input, *screen->int8);  // [N, V]
+  const at::Tensor approx = int8_linear(input, *screen.int8);  // [N, V]
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
   int64_t fp32_logits = 0, open = 0;
   for (int64_t m = 0; m < rows; ++m) {
     tokens[static_cast<size_t>(m)] =
-        screen_row(*screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
+        screen_row(screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
                    weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr, fp32_logits);
     open += tokens[static_cast<size_t>(m)] < 0 ? 1 : 0;
   }
@@ -211,4 +194,4 @@ std::vector<int64_t> ScreenedArgmaxCache::try_argmax(const at::Tensor& x, const 
   return tokens;
 }
 
-}  // namespace torchmt
+}  // namespace torchmt::kernels

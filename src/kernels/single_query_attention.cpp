@@ -1,4 +1,4 @@
-#include "torchmt/model/single_query_attention.h"
+#include "primitives.h"
 
 #include <cmath>
 #include <limits>
@@ -8,12 +8,10 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "../util/cpu_vector_kernels.h"
+#include "vector.h"
 
-namespace torchmt {
+namespace torchmt::kernels {
 namespace {
-
-using namespace cpu_kernels;
 
 struct HeadView {
   int64_t heads, keys, dim;
@@ -144,16 +142,11 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
   }
 }
 
-TORCHMT_VECTOR_CLONES void attend_heads_fp32(const float* q, const float* k, const float* v, const bool* mask,
-                                             const HeadView& s, int64_t begin, int64_t end, float* out) {
-  attend_heads(q, k, v, mask, s, begin, end, out);
-}
+TORCHMT_VECTOR_KERNEL(void, attend_heads_fp32, attend_heads, (const float* q, const float* k, const float* v, const bool* mask, const HeadView& s, int64_t begin, int64_t end, float* out),
+                      (q, k, v, mask, s, begin, end, out))
 
-TORCHMT_VECTOR_CLONES void attend_heads_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                             const bool* mask, const HeadView& s, int64_t begin, int64_t end,
-                                             uint16_t* out) {
-  attend_heads(q, k, v, mask, s, begin, end, out);
-}
+TORCHMT_VECTOR_KERNEL(void, attend_heads_bf16, attend_heads, (const uint16_t* q, const uint16_t* k, const uint16_t* v, const bool* mask, const HeadView& s, int64_t begin, int64_t end, uint16_t* out),
+                      (q, k, v, mask, s, begin, end, out))
 
 bool last_dim_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) == 1; }
 
@@ -227,4 +220,4 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
   return out;
 }
 
-}  // namespace torchmt
+}  // namespace torchmt::kernels

@@ -2,9 +2,11 @@
 // Building blocks of the hand-written CPU kernels (dropout, fused cross-entropy): 16-lane
 // GCC/Clang vector types, so the arithmetic is SIMD by construction (auto-vectorisation
 // without -ffast-math left the reductions and the bf16 conversions scalar), compiled per
-// instruction set by TORCHMT_VECTOR_CLONES.
+// instruction set by TORCHMT_VECTOR_KERNEL.
 #include <cstdint>
 #include <cstring>
+
+#include "cpu_isa.h"
 
 // GCC notes that passing 64-byte vectors by value would change the calling convention
 // between clones; every helper taking or returning one is forced inline, so none is passed.
@@ -12,22 +14,34 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-// Function multi-versioning: an AVX-512, an x86-64-v3 (AVX2 + FMA) and a baseline copy of the
-// function, chosen once at load time by the CPU, so one binary runs everywhere and uses the
-// widest vectors available (the build itself stays baseline x86-64). Not a plain "avx2" clone:
-// that one has no FMA, so on AVX2-only CPUs (AMD Zen 3) every product and sum was two
-// instructions and rounded twice, unlike the AVX-512 copy (GCC 12 checks avx512f first, then
-// x86-64-v3).
+// Kernels written with these vectors get three copies of one forced-inline body: AVX-512,
+// AVX2 + FMA (x86-64-v3) and portable, chosen per call by cpu_isa() (TORCHMT_VECTOR_KERNEL), so
+// one binary runs everywhere, uses the widest vectors the CPU has, and a test can run each copy
+// (the build itself stays baseline x86-64). AVX2 with FMA, not AVX2 alone: without FMA every
+// product and sum is two instructions and rounds twice (AMD Zen 3 took that path once).
 // Not under clang: clang 14 (Debian 12's, which builds the fuzzers) rejects the 64-byte vectors
-// the forced-inline helpers take inside an AVX-512 clone, so clang builds get the baseline copy.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define TORCHMT_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+// the forced-inline helpers take inside an AVX-512 copy, so clang builds get portable code in
+// every copy.
+#if TORCHMT_X86 && !defined(__clang__)
+#define TORCHMT_VECTOR_TARGET_AVX512 TORCHMT_TARGET_AVX512
+#define TORCHMT_VECTOR_TARGET_AVX2 TORCHMT_TARGET_AVX2
+#else
+#define TORCHMT_VECTOR_TARGET_AVX512
+#define TORCHMT_VECTOR_TARGET_AVX2
 #endif
-#endif
-#ifndef TORCHMT_VECTOR_CLONES
-#define TORCHMT_VECTOR_CLONES
-#endif
+
+// Defines `name` (params) dispatching to name##_avx512 / _avx2 / _portable, each `body args`
+// compiled for its instruction set; `body` must be TORCHMT_VECTOR_INLINE.
+#define TORCHMT_VECTOR_KERNEL(ret, name, body, params, args)                            \
+  TORCHMT_VECTOR_TARGET_AVX512 ret name##_avx512 params { return body args; }          \
+  TORCHMT_VECTOR_TARGET_AVX2 ret name##_avx2 params { return body args; }              \
+  ret name##_portable params { return body args; }                                      \
+  ret name params {                                                                           \
+    const ::torchmt::kernels::CpuIsa isa_ = ::torchmt::kernels::cpu_isa();                    \
+    if (isa_ >= ::torchmt::kernels::CpuIsa::kAvx512) return name##_avx512 args;               \
+    if (isa_ >= ::torchmt::kernels::CpuIsa::kAvx2) return name##_avx2 args;                   \
+    return name##_portable args;                                                              \
+  }
 
 // Helpers are forced inline: a call to an out-of-line copy would run baseline code with
 // 64-byte vectors split into SSE pieces, whatever clone it was called from.
@@ -37,8 +51,7 @@
 #define TORCHMT_VECTOR_INLINE inline
 #endif
 
-namespace torchmt {
-namespace cpu_kernels {
+namespace torchmt::kernels {
 
 constexpr int kLanes = 16;  // one 512-bit register; two AVX2 or four SSE registers otherwise
 
@@ -195,5 +208,4 @@ TORCHMT_VECTOR_INLINE float load_as_float(const uint16_t* p) { return bf16_to_fl
 TORCHMT_VECTOR_INLINE void store_from_float(float* p, float v) { *p = v; }
 TORCHMT_VECTOR_INLINE void store_from_float(uint16_t* p, float v) { *p = float_to_bf16(v); }
 
-}  // namespace cpu_kernels
-}  // namespace torchmt
+}  // namespace torchmt::kernels

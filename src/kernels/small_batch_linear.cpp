@@ -1,27 +1,21 @@
-#include "torchmt/model/small_batch_linear.h"
-
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "../util/cpu_vector_kernels.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-// AVX512-BF16's dot product (two bf16 products per fp32 lane and instruction) when the CPU
-// has it: half the instructions of converting to fp32 and no conversion work.
-#define TORCHMT_HAVE_BF16_DOT 1
-#define TORCHMT_BF16_DOT_TARGET __attribute__((always_inline, target("avx512f,avx512bf16"))) inline
-#else
-#define TORCHMT_HAVE_BF16_DOT 0
-#endif
+#include "primitives.h"
 #include "torchmt/util/device.h"
+#include "vector.h"
 
-namespace torchmt {
+#if TORCHMT_X86
+#include <immintrin.h>
+// AVX512-BF16's dot product (two bf16 products per fp32 lane and instruction) at cpu_isa()
+// avx512-bf16: half the instructions of converting to fp32 and no conversion work.
+#define TORCHMT_BF16_DOT_INLINE __attribute__((always_inline)) TORCHMT_TARGET_AVX512_BF16 inline
+#endif
+
+namespace torchmt::kernels {
 namespace {
-
-using namespace cpu_kernels;
 
 constexpr int kRowTile = 4;     // rows of x per block: 4 x kWeightTile accumulators stay in registers
 constexpr int kWeightTile = 4;  // weight rows (output features) per block
@@ -162,16 +156,16 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
 template <typename T>
 using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TORCHMT_LINEAR_COLUMNS_ISA(name, isa, weight_tile, row_tile, halves, prefetch)                                    \
+#if TORCHMT_X86 && !defined(__clang__)
+#define TORCHMT_LINEAR_COLUMNS_ISA(name, target, weight_tile, row_tile, halves, prefetch)                                 \
   template <typename T>                                                                                          \
-  __attribute__((target(isa))) void name(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,      \
+  target void name(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,      \
                                          int64_t N, int64_t n_begin, int64_t n_end, T* out) {                    \
     linear_columns<weight_tile, row_tile, halves, prefetch>(x, rows, w, bias, K, N, n_begin, n_end, out);        \
   }
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, "avx512f", kWeightTile, kRowTile, false, Prefetch::kPerLine)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, "avx2,fma", 2, 2, true, Prefetch::kPerLine)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, "avx2,fma", 4, 1, true, Prefetch::kBlockAhead)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, TORCHMT_TARGET_AVX512, kWeightTile, kRowTile, false, Prefetch::kPerLine)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, TORCHMT_TARGET_AVX2, 2, 2, true, Prefetch::kPerLine)
+TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, TORCHMT_TARGET_AVX2, 4, 1, true, Prefetch::kBlockAhead)
 template <typename T>
 void linear_columns_avx2(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
                          int64_t n_begin, int64_t n_end, T* out) {
@@ -187,32 +181,20 @@ void linear_columns_baseline(const float* x, int64_t rows, const T* w, const T* 
   linear_columns<kWeightTile, kRowTile, false, Prefetch::kPerLine>(x, rows, w, bias, K, N, n_begin, n_end, out);
 }
 
-// The copy for this CPU, chosen once.
+// The copy for an instruction set.
 template <typename T>
-LinearColumns<T> linear_columns_for_cpu() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (__builtin_cpu_supports("avx512f")) return &linear_columns_avx512<T>;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &linear_columns_avx2<T>;
+LinearColumns<T> linear_columns_for(CpuIsa isa) {
+#if TORCHMT_X86 && !defined(__clang__)
+  if (isa >= CpuIsa::kAvx512) return &linear_columns_avx512<T>;
+  if (isa >= CpuIsa::kAvx2) return &linear_columns_avx2<T>;
 #endif
   return &linear_columns_baseline<T>;
 }
 
-void linear_columns_fp32(const float* x, int64_t rows, const float* w, const float* bias, int64_t K, int64_t N,
-                         int64_t n_begin, int64_t n_end, float* out) {
-  static const LinearColumns<float> f = linear_columns_for_cpu<float>();
-  f(x, rows, w, bias, K, N, n_begin, n_end, out);
-}
-
-void linear_columns_bf16(const float* x, int64_t rows, const uint16_t* w, const uint16_t* bias, int64_t K, int64_t N,
-                         int64_t n_begin, int64_t n_end, uint16_t* out) {
-  static const LinearColumns<uint16_t> f = linear_columns_for_cpu<uint16_t>();
-  f(x, rows, w, bias, K, N, n_begin, n_end, out);
-}
-
-#if TORCHMT_HAVE_BF16_DOT
+#if TORCHMT_X86
 // GCC's _mm512_reduce_add_ps, add for add (bit-identical sums), with zeroed instead of
 // undefined operands: GCC 12 warns (-Wmaybe-uninitialized) inside its own intrinsic.
-TORCHMT_BF16_DOT_TARGET float reduce_add16(__m512 v) {
+TORCHMT_BF16_DOT_INLINE float reduce_add16(__m512 v) {
   const __m512d d = _mm512_castps_pd(v);
   const __m256 half = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 1)),
                                     _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, d, 0)));
@@ -223,7 +205,7 @@ TORCHMT_BF16_DOT_TARGET float reduce_add16(__m512 v) {
 
 // As dot_block, x and the weights bf16, pairs of K multiplied and added by vdpbf16ps.
 template <int ROWS, int COLS>
-TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint16_t* w, const uint16_t* bias,
+TORCHMT_BF16_DOT_INLINE void dot_block_bf16_pairs(const uint16_t* x, const uint16_t* w, const uint16_t* bias,
                                                   int64_t K, uint16_t* out, int64_t ldo) {
   constexpr int64_t kStep = 32;  // bf16 values per 512-bit register
   __m512 acc[ROWS][COLS];
@@ -250,7 +232,7 @@ TORCHMT_BF16_DOT_TARGET void dot_block_bf16_pairs(const uint16_t* x, const uint1
 }
 
 template <int COLS>
-TORCHMT_BF16_DOT_TARGET void dot_columns_bf16_pairs(const uint16_t* x, int64_t rows, const uint16_t* w,
+TORCHMT_BF16_DOT_INLINE void dot_columns_bf16_pairs(const uint16_t* x, int64_t rows, const uint16_t* w,
                                                     const uint16_t* bias, int64_t K, uint16_t* out, int64_t ldo) {
   for (int64_t m = 0; m < rows; m += kRowTile) {
     const uint16_t* xm = x + m * K;
@@ -264,7 +246,7 @@ TORCHMT_BF16_DOT_TARGET void dot_columns_bf16_pairs(const uint16_t* x, int64_t r
   }
 }
 
-__attribute__((target("avx512f,avx512bf16"))) void linear_columns_bf16_pairs(
+TORCHMT_TARGET_AVX512_BF16 void linear_columns_bf16_pairs(
     const uint16_t* x, int64_t rows, const uint16_t* w, const uint16_t* bias, int64_t K, int64_t N, int64_t n_begin,
     int64_t n_end, uint16_t* out) {
   int64_t n = n_begin;
@@ -272,23 +254,17 @@ __attribute__((target("avx512f,avx512bf16"))) void linear_columns_bf16_pairs(
     dot_columns_bf16_pairs<kWeightTile>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
   for (; n < n_end; ++n) dot_columns_bf16_pairs<1>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
 }
-
-bool cpu_has_bf16_dot() {
-  static const bool has = __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 #endif
 
 }  // namespace
 
 float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias, int64_t K) {
   float out = 0.0f;
-  linear_columns_fp32(x, 1, w_row, bias, K, 1, 0, 1, &out);
+  linear_columns_for<float>(cpu_isa())(x, 1, w_row, bias, K, 1, 0, 1, &out);
   return out;
 }
 
-at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      bool use_bf16_dot) {
+at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!x.defined() || !x.device().is_cpu() || at::GradMode::is_enabled() || x.dim() < 1 || weight.dim() != 2 ||
       !weight.device().is_cpu())
     return {};
@@ -322,29 +298,32 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
   at::Tensor out = at::empty({rows, N}, x.options().dtype(dtype));  // [rows, N]
   // Each thread's share at least ~64 KB of weights, so a fork is worth it.
   const int64_t grain = std::max<int64_t>(kWeightTile, (int64_t{1} << 16) / (K * w.element_size()));
+  const CpuIsa isa = cpu_isa();
   if (dtype == at::kFloat) {
+    const LinearColumns<float> columns = linear_columns_for<float>(isa);
     const float* xp = x_rows.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { linear_columns_fp32(xp, rows, wp, bp, K, N, n0, n1, op); });
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
   } else {
     const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
     const auto* bp = b.defined() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
     auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-#if TORCHMT_HAVE_BF16_DOT
-    if (use_bf16_dot && cpu_has_bf16_dot()) {
+#if TORCHMT_X86
+    if (isa >= CpuIsa::kAvx512Bf16) {
       const auto* xp = reinterpret_cast<const uint16_t*>(x_rows.data_ptr<at::BFloat16>());
       at::parallel_for(0, N, grain,
                        [&](int64_t n0, int64_t n1) { linear_columns_bf16_pairs(xp, rows, wp, bp, K, N, n0, n1, op); });
       return out.view(out_sizes);
     }
 #endif
+    const LinearColumns<uint16_t> columns = linear_columns_for<uint16_t>(isa);
     const at::Tensor x_fp32 = x_rows.to(at::kFloat);
     const float* xp = x_fp32.data_ptr<float>();
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { linear_columns_bf16(xp, rows, wp, bp, K, N, n0, n1, op); });
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
   }
   return out.view(out_sizes);
 }
 
-}  // namespace torchmt
+}  // namespace torchmt::kernels

@@ -1,0 +1,118 @@
+#include "cpu_isa.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "torchmt/util/environment.h"
+
+namespace torchmt::kernels {
+namespace {
+
+constexpr CpuIsa kLevels[] = {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
+                              CpuIsa::kAvx512Bf16};
+
+CpuIsa detect() {
+#if TORCHMT_X86
+  // libgcc's checks include the OS's support (XCR0) for the AVX and AVX-512 register state.
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  if (vnni && __builtin_cpu_supports("avx512bf16")) return CpuIsa::kAvx512Bf16;
+  if (vnni) return CpuIsa::kAvx512Vnni;
+  if (avx512) return CpuIsa::kAvx512;
+  if (avx2) return CpuIsa::kAvx2;
+#endif
+  return CpuIsa::kPortable;
+}
+
+std::string level_list(CpuIsa highest) {
+  std::string list;
+  for (CpuIsa isa : kLevels)
+    if (isa <= highest) list += std::string(list.empty() ? "" : "|") + cpu_isa_name(isa);
+  return list;
+}
+
+// oneDNN's JIT and MKL follow the same level, unless their own variables are set: both read them
+// at first use, which comes later (the CLI reads TORCHMT_CPU_ISA at start-up).
+void limit_libraries(CpuIsa isa) {
+  static constexpr const char* kOnednn[] = {"SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"};
+  static constexpr const char* kMkl[] = {"SSE4_2", "AVX2", "AVX512", "AVX512", "AVX512"};
+  setenv("ONEDNN_MAX_CPU_ISA", kOnednn[static_cast<int>(isa)], /*overwrite=*/0);
+  setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[static_cast<int>(isa)], /*overwrite=*/0);
+}
+
+CpuIsa from_environment() {
+  const CpuIsa detected = detected_cpu_isa();
+  const auto value = env_value("TORCHMT_CPU_ISA");  // one of the table's choices, or unset
+  if (!value) return detected;
+  for (CpuIsa isa : kLevels)
+    if (*value == cpu_isa_name(isa)) {
+      if (isa > detected)
+        throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": this CPU runs at most " +
+                                    cpu_isa_name(detected) + " (" + level_list(detected) + ")");
+      limit_libraries(isa);
+      return isa;
+    }
+  throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Bf16));
+}
+
+constexpr int kUnread = -1;
+std::atomic<int> configured{kUnread};  // TORCHMT_CPU_ISA or the detected level, once read
+std::atomic<int> overridden{kUnread};  // CpuIsaOverride's level while one is alive
+
+}  // namespace
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Vnni: return "avx512-vnni";
+    case CpuIsa::kAvx512Bf16: return "avx512-bf16";
+    default: return "portable";
+  }
+}
+
+CpuIsa detected_cpu_isa() {
+  static const CpuIsa detected = detect();
+  return detected;
+}
+
+std::vector<CpuIsa> available_cpu_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : kLevels)
+    if (isa <= detected_cpu_isa()) out.push_back(isa);
+  return out;
+}
+
+CpuIsa cpu_isa() {
+  if (const int o = overridden.load(std::memory_order_relaxed); o != kUnread) return static_cast<CpuIsa>(o);
+  int level = configured.load(std::memory_order_relaxed);
+  if (level == kUnread) {
+    level = static_cast<int>(from_environment());  // throws on a bad value, every time it is asked
+    configured.store(level, std::memory_order_relaxed);
+  }
+  return static_cast<CpuIsa>(level);
+}
+
+std::string cpu_isa_summary() {
+  const CpuIsa active = cpu_isa();
+  std::string s = cpu_isa_name(active);
+  if (active != detected_cpu_isa() || env_value("TORCHMT_CPU_ISA"))
+    s += std::string(" (detected: ") + cpu_isa_name(detected_cpu_isa()) +
+         (env_value("TORCHMT_CPU_ISA") ? ", TORCHMT_CPU_ISA=" + *env_value("TORCHMT_CPU_ISA") : std::string()) + ")";
+  return s;
+}
+
+CpuIsaOverride::CpuIsaOverride(CpuIsa isa) : previous_(overridden.load()) {
+  if (isa > detected_cpu_isa())
+    throw std::invalid_argument(std::string("instruction set ") + cpu_isa_name(isa) + " is above this CPU's " +
+                                cpu_isa_name(detected_cpu_isa()));
+  overridden.store(static_cast<int>(isa));
+}
+
+CpuIsaOverride::~CpuIsaOverride() { overridden.store(previous_); }
+
+}  // namespace torchmt::kernels

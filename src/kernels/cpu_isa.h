@@ -1,0 +1,55 @@
+#pragma once
+// The instruction sets torchmt's CPU kernels have code for, the one detection of what this CPU
+// runs, and the one override (TORCHMT_CPU_ISA). Every kernel picks its code through cpu_isa(),
+// per call, so a test or a benchmark can run any path the machine can run (CpuIsaOverride);
+// CTranslate2's cpu_isa.h / CPU_ISA_DISPATCH is the model.
+#include <string>
+#include <vector>
+
+namespace torchmt::kernels {
+
+// Ordered: each level runs everything below it.
+enum class CpuIsa : int {
+  kPortable = 0,    // C++ only (any x86-64, other architectures)
+  kAvx2 = 1,        // AVX2 + FMA (x86-64-v3)
+  kAvx512 = 2,      // AVX-512 F/BW/DQ/VL (x86-64-v4)
+  kAvx512Vnni = 3,  // + VNNI (int8 dot products)
+  kAvx512Bf16 = 4,  // + VNNI + BF16 (bf16 dot products)
+};
+
+const char* cpu_isa_name(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512-vnni", "avx512-bf16"
+// The highest level this CPU (and its OS) runs.
+CpuIsa detected_cpu_isa();
+// Every level up to detected_cpu_isa(), lowest first: what a test runs each kernel on.
+std::vector<CpuIsa> available_cpu_isas();
+// The level the kernels use: TORCHMT_CPU_ISA when set (a level above the detected one is a
+// one-line std::invalid_argument naming the variable), else the detected one. Read once.
+CpuIsa cpu_isa();
+// "avx2 (detected: avx512-bf16, TORCHMT_CPU_ISA=avx2)" for logs and `torchmt info`.
+std::string cpu_isa_summary();
+
+// While alive, cpu_isa() returns `isa` on every thread (tests, A/B benchmarks); the level must
+// be one this CPU runs. Not nestable across threads: one at a time.
+class CpuIsaOverride {
+ public:
+  explicit CpuIsaOverride(CpuIsa isa);
+  ~CpuIsaOverride();
+  CpuIsaOverride(const CpuIsaOverride&) = delete;
+  CpuIsaOverride& operator=(const CpuIsaOverride&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace torchmt::kernels
+
+// The target attributes of the per-instruction-set copies of a kernel (GCC and clang on x86-64).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TORCHMT_X86 1
+#define TORCHMT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TORCHMT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define TORCHMT_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")))
+#define TORCHMT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx512bf16")))
+#else
+#define TORCHMT_X86 0
+#endif

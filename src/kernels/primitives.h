@@ -1,0 +1,175 @@
+#pragma once
+// The CPU kernel layer's one front (private to the library): every hand-written CPU kernel, each
+// with a portable copy and copies for the instruction sets of cpu_isa.h, chosen per call by
+// cpu_isa(). The `try_` functions return an undefined tensor (or false, or an empty vector)
+// where they do not apply: gradients on, autocast, another device or dtype, shapes they do not
+// handle; the caller then runs the ATen composite, which is also what training differentiates.
+//
+// Why hand-written kernels at all: a decoding step of one sentence multiplies 1-5 rows by every
+// decoder weight (weight reading, where MKL's and oneDNN's GEMMs pay a fixed setup cost and read
+// far below memory bandwidth) and is otherwise dispatch-bound: each ATen op costs microseconds
+// of dispatch and allocation whatever its size (tools/bench/DECISIONS.md has the figures).
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "cpu_isa.h"
+
+namespace torchmt::kernels {
+
+// ---- Linear layers: few rows, fp32 / bf16 ------------------------------------------------------
+
+// The most rows (product of all but the last dimension of x) the few-row kernel takes; above
+// it the packed GEMMs are faster.
+constexpr int64_t kSmallBatchLinearMaxRows = 8;
+
+// x W^T + b in inference (grad mode off) on the CPU with at most kSmallBatchLinearMaxRows rows,
+// fp32 or bf16 (including CPU bf16 autocast, honoured as at::linear does: bf16 inputs through
+// autocast's weight cache, bf16 output). Each weight row is streamed once through fp32 FMAs
+// against all rows; bf16 uses AVX512-BF16 dot products at cpu_isa() avx512-bf16.
+at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// One fp32 output of that kernel: x . w_row (+ *bias when bias is not null) for one row x of K
+// values, bit for bit the value try_small_batch_linear_cpu gives that output at the same
+// cpu_isa() (every output is summed alike, whatever the number of rows, outputs or threads).
+float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias, int64_t K);
+
+// ---- Linear layers: int8 -----------------------------------------------------------------------
+// Dynamic int8 quantization for CPU inference (the reference documents' quantize_dynamic;
+// CTranslate2's "int8"): the weight is int8 with one scale per output row, each input row is
+// quantized at run time with its own scale, products are summed exactly in int32:
+//
+//   y[m, n] = sx[m] * sw[n] * sum_k qx[m, k] * qw[n, k] + b[n]
+//   qw = rint(w * 127 / max|w[n, :]|),  qx = rint(x * 127 / max|x[m, :]|)
+//
+// The same integers and the same float steps on every instruction set, so the same outputs on
+// every CPU: AVX-512 VNNI (vpdpbusd on qx + 128, the offset's share subtracted per output), AVX2
+// (vpmaddwd on sign-extended int16 pairs: exact, where vpmaddubsw's int16 pair sums saturate)
+// and portable C++.
+struct Int8LinearWeights {
+  int64_t in = 0, out = 0;        // the float layer's shape: weight [out, in]
+  int64_t in_padded = 0, out_padded = 0;
+  std::vector<int8_t> packed;     // [out_padded / 16][in_padded / 4][16][4]
+  std::vector<float> scale;       // [out_padded]: w ~ qw * scale (0 in the padding)
+  std::vector<int32_t> row_sum;   // [out_padded]: 128 * sum_k qw[n, k], the u8 offset's share
+  std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
+};
+
+// The one per-row quantization of a weight [out, in] (any float dtype), as CTranslate2's
+// "int8": inverse_scale = 127 / max|w[n, :]| (127 for an all-zero row), q = rint(w *
+// inverse_scale) as int8 (round half to even), in float32. Returns {q [out, in] int8,
+// inverse_scale [out] float}.
+std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight);
+
+// The layer for the int8 kernel: weight [out, in] float (any float dtype), bias [out] or undefined.
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias);
+
+// x [..., in] (float; other float types are converted) -> [..., out] float32, on the CPU,
+// parallel over output blocks with the calling thread's intra-op threads. Rows are independent:
+// any batch composition gives the same output for a row.
+at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w);
+
+// ---- Linear layers: many rows, fp32, weights packed once ---------------------------------------
+// at::linear calls MKL's sgemm, which re-packs the whole weight into its blocked layout on every
+// call; with the few dozen rows of a decoding step that copy is most of the call. Two packed
+// GEMMs can serve: MKL's packed API (looked up in the LibTorch that is loaded) and oneDNN's
+// (LibTorch's mkldnn::_reorder_linear_weight / _linear_pointwise). Which one packs a weight is
+// decided by a rule table (packed_linear.cpp: measured, per instruction set), never timed at
+// run time, so a machine's outputs do not depend on a timing race.
+enum class PackedGemm { kAten, kMkl, kOnednn };  // kAten: at::linear, nothing packed
+const char* packed_gemm_name(PackedGemm gemm);
+// The packed GEMMs this process's LibTorch has (MKL's, oneDNN's), in that order.
+std::vector<PackedGemm> available_packed_gemms();
+// The rule table's choice for a weight [out, in] at the active cpu_isa(), or TORCHMT_PACKED_GEMM;
+// kAten when the chosen library is not available.
+PackedGemm packed_gemm_for(int64_t out, int64_t in);
+
+struct PackedWeights {
+  PackedGemm gemm = PackedGemm::kAten;
+  int64_t out = 0, in = 0;
+  at::Tensor buffer;  // MKL's packed layout (bytes) or oneDNN's blocked weight
+};
+// Packs an fp32 weight [out, in] for `gemm` (kAten: nothing).
+PackedWeights pack_weight(const at::Tensor& weight, PackedGemm gemm);
+// x W^T + b through the packed weight for x [..., in] fp32 on the CPU with more than
+// kSmallBatchLinearMaxRows rows, in inference; undefined when it does not apply.
+at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, const at::Tensor& bias);
+
+// ---- Greedy decoding's next token: the screened output projection ------------------------------
+// The next token of greedy search without scores is the argmax of the logits: the projection is
+// screened with an int8 copy of its weight (a quarter of the bytes); each approximate logit comes
+// with a bound on its distance from the fp32 logit, every row the bound cannot rule out is
+// computed in fp32 by small_batch_dot_fp32, and the largest of those is the token. Where another
+// candidate comes within a near-tie margin of the best (far wider than any difference between
+// kernels' summation orders), or the screen leaves too many candidates, the row is left to the
+// caller's full projection. TORCHMT_SCREENED_ARGMAX=0 turns it off.
+struct ScreenedProjection;
+// The screen of an fp32 projection weight [V, K] (bias: [V] or undefined).
+std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight, const at::Tensor& bias);
+// For each row of x [N, K] (N <= kSmallBatchLinearMaxRows, fp32, inference): the index of its
+// largest x W^T + b as try_small_batch_linear_cpu computes them, or -1 where the full row must
+// decide; empty where the screen does not apply (nothing computed). weight/bias: those the
+// screen was built from.
+std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
+                                         const at::Tensor& weight, const at::Tensor& bias);
+// What the screens of this process did (every thread): rows screened, rows left to the full
+// projection, logits computed in fp32.
+struct ScreenStats {
+  int64_t rows = 0, open_rows = 0, fp32_logits = 0;
+};
+ScreenStats screen_stats();
+
+// ---- Attention, normalisation, rotary positions ------------------------------------------------
+
+// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B / r, G, Tk, d_k] (G divides
+// H; query head h reads K/V head h / (H / G): grouped-query attention; query row b reads K/V row
+// b / r: the r beams of a sentence share its cross-attention K/V), fp32 or bf16; returns the heads
+// merged, [B, 1, H * d_k], in q's dtype. `mask` (bool, true = may attend) broadcasts to
+// [B / r, H, 1, Tk]; a query whose keys are all masked attends to all of them.
+at::Tensor try_single_query_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const at::Tensor& mask);
+
+// x cos + rotate_half(x) sin (apply_rotary_pos_emb for one tensor) for x [B, H, T, d_k] with a
+// contiguous last dimension; cos and sin broadcast to x. Agrees with the composite to rounding.
+at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos);
+
+// {x + y, layer_norm(x + y)} over the last dimension (weight and bias of that size, x's dtype),
+// normalised in fp32 (as ATen's does for bf16 input); ~1e-7 relative from the composite in fp32.
+std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, const at::Tensor& y,
+                                                         const at::Tensor& weight, const at::Tensor& bias, double eps);
+
+// x = log_softmax(x, -1) in place for an fp32 CPU tensor [rows, n], contiguous, outside autograd;
+// false, leaving x alone, where it does not apply. ~1e-6 absolute from ATen's.
+bool try_log_softmax_in_place_cpu(at::Tensor& x);
+
+// ---- Selection -----------------------------------------------------------------------------------
+
+// The k best entries of each row of x [rows, n]: best first; equal values in index order; NaN
+// counts as -inf. values/indices: [rows, k], k <= n. One pass per row that looks at an entry
+// only when it beats the k-th best.
+void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices);
+// The same for a 2-D tensor: float32 on the CPU through the kernel, anything else through
+// torch::topk. Returns {values [rows, k], indices [rows, k] int64} on x's device.
+std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k);
+
+// ---- Training -------------------------------------------------------------------------------------
+
+// Label-smoothed cross-entropy over logits [rows, vocab] (fp32, or bf16 as uint16_t bits), one
+// pass per row: per-row loss and nll (0 for rows whose target is pad_id), and when grad is not
+// null, d loss / d logits = softmax - eps / V - (1 - eps) [j == gold] in the logits' dtype.
+// Targets must be in [0, vocab).
+void label_smoothed_cross_entropy_rows(const float* logits, const int64_t* target, int64_t rows, int64_t vocab,
+                                       double smoothing, int64_t pad_id, double* loss, double* nll, float* grad);
+void label_smoothed_cross_entropy_rows(const uint16_t* logits, const int64_t* target, int64_t rows, int64_t vocab,
+                                       double smoothing, int64_t pad_id, double* loss, double* nll, uint16_t* grad);
+
+// x with dropout's mask applied (CPU, any float dtype): each element kept and scaled by
+// 1 / (1 - p), or zeroed, by a hash of (seed, its index) against p * 2^32, in fp32 arithmetic. It
+// depends only on (seed, index): forward and backward agree, and any split over threads gives the
+// same mask.
+at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed);
+
+}  // namespace torchmt::kernels
