@@ -20,6 +20,8 @@
 #   bench_translate  greedy / beam 5, batch 1 / 64, fp32 / bf16, ours vs the Python reference
 #   fp16             fp32 / bf16 / fp16 (loss scaling) on the first 1,000 updates of the GPU recipe
 #   nccl             a 1-worker data-parallel job: NCCL on the device vs Gloo through the host vs none
+#   cpu_isa          the host CPU's kernels on every instruction set it runs (tools/cpu_isa_checks.sh
+#                    with ISA_MODEL, default runs/isa/model.pt: carry one), from ISA_CHECK_FROM (avx2)
 #   pack             the built programs into $RESULTS/bin.tar.gz (a later call can skip the build:
 #                    unpack them into $TORCHMT_BUILD_DIR)
 # Results go to $RESULTS (default: $OUT where the device tool sets it, else gpu_checks/): one
@@ -146,6 +148,8 @@ for stage in "${stages[@]}"; do
   pack)
     tar -C "$build" -czf "$results/bin.tar.gz" torchmt torchmt_tests bench_train bench_translate bench_export \
       bench_data && ls -la "$results/bin.tar.gz" | tee -a "$log" ;;
+  cpu_isa)
+    ISA_CHECK_FROM=${ISA_CHECK_FROM:-avx2} step bash tools/cpu_isa_checks.sh "${ISA_MODEL:-runs/isa/model.pt}" "$build" ;;
   *) say "unknown stage '$stage'"; exit 2 ;;
   esac
 done
