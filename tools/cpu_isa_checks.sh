@@ -16,7 +16,7 @@ build=${2:-build}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 tm=$build/torchmt
-d=data/multi30k
+d=${ISA_DATA:-data/multi30k}  # test_2016_flickr / test_2017_flickr .de.gz
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
@@ -36,7 +36,7 @@ for t in 2 "$threads"; do
   OMP_NUM_THREADS=$t "$build/torchmt_tests" --gtest_filter='CpuIsa/*:PackedLinear*' --gtest_brief=1 >"$out/tests.$t" 2>&1
   rc=$?
   echo "kernel tests, $t threads: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$out/tests.$t" | tr '\n' ' ') (rc $rc)"
-  [ $rc -eq 0 ] || { status=1; grep -E 'Failure|FAILED' "$out/tests.$t" | head -20; }
+  [ $rc -eq 0 ] || { status=1; grep -E -A6 "Failure" "$out/tests.$t" | head -40; }
 done
 
 translate() {  # level set dtype beam screen -> file; prints seconds

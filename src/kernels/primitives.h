@@ -33,8 +33,10 @@ constexpr int64_t kSmallBatchLinearMaxRows = 8;
 at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // One fp32 output of that kernel: x . w_row (+ *bias when bias is not null) for one row x of K
-// values, bit for bit the value try_small_batch_linear_cpu gives that output at the same
-// cpu_isa() (every output is summed alike, whatever the number of rows, outputs or threads).
+// values: the same products, summed in the same order as try_small_batch_linear_cpu sums that
+// output at the same cpu_isa(). Equal bit for bit on the AVX2 and portable copies; GCC's
+// AVX-512 copy rounds the last bit differently between tile shapes (measured on a Xeon), so
+// callers rely only on the difference being within the rounding of a K-term fp32 sum.
 float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias, int64_t K);
 
 // ---- Linear layers: int8 -----------------------------------------------------------------------
@@ -103,9 +105,10 @@ at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, c
 // screened with an int8 copy of its weight (a quarter of the bytes); each approximate logit comes
 // with a bound on its distance from the fp32 logit, every row the bound cannot rule out is
 // computed in fp32 by small_batch_dot_fp32, and the largest of those is the token. Where another
-// candidate comes within a near-tie margin of the best (far wider than any difference between
-// kernels' summation orders), or the screen leaves too many candidates, the row is left to the
-// caller's full projection. TORCHMT_SCREENED_ARGMAX=0 turns it off.
+// candidate comes within a near-tie margin of the best (widened by twice a bound on any fp32
+// summation order's rounding, so the full projection's tile cannot reorder them), or the screen
+// leaves too many candidates, the row is left to the caller's full projection.
+// TORCHMT_SCREENED_ARGMAX=0 turns it off.
 struct ScreenedProjection;
 // The screen of an fp32 projection weight [V, K] (bias: [V] or undefined).
 std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight, const at::Tensor& bias);

@@ -122,7 +122,11 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   const double tau = small_batch_dot_fp32(x, w + v0 * K, bias ? bias + v0 : nullptr, K);
   ++fp32_logits;
   if (!std::isfinite(tau)) return -1;
-  const double threshold = tau - near_tie_margin(tau);
+  // The full projection sums the same products in another tile of the kernel, which may round
+  // differently (the AVX-512 copy does, in the last bit): each fp32 logit is trusted only to
+  // within `order`, a bound on any summation order's rounding (the rounding term of the screen).
+  const double order = rounding(s.max_of_l1, s.max_of_max_error, s.max_abs_bias);
+  const double threshold = tau - near_tie_margin(tau) - 2 * order;
   // Every row whose fp32 logit may reach the threshold. First against the largest bound of
   // any row, then each such row against its own.
   const double widest = (static_cast<double>(s.max_of_max_error) * l1x + x_error * s.max_of_l1) * 1.001 +
@@ -148,8 +152,8 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
     logits.push_back(l);
     if (l > best_logit) best_logit = l, best = v;
   }
-  // Rows off the list are below the threshold, itself at most best - margin(best).
-  const double tie = best_logit - near_tie_margin(best_logit);
+  // Rows off the list are below the threshold, itself at most best - margin(best) - 2 order.
+  const double tie = best_logit - near_tie_margin(best_logit) - 2 * order;
   if (best != v0 && tau >= tie) return -1;
   for (size_t i = 0; i < candidates.size(); ++i)
     if (candidates[i] != best && logits[i] >= tie) return -1;

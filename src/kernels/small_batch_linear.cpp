@@ -33,6 +33,17 @@ constexpr int64_t kPrefetchBytes = 16384;
 // row of x, where nothing but the weight stream is left to overlap (linear_columns_avx2).
 enum class Prefetch { kPerLine, kBlockAhead };
 
+// The last `rest` (< 16) values of a row from p, zero-padded to 16: a row's tail goes through the
+// same vector FMAs as the rest of it. A scalar tail loop was compiled differently per tile shape
+// (GCC vectorised some copies into products and in-order adds, without FMA), so one output alone
+// could differ in its last bit from the same output of a wider tile.
+template <typename T>
+TORCHMT_VECTOR_INLINE f32x16 load16_tail(const T* p, int64_t rest) {
+  T padded[kLanes] = {};
+  std::memcpy(padded, p, static_cast<size_t>(rest) * sizeof(T));
+  return load16_as_float(padded);
+}
+
 // out[m, n + r] = x[m] . w[n + r] + bias[n + r] for m < ROWS, r < COLS; x is fp32 [ROWS, K],
 // the weight rows are K apart, out rows are ldo apart.
 template <int ROWS, int COLS, typename T>
@@ -53,10 +64,17 @@ TORCHMT_VECTOR_INLINE void dot_block(const float* x, const T* w, const T* bias, 
       for (int r = 0; r < COLS; ++r) acc[m][r] += xv * wv[r];
     }
   }
+  if (k < K) {
+    f32x16 wv[COLS];
+    for (int r = 0; r < COLS; ++r) wv[r] = load16_tail(w + r * K + k, K - k);
+    for (int m = 0; m < ROWS; ++m) {
+      const f32x16 xv = load16_tail(x + m * K + k, K - k);
+      for (int r = 0; r < COLS; ++r) acc[m][r] += xv * wv[r];
+    }
+  }
   for (int m = 0; m < ROWS; ++m)
     for (int r = 0; r < COLS; ++r) {
       float s = tree_sum16(acc[m][r]);
-      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_as_float(w + r * K + kk);
       if (bias) s += load_as_float(bias + r);
       store_from_float(out + m * ldo + r, s);
     }
@@ -90,10 +108,21 @@ TORCHMT_VECTOR_INLINE void dot_block_halves(const float* x, const T* w, const T*
       }
     }
   }
+  if (k < K) {  // the tail, zero-padded as in dot_block
+    const int64_t rest = K - k;
+    float xpad[ROWS][kLanes] = {};
+    T wpad[COLS][kLanes] = {};
+    for (int m = 0; m < ROWS; ++m) std::memcpy(xpad[m], x + m * K + k, static_cast<size_t>(rest) * sizeof(float));
+    for (int r = 0; r < COLS; ++r) std::memcpy(wpad[r], w + r * K + k, static_cast<size_t>(rest) * sizeof(T));
+    for (int m = 0; m < ROWS; ++m)
+      for (int r = 0; r < COLS; ++r) {
+        lo[m][r] += load8_as_float(xpad[m]) * load8_as_float(wpad[r]);
+        hi[m][r] += load8_as_float(xpad[m] + 8) * load8_as_float(wpad[r] + 8);
+      }
+  }
   for (int m = 0; m < ROWS; ++m)
     for (int r = 0; r < COLS; ++r) {
       float s = tree_sum16(lo[m][r], hi[m][r]);
-      for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * load_as_float(w + r * K + kk);
       if (bias) s += load_as_float(bias + r);
       store_from_float(out + m * ldo + r, s);
     }
