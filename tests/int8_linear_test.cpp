@@ -21,11 +21,13 @@ class Int8Linear : public test::EveryCpuIsa {};
 TORCHMT_FOR_EVERY_CPU_ISA(Int8Linear);
 
 // The documented formula: per-row symmetric quantization of weights (as quantize_rows_int8
-// computes it, in float) and inputs (the kernels' float arithmetic: inverse = 127 / max|x|,
-// q = rint(x * inverse)), both on 127 steps a side, then the integer sums and scales in double.
+// computes it, in float, 127 steps a side) and inputs (the kernels' float arithmetic: inverse =
+// steps / max|x|, q = rint(x * inverse), 63 steps for a row with a negative value, 127 without),
+// then the integer sums and scales in double.
 at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   auto xf = x.to(torch::kFloat).reshape({-1, x.size(-1)}).contiguous();  // [R, K]
   auto x_steps = torch::full({xf.size(0), 1}, 127.0f);
+  x_steps.masked_fill_(xf.amin(1, true) < 0, 63.0f);
   auto x_amax = xf.abs().amax(1, true);
   auto x_inverse = x_steps / torch::where(x_amax > 0, x_amax, x_steps);
   auto xq = torch::round(xf * x_inverse).to(torch::kDouble);

@@ -26,15 +26,17 @@ def forward(self, x: Tensor) -> Tensor:
 
 // `export --dtype int8`. Buffers: weight [out, in] int8, weight_scale [out] (127 / max|w| of
 // the row: w ~ weight / weight_scale), bias [out] float. Each input row is quantized as the
-// native int8 kernel does (src/kernels/primitives.h): q = round(x * 127 / max|x|); the
-// integer products are summed in float (exact while 127 * 127 * in < 2^24, in <= 1040).
+// native int8 kernel does (src/kernels/primitives.h): q = round(x * steps / max|x|), 63 steps
+// for a row with a negative value, 127 for one without; the integer products are summed in
+// float (exact while 127 * 127 * in < 2^24, in <= 1040).
 inline const char* kInt8Linear = R"TS(
 def forward(self, x: Tensor) -> Tensor:
     xf = x.float()
     amax = xf.abs().amax(-1, True)
     nonzero = amax > 0
-    inverse = torch.where(nonzero, torch.full_like(amax, 127.0) / amax, torch.ones_like(amax))
-    x_scale = torch.where(nonzero, amax / 127.0, torch.ones_like(amax))
+    steps = torch.where(xf.amin(-1, True) < 0, torch.full_like(amax, 63.0), torch.full_like(amax, 127.0))
+    inverse = torch.where(nonzero, steps / amax, torch.ones_like(amax))
+    x_scale = torch.where(nonzero, amax / steps, torch.ones_like(amax))
     acc = torch.matmul(torch.round(xf * inverse), self.weight.float().t())
     return acc * (x_scale / self.weight_scale) + self.bias
 )TS";

@@ -20,28 +20,41 @@ namespace {
 constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
 constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
 
-// Quantized input rows: u8 = rint(x * 127 / amax) + 128, padded with 128 (qx = 0).
+// Quantized input rows (primitives.h): u8 = rint(x * steps / amax) + zero, at most 127, so that
+// AVX2's vpmaddubsw pair sums are exact; padded with the zero point (they meet zero weights).
 struct QuantizedRows {
   std::vector<uint8_t> values;  // [rows][in_padded]
-  std::vector<float> scale;     // [rows]: x ~ (u8 - 128) * scale
+  std::vector<float> scale;     // [rows]: x ~ (u8 - zero) * scale
+  std::vector<int32_t> zero;    // [rows]: 64 for a row with a negative value, else 0
 };
 
-// The scale of a row and the factor that maps it onto [-127, 127].
-inline void row_scale(float amax, float& scale, float& inverse) {
-  scale = amax > 0.f ? amax / 127.f : 1.f;
-  inverse = 127.f / (amax > 0.f ? amax : 127.f);
+constexpr int32_t kSignedZero = 64;  // zero point of a row with negative values (qx in [-63, 63])
+
+// A row's steps a side and zero point: 63 and 64 with a negative value, 127 and 0 without.
+inline void row_steps(bool has_negative, float& steps, int32_t& zero) {
+  steps = has_negative ? 63.f : 127.f;
+  zero = has_negative ? kSignedZero : 0;
+}
+
+// The scale of a row and the factor that maps it onto [-steps, steps].
+inline void row_scale(float amax, float steps, float& scale, float& inverse) {
+  scale = amax > 0.f ? amax / steps : 1.f;
+  inverse = steps / (amax > 0.f ? amax : steps);
 }
 
 void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    float amax = 0.f;
-    for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
-    float inverse;
-    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse);
+    float amax = 0.f, min = 0.f;
+    for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
+    float steps, inverse;
+    int32_t zero;
+    row_steps(min < 0.f, steps, zero);
+    row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
+    q.zero[static_cast<size_t>(m)] = zero;
     uint8_t* out = q.values.data() + m * in_padded;
     for (int64_t k = 0; k < in; ++k)
-      out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + 128);
+      out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
   }
 }
 
@@ -62,7 +75,8 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
         const int64_t n = b * kBlockOut + j;
         if (n >= w.out) break;
         // One rounding, as the vector kernels' fmadd: all kernels give the same floats.
-        y[m * w.out + n] = std::fma(static_cast<float>(acc[j] - w.row_sum[n]), w.scale[n] * q.scale[m], w.bias[n]);
+        y[m * w.out + n] =
+            std::fma(static_cast<float>(acc[j] - q.zero[m] * w.row_sum[n]), w.scale[n] * q.scale[m], w.bias[n]);
       }
     }
   }
@@ -76,19 +90,25 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
 // int8 decoding (tools/bench/DECISIONS.md).
 TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_t in, int64_t in_padded,
                                             QuantizedRows& q) {
-  const __m512i offset = _mm512_set1_epi32(128);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m512 amax16 = _mm512_setzero_ps();
+    __m512 amax16 = _mm512_setzero_ps(), min16 = _mm512_setzero_ps();
     for (int64_t k = 0; k < in; k += 16) {
       const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
-      amax16 = _mm512_maskz_max_ps(0xffff, amax16, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, row + k)));
+      const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);  // zeros past the row's end
+      amax16 = _mm512_maskz_max_ps(0xffff, amax16, _mm512_abs_ps(v));
+      min16 = _mm512_maskz_min_ps(0xffff, min16, v);
     }
     // Reduced through memory: GCC 12 warns about the undefined operands of _mm512_reduce_max_ps.
-    float lanes[16];
+    float lanes[16], low[16];
     _mm512_storeu_ps(lanes, amax16);
-    float inverse;
-    row_scale(*std::max_element(lanes, lanes + 16), q.scale[static_cast<size_t>(m)], inverse);
+    _mm512_storeu_ps(low, min16);
+    float steps, inverse;
+    int32_t zero;
+    row_steps(*std::min_element(low, low + 16) < 0.f, steps, zero);
+    row_scale(*std::max_element(lanes, lanes + 16), steps, q.scale[static_cast<size_t>(m)], inverse);
+    q.zero[static_cast<size_t>(m)] = zero;
+    const __m512i offset = _mm512_set1_epi32(zero);
     const __m512 factor = _mm512_set1_ps(inverse);
     uint8_t* out = q.values.data() + m * in_padded;
     for (int64_t k = 0; k < in; k += 16) {
@@ -112,7 +132,8 @@ TORCHMT_VNNI_TARGET __attribute__((always_inline)) inline void dpbusd_in_place(_
 // each broadcast input serves Cols blocks. The first kernel (8 rows x 1 block) issued a
 // broadcast per vpdpbusd and ran far behind fbgemm (tools/bench/DECISIONS.md).
 template <int Rows, int Cols>
-TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const float* xscale, const int8_t* panel,
+TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const float* xscale, const int32_t* xzero,
+                                   const int8_t* panel,
                                    int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
   const int64_t block_bytes = groups * kBlockOut * kGroupIn;
   // Unrolled so that GCC keeps the accumulators in registers (without the pragmas it spilled
@@ -138,7 +159,7 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
 #pragma GCC unroll 4
   for (int c = 0; c < Cols; ++c) {
     const int64_t n = n0 + c * kBlockOut;
-    const __m512i offset = _mm512_loadu_si512(w.row_sum.data() + n);
+    const __m512i wsum = _mm512_loadu_si512(w.row_sum.data() + n);
     const __m512 wscale = _mm512_loadu_ps(w.scale.data() + n);
     const __m512 bias = _mm512_loadu_ps(w.bias.data() + n);
     const int64_t valid = std::min<int64_t>(kBlockOut, out - n);
@@ -147,6 +168,7 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
     for (int r = 0; r < Rows; ++r) {
       // maskz with a full mask: the plain conversion passes an undefined operand that GCC 12
       // reports as uninitialised once inlined.
+      const __m512i offset = _mm512_mullo_epi32(wsum, _mm512_set1_epi32(xzero[r]));
       const __m512 v = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(acc[r][c], offset));
       const __m512 result = _mm512_fmadd_ps(v, _mm512_mul_ps(wscale, _mm512_set1_ps(xscale[r])), bias);
       _mm512_mask_storeu_ps(y + r * out + n, mask, result);
@@ -165,12 +187,13 @@ TORCHMT_VNNI_TARGET void panel_vnni(const QuantizedRows& q, int64_t rows, const 
   for (int64_t m0 = 0; m0 < rows; m0 += kRowTile) {
     const uint8_t* xq = q.values.data() + m0 * w.in_padded;
     const float* xs = q.scale.data() + m0;
+    const int32_t* xz = q.zero.data() + m0;
     float* ym = y + m0 * w.out;
     switch (std::min<int64_t>(kRowTile, rows - m0)) {
-      case 1: tile_vnni<1, Cols>(xq, w.in_padded, xs, panel, groups, w, n0, ym, w.out); break;
-      case 2: tile_vnni<2, Cols>(xq, w.in_padded, xs, panel, groups, w, n0, ym, w.out); break;
-      case 3: tile_vnni<3, Cols>(xq, w.in_padded, xs, panel, groups, w, n0, ym, w.out); break;
-      default: tile_vnni<4, Cols>(xq, w.in_padded, xs, panel, groups, w, n0, ym, w.out); break;
+      case 1: tile_vnni<1, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
+      case 2: tile_vnni<2, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
+      case 3: tile_vnni<3, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
+      default: tile_vnni<4, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
     }
   }
 }
@@ -191,14 +214,13 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
   }
 }
 
-// ---- AVX2 (no VNNI): vpmaddubsw with the inputs' signs moved onto the weights ------------------
-// vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation: the
-// VNNI kernel's u8 inputs (qx + 128, up to 255) could overflow a pair (255 * 127 * 2 > 32767). So
-// this kernel multiplies |qx| (at most 127) by sign(qx) * qw (vpsignb): a pair is at most
-// 127 * 127 * 2 = 32,258, exact, and the sums are those of the other kernels: the same weights
-// (127 steps), the same inputs, the same outputs on every instruction set. (CTranslate2 keeps its
-// AVX2 weights on 127 steps too, and lets oneDNN's / MKL's s8u8 GEMM risk the saturation.)
-// vpmaddwd with ones adds the pairs into int32 lanes of 4 products.
+// ---- AVX2 (no VNNI): vpmaddubsw on inputs of at most 127 -----------------------------------------
+// vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation; with
+// every kernel's inputs at most 127 (primitives.h) a pair is at most 127 * 127 * 2 = 32,258:
+// exact, the same integers as the other kernels. vpmaddwd with ones adds the pairs into int32
+// lanes of 4 products: 2 multiplies per 32 products, the multiply ports being the limit.
+// (CTranslate2 gets its AVX2 speed from the same instructions on 8-bit inputs through MKL or
+// oneDNN, whose pair sums can saturate: its int8 output depends on the CPU.)
 #define TORCHMT_AVX2_TARGET TORCHMT_TARGET_AVX2
 
 TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
@@ -206,23 +228,31 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
   // Lane order after the two packs: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> a b c d.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 sign_bit = _mm256_set1_ps(-0.f);
-  const __m256i offset = _mm256_set1_epi32(128);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m256 amax8 = _mm256_setzero_ps();
+    __m256 amax8 = _mm256_setzero_ps(), min8 = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= in; k += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, _mm256_loadu_ps(row + k)));
-    float lanes[8];
+    for (; k + 8 <= in; k += 8) {
+      const __m256 v = _mm256_loadu_ps(row + k);
+      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v));
+      min8 = _mm256_min_ps(min8, v);
+    }
+    float lanes[8], low[8];
     _mm256_storeu_ps(lanes, amax8);
-    float amax = *std::max_element(lanes, lanes + 8);
-    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
-    float inverse;
-    row_scale(amax, q.scale[static_cast<size_t>(m)], inverse);
+    _mm256_storeu_ps(low, min8);
+    float amax = *std::max_element(lanes, lanes + 8), min = *std::min_element(low, low + 8);
+    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
+    float steps, inverse;
+    int32_t zero;
+    row_steps(min < 0.f, steps, zero);
+    row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
+    q.zero[static_cast<size_t>(m)] = zero;
     const __m256 factor = _mm256_set1_ps(inverse);
+    const __m256i offset = _mm256_set1_epi32(zero);
     uint8_t* out = q.values.data() + m * in_padded;
     k = 0;
     // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are in
-    // [1, 255] after the offset, so the saturating packs change none.
+    // [0, 127] after the offset, so the saturating packs change none.
     for (; k + 32 <= in; k += 32) {
       __m256i v[4];
       for (int i = 0; i < 4; ++i)
@@ -230,25 +260,22 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
       const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + 128);
+    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
   }
 }
 
-// acc += the products of one group of 4 inputs with 8 outputs' weights (w: [8 outputs][4 inputs]
-// s8): x_abs = |qx| and x_sign = qx, each group's 4 broadcast. As one asm statement with the
-// weights as a memory operand and the accumulator read and written in its register: with
-// intrinsics GCC 12 copied each accumulator after its add and spilled some to the stack.
-TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_one_group(__m256i& acc, __m256i x_abs,
-                                                                            __m256i x_sign, const int8_t* w,
+// acc += the products of one group of 4 inputs (x: its 4 u8, broadcast) with 8 outputs' weights
+// (w: [8 outputs][4 inputs] s8). As one asm statement with the weights as a memory operand and
+// the accumulator read and written in its register: with intrinsics GCC 12 copied each
+// accumulator after its add and spilled some of them to the stack.
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_one_group(__m256i& acc, __m256i x, const int8_t* w,
                                                                             __m256i ones) {
   __m256i t;
-  asm("vmovdqu %[w], %[t]\n\t"
-      "vpsignb %[x_sign], %[t], %[t]\n\t"
-      "vpmaddubsw %[t], %[x_abs], %[t]\n\t"
+  asm("vpmaddubsw %[w], %[x], %[t]\n\t"
       "vpmaddwd %[ones], %[t], %[t]\n\t"
       "vpaddd %[t], %[acc], %[acc]"
       : [acc] "+x"(acc), [t] "=&x"(t)
-      : [x_abs] "x"(x_abs), [x_sign] "x"(x_sign), [w] "m"(*reinterpret_cast<const __m256i*>(w)), [ones] "x"(ones));
+      : [x] "x"(x), [w] "m"(*reinterpret_cast<const __m256i*>(w)), [ones] "x"(ones));
 }
 
 // The tile's steps, one function per row (R from 0 to Rows - 1, recursing at compile time): every
@@ -266,11 +293,9 @@ TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_one_group(__
                                                                              const uint8_t* x, int64_t in_padded,
                                                                              const int8_t* wg, __m256i ones) {
   if constexpr (R < Rows) {
-    // u8 - 128 (the stored offset) is u8 ^ 0x80 as a signed byte.
-    const __m256i x_sign = _mm256_xor_si256(_mm256_set1_epi32(four_inputs(x + R * in_padded)), _mm256_set1_epi8(-128));
-    const __m256i x_abs = _mm256_abs_epi8(x_sign);
-    add_one_group(acc[R][0], x_abs, x_sign, wg, ones);
-    add_one_group(acc[R][1], x_abs, x_sign, wg + 32, ones);
+    const __m256i xv = _mm256_set1_epi32(four_inputs(x + R * in_padded));
+    add_one_group(acc[R][0], xv, wg, ones);
+    add_one_group(acc[R][1], xv, wg + 32, ones);
     rows_one_group<R + 1, Rows>(acc, x, in_padded, wg, ones);
   }
 }
@@ -278,45 +303,49 @@ TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_one_group(__
 // y[R, n .. n + 8) for accumulator column C (outputs n0 + 8 C ..).
 template <int R, int Rows, int C>
 TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_store(const __m256i (&acc)[Rows][2],
-                                                                         const float* xscale, __m256 wscale,
-                                                                         __m256 bias, __m256i mask, bool full,
-                                                                         float* y, int64_t out) {
+                                                                         const float* xscale, const int32_t* xzero,
+                                                                         __m256i wsum, __m256 wscale, __m256 bias,
+                                                                         __m256i mask, bool full, float* y,
+                                                                         int64_t out) {
   if constexpr (R < Rows) {
+    const __m256i sums = _mm256_sub_epi32(acc[R][C], _mm256_mullo_epi32(wsum, _mm256_set1_epi32(xzero[R])));
     const __m256 result =
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[R][C]), _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[R])), bias);
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(wscale, _mm256_set1_ps(xscale[R])), bias);
     // A masked store only for the last, partial 8: vmaskmovps stores are slow on AMD's cores.
     if (full) _mm256_storeu_ps(y + R * out, result);
     else _mm256_maskstore_ps(y + R * out, mask, result);
-    rows_store<R + 1, Rows, C>(acc, xscale, wscale, bias, mask, full, y, out);
+    rows_store<R + 1, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, full, y, out);
   }
 }
 
 template <int Rows, int C>
 TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void store_column(const __m256i (&acc)[Rows][2],
-                                                                           const float* xscale,
+                                                                           const float* xscale, const int32_t* xzero,
                                                                            const Int8LinearWeights& w, int64_t n,
                                                                            float* y, int64_t out) {
   const int64_t valid = std::min<int64_t>(8, out - n);
   if (valid <= 0) return;
   const __m256 wscale = _mm256_loadu_ps(w.scale.data() + n);
   const __m256 bias = _mm256_loadu_ps(w.bias.data() + n);
+  const __m256i wsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.row_sum.data() + n));
   const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(valid)),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  rows_store<0, Rows, C>(acc, xscale, wscale, bias, mask, valid == 8, y + n, out);
+  rows_store<0, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, valid == 8, y + n, out);
 }
 
 // Rows x 16 outputs (one block): 4 multiplies (vpmaddubsw, vpmaddwd) per 64 products, the multiply
 // ports being the limit.
 template <int Rows>
-TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int8_t* block,
+TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int32_t* xzero,
+                                   const int8_t* block,
                                    int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
   constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[Rows][2] = {};
   for (int64_t g = 0; g < groups; ++g)
     rows_one_group<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
-  store_column<Rows, 0>(acc, xscale, w, n0, y, out);
-  store_column<Rows, 1>(acc, xscale, w, n0 + 8, y, out);
+  store_column<Rows, 0>(acc, xscale, xzero, w, n0, y, out);
+  store_column<Rows, 1>(acc, xscale, xzero, w, n0 + 8, y, out);
 }
 
 constexpr int64_t kRowTileAvx2 = 4;
@@ -332,12 +361,13 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
     for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
       const uint8_t* xq = q.values.data() + m0 * w.in_padded;
       const float* xs = q.scale.data() + m0;
+      const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
-        case 3: tile_avx2<3>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<4>(xq, w.in_padded, xs, block, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
       }
     }
   }
@@ -347,9 +377,10 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
 void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, CpuIsa isa) {
   q.values.resize(static_cast<size_t>(rows * in_padded));
   q.scale.resize(static_cast<size_t>(rows));
-  // The padding inputs meet zero weights; 128 is qx = 0.
+  q.zero.resize(static_cast<size_t>(rows));
+  // The padding inputs meet zero weights: any value within the kernels' range.
   if (in_padded != in)
-    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 128);
+    for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 0);
 #if TORCHMT_X86
   if (isa >= CpuIsa::kAvx512Vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
   if (isa >= CpuIsa::kAvx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
@@ -399,7 +430,7 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
       sum += row[k];
     }
     q->scale[static_cast<size_t>(n)] = 1.f / inverse_data[n];  // an all-zero row's sums are 0 whatever it is
-    q->row_sum[static_cast<size_t>(n)] = 128 * sum;
+    q->row_sum[static_cast<size_t>(n)] = sum;
   }
   return q;
 }

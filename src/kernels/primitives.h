@@ -45,18 +45,19 @@ float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias
 // quantized at run time with its own scale, products are summed exactly in int32:
 //
 //   y[m, n] = sx[m] * sw[n] * sum_k qx[m, k] * qw[n, k] + b[n]
-//   qw = rint(w * 127 / max|w[n, :]|),  qx = rint(x * 127 / max|x[m, :]|)
+//   qw = rint(w * 127 / max|w[n, :]|),  qx = rint(x * s / max|x[m, :]|)
 //
-// The same integers and the same float steps on every instruction set, so the same outputs on
-// every CPU: AVX-512 VNNI (vpdpbusd on qx + 128, the offset's share subtracted per output), AVX2
-// (vpmaddwd on sign-extended int16 pairs: exact, where vpmaddubsw's int16 pair sums saturate)
-// and portable C++.
+// with s = 63 for an input row with a negative value (stored as qx + 64) and 127 for one without
+// (a ReLU's output; stored as qx): every stored input is at most 127, so AVX2's vpmaddubsw (u8 x
+// s8 pairs summed in int16 with saturation) is exact on full 127-step weights. The same integers
+// and the same float steps on every instruction set: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw)
+// and portable C++, the zero point's share (zero * sum_k qw[n, k]) subtracted once per output.
 struct Int8LinearWeights {
   int64_t in = 0, out = 0;        // the float layer's shape: weight [out, in]
   int64_t in_padded = 0, out_padded = 0;
   std::vector<int8_t> packed;     // [out_padded / 16][in_padded / 4][16][4]
   std::vector<float> scale;       // [out_padded]: w ~ qw * scale (0 in the padding)
-  std::vector<int32_t> row_sum;   // [out_padded]: 128 * sum_k qw[n, k], the u8 offset's share
+  std::vector<int32_t> row_sum;   // [out_padded]: sum_k qw[n, k], for the zero point's share
   std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
 };
 

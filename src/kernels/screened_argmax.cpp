@@ -100,9 +100,9 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
     l2x += a * a;
   }
   l2x = std::sqrt(l2x);
-  // Half a quantization step of the input (127 steps a side), with room for the fp32 scale's
-  // rounding.
-  const double x_error = amax / 127.0 * 0.501;
+  // Half a quantization step of the input, at the coarsest (63 steps a side, primitives.h), with
+  // room for the fp32 scale's rounding.
+  const double x_error = amax / 63.0 * 0.501;
   // What the fp32 sums themselves may be off by, relative to the sum of |products| (and the
   // bias): the fp32 kernel adds K / 16 + 6 terms in a row (16 lanes, a tree of 4, the bias), each
   // add off by at most 2^-24, the int8 path's scaling by a few 2^-24; with a wide margin.
