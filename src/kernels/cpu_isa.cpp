@@ -35,13 +35,17 @@ std::string level_list(CpuIsa highest) {
   return list;
 }
 
-// oneDNN's JIT and MKL follow the same level, unless their own variables are set: both read them
-// at first use, which comes later (the CLI reads TORCHMT_CPU_ISA at start-up).
+// oneDNN's JIT, MKL and ATen's own kernels follow the same level, unless their own variables are
+// set: each reads its variable at first use, which comes later (the CLI reads TORCHMT_CPU_ISA at
+// start-up).
 void limit_libraries(CpuIsa isa) {
   static constexpr const char* kOnednn[] = {"SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"};
   static constexpr const char* kMkl[] = {"SSE4_2", "AVX2", "AVX512", "AVX512", "AVX512"};
-  setenv("ONEDNN_MAX_CPU_ISA", kOnednn[static_cast<int>(isa)], /*overwrite=*/0);
-  setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[static_cast<int>(isa)], /*overwrite=*/0);
+  static constexpr const char* kAten[] = {"default", "avx2", "avx512", "avx512", "avx512"};
+  const auto i = static_cast<size_t>(isa);
+  setenv("ONEDNN_MAX_CPU_ISA", kOnednn[i], /*overwrite=*/0);
+  setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[i], /*overwrite=*/0);
+  setenv("ATEN_CPU_CAPABILITY", kAten[i], /*overwrite=*/0);
 }
 
 CpuIsa from_environment() {
