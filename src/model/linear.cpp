@@ -1,5 +1,6 @@
 #include "torchmt/model/linear.h"
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "../kernels/primitives.h"
@@ -74,31 +75,34 @@ std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const tor
 
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
                                       const torch::nn::Linear* screened) {
-  torch::NoGradGuard no_grad;
-  int64_t count = 0;
-  for (const auto& child : module.modules(/*include_self=*/true)) {
-    auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get());
-    if (!linear) continue;
-    auto p = std::make_shared<PreparedLinear>();
-    const torch::Tensor& w = linear->weight;
-    const torch::Tensor& b = linear->bias;
-    p->weight_data = w.data_ptr();
-    p->weight_version = static_cast<uint32_t>(w._version());
-    if (b.defined()) {
-      p->bias_data = b.data_ptr();
-      p->bias_version = static_cast<uint32_t>(b._version());
+  std::vector<QuantizableLinearImpl*> linears;
+  for (const auto& child : module.modules(/*include_self=*/true))
+    if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linears.push_back(linear);
+  // Layers are prepared on all cores at once: packing and quantizing is most of a model's load.
+  at::parallel_for(0, static_cast<int64_t>(linears.size()), 1, [&](int64_t begin, int64_t end) {
+    torch::NoGradGuard no_grad;
+    for (int64_t i = begin; i < end; ++i) {
+      QuantizableLinearImpl* linear = linears[static_cast<size_t>(i)];
+      auto p = std::make_shared<PreparedLinear>();
+      const torch::Tensor& w = linear->weight;
+      const torch::Tensor& b = linear->bias;
+      p->weight_data = w.data_ptr();
+      p->weight_version = static_cast<uint32_t>(w._version());
+      if (b.defined()) {
+        p->bias_data = b.data_ptr();
+        p->bias_version = static_cast<uint32_t>(b._version());
+      }
+      const bool fp32_cpu = w.device().is_cpu() && w.scalar_type() == torch::kFloat;
+      if (precision == InferencePrecision::kInt8) {
+        p->int8 = kernels::quantize_linear_int8(w, b);
+      } else if (fp32_cpu) {
+        p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
+        if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
+      }
+      linear->prepared = std::move(p);
     }
-    const bool fp32_cpu = w.device().is_cpu() && w.scalar_type() == torch::kFloat;
-    if (precision == InferencePrecision::kInt8) {
-      p->int8 = kernels::quantize_linear_int8(w, b);
-    } else if (fp32_cpu) {
-      p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
-      if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
-    }
-    linear->prepared = std::move(p);
-    ++count;
-  }
-  return count;
+  });
+  return static_cast<int64_t>(linears.size());
 }
 
 bool runs_int8(const torch::nn::Linear& layer) {
