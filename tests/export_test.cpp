@@ -263,7 +263,7 @@ TEST(ExportTorchScript, TranslateEqualsNativeGreedyAndBeamIds) {
     EXPECT_EQ(got, expected) << "beam " << beam;
     ASSERT_EQ(script_scores.size(), native_scores.size());
     // Same to fp32 rounding: native decoding multiplies few-row steps with its own kernel
-    // (small_batch_linear.h), the exported model with aten::linear.
+    // (src/kernels/primitives.h), the exported model with aten::linear.
     for (size_t i = 0; i < native_scores.size(); ++i)
       EXPECT_NEAR(script_scores[i], native_scores[i], 1e-5 * std::abs(native_scores[i]) + 1e-6);
     // Not all degenerate: the briefly trained model ends most sentences before the limit.

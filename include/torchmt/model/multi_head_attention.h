@@ -15,7 +15,7 @@
 //    or training with dropout) and on CUDA under a padding mask (see use_fused_kernel);
 //  - explicit: softmax(QK^T / sqrt(d_k)) V, which also returns the weights (pictures);
 //  - single query on the CPU in inference (a decoding step): one pass per head
-//    (single_query_attention.h), ahead of both.
+//    (src/kernels/primitives.h), ahead of both.
 // Masks follow torchmt/model/masks.h (bool, true = may attend). A query whose keys are all
 // masked attends to all of them instead of producing NaN.
 #include <tuple>
