@@ -202,15 +202,15 @@ Translator load_translator(const TranslatorConfig& config) {
       return translator;
     }
     Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
+    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);  // before `auto` measures
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
-    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);
     return translator;
   }
   if (config.dtype != "int8") {
     Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
+    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);  // before `auto` measures
     // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
-    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);
     return translator;
   }
   auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
