@@ -446,7 +446,7 @@ torch::jit::Module scripted_scenarios() {
 // Ids and scores of the native search and the in-archive search, row by row.
 void expect_same_search(const torch::jit::Module& module, const torch::Tensor& src, const SearchOptions& options,
                         const std::string& what) {
-  auto decoder = make_script_decoder(module, torch::kCPU);
+  auto decoder = make_script_decoder(module, torch::kCPU, /*vocab=*/6);
   auto native = search(*decoder, src, options);
   auto archive = run_archive_search(module, src, options);
   ASSERT_EQ(native.size(), archive.size()) << what;
@@ -482,7 +482,7 @@ TEST(ExportTorchScript, ArchiveSearchEqualsNativeSearchOnScriptedDecoders) {
   o.length_penalty = 0.0;
   o.max_len_a = 0;
   o.max_len_b = 10;
-  auto decoder = make_script_decoder(module, torch::kCPU);
+  auto decoder = make_script_decoder(module, torch::kCPU, /*vocab=*/6);
   auto result = search(*decoder, src, o);
   EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{5}));           // garden path: beam finds "b"
   EXPECT_EQ(result[1][0].tokens, (std::vector<int64_t>{4}));           // impossible: the best prefix
@@ -650,8 +650,8 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
     return load_translator(config).translate_text(f.sentences, TranslationOptions{});
   };
   auto by_default = translate(int8, "auto");
-  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}}).model()) << "expected the native model";
-  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}}).model()) << "expected the TorchScript";
+  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}, {}}).model()) << "expected the native model";
+  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}, {}}).model()) << "expected the TorchScript";
   EXPECT_EQ(by_default, translate(int8, "fp32"));
   EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));

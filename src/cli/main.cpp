@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "../kernels/cpu_isa.h"
 #include "commands.h"
 #include "torchmt/util/environment.h"
@@ -74,6 +76,9 @@ int main(int argc, char** argv) {
     int code = kExitFailure;
     try {
       code = c.run(static_cast<int>(args.size()), args.data());
+    } catch (const c10::Error& e) {
+      // LibTorch's message without its backtrace: the first line says what failed.
+      std::cerr << "torchmt " << name << ": error: " << torchmt::escape_control(torchmt::first_line(e.what_without_backtrace())) << "\n";
     } catch (const std::exception& e) {
       // One line whatever the message quotes (a key or value with a newline in it).
       std::cerr << "torchmt " << name << ": error: " << torchmt::escape_control(e.what()) << "\n";

@@ -16,6 +16,7 @@
 #include "torchmt/util/heap.h"
 #include "torchmt/util/progress.h"
 #include "input_lines.h"
+#include "torchmt/data/parallel_corpus.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/export/exported_model.h"
 
@@ -32,6 +33,7 @@ void write_attention_picture(Translator& translator, const std::string& source, 
 struct TranslateCommandOptions {
   TranslatorConfig translator;
   std::string input = "-", output = "-";
+  std::string target_prefix;
   std::string attention_svg;
   int64_t attention_layer = -1, attention_head = -1;
   bool strict_utf8 = false;
@@ -46,6 +48,9 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
       .include(translator_option_table(), &O::translator)
       .add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}})
       .add("output", &O::output, "output file, - for stdout", {"o", "io", {}})
+      .add("target_prefix", &O::target_prefix,
+           "file with one target prefix per input line (an empty line: none): each translation starts with "
+           "its prefix and continues it", {"", "io", {}})
       .add("attention_svg", &O::attention_svg,
            "write the cross-attention heatmap of the first sentence to this SVG file",
            {"", "io", {}})
@@ -86,6 +91,15 @@ int run_translate(int argc, char** argv) {
   }
   use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
   InputLines input(o->input, o->strict_utf8);
+  std::unique_ptr<InputLines> prefixes;
+  if (!o->target_prefix.empty()) {
+    if (o->target_prefix == o->input && o->input == "-")
+      return usage_error(argv[0], "--target-prefix and the input cannot both be standard input");
+    const int64_t input_lines = count_lines(o->input), prefix_lines = count_lines(o->target_prefix);
+    if (input_lines >= 0 && prefix_lines >= 0 && input_lines != prefix_lines)
+      return usage_error(argv[0], line_count_mismatch(o->input, input_lines, o->target_prefix, prefix_lines));
+    prefixes = std::make_unique<InputLines>(o->target_prefix, o->strict_utf8);
+  }
   // Streaming: a window of lines in, its translations out (in order) before the next is read,
   // so memory is bounded by the window and a pipe gets its output as it goes.
   const size_t window = o->unbuffered || input.is_terminal() ? 1 : static_cast<size_t>(o->buffer_size);
@@ -99,7 +113,8 @@ int run_translate(int argc, char** argv) {
                     show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
   const auto line_done = [&progress](int64_t n) { progress.add(n); };
 
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, prefix_lines;
+  std::vector<LineSteering> steering;
   std::string first_line;
   Translation first_translation;
   int64_t count = 0, tokens = 0, truncated = 0;
@@ -107,7 +122,16 @@ int run_translate(int argc, char** argv) {
   while (input.read(window, lines)) {
     const auto start = std::chrono::steady_clock::now();
     const bool first_window = count == 0;
-    auto translations = translator->translate(lines, o->translator.translation, line_done);
+    steering.clear();
+    if (prefixes) {
+      prefixes->read(lines.size(), prefix_lines);
+      if (prefix_lines.size() != lines.size())
+        throw std::runtime_error("--target-prefix " + o->target_prefix + " has fewer lines than the input");
+      for (auto& p : prefix_lines) steering.push_back(LineSteering{std::move(p)});
+    }
+    TranslationOptions options = o->translator.translation;
+    options.first_line = count;  // sampling's streams: the line numbers in the whole input
+    auto translations = translator->translate(lines, options, line_done, steering);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::string text;
     for (size_t i = 0; i < translations.size(); ++i, ++count) {
@@ -141,6 +165,8 @@ int run_translate(int argc, char** argv) {
       if (!std::cout) throw std::runtime_error("cannot write standard output");
     }
   }
+  if (prefixes && prefixes->read(1, prefix_lines))
+    throw std::runtime_error("--target-prefix " + o->target_prefix + " has more lines than the input");
   if (file) file->commit();
   progress.finish();
   if (truncated > 0)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -12,10 +13,12 @@
 
 namespace torchmt {
 
-void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags, const SearchOptions& options) {
-  if (static_cast<int64_t>(tags.size()) != src.size(0))
-    throw std::invalid_argument("greedy stream: " + std::to_string(tags.size()) + " tags for " +
-                                std::to_string(src.size(0)) + " sources");
+void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags, const SearchOptions& options,
+                        const Steering& steering) {
+  if (static_cast<int64_t>(tags.size()) != src.size(0) || (!steering.empty() && steering.size() != tags.size()))
+    throw std::invalid_argument("greedy stream: " + std::to_string(tags.size()) + " tags and " +
+                                std::to_string(steering.size()) + " steerings for " + std::to_string(src.size(0)) +
+                                " sources");
   if (src.size(0) == 0) return;
   if (rows_.empty()) {
     decoder_.start(src);  // also after the last row left: the decoder's state is stale
@@ -25,11 +28,20 @@ void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags,
     if (options.eos_id != eos_id_) throw std::invalid_argument("greedy stream: rows with different eos ids");
     decoder_.join(src);
   }
-  const auto limits = max_lengths(src, options);
+  std::vector<const std::vector<int64_t>*> vocabularies;
+  for (const auto& s : steering)
+    if (!s.vocabulary.empty()) vocabularies.resize(steering.size());
+  for (size_t i = 0; i < vocabularies.size(); ++i) vocabularies[i] = &steering[i].vocabulary;
+  if (!vocabularies.empty()) decoder_.restrict_output(vocabularies);
+  const auto limits = max_lengths(src, options, steering);
   for (size_t i = 0; i < tags.size(); ++i) {
-    Row row{tags[i], limits[i], options.length_penalty, options.scores, 0, 0, Hypothesis{}};
+    Row row{tags[i], limits[i], options, {}, tags[i], 0, 0, Hypothesis{}};
+    if (!steering.empty()) {
+      row.prefix = steering[i].prefix;
+      row.stream = steering[i].stream;
+    }
     row.next = options.bos_id;
-    if (!row.scores) row.hypothesis.log_prob = std::numeric_limits<double>::quiet_NaN();
+    if (!options.scores) row.hypothesis.log_prob = std::numeric_limits<double>::quiet_NaN();
     rows_.push_back(std::move(row));
   }
 }
@@ -41,30 +53,62 @@ void GreedyStream::step() {
   last.reserve(rows_.size());
   for (const auto& row : rows_) last.push_back(row.next);
   const auto last_tokens = torch::tensor(last, torch::kLong).to(device);
-  at::Tensor best_lp, best_tok, eos_lp;
-  const bool scores = std::any_of(rows_.begin(), rows_.end(), [](const Row& row) { return row.scores; });
+  auto in_prefix = [](const Row& row) { return row.hypothesis.tokens.size() < row.prefix.size(); };
+  at::Tensor best_lp, best_tok, eos_lp, lprobs;
+  bool scores = false, all_rows = false;  // log-probabilities needed: the best and eos, or every one
+  for (const auto& row : rows_) {
+    scores = scores || row.options.scores || row.options.sampling();
+    all_rows = all_rows || row.options.sampling() || (row.options.scores && in_prefix(row));
+  }
+  int64_t vocab = 0;  // columns of the step's log-probabilities
+  std::optional<OutputColumns> columns;
+  int64_t eos_column = eos_id_;
   if (scores) {
-    auto lprobs = decoder_.step(last_tokens);                               // [N, V]
-    std::tie(best_lp, best_tok) = kernels::row_top_k(lprobs, 1);                     // [N, 1]
-    eos_lp = lprobs.select(1, eos_id_).to(torch::kCPU).contiguous();        // a strided view otherwise
+    columns.emplace(decoder_.output_columns());
+    eos_column = columns->column(eos_id_);
+    if (eos_column < 0) throw std::logic_error("greedy search: the decoder's output has no eos column");
+  }
+  if (all_rows) {
+    lprobs = decoder_.step(last_tokens).to(torch::kCPU).contiguous();  // [N, C]
+    vocab = lprobs.size(1);
+    best_tok = kernels::row_top_k(lprobs, 1).second;                    // [N, 1] columns
+  } else if (scores) {
+    auto step_lprobs = decoder_.step(last_tokens);                               // [N, C]
+    std::tie(best_lp, best_tok) = kernels::row_top_k(step_lprobs, 1);            // [N, 1] columns
+    eos_lp = step_lprobs.select(1, eos_column).to(torch::kCPU).contiguous();     // a strided view otherwise
     best_lp = best_lp.to(torch::kCPU);
   } else {
-    best_tok = decoder_.greedy_tokens(last_tokens);  // [N]
+    best_tok = decoder_.greedy_tokens(last_tokens);  // [N] tokens
   }
   best_tok = best_tok.to(torch::kCPU).contiguous();
-  const auto* lp_ptr = scores ? best_lp.data_ptr<float>() : nullptr;
+  const auto* lp_ptr = best_lp.defined() ? best_lp.data_ptr<float>() : nullptr;
   const auto* tok_ptr = best_tok.data_ptr<int64_t>();
-  const auto* eos_ptr = scores ? eos_lp.data_ptr<float>() : nullptr;
+  const auto* eos_ptr = eos_lp.defined() ? eos_lp.data_ptr<float>() : nullptr;
+  const auto* all_ptr = lprobs.defined() ? lprobs.data_ptr<float>() : nullptr;
+  auto token_of = [&](int64_t column) { return columns ? columns->token(column) : column; };
 
   std::vector<bool> keep(rows_.size(), false);
   for (size_t r = 0; r < rows_.size(); ++r) {
     Row& row = rows_[r];
     Hypothesis& h = row.hypothesis;
     const bool forced = ++row.steps >= row.limit;  // out of room: only eos
-    const int64_t tok = forced ? eos_id_ : tok_ptr[r];
-    if (scores) h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];  // NaN stays NaN: a row without scores
+    const float* row_lp = all_ptr ? all_ptr + static_cast<int64_t>(r) * vocab : nullptr;
+    int64_t tok = token_of(tok_ptr[r]);
+    if (forced) tok = eos_id_;
+    else if (in_prefix(row)) tok = row.prefix[h.tokens.size()];
+    else if (row.options.sampling())
+      tok = token_of(sample_token(row_lp, vocab, row.options,
+                                  sampling_uniform(row.options.seed, row.stream, static_cast<int64_t>(h.tokens.size()))));
+    if (row.options.scores) {
+      if (row_lp) {
+        const int64_t column = columns->column(tok);
+        h.log_prob += column < 0 ? -std::numeric_limits<double>::infinity() : row_lp[column];
+      } else {
+        h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
+      }
+    }
     if (tok == eos_id_) {
-      h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, row.length_penalty);
+      h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, row.options.length_penalty);
       finished_.emplace_back(row.tag, std::move(h));
     } else {
       h.tokens.push_back(tok);

@@ -3,17 +3,38 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <string>
 #include <stdexcept>
 
 #include <torch/torch.h>
 
 #include "torchmt/decoding/greedy_stream.h"
+#include "torchmt/util/split_mix.h"
 #include "../kernels/primitives.h"
 
 namespace torchmt {
 
+OutputColumns::OutputColumns(const at::Tensor& columns) {
+  if (!columns.defined()) return;
+  const auto host = columns.to(torch::kCPU).to(torch::kLong).contiguous();
+  ids_.assign(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
+}
+
+int64_t OutputColumns::column(int64_t token) const {
+  if (ids_.empty()) return token;
+  const auto it = std::lower_bound(ids_.begin(), ids_.end(), token);
+  return it == ids_.end() || *it != token ? -1 : static_cast<int64_t>(it - ids_.begin());
+}
+
 at::Tensor IncrementalDecoder::greedy_tokens(const at::Tensor& last_tokens) {
-  return kernels::row_top_k(step(last_tokens), 1).second.view({-1});  // [N]
+  auto best = kernels::row_top_k(step(last_tokens), 1).second.view({-1});  // [N] columns
+  const auto columns = output_columns();
+  return columns.defined() ? columns.index_select(0, best) : best;
+}
+
+void IncrementalDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& /*vocabularies*/) {
+  throw std::invalid_argument("this model format cannot restrict its output vocabulary (shortlist)");
 }
 
 void IncrementalDecoder::expand_rows(int64_t rows, int64_t k) {
@@ -26,11 +47,29 @@ at::Tensor index_tensor(const std::vector<int64_t>& v, const at::Device& device)
   return torch::tensor(v, torch::kLong).to(device);
 }
 
-void check_options(const SearchOptions& o) {
+void check_options(const SearchOptions& o, const at::Tensor& src, const Steering& steering) {
   if (o.beam_size < 1) throw std::invalid_argument("beam size must be at least 1");
   if (o.nbest < 1 || o.nbest > o.beam_size)
     throw std::invalid_argument("nbest must be between 1 and the beam size (" + std::to_string(o.beam_size) + ")");
+  const std::string sampling = sampling_problem(o, false);
+  if (!sampling.empty()) throw std::invalid_argument(sampling);
+  if (!steering.empty() && static_cast<int64_t>(steering.size()) != src.size(0))
+    throw std::invalid_argument("search: " + std::to_string(steering.size()) + " steerings for " +
+                                std::to_string(src.size(0)) + " sentences");
 }
+
+// The rows' shortlists for IncrementalDecoder::restrict_output, or none when no row has one.
+std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering) {
+  std::vector<const std::vector<int64_t>*> lists;
+  bool any = false;
+  for (const auto& s : steering) {
+    lists.push_back(&s.vocabulary);
+    any = any || !s.vocabulary.empty();
+  }
+  if (!any) lists.clear();
+  return lists;
+}
+
 
 // Per sentence, the `width` best of its k beam rows' candidates (each row's `row_width`
 // best, from topk), best first; equal scores in order of beam then token, so the search
@@ -61,29 +100,91 @@ void merge_row_candidates(const float* row_scores, const int64_t* row_tokens, in
 
 }  // namespace
 
-std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o) {
+std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o, const Steering& steering) {
   auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);
   std::vector<int64_t> out(src.size(0));
   for (int64_t i = 0; i < src.size(0); ++i) {
     auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
     out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
+    if (!steering.empty())
+      out[i] = std::max(out[i], static_cast<int64_t>(steering[static_cast<size_t>(i)].prefix.size()) + 1);
   }
   return out;
+}
+
+double sampling_uniform(int64_t seed, int64_t stream, int64_t step) {
+  const uint64_t x =
+      mix64(mix64(mix64(static_cast<uint64_t>(seed)) ^ static_cast<uint64_t>(stream)) ^ static_cast<uint64_t>(step));
+  return static_cast<double>(x >> 11) * 0x1.0p-53;  // 53 random bits
+}
+
+int64_t sample_token(const float* log_probs, int64_t vocab, const SearchOptions& o, double u) {
+  const double inv_t = 1.0 / o.sampling_temperature;
+  const int64_t k = o.sampling_topk == 0 ? vocab : std::min(o.sampling_topk, vocab);
+  auto value = [&](int64_t i) {
+    const float v = log_probs[i];
+    return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+  };
+  // Draws token i with weight exp((lp_i - top) / T) among `ids` (the first n of them).
+  auto draw = [&](auto&& id_at, int64_t n, float top) {
+    double total = 0;
+    for (int64_t j = 0; j < n; ++j) total += std::exp((value(id_at(j)) - top) * inv_t);
+    const double target = u * total;
+    double sum = 0;
+    int64_t last = id_at(0);
+    for (int64_t j = 0; j < n; ++j) {
+      const double w = std::exp((value(id_at(j)) - top) * inv_t);
+      if (w == 0) continue;
+      last = id_at(j);
+      sum += w;
+      if (sum > target) return last;
+    }
+    return last;  // rounding left target at the end
+  };
+  if (k == vocab && o.sampling_topp >= 1.0) {  // the whole distribution, in id order: no sort
+    float top = -std::numeric_limits<float>::infinity();
+    int64_t best = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (value(i) > top) top = value(i), best = i;
+    if (!std::isfinite(top)) return best;
+    return draw([](int64_t j) { return j; }, vocab, top);
+  }
+  // The k most probable, best first (ties by id: the same draw on every machine).
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return value(a) > value(b) || (value(a) == value(b) && a < b);
+  });
+  const float top = value(ids[0]);
+  if (!std::isfinite(top)) return ids[0];
+  int64_t n = k;
+  if (o.sampling_topp < 1.0) {  // the smallest head holding topp of the k's probability
+    double total = 0;
+    for (int64_t j = 0; j < k; ++j) total += std::exp((value(ids[static_cast<size_t>(j)]) - top) * inv_t);
+    double sum = 0;
+    for (n = 0; n < k;) {
+      sum += std::exp((value(ids[static_cast<size_t>(n)]) - top) * inv_t);
+      ++n;
+      if (sum >= o.sampling_topp * total) break;
+    }
+  }
+  return draw([&](int64_t j) { return static_cast<int64_t>(ids[static_cast<size_t>(j)]); }, n, top);
 }
 
 double length_penalty(int64_t length, double alpha) {
   return alpha == 0.0 ? 1.0 : std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
 }
 
-SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
-  check_options(options);
+SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                           const Steering& steering) {
+  check_options(options, src, steering);
   const int64_t batch = src.size(0);
   SearchResult result(batch, std::vector<Hypothesis>(1));
   if (batch == 0) return result;
   std::vector<int64_t> tags(batch);  // row -> sentence
   for (int64_t i = 0; i < batch; ++i) tags[i] = i;
   GreedyStream stream(decoder);
-  stream.join(src, tags, options);
+  stream.join(src, tags, options, steering);
   while (!stream.empty()) {
     stream.step();
     for (auto& [sentence, hypothesis] : stream.take_finished()) result[sentence][0] = std::move(hypothesis);
@@ -91,15 +192,24 @@ SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, c
   return result;
 }
 
-SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
-  check_options(options);
+SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                         const Steering& steering) {
+  check_options(options, src, steering);
+  if (options.sampling()) throw std::invalid_argument("sampling needs a beam of 1");
   const int64_t batch = src.size(0);
   const int64_t k = options.beam_size;
   const auto device = decoder.device();
-  const auto limits = max_lengths(src, options);
+  const auto limits = max_lengths(src, options, steering);
   SearchResult finished(batch);
   if (batch == 0) return finished;
   decoder.start(src);
+  if (const auto lists = vocabularies_of(steering); !lists.empty()) decoder.restrict_output(lists);
+  // A sentence's prefix token at step t, or -1 once it is free.
+  auto forced_token = [&](int64_t sentence, int64_t t) -> int64_t {
+    if (steering.empty()) return -1;
+    const auto& prefix = steering[static_cast<size_t>(sentence)].prefix;
+    return t < static_cast<int64_t>(prefix.size()) ? prefix[static_cast<size_t>(t)] : -1;
+  };
   // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
   // first step picks their first tokens (expand_rows): the first step computes one row per
   // sentence instead of k copies of it (same output, faster: tools/bench/DECISIONS.md).
@@ -113,8 +223,11 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
 
   for (int64_t t = 0; !live.empty(); ++t) {
     const int64_t n_live = static_cast<int64_t>(live.size());
-    auto lprobs = decoder.step(last);  // [N, V], N = n_live * beams
-    const int64_t vocab = lprobs.size(1);
+    auto lprobs = decoder.step(last);  // [N, C], N = n_live * beams
+    const int64_t vocab = lprobs.size(1);  // columns, tokens of output_columns()
+    const OutputColumns columns(decoder.output_columns());
+    const int64_t eos_column = columns.column(options.eos_id);
+    if (eos_column < 0) throw std::logic_error("beam search: the decoder's output has no eos column");
     // Sentences at their length limit may only end.
     std::vector<int64_t> forced_rows;
     for (int64_t s = 0; s < n_live; ++s)
@@ -122,9 +235,9 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         for (int64_t j = 0; j < beams; ++j) forced_rows.push_back(s * beams + j);
     if (!forced_rows.empty()) {
       auto rows = index_tensor(forced_rows, device);
-      auto eos_col = lprobs.index_select(0, rows).select(1, options.eos_id).clone();
+      auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
       lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
-      lprobs.index_put_({rows, torch::full_like(rows, options.eos_id)}, eos_col);
+      lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, eos_col);
     }
     // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
     // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
@@ -140,6 +253,26 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
     std::vector<int64_t> ix(sc.size());  // flat index beam * V + token, as into [k, V]
     merge_row_candidates(row_top.data_ptr<float>(), row_index.data_ptr<int64_t>(), n_live, beams, row_width, vocab,
                          width, sc.data(), ix.data());
+    // Sentences inside their prefix: one candidate, the prefix token, from their first beam (the
+    // others are dead copies until the prefix ends, so the beam then grows from it).
+    std::vector<int64_t> forced_sentence_rows, forced_tokens, forced_columns;
+    for (int64_t s = 0; s < n_live; ++s)
+      if (const int64_t token = forced_token(live[s], t); token >= 0) {
+        forced_sentence_rows.push_back(s * beams);
+        forced_tokens.push_back(token);
+        forced_columns.push_back(std::max<int64_t>(0, columns.column(token)));
+      }
+    std::vector<float> forced_lp;
+    if (!forced_tokens.empty()) {
+      auto lp = lprobs.index({index_tensor(forced_sentence_rows, device), index_tensor(forced_columns, device)})
+                    .to(torch::kCPU).contiguous();
+      forced_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+      for (size_t i = 0; i < forced_tokens.size(); ++i)  // a prefix token the output cannot hold
+        if (columns.column(forced_tokens[i]) < 0) forced_lp[i] = -std::numeric_limits<float>::infinity();
+    }
+    // Beams stay one row per sentence while every sentence is inside its prefix.
+    const int64_t next_beams = beams == 1 && static_cast<int64_t>(forced_tokens.size()) == n_live ? 1 : k;
+    size_t forced_at = 0;
 
     std::vector<int64_t> next_rows, next_live, next_tokens;
     std::vector<float> next_scores;
@@ -150,11 +283,19 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       std::vector<int64_t> rows, tokens;
       std::vector<float> kept_scores;
       bool best_ends = false;  // the sentence's best candidate is eos
-      for (int64_t c = 0; c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
+      const bool forced = forced_at < forced_sentence_rows.size() && forced_sentence_rows[forced_at] == s * beams;
+      if (forced) {
+        const float score = scores[s * beams] + forced_lp[forced_at];
+        rows.push_back(s * beams);
+        tokens.push_back(forced_tokens[forced_at]);
+        kept_scores.push_back(std::isnan(score) ? -std::numeric_limits<float>::infinity() : score);
+        ++forced_at;
+      }
+      for (int64_t c = 0; !forced && c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
         const float score = sc[s * width + c];
         if (!std::isfinite(score)) break;
         const int64_t beam = ix[s * width + c] / vocab;
-        const int64_t token = ix[s * width + c] % vocab;
+        const int64_t token = columns.token(ix[s * width + c] % vocab);
         const int64_t row = s * beams + beam;
         if (token == options.eos_id) {
           if (c == 0) best_ends = true;
@@ -191,12 +332,12 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         }
         continue;
       }
-      while (static_cast<int64_t>(rows.size()) < k) {  // pad the beam with a dead copy
+      while (static_cast<int64_t>(rows.size()) < next_beams) {  // pad the beam with a dead copy
         rows.push_back(rows.back());
         tokens.push_back(tokens.back());
         kept_scores.push_back(-std::numeric_limits<float>::infinity());
       }
-      for (int64_t j = 0; j < k; ++j) {
+      for (int64_t j = 0; j < next_beams; ++j) {
         next_rows.push_back(rows[j]);
         next_tokens.push_back(tokens[j]);
         next_scores.push_back(kept_scores[j]);
@@ -207,7 +348,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       next_live.push_back(sentence);
     }
     if (next_live.empty()) break;
-    if (beams < k) {
+    if (beams < next_beams) {
       // After the first step: the sentences still running (their one row each), then k rows
       // per sentence, each a copy of it, which is what every beam continues (next_rows).
       if (next_live.size() != live.size()) {
@@ -236,8 +377,10 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
   return finished;
 }
 
-SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options) {
-  return options.beam_size == 1 ? greedy_search(decoder, src, options) : beam_search(decoder, src, options);
+SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                    const Steering& steering) {
+  return options.beam_size == 1 ? greedy_search(decoder, src, options, steering)
+                                : beam_search(decoder, src, options, steering);
 }
 
 }  // namespace torchmt

@@ -1,5 +1,7 @@
 #include "torchmt/decoding/transformer_decoder.h"
 
+#include <limits>
+
 #include <torch/torch.h>
 
 #include "../kernels/primitives.h"
@@ -27,6 +29,9 @@ at::Device TransformerDecoder::device() const { return model_->fc_out->weight.de
 
 void TransformerDecoder::start(const at::Tensor& src) {
   torch::NoGradGuard no_grad;
+  rows_ = src.size(0);
+  restriction_.reset();
+  restricted_out_ = nullptr;
   src_mask_ = make_padding_mask(src, model_->config().pad_id);  // [B, 1, 1, S]
   memory_ = model_->encode(src, src_mask_);                     // [B, S, D]
   if (use_cache_) {
@@ -42,11 +47,27 @@ void TransformerDecoder::join(const at::Tensor& src) {
   torch::NoGradGuard no_grad;
   auto mask = make_padding_mask(src, model_->config().pad_id);   // [n, 1, 1, S]
   cache_.append(model_->start_cache(model_->encode(src, mask), mask));
+  rows_ += src.size(0);
+  restriction_.add_rows(src.size(0));
+  restricted_out_ = nullptr;  // an unrestricted row needs every column
+}
+
+void TransformerDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) {
+  restriction_.restrict_last(vocabularies, rows_, model_->fc_out->weight.size(0), device());
+  restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+}
+
+at::Tensor TransformerDecoder::restricted_logits(const at::Tensor& hidden) {
+  if (!restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+  auto logits = apply_linear(restricted_out_, hidden).to(torch::kFloat);  // [N, U]
+  return logits.masked_fill_(restriction_.allowed_columns().logical_not(), -std::numeric_limits<float>::infinity());
 }
 
 at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
   torch::NoGradGuard no_grad;
   at::Tensor logits;
+  if (use_cache_ && restriction_.active())
+    return log_probabilities(restricted_logits(model_->decode_step_hidden(last_tokens, cache_)));  // [N, U]
   if (use_cache_) {
     logits = model_->decode_step(last_tokens, cache_);  // [N, V]
   } else {
@@ -54,13 +75,22 @@ at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
     auto hidden = model_->decode(prefix_, memory_, src_mask_, make_causal_mask(prefix_.size(1), prefix_.device()));
     logits = apply_linear(model_->fc_out, hidden.select(1, -1));  // [N, V]
   }
-  return log_probabilities(logits);
+  return restriction_.apply(log_probabilities(logits));
+}
+
+at::Tensor TransformerDecoder::output_columns() const {
+  return use_cache_ && restriction_.active() ? restriction_.columns() : at::Tensor();
 }
 
 at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
   torch::NoGradGuard no_grad;
   const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
+  if (restriction_.active()) {
+    // The logits' argmax is the log-probabilities' (step()'s top-1).
+    const auto best = kernels::row_top_k(restricted_logits(hidden), 1).second.view({-1});  // [N] into columns
+    return restriction_.columns().index_select(0, best);
+  }
   // Rows in full: their projection and top-1, as step() + row_top_k.
   auto top1 = [&](const at::Tensor& rows) {
     return kernels::row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
@@ -79,6 +109,8 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {
+  rows_ = index.size(0);
+  restriction_.select(index);
   if (use_cache_) {
     cache_.select(index);
   } else {
@@ -89,13 +121,17 @@ void TransformerDecoder::select(const at::Tensor& index) {
 }
 
 void TransformerDecoder::expand_rows(int64_t rows, int64_t k) {
-  if (use_cache_)
+  if (use_cache_) {
+    rows_ = rows * k;
+    restriction_.expand(k);
     cache_.expand(k);  // the beams share their sentence's cross-attention K/V
-  else
-    IncrementalDecoder::expand_rows(rows, k);
+  } else {
+    IncrementalDecoder::expand_rows(rows, k);  // a select
+  }
 }
 
 void TransformerDecoder::reorder_within_sentences(const at::Tensor& index) {
+  restriction_.select(index);
   if (use_cache_) {
     cache_.select_target_side(index);
   } else {

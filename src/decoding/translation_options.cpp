@@ -25,6 +25,18 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
            "beam search ends a sentence as soon as its best candidate ends it (OpenNMT-py's criterion; faster, "
            "BLEU may drop a little), not once it has --beam finished hypotheses (fairseq's and CTranslate2's, "
            "the default)", decoding)
+      .add("sampling_topk", [](C& c) -> int64_t& { return c.translation.search.sampling_topk; },
+           "sample the next token from the K most probable (1 = no sampling, the argmax; 0 = the whole "
+           "vocabulary); greedy search only", decoding)
+      .add("sampling_topp", [](C& c) -> double& { return c.translation.search.sampling_topp; },
+           "sample from the smallest set of those tokens holding this much probability (0 < P <= 1)", decoding)
+      .add("sampling_temperature", [](C& c) -> double& { return c.translation.search.sampling_temperature; },
+           "divide the log-probabilities by T before sampling (T > 0; < 1 sharper, > 1 flatter)", decoding)
+      .add("seed", [](C& c) -> int64_t& { return c.translation.search.seed; },
+           "sampling's seed: the same seed gives the same samples, whatever the batching and workers", decoding)
+      .add("shortlist", &C::shortlist,
+           "output vocabulary shortlist from `torchmt shortlist`: each sentence may only produce its source "
+           "pieces' candidates and the table's frequent pieces (faster on the CPU)", decoding)
       .add("batch_size", [](C& c) -> int64_t& { return c.translation.batch_size; },
            "sentences per batch (when --batch-source-tokens is 0)", decoding)
       .add("batch_source_tokens", [](C& c) -> int64_t& { return c.translation.batch_source_tokens; },
@@ -63,6 +75,28 @@ void TranslatorConfig::validate() const {
   require(threads >= 0, "--threads must not be negative");
   require(translation.workers >= 0, "--workers must not be negative");
   require(translation.threads_per_worker >= 0, "--threads-per-worker must not be negative");
+  const std::string sampling = sampling_problem(s, true);
+  require(sampling.empty(), sampling);
+}
+
+std::string sampling_problem(const SearchOptions& s, bool flags) {
+  auto name = [flags](std::string n) {
+    if (!flags) return n;
+    for (auto& c : n)
+      if (c == '_') c = '-';
+    return "--" + n;
+  };
+  if (s.seed < 0) return name("seed") + " must not be negative";
+  if (s.sampling_topk < 0) return name("sampling_topk") + " must not be negative (0 = the whole vocabulary)";
+  if (!(s.sampling_topp > 0.0 && s.sampling_topp <= 1.0)) return name("sampling_topp") + " must be in (0, 1]";
+  if (!(s.sampling_temperature > 0.0 && s.sampling_temperature <= 1e6))
+    return name("sampling_temperature") + " must be a positive number";
+  if (!s.sampling() && (s.sampling_topp != 1.0 || s.sampling_temperature != 1.0))
+    return name("sampling_topp") + " and " + name("sampling_temperature") + " need " + name("sampling_topk") +
+           " other than 1 (0 = the whole vocabulary)";
+  if (s.sampling() && s.beam_size != 1)
+    return name("sampling_topk") + " samples instead of searching: it needs " + name("beam") + " 1";
+  return {};
 }
 
 }  // namespace torchmt

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "torchmt/data/shortlist.h"
 #include "torchmt/data/special_ids.h"
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/model/linear.h"
@@ -92,7 +93,11 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& lines,
                                                const TranslationOptions& options,
-                                               const std::function<void(int64_t)>& done) {
+                                               const std::function<void(int64_t)>& done,
+                                               const std::vector<LineSteering>& steering) {
+  if (!steering.empty() && steering.size() != lines.size())
+    throw std::invalid_argument("translate: " + std::to_string(steering.size()) + " steerings for " +
+                                std::to_string(lines.size()) + " lines");
   std::vector<Translation> out(lines.size());
   std::vector<std::vector<int64_t>> sources(lines.size());
   std::vector<size_t> order;
@@ -125,8 +130,16 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   auto run_batch = [&](IncrementalDecoder& decoder, const std::pair<size_t, size_t>& batch) {
     const auto [begin, end] = batch;
     std::vector<const std::vector<int64_t>*> rows;
-    for (size_t r = begin; r < end; ++r) rows.push_back(&sources[order[r]]);
-    auto result = torchmt::search(decoder, source_batch(rows), search);
+    Steering steer_rows;
+    const bool steered = !steering.empty() || shortlist_ || search.sampling();
+    for (size_t r = begin; r < end; ++r) {
+      const size_t line = order[r];
+      rows.push_back(&sources[line]);
+      if (steered)
+        steer_rows.push_back(steer(sources[line], steering.empty() ? LineSteering{} : steering[line],
+                                   options.first_line + static_cast<int64_t>(line)));
+    }
+    auto result = torchmt::search(decoder, source_batch(rows), search, steer_rows);
     for (size_t r = begin; r < end; ++r) {
       Translation& t = out[order[r]];
       t.hypotheses = std::move(result[r - begin]);
@@ -210,6 +223,27 @@ void Translator::finish(Translation& t) const {
   t.texts.clear();
   for (const auto& h : t.hypotheses) t.texts.push_back(tgt_tok_.decode(h.tokens));
   if (t.texts.empty()) t.texts.emplace_back();
+}
+
+SentenceSteering Translator::steer(const std::vector<int64_t>& source_ids, const LineSteering& line,
+                                   int64_t stream) const {
+  SentenceSteering s;
+  if (!line.target_prefix.empty()) {
+    s.prefix = tgt_tok_.encode(line.target_prefix);
+    // The model's output never holds more than max_positions - 1 tokens.
+    if (static_cast<int64_t>(s.prefix.size()) >= config_.max_positions)
+      s.prefix.resize(static_cast<size_t>(config_.max_positions - 1));
+  }
+  if (shortlist_) s.vocabulary = shortlist_->candidates(source_ids, s.prefix);
+  s.stream = stream;
+  return s;
+}
+
+void Translator::set_shortlist(std::shared_ptr<const Shortlist> shortlist) {
+  if (shortlist && (shortlist->target_vocab() != config_.tgt_vocab_size))
+    throw std::invalid_argument("the shortlist's target vocabulary (" + std::to_string(shortlist->target_vocab()) +
+                                " pieces) is not the model's (" + std::to_string(config_.tgt_vocab_size) + ")");
+  shortlist_ = std::move(shortlist);
 }
 
 std::vector<std::string> Translator::translate_text(const std::vector<std::string>& lines,

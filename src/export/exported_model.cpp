@@ -1,5 +1,6 @@
 #include "torchmt/export/exported_model.h"
 
+#include "torchmt/data/shortlist.h"
 #include "torchmt/decoding/translation_dtype.h"
 
 #include <filesystem>
@@ -91,7 +92,7 @@ ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
 }
 
 std::unique_ptr<IncrementalDecoder> ExportedModel::decoder() const {
-  return make_script_decoder(impl_->module, impl_->device);
+  return make_script_decoder(impl_->module, impl_->device, impl_->config.tgt_vocab_size);
 }
 
 SearchResult ExportedModel::translate_in_archive(const at::Tensor& src, const SearchOptions& options) const {
@@ -193,28 +194,35 @@ Translator load_translator(const TranslatorConfig& config) {
                                                                                : resolve_device(config.device);
   if (config.dtype == "int8" && !device.is_cpu())
     throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
+  // Prepared (and shortlisted) before `auto` measures fp32 against bf16: it measures what will run.
+  auto prepare = [&](Translator& translator, InferencePrecision precision) {
+    prepare_for_cpu_inference(translator, precision);
+    if (!config.shortlist.empty())
+      translator.set_shortlist(std::make_shared<const Shortlist>(
+          Shortlist::load(config.shortlist, translator.src_tokenizer(), translator.tgt_tokenizer())));
+  };
   if (is_torchscript_export(config.model)) {
     ExportedModel exported(config.model, device);
     if (config.dtype == "int8" || (config.dtype == "auto" && exported.dtype() == "int8" && device.is_cpu())) {
       Translator translator(exported.native_model(), exported.tokenizer(), exported.target_tokenizer(), device,
                             c10::ScalarType::Float);
-      prepare_for_cpu_inference(translator, InferencePrecision::kInt8);
+      prepare(translator, InferencePrecision::kInt8);
       return translator;
     }
     Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
-    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);  // before `auto` measures
+    prepare(translator, InferencePrecision::kFloat);
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
     return translator;
   }
   if (config.dtype != "int8") {
     Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
-    prepare_for_cpu_inference(translator, InferencePrecision::kFloat);  // before `auto` measures
+    prepare(translator, InferencePrecision::kFloat);
     // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
     if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
     return translator;
   }
   auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
-  prepare_for_cpu_inference(translator, InferencePrecision::kInt8);
+  prepare(translator, InferencePrecision::kInt8);
   return translator;
 }
 

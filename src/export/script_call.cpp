@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include "torchmt/decoding/output_restriction.h"
 #include "torchmt/util/strings.h"
 #include "torchscript_source.h"
 
@@ -14,7 +15,8 @@ namespace {
 
 class ScriptDecoder : public IncrementalDecoder {
  public:
-  ScriptDecoder(torch::jit::Module module, const c10::Device& device) : module_(std::move(module)), device_(device) {
+  ScriptDecoder(torch::jit::Module module, const c10::Device& device, int64_t vocab)
+      : module_(std::move(module)), device_(device), vocab_(vocab) {
     for (const char* name : {"start", "step", "select", "reorder"})
       if (!module_.find_method(name))
         throw std::runtime_error(std::string("the TorchScript module has no decoder method ") + name +
@@ -23,16 +25,28 @@ class ScriptDecoder : public IncrementalDecoder {
   void start(const at::Tensor& src) override {
     state_ = call("start", {src}).toTensorList();
     t_ = 0;
+    rows_ = src.size(0);
+    restriction_.reset();
   }
   at::Tensor step(const at::Tensor& last_tokens) override {
     // The list is shared with the module (TorchScript lists are references): step extends
     // the self-attention K/V in place.
     auto out = call("step", {last_tokens, t_, state_}).toTensor();
     t_ += 1;
-    return out;
+    return restriction_.apply(out);
   }
-  void select(const at::Tensor& index) override { call("select", {index, state_}); }
-  void reorder_within_sentences(const at::Tensor& index) override { call("reorder", {index, state_}); }
+  void select(const at::Tensor& index) override {
+    call("select", {index, state_});
+    restriction_.select(index);
+    rows_ = index.size(0);
+  }
+  void reorder_within_sentences(const at::Tensor& index) override {
+    call("reorder", {index, state_});
+    restriction_.select(index);
+  }
+  void restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) override {
+    restriction_.restrict_last(vocabularies, rows_, vocab_, device_);
+  }
   at::Device device() const override { return device_; }
 
  private:
@@ -44,8 +58,11 @@ class ScriptDecoder : public IncrementalDecoder {
   }
   torch::jit::Module module_;
   c10::Device device_;
+  int64_t vocab_;
   c10::List<at::Tensor> state_;
   int64_t t_ = 0;
+  int64_t rows_ = 0;
+  OutputRestriction restriction_;  // the shortlist: masks the module's log-probabilities
 };
 
 }  // namespace
@@ -65,8 +82,9 @@ c10::IValue run_script_method(const torch::jit::Module& module, const std::strin
   return args.front();
 }
 
-std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device) {
-  return std::make_unique<ScriptDecoder>(std::move(module), device);
+std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device,
+                                                        int64_t vocab) {
+  return std::make_unique<ScriptDecoder>(std::move(module), device, vocab);
 }
 
 void define_archive_search(torch::jit::Module& module) { module.define(ts_source::kSearch); }

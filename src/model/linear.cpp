@@ -110,6 +110,25 @@ bool runs_int8(const torch::nn::Linear& layer) {
   return q && q->prepared && q->prepared->int8;
 }
 
+torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch::Tensor& rows) {
+  // Ordinary tensors even when called in InferenceMode (a search): a preparation checks its
+  // weight's version, which inference tensors do not have.
+  c10::InferenceMode not_inference(false);
+  torch::NoGradGuard no_grad;
+  torch::nn::Linear part = nullptr;
+  {
+    SkipParameterInit skip;
+    part = make_linear(layer->weight.size(1), rows.size(0));
+  }
+  part->weight.set_data(layer->weight.index_select(0, rows));  // [U, in]
+  part->bias.set_data(layer->bias.defined() ? layer->bias.index_select(0, rows)
+                                            : torch::zeros({rows.size(0)}, layer->weight.options()));
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  if (q && q->prepared)
+    prepare_linears_for_inference(*part, runs_int8(layer) ? InferencePrecision::kInt8 : InferencePrecision::kFloat);
+  return part;
+}
+
 void release_inference_preparation(torch::nn::Module& module) {
   for (const auto& child : module.modules(/*include_self=*/true))
     if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linear->prepared.reset();

@@ -31,6 +31,7 @@
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
+#include "torchmt/data/shortlist.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
@@ -230,6 +231,8 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value(""))(
       "ct2-runner", "the CTranslate2 side",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
+      "shortlist", "also run every cached configuration with this `torchmt shortlist` table (right after the run "
+      "without), and print the speed-ups", cxxopts::value<std::string>()->default_value(""))(
       "workers", "torchmt workers (0 = its default for each job)", cxxopts::value<int64_t>()->default_value("0"))(
       "early-exit",
       "torchmt's beam search ends a sentence when its best candidate ends it (OpenNMT-py's criterion; "
@@ -336,6 +339,10 @@ int main(int argc, char** argv) {
               << "\n"
               << std::flush;
 
+    std::shared_ptr<const Shortlist> shortlist;
+    if (!r["shortlist"].as<std::string>().empty())
+      shortlist = std::make_shared<const Shortlist>(
+          Shortlist::load(r["shortlist"].as<std::string>(), fp32.src_tokenizer(), fp32.tgt_tokenizer()));
     std::map<Key, Measure> results;
     std::vector<Key> order;
     const int rounds = r["rounds"].as<int>();
@@ -420,6 +427,17 @@ int main(int argc, char** argv) {
                           << " fp32 logits per row\n";
               keep_fastest(key, std::move(m));
               if (round == 0) order.push_back(key);
+              if (shortlist && cache) {
+                std::cerr << "  with the shortlist ..." << std::flush;
+                translator.set_shortlist(shortlist);
+                Measure s = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
+                                     r.count("early-exit") > 0);
+                translator.set_shortlist(nullptr);
+                std::cerr << " " << fmt(s.seconds, 2) << " s\n";
+                const Key shortlisted{"shortlist", beam, batch, dtype, true};
+                keep_fastest(shortlisted, std::move(s));
+                if (round == 0) order.push_back(shortlisted);
+              }
               if (cache && ct2 && ct2_models.count(dtype)) run_ct2(beam, batch, dtype);
             }
       if (ct2)  // CTranslate2's precisions that torchmt does not run here
@@ -539,6 +557,22 @@ int main(int argc, char** argv) {
                   std::cout << "   (torchmt recompute vs Python: " << fmt(*u, 2) << "x)";
               std::cout << "\n";
             }
+    }
+    if (shortlist) {
+      std::cout << "torchmt with the shortlist vs without (goal >= 1.25x at greedy batch 64; same-output agreement "
+                   "in brackets):\n";
+      for (const auto& dtype : dtypes)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches) {
+            const Key with{"shortlist", beam, batch, dtype, true}, without{"torchmt", beam, batch, dtype, true};
+            if (auto s = speedup(with, without)) {
+              auto a = agreement(results.at(with), results.at(without));
+              std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch "
+                        << std::setw(3) << batch << " " << dtype << ": " << fmt(*s, 2) << "x  ["
+                        << (a ? fmt(100.0 * *a, 1) + "% same" : "-") << "]"
+                        << (beam == 1 && batch == 64 ? verdict(*s, 1.25) : "") << "\n";
+            }
+          }
     }
     if (ct2) {
       std::cout << "torchmt vs CTranslate2, same weights, sentences and cores (> 1 = torchmt faster; goal >= 1.2x "

@@ -18,7 +18,9 @@ class GreedyStream {
   // src [n, S] padded with options.pad_id, on the decoder's device; tags[i] names row i in
   // take_finished(). Into an empty stream this starts the decoder, otherwise the decoder
   // must be able to join (can_join()). All rows of a stream share bos, eos and pad ids.
-  void join(const at::Tensor& src, const std::vector<int64_t>& tags, const SearchOptions& options);
+  // `steering`: one per row, or empty (SentenceSteering; a row's stream is then its tag).
+  void join(const at::Tensor& src, const std::vector<int64_t>& tags, const SearchOptions& options,
+            const Steering& steering = {});
   // One decoder step for every live row; rows that end move to the finished list.
   void step();
   // (tag, hypothesis) of the rows finished since the last call, in the order they ended.
@@ -30,8 +32,9 @@ class GreedyStream {
   struct Row {
     int64_t tag;
     int64_t limit;    // steps allowed, eos included
-    double length_penalty;
-    bool scores;      // SearchOptions::scores
+    SearchOptions options;  // its request's: length penalty, scores, sampling
+    std::vector<int64_t> prefix;
+    int64_t stream = 0;     // sampling's random stream
     int64_t steps = 0;
     int64_t next = 0;  // the token the next step feeds
     Hypothesis hypothesis;

@@ -3,19 +3,35 @@
 // fairseq's search.py): encode a batch once, then score one next token per live row.
 // Rows are hypotheses; `select` keeps, reorders or duplicates them (beam reordering,
 // finished sentences leaving the batch), so no compute is spent on finished rows.
+#include <cstdint>
 #include <stdexcept>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
 namespace torchmt {
+
+// Column <-> token of a step's log-probabilities (IncrementalDecoder::output_columns), on the host.
+class OutputColumns {
+ public:
+  explicit OutputColumns(const at::Tensor& columns);
+  int64_t token(int64_t column) const { return ids_.empty() ? column : ids_[static_cast<size_t>(column)]; }
+  int64_t column(int64_t token) const;  // -1 when the token has no column
+ private:
+  std::vector<int64_t> ids_;  // empty: the identity
+};
 
 class IncrementalDecoder {
  public:
   virtual ~IncrementalDecoder() = default;
   // src [B, S] token ids (padded with the model's pad id). Resets the state to B rows.
   virtual void start(const at::Tensor& src) = 0;
-  // last_tokens [N] (the newest token of each row) -> log-probabilities [N, V], float32.
+  // last_tokens [N] (the newest token of each row) -> log-probabilities [N, C], float32, of
+  // the tokens output_columns() names (C = V, column j token j, unless restricted).
   virtual at::Tensor step(const at::Tensor& last_tokens) = 0;
+  // The tokens of step()'s columns, [C] int64 sorted, or undefined: every token, in order. A
+  // decoder under restrict_output may compute only the tokens some row may produce.
+  virtual at::Tensor output_columns() const { return {}; }
   // The same step for greedy search without scores: each row's most probable next token, [N]
   // int64 on the decoder's device, the token step()'s top-1 (row_top_k) would give. The default
   // is exactly that; a decoder may find it with less work.
@@ -39,6 +55,12 @@ class IncrementalDecoder {
   virtual void join(const at::Tensor& /*src*/) {
     throw std::logic_error("this decoder cannot add rows to a running batch");
   }
+  // Output shortlist (SentenceSteering::vocabulary): each of the n rows that start() or join()
+  // just added may produce only the tokens of its list (sorted ids; an empty list: any); every
+  // other token gets log-probability -inf in step() (the rest renormalised) and is never one of
+  // greedy_tokens(). Rows keep their lists through select, expand_rows and reorders. The
+  // default refuses (std::invalid_argument): a decoder that cannot restrict its output.
+  virtual void restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies);
   virtual at::Device device() const = 0;
 };
 

@@ -18,15 +18,40 @@ struct Hypothesis {
 // One list per source sentence, best first, at most options.nbest long.
 using SearchResult = std::vector<std::vector<Hypothesis>>;
 
+// What one sentence asks of the search beyond the options.
+struct SentenceSteering {
+  // Target tokens the output starts with (no bos): forced, their log-probabilities counted in
+  // the score, part of Hypothesis::tokens (CTranslate2's target_prefix).
+  std::vector<int64_t> prefix;
+  // The only tokens the output may hold besides the prefix's (sorted; empty = any): a shortlist
+  // (IncrementalDecoder::restrict_output).
+  std::vector<int64_t> vocabulary;
+  // Sampling's random stream: the sentence's line number in the whole input.
+  int64_t stream = 0;
+};
+// One per row of src, or empty: nothing asked, each row's stream its index.
+using Steering = std::vector<SentenceSteering>;
+
 // src [B, S] on the decoder's device; source lengths are counted from non-pad tokens.
-SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
-SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
+SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                           const Steering& steering = {});
+SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                         const Steering& steering = {});
 // beam_size 1 -> greedy_search, otherwise beam_search.
-SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options);
+SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
+                    const Steering& steering = {});
 
 // Per-sentence length limits in steps (eos included): a * |source| + b, capped at
-// max_len_cap, at least 1 (room for eos).
-std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& options);
+// max_len_cap, at least 1 (room for eos); with a prefix, at least its length + 1.
+std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& options, const Steering& steering = {});
+
+// Sampling (SearchOptions::sampling): the token drawn from a row of log-probabilities [vocab]
+// with the uniform number u in [0, 1).
+int64_t sample_token(const float* log_probs, int64_t vocab, const SearchOptions& options, double u);
+// The uniform number in [0, 1) of draw `step` of random stream `stream` under `seed`: a
+// counter-based generator (SplitMix64 of the three), so a sentence's draws depend on nothing
+// else: not its batch, its row, or the thread.
+double sampling_uniform(int64_t seed, int64_t stream, int64_t step);
 
 // GNMT length penalty ((5 + length) / 6)^alpha.
 double length_penalty(int64_t length, double alpha);

@@ -4,6 +4,7 @@
 // once-computed cross-attention K/V from an explicit DecoderCache. Without it, each step
 // recomputes the whole prefix (the reference behaviour; kept for tests and benchmarks).
 #include "torchmt/decoding/incremental_decoder.h"
+#include "torchmt/decoding/output_restriction.h"
 #include "torchmt/model/kv_cache.h"
 #include "torchmt/model/transformer.h"
 
@@ -22,6 +23,9 @@ class TransformerDecoder : public IncrementalDecoder {
   void reorder_within_sentences(const at::Tensor& index) override;
   bool can_join() const override { return use_cache_; }  // the cache holds per-row positions
   void join(const at::Tensor& src) override;
+  // Under a shortlist the output projection computes only the columns some row may produce.
+  void restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) override;
+  at::Tensor output_columns() const override;
   at::Device device() const override;
 
  private:
@@ -30,6 +34,11 @@ class TransformerDecoder : public IncrementalDecoder {
   DecoderCache cache_;
   // No-cache mode state.
   at::Tensor memory_, src_mask_, prefix_;
+  int64_t rows_ = 0;
+  OutputRestriction restriction_;
+  torch::nn::Linear restricted_out_{nullptr};  // fc_out's rows restriction_.columns()
+  // Hidden states [N, D] -> logits [N, U] over restriction_.columns(), -inf where a row may not go.
+  at::Tensor restricted_logits(const at::Tensor& hidden);
 };
 
 }  // namespace torchmt

@@ -28,6 +28,16 @@ struct SearchOptions {
   // (IncrementalDecoder::greedy_tokens): the same tokens, score and log_prob NaN. Beam search
   // ranks by score and always computes it.
   bool scores = true;
+  // Random sampling instead of the argmax (greedy search only; CTranslate2's names): from the
+  // sampling_topk most probable tokens (1 = the argmax: no sampling; 0 = the whole vocabulary),
+  // cut to the smallest set holding sampling_topp of their probability, after dividing the
+  // log-probabilities by sampling_temperature. Each sentence draws from its own random stream,
+  // keyed by the seed and its line's number, so batching and workers do not change the samples.
+  int64_t sampling_topk = 1;
+  double sampling_topp = 1.0;
+  double sampling_temperature = 1.0;
+  int64_t seed = 1;  // >= 0
+  bool sampling() const { return sampling_topk != 1; }
   int64_t bos_id = 2;
   int64_t eos_id = 3;
   int64_t pad_id = 0;
@@ -40,6 +50,9 @@ struct TranslationOptions {
   bool use_cache = true;             // false: recompute the prefix at every step (reference/benchmark)
   int64_t workers = 0;               // batches decoded in parallel; 0 = chosen per job (Translator::plan_workers)
   int64_t threads_per_worker = 0;    // threads inside each worker's operations; 0 = threads / workers
+  // The number of the first line given to Translator::translate in the whole input: sampling's
+  // random stream of a line is its number's, so input translated in windows samples as a whole.
+  int64_t first_line = 0;
 };
 
 // A translator as a user configures it.
@@ -50,10 +63,15 @@ struct TranslatorConfig {
   int64_t threads = 0;  // 0 = all cores
   bool greedy = false;  // explicit greedy search (conflicts with beam > 1)
   TranslationOptions translation;
+  std::string shortlist;  // `torchmt shortlist` table: restricts the output vocabulary per sentence
   // Throws std::invalid_argument naming the flag.
   void validate() const;
 };
 
 const OptionTable<TranslatorConfig>& translator_option_table();
+
+// Why the search's sampling settings cannot be used, "" when they can. `flags`: name them as
+// `translate`'s flags (--sampling-topp), else as request fields (sampling_topp).
+std::string sampling_problem(const SearchOptions& search, bool flags);
 
 }  // namespace torchmt

@@ -23,6 +23,12 @@
 namespace torchmt {
 
 class WorkerPool;
+class Shortlist;
+
+// What a caller asks of one line beyond the options (the search's SentenceSteering, as text).
+struct LineSteering {
+  std::string target_prefix;  // the translation starts with it (tokenized by the target model)
+};
 
 struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first, up to nbest
@@ -57,9 +63,10 @@ class Translator {
   // Several threads may call it at once with options.workers 1 (a server's workers), once the
   // model is in eval mode (it is after the first call).
   // `done`, if given, is called with each batch's line count as it finishes (from the workers'
-  // threads: it must be thread-safe), e.g. Progress::add.
+  // threads: it must be thread-safe), e.g. Progress::add. `steering`: one per line, or empty.
   std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options,
-                                     const std::function<void(int64_t)>& done = {});
+                                     const std::function<void(int64_t)>& done = {},
+                                     const std::vector<LineSteering>& steering = {});
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
   // one worker.
@@ -87,8 +94,16 @@ class Translator {
   SearchOptions search_options(const TranslationOptions& options) const;
   // sources (encode_source's ids) padded into one batch [n, S] on the device;
   at::Tensor source_batch(const std::vector<const std::vector<int64_t>*>& rows) const;
-  // the texts of t's hypotheses (one empty text when it has none).
+  // the texts of t's hypotheses (one empty text when it has none);
   void finish(Translation& t) const;
+  // what the search is asked for a line: its target prefix's ids, its shortlist (when the
+  // translator has one) and sampling's stream (the line's number in the whole input).
+  SentenceSteering steer(const std::vector<int64_t>& source_ids, const LineSteering& line, int64_t stream) const;
+
+  // Output vocabulary shortlist for every translation (null: none). Throws std::invalid_argument
+  // for a model format that cannot restrict its output.
+  void set_shortlist(std::shared_ptr<const Shortlist> shortlist);
+  const std::shared_ptr<const Shortlist>& shortlist() const { return shortlist_; }
 
   // The native model, or a null Transformer for a model of another format.
   Transformer& model() { return model_; }
@@ -118,6 +133,7 @@ class Translator {
   std::string dtype_reason_;
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
+  std::shared_ptr<const Shortlist> shortlist_;
 };
 
 }  // namespace torchmt

@@ -29,8 +29,10 @@ c10::IValue run_script_method(const torch::jit::Module& module, const std::strin
 
 // IncrementalDecoder over `module`'s methods (the export's decoder interface, see
 // src/export/torchscript_source.h): start(src) -> state, step(last, t, state) -> [N, V]
-// log-probabilities, select(index, state), reorder(index, state).
-std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device);
+// log-probabilities, select(index, state), reorder(index, state). `vocab`: V, the output size
+// (for a shortlist given before the first step).
+std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device,
+                                                        int64_t vocab);
 
 // Adds the in-archive search (greedy, beam_search, translate, translate_with_scores; the
 // TorchScript twin of torchmt::search) to `module`, which must have the decoder interface

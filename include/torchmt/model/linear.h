@@ -72,5 +72,9 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
 void release_inference_preparation(torch::nn::Module& module);
 // Whether the layer is prepared to run int8.
 bool runs_int8(const torch::nn::Linear& layer);
+// The outputs `rows` ([U] int64, on the weight's device) of `layer` as a layer of their own,
+// prepared as `layer` is (int8, packed, or not): the output projection under a shortlist. Its
+// int8 rows are the same integers as the whole layer's (the quantization is per row).
+torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch::Tensor& rows);
 
 }  // namespace torchmt
