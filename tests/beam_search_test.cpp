@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -328,6 +329,125 @@ TEST(GreedyStream, ADecoderThatCannotJoinStartsAfreshOnceTheStreamIsEmpty) {
   EXPECT_EQ(finished[0].second.tokens, std::vector<int64_t>{A});
   EXPECT_EQ(decoder.starts(), 2);
   EXPECT_THROW(stream.join(sources({1, 2}), {1}, options(1)), std::invalid_argument);
+}
+
+
+// ---- steering: target prefixes ----------------------------------------------------------------
+
+Steering prefixes(const std::vector<std::vector<int64_t>>& per_sentence) {
+  Steering steering;
+  for (const auto& p : per_sentence) steering.push_back(SentenceSteering{p, {}, 0});
+  return steering;
+}
+
+TEST(TargetPrefix, GreedyAndBeamContinueAfterTheForcedTokensAndCountThem) {
+  for (int64_t beam : {1, 2}) {
+    ScriptedDecoder decoder(garden_path);
+    // Sentence 0 is forced into "b" (greedy would take "a"); sentence 1 into "a b", against
+    // the model; sentence 2 runs free in the same batch.
+    auto result = search(decoder, sources({7, 7, 7}), options(beam), prefixes({{B}, {A, B}, {}}));
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{B}));
+    EXPECT_NEAR(result[0][0].log_prob, std::log(0.4) + std::log(0.9), 1e-5);
+    EXPECT_EQ(result[1][0].tokens, (std::vector<int64_t>{A, B}));
+    EXPECT_NEAR(result[1][0].log_prob, std::log(0.6) + std::log(0.31), 1e-5);  // then eos with probability 1
+    EXPECT_EQ(result[2][0].tokens, beam == 1 ? (std::vector<int64_t>{A, A}) : (std::vector<int64_t>{B}));
+  }
+}
+
+TEST(TargetPrefix, APrefixLongerThanTheLengthLimitIsKeptWhole) {
+  auto never_ends = [](int64_t, const std::vector<int64_t>&) { return dist(0.5, 0.49, 0.01); };
+  SearchOptions o = options(1);
+  o.max_len_b = 1;  // room for eos only
+  for (int64_t beam : {1, 3}) {
+    ScriptedDecoder decoder(never_ends);
+    o.beam_size = beam;
+    auto result = search(decoder, sources({7}), o, prefixes({{B, B, A}}));
+    EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{B, B, A})) << "beam " << beam;
+  }
+}
+
+TEST(TargetPrefix, AStreamRowJoiningARunningBatchGetsItsPrefix) {
+  ScriptedDecoder decoder(garden_path, /*joinable=*/true);
+  GreedyStream stream(decoder);
+  stream.join(sources({7}), {0}, options(1));
+  stream.step();
+  stream.join(sources({7}), {1}, options(1), prefixes({{B}}));
+  std::map<int64_t, Hypothesis> done;
+  while (!stream.empty()) {
+    stream.step();
+    for (auto& [tag, h] : stream.take_finished()) done[tag] = h;
+  }
+  EXPECT_EQ(done[0].tokens, (std::vector<int64_t>{A, A}));
+  EXPECT_EQ(done[1].tokens, (std::vector<int64_t>{B}));
+}
+
+// ---- steering: sampling -----------------------------------------------------------------------
+
+TEST(Sampling, DrawsTokensWithTheirProbabilitiesWithinTopKAndTopP) {
+  const std::vector<float> lp{std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  SearchOptions o;
+  auto frequencies = [&](const SearchOptions& options) {
+    std::vector<double> f(lp.size(), 0.0);
+    const int n = 20000;
+    for (int i = 0; i < n; ++i)
+      f[static_cast<size_t>(sample_token(lp.data(), 4, options, sampling_uniform(11, 0, i)))] += 1.0 / n;
+    return f;
+  };
+  o.sampling_topk = 0;  // the whole distribution
+  auto f = frequencies(o);
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_NEAR(f[i], std::exp(lp[i]), 0.015) << "token " << i;
+  o.sampling_topk = 2;  // renormalised over the best two: 0.625 / 0.375
+  f = frequencies(o);
+  EXPECT_NEAR(f[0], 0.625, 0.015);
+  EXPECT_EQ(f[2] + f[3], 0.0);
+  o.sampling_topk = 0;
+  o.sampling_topp = 0.7;  // the smallest head holding 70%: the first two
+  f = frequencies(o);
+  EXPECT_NEAR(f[0], 0.625, 0.015);
+  EXPECT_EQ(f[2] + f[3], 0.0);
+  o.sampling_topp = 1.0;
+  o.sampling_temperature = 0.05;  // nearly the argmax
+  f = frequencies(o);
+  EXPECT_GT(f[0], 0.99);
+}
+
+TEST(Sampling, TheSameSeedAndStreamGiveTheSameDrawsWhateverTheBatch) {
+  auto even = [](int64_t, const std::vector<int64_t>& prefix) {
+    return prefix.size() < 6 ? dist(0.45, 0.45, 0.1) : dist(0.0, 0.0, 1.0);
+  };
+  SearchOptions o = options(1);
+  o.sampling_topk = 0;
+  o.seed = 4;
+  auto run = [&](const std::vector<int64_t>& streams) {
+    ScriptedDecoder decoder(even);
+    Steering steering;
+    for (int64_t s : streams) steering.push_back(SentenceSteering{{}, {}, s});
+    std::vector<int64_t> ids(streams.size(), 7);
+    std::vector<std::vector<int64_t>> out;
+    for (auto& hyps : search(decoder, sources(ids), o, steering)) out.push_back(hyps[0].tokens);
+    return out;
+  };
+  const auto batch = run({0, 1, 2, 3});
+  EXPECT_EQ(run({2})[0], batch[2]);
+  EXPECT_EQ(run({3, 0})[1], batch[0]);
+  std::set<std::vector<int64_t>> distinct(batch.begin(), batch.end());
+  EXPECT_GT(distinct.size(), 1u) << "four streams drew the same sentence";
+  o.seed = 5;
+  EXPECT_NE(run({0, 1, 2, 3}), batch);
+}
+
+TEST(Sampling, BadSettingsAreRefused) {
+  ScriptedDecoder decoder(garden_path);
+  SearchOptions o = options(2);
+  o.sampling_topk = 5;
+  EXPECT_THROW(search(decoder, sources({7}), o), std::invalid_argument);  // beam > 1
+  o = options(1);
+  o.sampling_topp = 0.5;  // without sampling
+  EXPECT_THROW(search(decoder, sources({7}), o), std::invalid_argument);
+  o.sampling_topk = 0;
+  o.sampling_topp = 1.5;
+  EXPECT_THROW(search(decoder, sources({7}), o), std::invalid_argument);
 }
 
 }  // namespace

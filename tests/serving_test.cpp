@@ -82,6 +82,31 @@ TEST(HttpApi, BadRequestsGetTheirStatus) {
   }
 }
 
+TEST(HttpApi, V1TakesTargetPrefixesShapedAsQAndSamplingOptions) {
+  const auto s = settings();
+  auto r = parse_v1_request("application/json",
+                            R"({"q": ["a\nb", "c"], "target_prefix": ["x\n", "z"], "sampling_topk": 0,
+                                "sampling_topp": 0.9, "sampling_temperature": 0.5, "seed": 12})",
+                            s);
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(r.target_prefixes, (std::vector<std::string>{"x", "", "z"}));
+  EXPECT_EQ(r.options.search.sampling_topk, 0);
+  EXPECT_DOUBLE_EQ(r.options.search.sampling_topp, 0.9);
+  EXPECT_DOUBLE_EQ(r.options.search.sampling_temperature, 0.5);
+  EXPECT_EQ(r.options.search.seed, 12);
+  EXPECT_TRUE(parse_v1_request("", R"({"q": "a"})", s).target_prefixes.empty());
+  auto v1 = [&](const std::string& body) { return status_of([&] { parse_v1_request("application/json", body, s); }); };
+  EXPECT_EQ(v1(R"({"q": "a", "target_prefix": "x"})"), 0);
+  EXPECT_EQ(v1(R"({"q": "a", "target_prefix": ["x"]})"), 400);       // a list for a string
+  EXPECT_EQ(v1(R"({"q": ["a", "b"], "target_prefix": ["x"]})"), 400);  // too few
+  EXPECT_EQ(v1(R"({"q": "a", "target_prefix": "x\ny"})"), 400);      // more lines than q
+  EXPECT_EQ(v1(R"({"q": "a", "target_prefix": 3})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "sampling_topk": 0, "sampling_topp": 1.5})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "sampling_topk": 3, "beam": 2})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "sampling_temperature": 2})"), 400);  // without sampling
+  EXPECT_EQ(v1(R"({"q": "a", "sampling_topk": -1})"), 400);
+}
+
 TEST(HttpApi, V1OptionsGoThroughTheRequestTable) {
   const auto s = settings();
   auto r = parse_v1_request("application/json",

@@ -169,6 +169,58 @@ TEST(TranslateCommand, InvalidUtf8IsReplacedAndEveryLineTranslated) {
   }
 }
 
+// Target prefixes, sampling and the shortlist from the command line; their bad input is a
+// one-line error with a non-zero exit.
+TEST(TranslateCommand, SteersWithPrefixesSamplingAndAShortlist) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\nWie geht es dir?\nEin Hund rennt.\n");
+  test::write_text(dir.file("prefix.en"), "Good\n\nA dog\n");
+  const std::string base = tm() + " translate -q -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " ";
+  for (const std::string beam : {"1", "3"}) {
+    auto r = test::run_command("(" + base + "--beam " + beam + " --target-prefix " + dir.file("prefix.en") + " 2>/dev/null)");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream out(r.output);
+    std::string first, second, third;
+    std::getline(out, first);
+    std::getline(out, second);
+    std::getline(out, third);
+    EXPECT_EQ(first.rfind("Good", 0), 0u) << r.output;
+    EXPECT_EQ(third.rfind("A dog", 0), 0u) << r.output;
+  }
+  // Sampling: the same seed, the same output, whatever the workers and windows.
+  const std::string sample = base + "--sampling-topk 0 --seed 3 ";
+  auto a = test::run_command("(" + sample + "--workers 1 2>/dev/null)");
+  auto b = test::run_command("(" + sample + "--workers 2 --batch-size 1 --buffer-size 2 2>/dev/null)");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  // A shortlist built from the sample corpus with the model's tokenizer.
+  auto r = test::run_command(tm() + " shortlist -m " + tiny_checkpoint() + " --src " + test::sample_de() + " --tgt " +
+                             test::sample_en() + " -o " + dir.file("s.tsv") + " --per-source 5 --frequent 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command("(" + base + "--shortlist " + dir.file("s.tsv") + " 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines(r.output), 3u) << r.output;
+
+  auto expect_error = [&](const std::string& flags, const std::string& needle) {
+    auto e = test::run_command("(" + base + flags + " >/dev/null)");
+    EXPECT_NE(e.exit_code, 0) << flags;
+    EXPECT_NE(e.output.find(needle), std::string::npos) << flags << ": " << e.output;
+    EXPECT_EQ(count_lines(e.output), 1u) << flags << ": " << e.output;
+  };
+  test::write_text(dir.file("short.en"), "Good\n");
+  expect_error("--target-prefix " + dir.file("short.en"), "line counts differ");
+  expect_error("--target-prefix " + dir.file("missing.en"), "missing.en");
+  expect_error("--sampling-topk 0 --sampling-topp 1.5", "--sampling-topp must be in (0, 1]");
+  expect_error("--sampling-topp 0.5", "--sampling-topk");
+  expect_error("--sampling-topk 5 --beam 2", "--beam 1");
+  expect_error("--seed -1 --sampling-topk 0", "--seed");
+  std::string other = test::read_text(dir.file("s.tsv"));
+  other.replace(other.find("target_vocabulary ") + 18, 4, "ffff");
+  test::write_text(dir.file("other.tsv"), other);
+  expect_error("--shortlist " + dir.file("other.tsv"), "another target vocabulary");
+  expect_error("--shortlist " + dir.file("missing.tsv"), "missing.tsv");
+}
+
 TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {
   test::TempDir dir;
   test::write_text(dir.file("src.de"), "Guten Morgen.\nDanke schön.\n");

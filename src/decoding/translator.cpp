@@ -135,9 +135,10 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     for (size_t r = begin; r < end; ++r) {
       const size_t line = order[r];
       rows.push_back(&sources[line]);
-      if (steered)
-        steer_rows.push_back(steer(sources[line], steering.empty() ? LineSteering{} : steering[line],
-                                   options.first_line + static_cast<int64_t>(line)));
+      if (!steered) continue;
+      const LineSteering asked = steering.empty() ? LineSteering{} : steering[line];
+      steer_rows.push_back(
+          steer(sources[line], asked, asked.stream >= 0 ? asked.stream : options.first_line + static_cast<int64_t>(line)));
     }
     auto result = torchmt::search(decoder, source_batch(rows), search, steer_rows);
     for (size_t r = begin; r < end; ++r) {

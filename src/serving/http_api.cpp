@@ -113,6 +113,7 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
   if (!std::isfinite(s.max_len_a) || s.max_len_a < 0 || s.max_len_a > 100)
     throw ApiError(400, "max_len_a must be between 0 and 100");
   if (s.max_len_b < 0 || s.max_len_b > 100000) throw ApiError(400, "max_len_b must be between 0 and 100000");
+  if (const std::string sampling = sampling_problem(s, false); !sampling.empty()) throw ApiError(400, sampling);
   if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
     throw ApiError(400, "attention_layer or attention_head out of range");
 }
@@ -158,6 +159,14 @@ const OptionTable<RequestOptions>& request_option_table() {
           .add("early_exit", [](R& r) -> bool& { return r.search.early_exit; },
                "beam search ends a sentence when its best candidate ends it (not after beam finished hypotheses)")
           .add("scores", &R::scores, "answer each sentence's hypotheses with their scores")
+          .add("sampling_topk", [](R& r) -> int64_t& { return r.search.sampling_topk; },
+               "sample from the K most probable tokens (1 = no sampling; 0 = all); needs beam 1")
+          .add("sampling_topp", [](R& r) -> double& { return r.search.sampling_topp; },
+               "sample from the smallest set holding this much probability (0 < P <= 1)")
+          .add("sampling_temperature", [](R& r) -> double& { return r.search.sampling_temperature; },
+               "divide the log-probabilities by T before sampling (T > 0)")
+          .add("seed", [](R& r) -> int64_t& { return r.search.seed; },
+               "sampling's seed (a request's sentence i always samples the same with the same seed)")
           .add("attention", &R::attention, "answer each sentence's cross-attention (weights, pieces and an SVG)")
           .add("attention_layer", &R::attention_layer, "decoder layer of the attention (-1 = last)")
           .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)");
@@ -241,7 +250,7 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   // The options through their table, so names, types and errors are the table's.
   FlatConfig config;
   for (const auto& [key, value] : doc.items()) {
-    if (key == "q") continue;
+    if (key == "q" || key == "target_prefix") continue;
     if (value.is_string()) config.set(key, value.get<std::string>());
     else if (value.is_boolean() || value.is_number()) config.set(key, value.dump());
     else throw ApiError(400, "option '" + escape_control(key) + "' must be a single value");
@@ -255,6 +264,23 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   }
   check_options(request.options, settings.limits);
   split_into_sentences(texts, settings.limits, request);
+  if (doc.contains("target_prefix")) {
+    bool list = false;
+    std::vector<std::string> prefixes;
+    try {
+      prefixes = texts_of(doc["target_prefix"], list);
+    } catch (const ApiError&) {
+      throw ApiError(400, "Invalid request: target_prefix must be shaped as q (a string or a list of strings)");
+    }
+    if (list != request.list || prefixes.size() != texts.size())
+      throw ApiError(400, "Invalid request: target_prefix must be shaped as q (" +
+                              std::string(request.list ? "a list of " + std::to_string(texts.size()) + " strings" : "a string") + ")");
+    ApiRequest lines;
+    split_into_sentences(prefixes, settings.limits, lines);
+    if (lines.lines_per_text != request.lines_per_text)
+      throw ApiError(400, "Invalid request: target_prefix must have as many lines as q, text for text");
+    request.target_prefixes = std::move(lines.sentences);
+  }
   return request;
 }
 

@@ -185,6 +185,7 @@ struct HttpServer::Impl {
         throw ApiError(400, "attention weights need a checkpoint (this server runs an export)");
       ServiceJob job;
       job.sentences = request.sentences;
+      job.target_prefixes = request.target_prefixes;
       job.options = options.translation;
       job.options.search = request.options.search;
       job.options.search.scores = request.options.scores || request.options.search.nbest > 1;  // as answered below

@@ -20,8 +20,17 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
   const auto &x = a.search, &y = b.search;
   return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
          x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
-         x.early_exit == y.early_exit && x.scores == y.scores &&
+         x.early_exit == y.early_exit && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
+         x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
          a.use_cache == b.use_cache;
+}
+
+// What sentence i of a job asks of the search; its sampling stream is its index in the job.
+LineSteering line_steering(const ServiceJob& job, size_t i) {
+  LineSteering s;
+  if (!job.target_prefixes.empty()) s.target_prefix = job.target_prefixes[i];
+  s.stream = static_cast<int64_t>(i);
+  return s;
 }
 
 // Target tokens of the best hypotheses, eos included.
@@ -65,6 +74,9 @@ TranslationService::TranslationService(Translator& translator, ServiceOptions op
 TranslationService::~TranslationService() { stop(); }
 
 std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
+  if (!job.target_prefixes.empty() && job.target_prefixes.size() != job.sentences.size())
+    throw std::invalid_argument(std::to_string(job.target_prefixes.size()) + " target prefixes for " +
+                                std::to_string(job.sentences.size()) + " sentences");
   auto pending = std::make_unique<Pending>();
   for (const auto& s : job.sentences) {  // outside the lock: tokenizing
     bool truncated = false;
@@ -257,6 +269,7 @@ void TranslationService::worker_loop(size_t worker) {
       for (size_t first = 0; first < joining.size();) {
         std::vector<const std::vector<int64_t>*> rows;
         std::vector<int64_t> tags;
+        Steering steering;
         const TranslationOptions group = joining[first]->job.options;
         const SearchOptions search = translator_.search_options(group);
         size_t end = first;
@@ -274,13 +287,15 @@ void TranslationService::worker_loop(size_t worker) {
             }
             rows.push_back(&p.ids[i]);
             tags.push_back(slot << kSentenceBits | static_cast<int64_t>(i));
+            // A request's sentence i samples from stream i, whatever it shares a batch with.
+            steering.push_back(translator_.steer(p.ids[i], line_steering(p.job, i), static_cast<int64_t>(i)));
             ++a.remaining;
           }
           if (a.remaining == 0) complete(active.find(slot));
         }
         if (!rows.empty()) {
           if (!stream->empty()) joined += static_cast<int64_t>(rows.size());  // into a running batch
-          stream->join(translator_.source_batch(rows), tags, search);
+          stream->join(translator_.source_batch(rows), tags, search, steering);
         }
         first = end;
       }
@@ -312,9 +327,11 @@ void TranslationService::worker_loop(size_t worker) {
 void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> lines;
+  std::vector<LineSteering> steering;
   int64_t source_tokens = 0;
   for (const auto& p : batch) {
     lines.insert(lines.end(), p->job.sentences.begin(), p->job.sentences.end());
+    for (size_t i = 0; i < p->job.sentences.size(); ++i) steering.push_back(line_steering(p->job, i));
     source_tokens += p->tokens;
   }
   TranslationOptions options = batch.front()->job.options;
@@ -325,7 +342,7 @@ void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
   options.batch_source_tokens = 0;
   std::vector<Translation> translations;
   try {
-    translations = translator_.translate(lines, options);
+    translations = translator_.translate(lines, options, {}, steering);
   } catch (...) {
     for (auto& p : batch) p->promise.set_exception(std::current_exception());
     return;

@@ -28,6 +28,8 @@ class Shortlist;
 // What a caller asks of one line beyond the options (the search's SentenceSteering, as text).
 struct LineSteering {
   std::string target_prefix;  // the translation starts with it (tokenized by the target model)
+  // Sampling's random stream; -1: the line's number (TranslationOptions::first_line + index).
+  int64_t stream = -1;
 };
 
 struct Translation {

@@ -8,6 +8,8 @@
 //                        accepted; other keys ignored (clients send more than they need).
 //   POST /v1/translate   torchmt's: a JSON object with q and the options of the request table
 //                        below (the `translate` flags' names); unknown keys are an error.
+//                        target_prefix: shaped as q (a string or a list of strings), line for
+//                        line: each translation starts with its prefix.
 // Light header: no LibTorch.
 #include <cstdint>
 #include <stdexcept>
@@ -56,6 +58,7 @@ const OptionTable<RequestOptions>& request_option_table();
 
 struct ApiRequest {
   std::vector<std::string> sentences;  // every line of every text of q, in order
+  std::vector<std::string> target_prefixes;  // /v1's target_prefix: one per sentence, or none
   std::vector<size_t> lines_per_text;  // how many of them each text of q has (joined back with '\n')
   bool list = false;                   // q was a list: the answer is a list too
   RequestOptions options;

@@ -53,6 +53,7 @@ struct ServiceJob {
   TranslationOptions options;
   bool attention = false;  // also each sentence's cross-attention (native models)
   int64_t attention_layer = -1, attention_head = -1;
+  std::vector<std::string> target_prefixes = {};  // one per sentence, or none
 };
 
 struct ServiceResult {

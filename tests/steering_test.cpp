@@ -1,0 +1,156 @@
+// Steering the search through the Translator and the CLI: target prefixes, sampling's
+// reproducibility, and the output vocabulary shortlist (data/shortlist.h).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "data_test_support.h"
+#include "torchmt/data/parallel_corpus.h"
+#include "torchmt/data/shortlist.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/decoding/transformer_decoder.h"
+#include "torchmt/decoding/translator.h"
+
+namespace torchmt {
+namespace {
+
+using test::random_translator;
+
+std::vector<std::string> sample_lines(size_t n) {
+  auto lines = read_lines(test::sample_de());
+  lines.resize(n);
+  return lines;
+}
+
+const Shortlist& sample_shortlist() {
+  static const Shortlist shortlist = [] {
+    CorpusOptions options;
+    auto corpus = load_parallel_corpus(test::sample_de(), test::sample_en(), test::sample_tokenizer(),
+                                       test::sample_tokenizer(), options);
+    ShortlistOptions s;
+    s.per_source = 5;
+    s.frequent = 10;
+    return Shortlist::build(corpus, test::sample_tokenizer(), test::sample_tokenizer(), s);
+  }();
+  return shortlist;
+}
+
+TEST(TargetPrefix, EveryTranslationStartsWithItsPrefixGreedyAndBeam) {
+  auto translator = random_translator();
+  const auto lines = sample_lines(6);
+  const std::vector<std::string> prefix_texts{"The man", "", "Two", "A dog is", "Yes", "In the"};
+  std::vector<LineSteering> steering;
+  for (const auto& p : prefix_texts) steering.push_back(LineSteering{p});
+  for (int64_t beam : {1, 4}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.batch_size = 4;
+    const auto out = translator.translate(lines, options, {}, steering);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto& prefix_ids = translator.tgt_tokenizer().encode(prefix_texts[i]);
+      const auto& tokens = out[i].hypotheses.at(0).tokens;
+      ASSERT_GE(tokens.size(), prefix_ids.size());
+      EXPECT_TRUE(std::equal(prefix_ids.begin(), prefix_ids.end(), tokens.begin())) << "line " << i << " beam " << beam;
+      EXPECT_EQ(out[i].texts[0].rfind(prefix_texts[i], 0), 0u) << out[i].texts[0];
+    }
+  }
+  EXPECT_THROW(translator.translate(lines, TranslationOptions{}, {}, {LineSteering{"x"}}), std::invalid_argument);
+}
+
+TEST(Sampling, TheSameSeedGivesTheSameTranslationsOnAnyNumberOfWorkersAndBatches) {
+  auto translator = random_translator();
+  const auto lines = sample_lines(10);
+  TranslationOptions options;
+  options.search.sampling_topk = 0;
+  options.search.seed = 7;
+  options.workers = 1;
+  options.batch_size = 10;
+  const auto one = translator.translate_text(lines, options);
+  options.workers = 2;
+  options.batch_size = 3;
+  EXPECT_EQ(translator.translate_text(lines, options), one);
+  // Windows of the input (translate's --buffer-size): the lines keep their numbers.
+  options.first_line = 4;
+  const auto tail = translator.translate_text(std::vector<std::string>(lines.begin() + 4, lines.end()), options);
+  EXPECT_EQ(tail, std::vector<std::string>(one.begin() + 4, one.end()));
+  options.first_line = 0;
+  options.search.seed = 8;
+  EXPECT_NE(translator.translate_text(lines, options), one);
+}
+
+TEST(Shortlist, ListsCandidatesRoundTripsAndRefusesAnotherVocabulary) {
+  const Shortlist& shortlist = sample_shortlist();
+  const auto ids = test::sample_tokenizer().encode(sample_lines(1)[0]);
+  const auto candidates = shortlist.candidates(ids, {42});
+  EXPECT_TRUE(std::is_sorted(candidates.begin(), candidates.end()));
+  EXPECT_TRUE(std::binary_search(candidates.begin(), candidates.end(), int64_t{3}));   // eos
+  EXPECT_TRUE(std::binary_search(candidates.begin(), candidates.end(), int64_t{42}));  // the extra
+  EXPECT_LT(candidates.size(), static_cast<size_t>(test::sample_tokenizer().vocab_size()));
+  EXPECT_GT(candidates.size(), shortlist.candidates({}).size());  // the source's own
+
+  test::TempDir dir;
+  shortlist.save(dir.file("s.tsv"));
+  const auto loaded = Shortlist::load(dir.file("s.tsv"), test::sample_tokenizer(), test::sample_tokenizer());
+  EXPECT_EQ(loaded.candidates(ids), shortlist.candidates(ids));
+
+  auto expect_error = [&](const std::string& text, const std::string& needle) {
+    test::write_text(dir.file("bad.tsv"), text);
+    try {
+      Shortlist::load(dir.file("bad.tsv"), test::sample_tokenizer(), test::sample_tokenizer());
+      ADD_FAILURE() << "loaded: " << text.substr(0, 80);
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  };
+  const std::string good = test::read_text(dir.file("s.tsv"));
+  expect_error("hello\n", "not a torchmt shortlist");
+  std::string other = good;
+  other.replace(other.find("source_vocabulary ") + 18, 4, "0000");
+  expect_error(other, "another source vocabulary");
+  expect_error(good + "5\t1 2 999999\n", "outside the vocabulary");
+  expect_error(good + "x\t1\n", "line ");
+  expect_error(good.substr(0, good.find("\nfrequent ") + 1), "missing frequent");
+}
+
+// A row may produce only its candidates, its log-probabilities are the full model's
+// renormalised over them, and its translation does not depend on what shares its batch.
+TEST(Shortlist, RestrictsEachSentenceToItsCandidatesWhateverItsBatch) {
+  auto translator = random_translator();
+  translator.set_shortlist(std::make_shared<const Shortlist>(sample_shortlist()));
+  const auto lines = sample_lines(8);
+  for (int64_t beam : {1, 3}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.batch_size = 8;
+    const auto together = translator.translate(lines, options);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto allowed = sample_shortlist().candidates(translator.encode_source(lines[i]));
+      for (int64_t t : together[i].hypotheses.at(0).tokens)
+        EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), t)) << "line " << i << " token " << t;
+      options.batch_size = 1;
+      EXPECT_EQ(translator.translate_text({lines[i]}, options)[0], together[i].texts[0]) << "line " << i;
+      options.batch_size = 8;
+    }
+  }
+  // The decoder's step: the full model's log-probabilities renormalised over the row's list.
+  torch::NoGradGuard no_grad;
+  translator.model()->eval();
+  const auto source_ids = translator.encode_source(lines[0]);
+  const auto src = translator.source_batch({&source_ids});  // [1, S]
+  TransformerDecoder full(translator.model()), restricted(translator.model());
+  full.start(src);
+  restricted.start(src);
+  const auto list = sample_shortlist().candidates(translator.encode_source(lines[0]));
+  restricted.restrict_output({&list});
+  const auto bos = torch::full({1}, 2, torch::kLong);
+  const auto all = full.step(bos);              // [1, V]
+  const auto some = restricted.step(bos);       // [1, U]
+  const auto columns = restricted.output_columns();
+  ASSERT_TRUE(columns.defined());
+  const auto expected = torch::log_softmax(all.index_select(1, columns), -1);
+  EXPECT_TRUE(torch::allclose(some, expected, 1e-5, 1e-5));
+}
+
+}  // namespace
+}  // namespace torchmt
