@@ -37,12 +37,6 @@ ModelConfig tiny_config() {
   return c;
 }
 
-std::vector<std::string> sample_lines(size_t n) {
-  auto lines = read_lines(test::sample_de());
-  lines.resize(n);
-  return lines;
-}
-
 class AdamOnDevice : public ::testing::TestWithParam<std::string> {};
 
 // found_inf = 1 leaves parameters, moments and the step count as they were; 0 updates them.
@@ -227,7 +221,7 @@ TEST(Cuda, GreedyAndBeamSearchMatchTheCpu) {
   torch::manual_seed(9);
   Transformer model(tiny_config());
   Translator cpu(model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
-  const auto lines = sample_lines(12);
+  const auto lines = test::sample_lines(12);
   TranslationOptions o;
   o.batch_size = 5;
   std::vector<std::vector<std::string>> expected;
@@ -277,7 +271,7 @@ TEST(Cuda, TrainerTrainsResumesAndItsCheckpointTranslatesOnTheCpu) {
   EXPECT_LT(second.last_train_loss, 12.0);
   auto translator = Translator::from_checkpoint(dir.file("run") + "/checkpoint_last.pt", torch::kCPU, torch::kFloat);
   TranslationOptions t;
-  EXPECT_EQ(translator.translate_text(sample_lines(3), t).size(), 3u);
+  EXPECT_EQ(translator.translate_text(test::sample_lines(3), t).size(), 3u);
 }
 
 // A data-parallel group of one process on the GPU (what one GPU can check of the NCCL path):

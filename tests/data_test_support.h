@@ -3,6 +3,7 @@
 #include <string>
 
 #include "test_support.h"
+#include "torchmt/data/text_file.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/io/checkpoint.h"
@@ -74,6 +75,13 @@ inline const std::string& tiny_checkpoint() {
     return dir.file("tiny.pt");
   }();
   return path;
+}
+
+// The first n lines of the German sample.
+inline std::vector<std::string> sample_lines(size_t n) {
+  auto lines = read_lines(sample_de());
+  lines.resize(n);
+  return lines;
 }
 
 // A random tiny model in memory with the sample tokenizer, fp32 on the CPU.

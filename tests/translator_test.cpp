@@ -9,12 +9,8 @@ namespace torchmt {
 namespace {
 
 using test::random_translator;
+using test::sample_lines;
 
-std::vector<std::string> sample_lines(size_t n) {
-  auto lines = read_lines(test::sample_de());
-  lines.resize(n);
-  return lines;
-}
 
 TEST(Translator, BatchedEqualsOneByOneAndKeepsInputOrder) {
   auto translator = random_translator();
