@@ -28,11 +28,7 @@ void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags,
     if (options.eos_id != eos_id_) throw std::invalid_argument("greedy stream: rows with different eos ids");
     decoder_.join(src);
   }
-  std::vector<const std::vector<int64_t>*> vocabularies;
-  for (const auto& s : steering)
-    if (!s.vocabulary.empty()) vocabularies.resize(steering.size());
-  for (size_t i = 0; i < vocabularies.size(); ++i) vocabularies[i] = &steering[i].vocabulary;
-  if (!vocabularies.empty()) decoder_.restrict_output(vocabularies);
+  if (const auto lists = vocabularies_of(steering); !lists.empty()) decoder_.restrict_output(lists);
   const auto limits = max_lengths(src, options, steering);
   for (size_t i = 0; i < tags.size(); ++i) {
     Row row{tags[i], limits[i], options, {}, tags[i], 0, 0, Hypothesis{}};

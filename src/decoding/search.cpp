@@ -58,19 +58,6 @@ void check_options(const SearchOptions& o, const at::Tensor& src, const Steering
                                 std::to_string(src.size(0)) + " sentences");
 }
 
-// The rows' shortlists for IncrementalDecoder::restrict_output, or none when no row has one.
-std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering) {
-  std::vector<const std::vector<int64_t>*> lists;
-  bool any = false;
-  for (const auto& s : steering) {
-    lists.push_back(&s.vocabulary);
-    any = any || !s.vocabulary.empty();
-  }
-  if (!any) lists.clear();
-  return lists;
-}
-
-
 // Per sentence, the `width` best of its k beam rows' candidates (each row's `row_width`
 // best, from topk), best first; equal scores in order of beam then token, so the search
 // is deterministic. Writes scores and flat indices beam * vocab + token.
@@ -99,6 +86,17 @@ void merge_row_candidates(const float* row_scores, const int64_t* row_tokens, in
 }
 
 }  // namespace
+
+std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering) {
+  std::vector<const std::vector<int64_t>*> lists;
+  bool any = false;
+  for (const auto& s : steering) {
+    lists.push_back(&s.vocabulary);
+    any = any || !s.vocabulary.empty();
+  }
+  if (!any) lists.clear();
+  return lists;
+}
 
 std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o, const Steering& steering) {
   auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);

@@ -45,6 +45,9 @@ SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const Se
 // max_len_cap, at least 1 (room for eos); with a prefix, at least its length + 1.
 std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& options, const Steering& steering = {});
 
+// The rows' shortlists for IncrementalDecoder::restrict_output; empty when no row has one.
+std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering);
+
 // Sampling (SearchOptions::sampling): the token drawn from a row of log-probabilities [vocab]
 // with the uniform number u in [0, 1).
 int64_t sample_token(const float* log_probs, int64_t vocab, const SearchOptions& options, double u);

@@ -103,7 +103,7 @@ class Translator {
   SentenceSteering steer(const std::vector<int64_t>& source_ids, const LineSteering& line, int64_t stream) const;
 
   // Output vocabulary shortlist for every translation (null: none). Throws std::invalid_argument
-  // for a model format that cannot restrict its output.
+  // when its target vocabulary is not the model's size.
   void set_shortlist(std::shared_ptr<const Shortlist> shortlist);
   const std::shared_ptr<const Shortlist>& shortlist() const { return shortlist_; }
 
