@@ -7,7 +7,10 @@
 # train 5 min, use 80 s, bench_translate 3+ min, the Python side decoding without a cache), over
 # the device tool's 10 minutes a call: run it as two calls,
 #   tools/gpu_checks.sh build test bench_train        and     tools/gpu_checks.sh build train use bench_translate
+# A task has 15 minutes of device time in all: `tools/gpu_checks.sh quick train use` (build + suite +
+# smoke + the GPU recipe + its BLEU) fits one 10-minute call; each stage prints the seconds it used.
 # Stages:
+#   quick            build test smoke: the checks every GPU session runs first (about 4 minutes)
 #   build            configure + build against the machine's CUDA LibTorch (tools/device_build.sh)
 #   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none)
 #   bench_train      base, 50,000-token batches (the paper's 25,000 source + 25,000 target tokens),
@@ -15,6 +18,9 @@
 #                    attention and SDPA), MFU, and a profile of 3 updates (CPU ops, GPU kernels)
 #   smoke            a 40-step GPU run, then translate / evaluate / export, the export on the CPU
 #   train            tools/recipes/multi30k_gpu.yaml (GPU_TRAIN_MINUTES caps it), averaged checkpoints
+#   base             tools/recipes/multi30k_gpu_base.yaml (the paper's base, 16k joint vocabulary, bf16),
+#                    its test BLEU, and its weights packed for the trip back ($RESULTS/base/weights.part*:
+#                    tools/bench/weights_transfer.py unpack them into a checkpoint on the CPU)
 #   use              test_2016 / test_2017 BLEU of that model on the GPU (greedy, beam 5), translate,
 #                    export, and the TorchScript file translating on the CPU
 #   bench_translate  greedy / beam 5, batch 1 / 64, fp32 / bf16, ours vs the Python reference
@@ -38,6 +44,11 @@ export LD_LIBRARY_PATH=$KIT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_
 export PYTHONUNBUFFERED=1
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build test bench_train train use bench_translate)
+expanded=()
+for stage in "${stages[@]}"; do
+  if [ "$stage" = quick ]; then expanded+=(build test smoke); else expanded+=("$stage"); fi
+done
+stages=("${expanded[@]}")
 run_dir=${GPU_RUN_DIR:-runs/multi30k_gpu}
 d=data/multi30k
 tm=$build/torchmt
@@ -60,6 +71,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tee -a "$log"
 
 for stage in "${stages[@]}"; do
+  stage_t0=$(date +%s)
   case $stage in
   build)
     t0=$(date +%s)
@@ -150,7 +162,20 @@ for stage in "${stages[@]}"; do
       bench_data && ls -la "$results/bin.tar.gz" | tee -a "$log" ;;
   cpu_isa)
     ISA_CHECK_FROM=${ISA_CHECK_FROM:-avx2} step bash tools/cpu_isa_checks.sh "${ISA_MODEL:-runs/isa/model.pt}" "$build" ;;
+  base)
+    base_dir=runs/multi30k_gpu_base
+    rm -rf "$base_dir"
+    step "$tm" train --config tools/recipes/multi30k_gpu_base.yaml --out "$base_dir"
+    cat "$base_dir/metrics.csv" | tee -a "$log"
+    for test in test_2016_flickr test_2017_flickr; do
+      for beam in 1 5; do
+        step "$tm" evaluate -m "$base_dir/checkpoint_best.pt" --src $d/$test.de.gz --ref $d/$test.en.gz --beam $beam \
+          --device cuda
+      done
+    done
+    step python3 tools/bench/weights_transfer.py pack "$base_dir/checkpoint_best.pt" "$results/base" ;;
   *) say "unknown stage '$stage'"; exit 2 ;;
   esac
+  say "stage $stage: $(( $(date +%s) - stage_t0 )) s of device time"
 done
 say "gpu_checks done"
