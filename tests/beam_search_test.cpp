@@ -2,6 +2,7 @@
 // test chooses (fairseq tests/utils.py style), then over a real (random) Transformer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
@@ -448,6 +449,114 @@ TEST(Sampling, BadSettingsAreRefused) {
   o.sampling_topk = 0;
   o.sampling_topp = 1.5;
   EXPECT_THROW(search(decoder, sources({7}), o), std::invalid_argument);
+}
+
+// ---- steering: terminology constraints --------------------------------------------------------
+
+TEST(Constraints, AStateFollowsPhrasesAndOwesABrokenOneAgain) {
+  const Phrases phrases{{A, B}, {B}};
+  ConstraintState state(&phrases);
+  EXPECT_EQ(state.total(), 3);
+  EXPECT_EQ(state.allowed(), (std::vector<int64_t>{A, B}));
+  state = state.advance(A);  // "a b" begun
+  EXPECT_EQ(state.remaining(), 2);
+  EXPECT_EQ(state.allowed(), (std::vector<int64_t>{B}));
+  state = state.advance(A);  // broken off, and begun again by the same token
+  EXPECT_EQ(state.remaining(), 2);
+  state = state.advance(EOS);  // broken off
+  EXPECT_EQ(state.remaining(), 3);
+  state = state.advance(A).advance(B);
+  EXPECT_EQ(state.remaining(), 1);
+  EXPECT_EQ(state.allowed(), (std::vector<int64_t>{B}));
+  state = state.advance(B);
+  EXPECT_TRUE(state.complete());
+  EXPECT_TRUE(state.allowed().empty());
+  EXPECT_TRUE(ConstraintState().complete());
+  const Phrases empty_phrase{{}};
+  EXPECT_THROW(ConstraintState{&empty_phrase}, std::invalid_argument);
+}
+
+TEST(Constraints, BanksShareTheBeamAndPassDownWhatTheyCannotFill) {
+  EXPECT_EQ(bank_sizes(2, 5, {9, 9, 9}), (std::vector<int64_t>{1, 1, 3}));
+  EXPECT_EQ(bank_sizes(2, 5, {9, 9, 0}), (std::vector<int64_t>{1, 4, 0}));
+  EXPECT_EQ(bank_sizes(2, 5, {9, 1, 1}), (std::vector<int64_t>{3, 1, 1}));
+  EXPECT_EQ(bank_sizes(4, 2, {9, 9, 9, 9, 9}), (std::vector<int64_t>{0, 0, 0, 0, 2}));
+  EXPECT_THROW(bank_sizes(2, 5, {1, 1}), std::invalid_argument);
+}
+
+Steering constrained(const std::vector<Phrases>& per_sentence) {
+  Steering steering;
+  for (const auto& c : per_sentence) {
+    steering.emplace_back();
+    steering.back().constraints = c;
+  }
+  return steering;
+}
+
+bool holds(const std::vector<int64_t>& tokens, const std::vector<int64_t>& phrase) {
+  return std::search(tokens.begin(), tokens.end(), phrase.begin(), phrase.end()) != tokens.end();
+}
+
+// "a" first, then the end; "b" is unlikely everywhere.
+std::vector<double> prefers_a(int64_t, const std::vector<int64_t>& prefix) {
+  return prefix.empty() ? dist(0.7, 0.1, 0.2) : dist(0.1, 0.1, 0.8);
+}
+
+TEST(Constraints, EveryPhraseAppearsAndTheOthersInTheBatchAreUntouched) {
+  for (int64_t beam : {1, 2, 5}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    ScriptedDecoder free_decoder(prefers_a);
+    const auto alone = search(free_decoder, sources({7}), options(beam));
+    EXPECT_EQ(alone[0][0].tokens, (std::vector<int64_t>{A}));
+    ScriptedDecoder decoder(prefers_a);
+    const auto result =
+        search(decoder, sources({7, 7, 7, 7}), options(beam), constrained({{{B}}, {{B, A}}, {}, {{B}, {B}, {A, A, B}}}));
+    EXPECT_EQ(result[0][0].tokens, (std::vector<int64_t>{B}));
+    EXPECT_NEAR(result[0][0].log_prob, std::log(0.1) + std::log(0.8), 1e-5);
+    EXPECT_EQ(result[1][0].tokens, (std::vector<int64_t>{B, A}));
+    EXPECT_EQ(result[2][0].tokens, alone[0][0].tokens);
+    EXPECT_NEAR(result[2][0].log_prob, alone[0][0].log_prob, 1e-6);
+    const auto& three = result[3][0].tokens;
+    EXPECT_TRUE(holds(three, {A, A, B})) << "beam " << beam;
+    EXPECT_GE(std::count(three.begin(), three.end(), B), 3);
+  }
+}
+
+TEST(Constraints, PhrasesLongerThanTheLengthLimitStillFitAndFollowAPrefix) {
+  SearchOptions o = options(3);
+  o.max_len_b = 1;  // room for eos only
+  ScriptedDecoder decoder(prefers_a);
+  Steering steering = constrained({{{B, B}, {A}}});
+  steering[0].prefix = {A};
+  const auto result = search(decoder, sources({7}), o, steering);
+  const auto& tokens = result[0][0].tokens;
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(tokens[0], A);
+  EXPECT_TRUE(holds(tokens, {B, B}));
+  EXPECT_LE(tokens.size(), 1u + 3u);  // the prefix and the constraints' tokens
+}
+
+TEST(Constraints, ARealModelsOutputHoldsThemInEveryRowOfABatch) {
+  torch::manual_seed(3);
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 40;
+  Transformer model(c);
+  model->eval();
+  TransformerDecoder decoder(model);
+  auto src = torch::randint(4, 40, {3, 6}, torch::kLong);
+  SearchOptions o = options(4);
+  o.max_len_b = 8;
+  const Steering steering = constrained({{{17, 18}}, {{30}, {31, 32, 33}}, {{5}}});
+  const auto result = search(decoder, src, o, steering);
+  for (size_t i = 0; i < steering.size(); ++i)
+    for (const auto& phrase : steering[i].constraints) EXPECT_TRUE(holds(result[i][0].tokens, phrase)) << i;
+}
+
+TEST(Constraints, SamplingIsRefused) {
+  ScriptedDecoder decoder(prefers_a);
+  SearchOptions o = options(1);
+  o.sampling_topk = 0;
+  EXPECT_THROW(search(decoder, sources({7}), o, constrained({{{B}}})), std::invalid_argument);
 }
 
 }  // namespace

@@ -107,6 +107,28 @@ TEST(HttpApi, V1TakesTargetPrefixesShapedAsQAndSamplingOptions) {
   EXPECT_EQ(v1(R"({"q": "a", "sampling_topk": -1})"), 400);
 }
 
+TEST(HttpApi, V1TakesConstraintsShapedAsQ) {
+  const auto s = settings();
+  auto r = parse_v1_request("application/json", R"({"q": ["a", "b\nc", "d"], "constraints": [["x", "y z"], [], ["w"]]})", s);
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"a", "b", "c", "d"}));
+  ASSERT_EQ(r.constraints.size(), 4u);
+  EXPECT_EQ(r.constraints[0], (std::vector<std::string>{"x", "y z"}));
+  EXPECT_TRUE(r.constraints[1].empty());
+  EXPECT_TRUE(r.constraints[2].empty());
+  EXPECT_EQ(r.constraints[3], (std::vector<std::string>{"w"}));
+  r = parse_v1_request("application/json", R"({"q": "a", "constraints": ["x"]})", s);
+  EXPECT_EQ(r.constraints, (std::vector<std::vector<std::string>>{{"x"}}));
+  EXPECT_TRUE(parse_v1_request("", R"({"q": "a"})", s).constraints.empty());
+  auto v1 = [&](const std::string& body) { return status_of([&] { parse_v1_request("application/json", body, s); }); };
+  EXPECT_EQ(v1(R"({"q": "a", "constraints": "x"})"), 400);              // a string, not a list
+  EXPECT_EQ(v1(R"({"q": ["a"], "constraints": ["x"]})"), 400);          // a list for each text
+  EXPECT_EQ(v1(R"({"q": ["a", "b"], "constraints": [["x"]]})"), 400);   // too few
+  EXPECT_EQ(v1(R"({"q": "a", "constraints": [3]})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a\nb", "constraints": ["x"]})"), 400);        // which line?
+  EXPECT_EQ(v1(R"({"q": "a\nb", "constraints": []})"), 0);
+  EXPECT_EQ(v1(R"({"q": "a", "constraints": ["x"], "sampling_topk": 0})"), 400);
+}
+
 TEST(HttpApi, V1OptionsGoThroughTheRequestTable) {
   const auto s = settings();
   auto r = parse_v1_request("application/json",
@@ -249,6 +271,42 @@ TEST(TranslationService, RequestsJoinARunningBatchWhenThereIsRoom) {
   EXPECT_EQ(first.get().translations[0].texts, expected[longest][0].texts);
   EXPECT_GT(metrics.joins(), 0) << "shorter requests joined the running batch";
   EXPECT_EQ(metrics.batches(), 0);
+}
+
+// Constrained requests, greedy or beam, with in-flight batching or without: each answer holds
+// its phrases and equals translate()'s for that line alone; unconstrained ones are untouched.
+TEST(TranslationService, ConstrainedRequestsGetTheirPhrases) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  lines.resize(6);
+  for (int64_t beam : {1, 3})
+    for (bool continuous : {true, false}) {
+      SCOPED_TRACE("beam " + std::to_string(beam) + (continuous ? ", in-flight batching" : ", whole batches"));
+      TranslationOptions options;
+      options.search.beam_size = beam;
+      ServiceOptions service_options;
+      service_options.max_wait_ms = 100;
+      service_options.continuous = continuous;
+      TranslationService service(translator, service_options);
+      std::vector<std::future<ServiceResult>> answers;
+      std::vector<std::vector<std::string>> asked;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        ServiceJob job{{lines[i]}, options};
+        asked.push_back(i % 2 == 0 ? std::vector<std::string>{"Zyxquorbl"} : std::vector<std::string>{});
+        if (!asked.back().empty()) job.constraints = {asked.back()};
+        answers.push_back(service.submit(std::move(job)));
+      }
+      for (size_t i = 0; i < lines.size(); ++i) {
+        auto result = answers[i].get();
+        ASSERT_EQ(result.translations.size(), 1u);
+        LineSteering steering;
+        steering.constraints = asked[i];
+        const auto alone = translator.translate({lines[i]}, options, {}, {steering});
+        EXPECT_EQ(result.translations[0].texts, alone[0].texts) << "sentence " << i;
+        if (!asked[i].empty())
+          EXPECT_NE(result.translations[0].texts[0].find("Zyxquorbl"), std::string::npos) << "sentence " << i;
+      }
+    }
 }
 
 // The budget splits the queue into batches; different searches never share one; stop()

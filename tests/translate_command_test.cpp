@@ -221,6 +221,48 @@ TEST(TranslateCommand, SteersWithPrefixesSamplingAndAShortlist) {
   expect_error("--shortlist " + dir.file("missing.tsv"), "missing.tsv");
 }
 
+// Terminology constraints: every phrase in its line's output, at any beam, with a shortlist
+// that lacks them, and for the TorchScript export; a word the model never saw spelled by pieces.
+TEST(TranslateCommand, ConstraintsAppearInEveryOutput) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\nWie geht es dir?\nEin Hund rennt.\n");
+  test::write_text(dir.file("c.en"), "dog\tmorning\n\nZyxquorbl blue\n");
+  auto r = test::run_command(tm() + " shortlist -m " + tiny_checkpoint() + " --src " + test::sample_de() + " --tgt " +
+                             test::sample_en() + " -o " + dir.file("s.tsv") + " --per-source 2 --frequent 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& model : {tiny_checkpoint(), dir.file("model.ts")})
+    for (const std::string& flags : {std::string("--beam 1"), std::string("--beam 4"), "--beam 4 --shortlist " + dir.file("s.tsv")}) {
+      r = test::run_command("(" + tm() + " translate -q -m " + model + " -i " + dir.file("in.de") + " --constraints " +
+                            dir.file("c.en") + " " + flags + " 2>/dev/null)");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      std::istringstream out(r.output);
+      std::string first, second, third;
+      std::getline(out, first);
+      std::getline(out, second);
+      std::getline(out, third);
+      EXPECT_NE(first.find("dog"), std::string::npos) << flags << ": " << r.output;
+      EXPECT_NE(first.find("morning"), std::string::npos) << flags << ": " << r.output;
+      EXPECT_NE(third.find("Zyxquorbl blue"), std::string::npos) << flags << ": " << r.output;
+    }
+  const std::string base = tm() + " translate -q -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " ";
+  auto expect_error = [&](const std::string& flags, const std::string& needle) {
+    auto e = test::run_command("(" + base + flags + " >/dev/null)");
+    EXPECT_NE(e.exit_code, 0) << flags;
+    EXPECT_NE(e.output.find(needle), std::string::npos) << flags << ": " << e.output;
+    EXPECT_EQ(count_lines(e.output), 1u) << flags << ": " << e.output;
+  };
+  test::write_text(dir.file("short.en"), "dog\n");
+  expect_error("--constraints " + dir.file("short.en"), "line counts differ");
+  expect_error("--constraints " + dir.file("missing.en"), "missing.en");
+  expect_error("--constraints " + dir.file("c.en") + " --sampling-topk 0", "constraints need beam search");
+  std::string long_phrase;
+  for (int i = 0; i < 300; ++i) long_phrase += "Zyxquorbl ";
+  test::write_text(dir.file("long.en"), long_phrase + "\n\n\n");
+  expect_error("--constraints " + dir.file("long.en"), "the model's output holds at most");
+}
+
 TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {
   test::TempDir dir;
   test::write_text(dir.file("src.de"), "Guten Morgen.\nDanke schön.\n");

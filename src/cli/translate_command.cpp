@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -30,10 +31,45 @@ void write_attention_picture(Translator& translator, const std::string& source, 
                          cross_attention_map(translator, source, translation.hypotheses.front().tokens, layer, head)));
 }
 
+// A file with one line per input line (--target-prefix, --constraints), read window by window.
+class AlignedLines {
+ public:
+  AlignedLines(std::string flag, std::string path, bool strict) : flag_(std::move(flag)), path_(std::move(path)) {
+    lines_ = std::make_unique<InputLines>(path_, strict);
+  }
+  // The next n lines; a file that ends first is an error.
+  std::vector<std::string>& read(size_t n) {
+    lines_->read(n, window_);
+    if (window_.size() != n) throw std::runtime_error(flag_ + " " + path_ + " has fewer lines than the input");
+    return window_;
+  }
+  void check_ended() {
+    if (lines_->read(1, window_)) throw std::runtime_error(flag_ + " " + path_ + " has more lines than the input");
+  }
+
+ private:
+  std::string flag_, path_;
+  std::unique_ptr<InputLines> lines_;
+  std::vector<std::string> window_;
+};
+
+// A line of --constraints: its tab-separated phrases (empty fields dropped).
+std::vector<std::string> constraint_phrases(const std::string& line) {
+  std::vector<std::string> phrases;
+  for (size_t begin = 0;;) {
+    const size_t end = line.find('\t', begin);
+    std::string phrase = line.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (phrase.find_first_not_of(' ') != std::string::npos) phrases.push_back(std::move(phrase));
+    if (end == std::string::npos) return phrases;
+    begin = end + 1;
+  }
+}
+
 struct TranslateCommandOptions {
   TranslatorConfig translator;
   std::string input = "-", output = "-";
   std::string target_prefix;
+  std::string constraints;
   std::string attention_svg;
   int64_t attention_layer = -1, attention_head = -1;
   bool strict_utf8 = false;
@@ -51,6 +87,10 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
       .add("target_prefix", &O::target_prefix,
            "file with one target prefix per input line (an empty line: none): each translation starts with "
            "its prefix and continues it", {"", "io", {}})
+      .add("constraints", &O::constraints,
+           "file with one line per input line: the target phrases its translation must hold, tab-separated (an "
+           "empty line: none); lexically constrained beam search with dynamic beam allocation",
+           {"", "io", {}})
       .add("attention_svg", &O::attention_svg,
            "write the cross-attention heatmap of the first sentence to this SVG file",
            {"", "io", {}})
@@ -91,14 +131,17 @@ int run_translate(int argc, char** argv) {
   }
   use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
   InputLines input(o->input, o->strict_utf8);
-  std::unique_ptr<InputLines> prefixes;
-  if (!o->target_prefix.empty()) {
-    if (o->target_prefix == o->input && o->input == "-")
-      return usage_error(argv[0], "--target-prefix and the input cannot both be standard input");
-    const int64_t input_lines = count_lines(o->input), prefix_lines = count_lines(o->target_prefix);
-    if (input_lines >= 0 && prefix_lines >= 0 && input_lines != prefix_lines)
-      return usage_error(argv[0], line_count_mismatch(o->input, input_lines, o->target_prefix, prefix_lines));
-    prefixes = std::make_unique<InputLines>(o->target_prefix, o->strict_utf8);
+  // --target-prefix and --constraints: files aligned with the input, line for line.
+  std::unique_ptr<AlignedLines> prefixes, constraints;
+  for (auto [flag, path, aligned] : {std::make_tuple("--target-prefix", &o->target_prefix, &prefixes),
+                                     std::make_tuple("--constraints", &o->constraints, &constraints)}) {
+    if (path->empty()) continue;
+    if (*path == o->input && o->input == "-")
+      return usage_error(argv[0], std::string(flag) + " and the input cannot both be standard input");
+    const int64_t input_lines = count_lines(o->input), aligned_lines = count_lines(*path);
+    if (input_lines >= 0 && aligned_lines >= 0 && input_lines != aligned_lines)
+      return usage_error(argv[0], line_count_mismatch(o->input, input_lines, *path, aligned_lines));
+    *aligned = std::make_unique<AlignedLines>(flag, *path, o->strict_utf8);
   }
   // Streaming: a window of lines in, its translations out (in order) before the next is read,
   // so memory is bounded by the window and a pipe gets its output as it goes.
@@ -113,7 +156,7 @@ int run_translate(int argc, char** argv) {
                     show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
   const auto line_done = [&progress](int64_t n) { progress.add(n); };
 
-  std::vector<std::string> lines, prefix_lines;
+  std::vector<std::string> lines;
   std::vector<LineSteering> steering;
   std::string first_line;
   Translation first_translation;
@@ -123,11 +166,14 @@ int run_translate(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const bool first_window = count == 0;
     steering.clear();
+    if (prefixes || constraints) steering.resize(lines.size());
     if (prefixes) {
-      prefixes->read(lines.size(), prefix_lines);
-      if (prefix_lines.size() != lines.size())
-        throw std::runtime_error("--target-prefix " + o->target_prefix + " has fewer lines than the input");
-      for (auto& p : prefix_lines) steering.push_back(LineSteering{std::move(p)});
+      auto& window = prefixes->read(lines.size());
+      for (size_t i = 0; i < lines.size(); ++i) steering[i].target_prefix = std::move(window[i]);
+    }
+    if (constraints) {
+      const auto& window = constraints->read(lines.size());
+      for (size_t i = 0; i < lines.size(); ++i) steering[i].constraints = constraint_phrases(window[i]);
     }
     TranslationOptions options = o->translator.translation;
     options.first_line = count;  // sampling's streams: the line numbers in the whole input
@@ -165,8 +211,8 @@ int run_translate(int argc, char** argv) {
       if (!std::cout) throw std::runtime_error("cannot write standard output");
     }
   }
-  if (prefixes && prefixes->read(1, prefix_lines))
-    throw std::runtime_error("--target-prefix " + o->target_prefix + " has more lines than the input");
+  if (prefixes) prefixes->check_ended();
+  if (constraints) constraints->check_ended();
   if (file) file->commit();
   progress.finish();
   if (truncated > 0)

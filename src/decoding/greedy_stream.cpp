@@ -19,6 +19,8 @@ void GreedyStream::join(const at::Tensor& src, const std::vector<int64_t>& tags,
     throw std::invalid_argument("greedy stream: " + std::to_string(tags.size()) + " tags and " +
                                 std::to_string(steering.size()) + " steerings for " + std::to_string(src.size(0)) +
                                 " sources");
+  if (has_constraints(steering))
+    throw std::invalid_argument("greedy stream: constraints need beam search (search() runs it for them)");
   if (src.size(0) == 0) return;
   if (rows_.empty()) {
     decoder_.start(src);  // also after the last row left: the decoder's state is stale

@@ -56,6 +56,8 @@ void check_options(const SearchOptions& o, const at::Tensor& src, const Steering
   if (!steering.empty() && static_cast<int64_t>(steering.size()) != src.size(0))
     throw std::invalid_argument("search: " + std::to_string(steering.size()) + " steerings for " +
                                 std::to_string(src.size(0)) + " sentences");
+  if (o.sampling() && has_constraints(steering))
+    throw std::invalid_argument("constraints need beam search: they cannot be combined with sampling");
 }
 
 // Per sentence, the `width` best of its k beam rows' candidates (each row's `row_width`
@@ -87,6 +89,10 @@ void merge_row_candidates(const float* row_scores, const int64_t* row_tokens, in
 
 }  // namespace
 
+bool has_constraints(const Steering& steering) {
+  return std::any_of(steering.begin(), steering.end(), [](const SentenceSteering& s) { return !s.constraints.empty(); });
+}
+
 std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering) {
   std::vector<const std::vector<int64_t>*> lists;
   bool any = false;
@@ -104,8 +110,12 @@ std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o, 
   for (int64_t i = 0; i < src.size(0); ++i) {
     auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
     out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
-    if (!steering.empty())
-      out[i] = std::max(out[i], static_cast<int64_t>(steering[static_cast<size_t>(i)].prefix.size()) + 1);
+    if (!steering.empty()) {
+      const auto& s = steering[static_cast<size_t>(i)];
+      int64_t owed = static_cast<int64_t>(s.prefix.size());
+      for (const auto& phrase : s.constraints) owed += static_cast<int64_t>(phrase.size());
+      out[i] = std::max(out[i], owed + 1);
+    }
   }
   return out;
 }
@@ -218,6 +228,11 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
   std::vector<std::vector<int64_t>> prefixes(batch);  // row -> tokens so far
   std::vector<float> scores(batch, 0.0f);
   auto last = torch::full({batch}, options.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const bool constrained = has_constraints(steering);
+  std::vector<ConstraintState> states;  // row -> its constraints' progress (constrained searches only)
+  if (constrained)
+    for (const auto& s : steering)
+      states.push_back(s.constraints.empty() ? ConstraintState() : ConstraintState(&s.constraints));
 
   for (int64_t t = 0; !live.empty(); ++t) {
     const int64_t n_live = static_cast<int64_t>(live.size());
@@ -236,6 +251,15 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
       lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
       lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, eos_col);
+    }
+    if (constrained) {  // a hypothesis ends only once it holds all its phrases
+      std::vector<int64_t> owing;
+      for (size_t r = 0; r < states.size(); ++r)
+        if (!states[r].complete()) owing.push_back(static_cast<int64_t>(r));
+      if (!owing.empty()) {
+        auto rows = index_tensor(owing, device);
+        lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, -std::numeric_limits<float>::infinity());
+      }
     }
     // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
     // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
@@ -268,6 +292,30 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       for (size_t i = 0; i < forced_tokens.size(); ++i)  // a prefix token the output cannot hold
         if (columns.column(forced_tokens[i]) < 0) forced_lp[i] = -std::numeric_limits<float>::infinity();
     }
+    // Constrained rows: the log-probabilities of the tokens that advance their constraints,
+    // which need not be among the row's best (Post & Vilar's third source of candidates).
+    std::vector<size_t> allowed_begin(constrained ? lprobs.size(0) + 1 : 0, 0);
+    std::vector<int64_t> allowed_tokens;
+    std::vector<float> allowed_lp;
+    if (constrained) {
+      std::vector<int64_t> rows, cols;
+      for (int64_t r = 0; r < lprobs.size(0); ++r) {
+        allowed_begin[static_cast<size_t>(r)] = allowed_tokens.size();
+        if (!std::isfinite(scores[static_cast<size_t>(r)])) continue;
+        for (const int64_t token : states[static_cast<size_t>(r)].allowed()) {
+          rows.push_back(r);
+          allowed_tokens.push_back(token);
+          cols.push_back(std::max<int64_t>(0, columns.column(token)));
+        }
+      }
+      allowed_begin.back() = allowed_tokens.size();
+      if (!rows.empty()) {
+        auto lp = lprobs.index({index_tensor(rows, device), index_tensor(cols, device)}).to(torch::kCPU).contiguous();
+        allowed_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+        for (size_t i = 0; i < allowed_lp.size(); ++i)  // a token the output cannot hold
+          if (columns.column(allowed_tokens[i]) < 0) allowed_lp[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
     // Beams stay one row per sentence while every sentence is inside its prefix.
     const int64_t next_beams = beams == 1 && static_cast<int64_t>(forced_tokens.size()) == n_live ? 1 : k;
     size_t forced_at = 0;
@@ -275,6 +323,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
     std::vector<int64_t> next_rows, next_live, next_tokens;
     std::vector<float> next_scores;
     std::vector<std::vector<int64_t>> next_prefixes;
+    std::vector<ConstraintState> next_states;
     for (int64_t s = 0; s < n_live; ++s) {
       const int64_t sentence = live[s];
       auto& done = finished[sentence];
@@ -289,7 +338,80 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         kept_scores.push_back(std::isnan(score) ? -std::numeric_limits<float>::infinity() : score);
         ++forced_at;
       }
-      for (int64_t c = 0; !forced && c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
+      const bool owes = constrained && !steering[static_cast<size_t>(sentence)].constraints.empty();
+      if (!forced && owes) {
+        // Dynamic beam allocation: the candidates are the best over all rows, each row's best
+        // and each row's constraint tokens; the beam is shared by banks of equal progress.
+        struct Candidate {
+          float score;
+          int64_t beam, token, bank;
+        };
+        std::vector<Candidate> pool;
+        const int64_t total = states[static_cast<size_t>(s * beams)].total();
+        const int64_t positions_left = limits[sentence] - 1 - t;  // tokens before the last eos, this one included
+        auto add = [&](float score, int64_t beam, int64_t token) {
+          if (!std::isfinite(score)) return;
+          for (const auto& c : pool)
+            if (c.beam == beam && c.token == token) return;
+          const auto& state = states[static_cast<size_t>(s * beams + beam)];
+          if (token == options.eos_id) {
+            pool.push_back({score, beam, token, total});  // eos was masked unless complete
+            return;
+          }
+          const int64_t owed = state.advance(token).remaining();
+          if (owed > positions_left - 1) return;  // no room left for its phrases
+          pool.push_back({score, beam, token, total - owed});
+        };
+        for (int64_t c = 0; c < width; ++c) {
+          const int64_t at = ix[s * width + c];
+          add(sc[s * width + c], at / vocab, columns.token(at % vocab));
+        }
+        for (int64_t beam = 0; beam < beams; ++beam) {
+          const int64_t row = s * beams + beam;
+          add(row_top.data_ptr<float>()[row * row_width], beam,
+              columns.token(row_index.data_ptr<int64_t>()[row * row_width]));
+          for (size_t i = allowed_begin[static_cast<size_t>(row)]; i < allowed_begin[static_cast<size_t>(row) + 1]; ++i)
+            add(scores[static_cast<size_t>(row)] + allowed_lp[i], beam, allowed_tokens[i]);
+        }
+        std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) {
+          return a.score > b.score || (a.score == b.score && (a.beam < b.beam || (a.beam == b.beam && a.token < b.token)));
+        });
+        std::vector<int64_t> counts(static_cast<size_t>(total + 1), 0), taken(counts.size(), 0);
+        for (const auto& c : pool) counts[static_cast<size_t>(c.bank)] += 1;
+        const auto sizes = bank_sizes(total, k, counts);
+        std::vector<uint8_t> picked(pool.size(), 0);
+        int64_t n_picked = 0;
+        for (size_t i = 0; i < pool.size() && n_picked < k; ++i)
+          if (taken[static_cast<size_t>(pool[i].bank)] < sizes[static_cast<size_t>(pool[i].bank)]) {
+            taken[static_cast<size_t>(pool[i].bank)] += 1;
+            picked[i] = 1;
+            n_picked += 1;
+          }
+        for (size_t i = 0; i < pool.size() && n_picked < k; ++i)  // slots no bank could use
+          if (!picked[i]) {
+            picked[i] = 1;
+            n_picked += 1;
+          }
+        for (size_t i = 0; i < pool.size(); ++i) {
+          if (!picked[i]) continue;
+          const int64_t row = s * beams + pool[i].beam;
+          if (pool[i].token == options.eos_id) {
+            if (i == 0) best_ends = true;
+            if (static_cast<int64_t>(done.size()) < k) {
+              Hypothesis h;
+              h.tokens = prefixes[row];
+              h.log_prob = pool[i].score;
+              h.score = pool[i].score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
+              done.push_back(std::move(h));
+            }
+          } else {
+            rows.push_back(row);
+            tokens.push_back(pool[i].token);
+            kept_scores.push_back(pool[i].score);
+          }
+        }
+      }
+      for (int64_t c = 0; !forced && !owes && c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
         const float score = sc[s * width + c];
         if (!std::isfinite(score)) break;
         const int64_t beam = ix[s * width + c] / vocab;
@@ -342,6 +464,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         auto prefix = prefixes[rows[j]];
         prefix.push_back(tokens[j]);
         next_prefixes.push_back(std::move(prefix));
+        if (constrained) next_states.push_back(states[static_cast<size_t>(rows[j])].advance(tokens[j]));
       }
       next_live.push_back(sentence);
     }
@@ -365,6 +488,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
     }
     live = std::move(next_live);
     prefixes = std::move(next_prefixes);
+    states = std::move(next_states);
     scores = std::move(next_scores);
     last = index_tensor(next_tokens, device);
   }
@@ -377,8 +501,8 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
 
 SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
                     const Steering& steering) {
-  return options.beam_size == 1 ? greedy_search(decoder, src, options, steering)
-                                : beam_search(decoder, src, options, steering);
+  return options.beam_size == 1 && !has_constraints(steering) ? greedy_search(decoder, src, options, steering)
+                                                              : beam_search(decoder, src, options, steering);
 }
 
 }  // namespace torchmt

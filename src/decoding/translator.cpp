@@ -235,7 +235,22 @@ SentenceSteering Translator::steer(const std::vector<int64_t>& source_ids, const
     if (static_cast<int64_t>(s.prefix.size()) >= config_.max_positions)
       s.prefix.resize(static_cast<size_t>(config_.max_positions - 1));
   }
-  if (shortlist_) s.vocabulary = shortlist_->candidates(source_ids, s.prefix);
+  int64_t owed = static_cast<int64_t>(s.prefix.size());
+  for (const auto& phrase : line.constraints) {
+    auto ids = tgt_tok_.encode(phrase);
+    if (ids.empty()) continue;  // nothing to hold (blank)
+    owed += static_cast<int64_t>(ids.size());
+    s.constraints.push_back(std::move(ids));
+  }
+  if (!s.constraints.empty() && owed >= config_.max_positions)
+    throw std::invalid_argument("a line's target prefix and constraints are " + std::to_string(owed) +
+                                " target tokens; the model's output holds at most " +
+                                std::to_string(config_.max_positions - 1));
+  if (shortlist_) {
+    std::vector<int64_t> extra = s.prefix;  // what the output is made to hold stays in its vocabulary
+    for (const auto& ids : s.constraints) extra.insert(extra.end(), ids.begin(), ids.end());
+    s.vocabulary = shortlist_->candidates(source_ids, extra);
+  }
   s.stream = stream;
   return s;
 }

@@ -250,7 +250,7 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   // The options through their table, so names, types and errors are the table's.
   FlatConfig config;
   for (const auto& [key, value] : doc.items()) {
-    if (key == "q" || key == "target_prefix") continue;
+    if (key == "q" || key == "target_prefix" || key == "constraints") continue;
     if (value.is_string()) config.set(key, value.get<std::string>());
     else if (value.is_boolean() || value.is_number()) config.set(key, value.dump());
     else throw ApiError(400, "option '" + escape_control(key) + "' must be a single value");
@@ -280,6 +280,43 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
     if (lines.lines_per_text != request.lines_per_text)
       throw ApiError(400, "Invalid request: target_prefix must have as many lines as q, text for text");
     request.target_prefixes = std::move(lines.sentences);
+  }
+  if (doc.contains("constraints")) {
+    // Shaped as q: a list of phrases for a string, a list of such lists for a list; a text with
+    // constraints is one line (they could not say which of its lines must hold them).
+    const std::string shape = request.list ? "a list of " + std::to_string(texts.size()) + " lists of strings"
+                                           : "a list of strings";
+    const json& field = doc["constraints"];
+    auto phrases_of = [&](const json& list) {
+      if (!list.is_array()) throw ApiError(400, "Invalid request: constraints must be shaped as q (" + shape + ")");
+      std::vector<std::string> phrases;
+      for (const auto& p : list) {
+        if (!p.is_string()) throw ApiError(400, "Invalid request: constraints must be shaped as q (" + shape + ")");
+        phrases.push_back(p.get<std::string>());
+      }
+      return phrases;
+    };
+    std::vector<std::vector<std::string>> per_text;
+    if (!request.list) {
+      per_text.push_back(phrases_of(field));
+    } else {
+      if (!field.is_array() || field.size() != texts.size())
+        throw ApiError(400, "Invalid request: constraints must be shaped as q (" + shape + ")");
+      for (const auto& item : field) per_text.push_back(phrases_of(item));
+    }
+    for (size_t t = 0; t < per_text.size(); ++t) {
+      if (per_text[t].empty()) continue;
+      if (request.lines_per_text[t] != 1)
+        throw ApiError(400, "Invalid request: a text with constraints must be one line (send its lines as a list)");
+      if (request.options.search.sampling())
+        throw ApiError(400, "Invalid request: constraints need beam search: they cannot be combined with sampling");
+    }
+    size_t sentence = 0;
+    request.constraints.resize(request.sentences.size());
+    for (size_t t = 0; t < per_text.size(); ++t) {
+      if (!per_text[t].empty()) request.constraints[sentence] = std::move(per_text[t]);
+      sentence += request.lines_per_text[t];
+    }
   }
   return request;
 }

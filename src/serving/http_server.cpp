@@ -186,6 +186,7 @@ struct HttpServer::Impl {
       ServiceJob job;
       job.sentences = request.sentences;
       job.target_prefixes = request.target_prefixes;
+      job.constraints = request.constraints;
       job.options = options.translation;
       job.options.search = request.options.search;
       job.options.search.scores = request.options.scores || request.options.search.nbest > 1;  // as answered below

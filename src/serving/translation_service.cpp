@@ -29,6 +29,7 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
 LineSteering line_steering(const ServiceJob& job, size_t i) {
   LineSteering s;
   if (!job.target_prefixes.empty()) s.target_prefix = job.target_prefixes[i];
+  if (!job.constraints.empty()) s.constraints = job.constraints[i];
   s.stream = static_cast<int64_t>(i);
   return s;
 }
@@ -77,6 +78,9 @@ std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
   if (!job.target_prefixes.empty() && job.target_prefixes.size() != job.sentences.size())
     throw std::invalid_argument(std::to_string(job.target_prefixes.size()) + " target prefixes for " +
                                 std::to_string(job.sentences.size()) + " sentences");
+  if (!job.constraints.empty() && job.constraints.size() != job.sentences.size())
+    throw std::invalid_argument(std::to_string(job.constraints.size()) + " constraint lists for " +
+                                std::to_string(job.sentences.size()) + " sentences");
   auto pending = std::make_unique<Pending>();
   for (const auto& s : job.sentences) {  // outside the lock: tokenizing
     bool truncated = false;
@@ -122,8 +126,9 @@ void TranslationService::publish_queue_locked() {
 
 bool TranslationService::streamable(const Pending& p) const {
   const auto& o = p.job.options;
+  // Constrained sentences take the beam search (a beam of 1 too), which a stream does not run.
   return !decoders_.empty() && o.search.beam_size == 1 && o.search.nbest == 1 && o.use_cache &&
-         static_cast<int64_t>(p.job.sentences.size()) < kMaxStreamSentences;
+         p.job.constraints.empty() && static_cast<int64_t>(p.job.sentences.size()) < kMaxStreamSentences;
 }
 
 std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::take_batch_locked() {

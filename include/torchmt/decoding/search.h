@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "torchmt/decoding/constraints.h"
 #include "torchmt/decoding/incremental_decoder.h"
 #include "torchmt/decoding/translation_options.h"
 
@@ -28,6 +29,9 @@ struct SentenceSteering {
   std::vector<int64_t> vocabulary;
   // Sampling's random stream: the sentence's line number in the whole input.
   int64_t stream = 0;
+  // Target phrases the output must hold (terminology): beam search with dynamic beam
+  // allocation, which a beam of 1 runs too; eos only once all are in.
+  Phrases constraints;
 };
 // One per row of src, or empty: nothing asked, each row's stream its index.
 using Steering = std::vector<SentenceSteering>;
@@ -37,13 +41,17 @@ SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, c
                            const Steering& steering = {});
 SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
                          const Steering& steering = {});
-// beam_size 1 -> greedy_search, otherwise beam_search.
+// beam_size 1 without constraints -> greedy_search, otherwise beam_search.
 SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
                     const Steering& steering = {});
 
 // Per-sentence length limits in steps (eos included): a * |source| + b, capped at
-// max_len_cap, at least 1 (room for eos); with a prefix, at least its length + 1.
+// max_len_cap, at least 1 (room for eos); with a prefix or constraints, at least the prefix's
+// and the constraints' tokens + 1.
 std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& options, const Steering& steering = {});
+
+// Whether any sentence has constraints.
+bool has_constraints(const Steering& steering);
 
 // The rows' shortlists for IncrementalDecoder::restrict_output; empty when no row has one.
 std::vector<const std::vector<int64_t>*> vocabularies_of(const Steering& steering);

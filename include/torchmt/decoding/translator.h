@@ -30,6 +30,8 @@ struct LineSteering {
   std::string target_prefix;  // the translation starts with it (tokenized by the target model)
   // Sampling's random stream; -1: the line's number (TranslationOptions::first_line + index).
   int64_t stream = -1;
+  // Target phrases the translation must hold (terminology), each tokenized by the target model.
+  std::vector<std::string> constraints;
 };
 
 struct Translation {

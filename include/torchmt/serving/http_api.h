@@ -59,6 +59,7 @@ const OptionTable<RequestOptions>& request_option_table();
 struct ApiRequest {
   std::vector<std::string> sentences;  // every line of every text of q, in order
   std::vector<std::string> target_prefixes;  // /v1's target_prefix: one per sentence, or none
+  std::vector<std::vector<std::string>> constraints;  // /v1's constraints: phrases per sentence, or none
   std::vector<size_t> lines_per_text;  // how many of them each text of q has (joined back with '\n')
   bool list = false;                   // q was a list: the answer is a list too
   RequestOptions options;

@@ -54,6 +54,7 @@ struct ServiceJob {
   bool attention = false;  // also each sentence's cross-attention (native models)
   int64_t attention_layer = -1, attention_head = -1;
   std::vector<std::string> target_prefixes = {};  // one per sentence, or none
+  std::vector<std::vector<std::string>> constraints = {};  // each sentence's target phrases, or none
 };
 
 struct ServiceResult {
