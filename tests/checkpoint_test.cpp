@@ -2,6 +2,7 @@
 // model-shape mismatch.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "test_support.h"
@@ -161,6 +162,25 @@ TEST(Checkpoint, UniqueParametersListTiedTensorsOnce) {
   config.tie_embeddings = false;
   Transformer untied(config);
   EXPECT_EQ(unique_parameters(*tied).size() + 2, unique_parameters(*untied).size());
+}
+
+// A tied weight is one tensor under three names: the file holds it once, from the GPU too (a
+// host copy per name wrote it three times).
+TEST(Checkpoint, TiedWeightsAreWrittenOnceFromAnyDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  test::TempDir dir;
+  torch::manual_seed(2);
+  Transformer model(tiny_config(4000));
+  CheckpointMeta meta;
+  meta.model = tiny_config(4000);
+  save_checkpoint(dir.file("cpu.pt"), model, nullptr, meta);
+  model->to(torch::kCUDA);
+  save_checkpoint(dir.file("gpu.pt"), model, nullptr, meta);
+  const auto size = [&](const std::string& name) { return static_cast<double>(std::filesystem::file_size(dir.file(name))); };
+  EXPECT_NEAR(size("gpu.pt"), size("cpu.pt"), 0.01 * size("cpu.pt"));
+  auto loaded = load_checkpoint(dir.file("gpu.pt"), torch::kCPU);
+  const auto b = loaded.model->named_parameters();
+  EXPECT_TRUE(b["src_embedding.weight"].is_same(b["fc_out.weight"]));
 }
 
 }  // namespace

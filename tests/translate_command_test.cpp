@@ -171,6 +171,14 @@ TEST(TranslateCommand, InvalidUtf8IsReplacedAndEveryLineTranslated) {
 
 // Target prefixes, sampling and the shortlist from the command line; their bad input is a
 // one-line error with a non-zero exit.
+// `base` + `flags` fails with one line on stderr that holds `needle`.
+void expect_one_line_error(const std::string& base, const std::string& flags, const std::string& needle) {
+  auto e = test::run_command("(" + base + flags + " >/dev/null)");
+  EXPECT_NE(e.exit_code, 0) << flags;
+  EXPECT_NE(e.output.find(needle), std::string::npos) << flags << ": " << e.output;
+  EXPECT_EQ(count_lines(e.output), 1u) << flags << ": " << e.output;
+}
+
 TEST(TranslateCommand, SteersWithPrefixesSamplingAndAShortlist) {
   test::TempDir dir;
   test::write_text(dir.file("in.de"), "Guten Morgen.\nWie geht es dir?\nEin Hund rennt.\n");
@@ -201,12 +209,7 @@ TEST(TranslateCommand, SteersWithPrefixesSamplingAndAShortlist) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count_lines(r.output), 3u) << r.output;
 
-  auto expect_error = [&](const std::string& flags, const std::string& needle) {
-    auto e = test::run_command("(" + base + flags + " >/dev/null)");
-    EXPECT_NE(e.exit_code, 0) << flags;
-    EXPECT_NE(e.output.find(needle), std::string::npos) << flags << ": " << e.output;
-    EXPECT_EQ(count_lines(e.output), 1u) << flags << ": " << e.output;
-  };
+  auto expect_error = [&](const std::string& flags, const std::string& needle) { expect_one_line_error(base, flags, needle); };
   test::write_text(dir.file("short.en"), "Good\n");
   expect_error("--target-prefix " + dir.file("short.en"), "line counts differ");
   expect_error("--target-prefix " + dir.file("missing.en"), "missing.en");
@@ -247,12 +250,7 @@ TEST(TranslateCommand, ConstraintsAppearInEveryOutput) {
       EXPECT_NE(third.find("Zyxquorbl blue"), std::string::npos) << flags << ": " << r.output;
     }
   const std::string base = tm() + " translate -q -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " ";
-  auto expect_error = [&](const std::string& flags, const std::string& needle) {
-    auto e = test::run_command("(" + base + flags + " >/dev/null)");
-    EXPECT_NE(e.exit_code, 0) << flags;
-    EXPECT_NE(e.output.find(needle), std::string::npos) << flags << ": " << e.output;
-    EXPECT_EQ(count_lines(e.output), 1u) << flags << ": " << e.output;
-  };
+  auto expect_error = [&](const std::string& flags, const std::string& needle) { expect_one_line_error(base, flags, needle); };
   test::write_text(dir.file("short.en"), "dog\n");
   expect_error("--constraints " + dir.file("short.en"), "line counts differ");
   expect_error("--constraints " + dir.file("missing.en"), "missing.en");

@@ -188,7 +188,14 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   dict.insert("position", position);
 
   c10::Dict<std::string, at::Tensor> weights;
-  for (const auto& p : model->named_parameters()) weights.insert(p.key(), p.value().detach().to(torch::kCPU));
+  // One host copy per parameter: tied weights (one tensor under three names) stay one storage,
+  // which the archive writes once; a copy per name from a GPU wrote it three times.
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> host;
+  for (const auto& p : model->named_parameters()) {
+    auto& copy = host[p.value().unsafeGetTensorImpl()];
+    if (!copy.defined()) copy = p.value().detach().to(torch::kCPU);
+    weights.insert(p.key(), copy);
+  }
   dict.insert("model", weights);
 
   if (optimizer) {

@@ -23,10 +23,14 @@ def pack(checkpoint, out_dir, chunk_mib):
     d.pop("rng", None)
     packed, first = {}, {}
     for name, w in d["model"].items():
-        if w.data_ptr() in first:  # a tied weight: stored once
-            packed[name] = ("alias", first[w.data_ptr()], None)
+        # A tied weight is stored once: one storage, or (checkpoints written from a GPU before
+        # torchmt wrote one host copy per tensor) equal copies.
+        same = [n for n, t in first.items() if t.data_ptr() == w.data_ptr() or
+                (t.shape == w.shape and "embedding" in n + name and torch.equal(t, w))]
+        if same:
+            packed[name] = ("alias", same[0], None)
             continue
-        first[w.data_ptr()] = name
+        first[name] = w
         w = w.float()
         if w.dim() == 2:
             scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
