@@ -13,4 +13,8 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && apt-get download -qq libyaml-cpp0.7 libyaml-cpp-dev nlohmann-json3-dev libgloo-dev >/dev/null)
 for deb in "$tmp"/*.deb; do dpkg -x "$deb" .devkit; done
 rm -rf .devkit/usr/share/doc
+# Multi30k travels inside the kit: data/multi30k is a link to ../shared, which a device call does
+# not send (tools/gpu_checks.sh points the link here there).
+mkdir -p .devkit/multi30k
+cp "$root"/../shared/data/multi30k/*.gz .devkit/multi30k/
 du -sh .devkit

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one call on a GPU machine (the device tool's), from the
-# project root, with .devkit/ (tools/device_kit.sh) and data/multi30k/ (tools/get_data.sh)
-# carried along:
+# project root, with .devkit/ (tools/device_kit.sh: the libraries and Multi30k) carried along
+# (the device tool's `carry: [".devkit"]`):
 #   tools/gpu_checks.sh [STAGE ...]      (default: build test bench_train train use bench_translate)
 # The whole list takes about 14 minutes on an H100 (build 110 s, suite 45 s, bench_train 110 s,
 # train 5 min, use 80 s, bench_translate 3+ min, the Python side decoding without a cache), over
@@ -51,6 +51,8 @@ done
 stages=("${expanded[@]}")
 run_dir=${GPU_RUN_DIR:-runs/multi30k_gpu}
 d=data/multi30k
+# data/multi30k is a link to ../shared here, which does not travel: point it at the kit's copy.
+if [ ! -f $d/train.de.gz ] && [ -f .devkit/multi30k/train.de.gz ]; then rm -rf $d; ln -s ../.devkit/multi30k $d; fi
 tm=$build/torchmt
 
 say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
