@@ -484,6 +484,21 @@ TEST(Constraints, BanksShareTheBeamAndPassDownWhatTheyCannotFill) {
   EXPECT_THROW(bank_sizes(2, 5, {1, 1}), std::invalid_argument);
 }
 
+TEST(Constraints, AllocationKeepsEachBanksBestThenFillsTheBeam) {
+  // One constraint token: banks 0 and 1 get one slot each of 2 (the remainder to bank 1).
+  const std::vector<BankCandidate> pool{{-1.0f, 0, A, 0}, {-2.0f, 1, A, 0}, {-3.0f, 0, B, 1}, {-4.0f, 1, B, 1}};
+  auto kept = allocate_beam(pool, 1, 2);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].score, -1.0f);  // best first
+  EXPECT_EQ(kept[1].score, -3.0f);  // bank 1's best, over bank 0's second
+  // Bank 1 empty: its slot goes to bank 0.
+  kept = allocate_beam({pool[0], pool[1]}, 1, 2);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[1].score, -2.0f);
+  // Fewer candidates than slots: all of them.
+  EXPECT_EQ(allocate_beam({pool[2]}, 1, 5).size(), 1u);
+}
+
 Steering constrained(const std::vector<Phrases>& per_sentence) {
   Steering steering;
   for (const auto& c : per_sentence) {

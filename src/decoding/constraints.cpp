@@ -79,4 +79,32 @@ std::vector<int64_t> bank_sizes(int64_t total, int64_t beam, const std::vector<i
   return sizes;
 }
 
+std::vector<BankCandidate> allocate_beam(std::vector<BankCandidate> pool, int64_t total, int64_t beam) {
+  std::sort(pool.begin(), pool.end(), [](const BankCandidate& a, const BankCandidate& b) {
+    return a.score > b.score || (a.score == b.score && (a.beam < b.beam || (a.beam == b.beam && a.token < b.token)));
+  });
+  std::vector<int64_t> counts(static_cast<size_t>(total + 1), 0), taken(counts.size(), 0);
+  for (const auto& c : pool) counts.at(static_cast<size_t>(c.bank)) += 1;
+  const auto sizes = bank_sizes(total, beam, counts);
+  std::vector<uint8_t> picked(pool.size(), 0);
+  int64_t n = 0;
+  for (size_t i = 0; i < pool.size() && n < beam; ++i) {
+    const auto bank = static_cast<size_t>(pool[i].bank);
+    if (taken[bank] < sizes[bank]) {
+      taken[bank] += 1;
+      picked[i] = 1;
+      n += 1;
+    }
+  }
+  for (size_t i = 0; i < pool.size() && n < beam; ++i)  // slots no bank could use
+    if (!picked[i]) {
+      picked[i] = 1;
+      n += 1;
+    }
+  std::vector<BankCandidate> kept;
+  for (size_t i = 0; i < pool.size(); ++i)
+    if (picked[i]) kept.push_back(pool[i]);
+  return kept;
+}
+
 }  // namespace torchmt

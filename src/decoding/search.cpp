@@ -342,11 +342,7 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
       if (!forced && owes) {
         // Dynamic beam allocation: the candidates are the best over all rows, each row's best
         // and each row's constraint tokens; the beam is shared by banks of equal progress.
-        struct Candidate {
-          float score;
-          int64_t beam, token, bank;
-        };
-        std::vector<Candidate> pool;
+        std::vector<BankCandidate> pool;
         const int64_t total = states[static_cast<size_t>(s * beams)].total();
         const int64_t positions_left = limits[sentence] - 1 - t;  // tokens before the last eos, this one included
         auto add = [&](float score, int64_t beam, int64_t token) {
@@ -373,41 +369,22 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
           for (size_t i = allowed_begin[static_cast<size_t>(row)]; i < allowed_begin[static_cast<size_t>(row) + 1]; ++i)
             add(scores[static_cast<size_t>(row)] + allowed_lp[i], beam, allowed_tokens[i]);
         }
-        std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) {
-          return a.score > b.score || (a.score == b.score && (a.beam < b.beam || (a.beam == b.beam && a.token < b.token)));
-        });
-        std::vector<int64_t> counts(static_cast<size_t>(total + 1), 0), taken(counts.size(), 0);
-        for (const auto& c : pool) counts[static_cast<size_t>(c.bank)] += 1;
-        const auto sizes = bank_sizes(total, k, counts);
-        std::vector<uint8_t> picked(pool.size(), 0);
-        int64_t n_picked = 0;
-        for (size_t i = 0; i < pool.size() && n_picked < k; ++i)
-          if (taken[static_cast<size_t>(pool[i].bank)] < sizes[static_cast<size_t>(pool[i].bank)]) {
-            taken[static_cast<size_t>(pool[i].bank)] += 1;
-            picked[i] = 1;
-            n_picked += 1;
-          }
-        for (size_t i = 0; i < pool.size() && n_picked < k; ++i)  // slots no bank could use
-          if (!picked[i]) {
-            picked[i] = 1;
-            n_picked += 1;
-          }
-        for (size_t i = 0; i < pool.size(); ++i) {
-          if (!picked[i]) continue;
-          const int64_t row = s * beams + pool[i].beam;
-          if (pool[i].token == options.eos_id) {
+        const auto kept = allocate_beam(std::move(pool), total, k);
+        for (size_t i = 0; i < kept.size(); ++i) {
+          const int64_t row = s * beams + kept[i].beam;
+          if (kept[i].token == options.eos_id) {
             if (i == 0) best_ends = true;
             if (static_cast<int64_t>(done.size()) < k) {
               Hypothesis h;
               h.tokens = prefixes[row];
-              h.log_prob = pool[i].score;
-              h.score = pool[i].score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
+              h.log_prob = kept[i].score;
+              h.score = kept[i].score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
               done.push_back(std::move(h));
             }
           } else {
             rows.push_back(row);
-            tokens.push_back(pool[i].token);
-            kept_scores.push_back(pool[i].score);
+            tokens.push_back(kept[i].token);
+            kept_scores.push_back(kept[i].score);
           }
         }
       }

@@ -41,4 +41,14 @@ class ConstraintState {
 // (from the last bank down, wrapping round), so the beam fills whenever candidates exist.
 std::vector<int64_t> bank_sizes(int64_t total, int64_t beam, const std::vector<int64_t>& candidates);
 
+// A continuation of one of a sentence's beams, in the bank of the constraint tokens it has met.
+struct BankCandidate {
+  float score;
+  int64_t beam, token, bank;
+};
+// The `beam` candidates dynamic beam allocation keeps, best first: the best of each bank up to its
+// size (bank_sizes), then the best of the rest for slots no bank could use. Equal scores in
+// order of beam, then token.
+std::vector<BankCandidate> allocate_beam(std::vector<BankCandidate> pool, int64_t total, int64_t beam);
+
 }  // namespace torchmt
