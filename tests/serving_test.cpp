@@ -303,8 +303,9 @@ TEST(TranslationService, ConstrainedRequestsGetTheirPhrases) {
         steering.constraints = asked[i];
         const auto alone = translator.translate({lines[i]}, options, {}, {steering});
         EXPECT_EQ(result.translations[0].texts, alone[0].texts) << "sentence " << i;
-        if (!asked[i].empty())
+        if (!asked[i].empty()) {
           EXPECT_NE(result.translations[0].texts[0].find("Zyxquorbl"), std::string::npos) << "sentence " << i;
+        }
       }
     }
 }

@@ -31,7 +31,7 @@ struct SentenceSteering {
   int64_t stream = 0;
   // Target phrases the output must hold (terminology): beam search with dynamic beam
   // allocation, which a beam of 1 runs too; eos only once all are in.
-  Phrases constraints;
+  Phrases constraints = {};
 };
 // One per row of src, or empty: nothing asked, each row's stream its index.
 using Steering = std::vector<SentenceSteering>;

@@ -31,7 +31,7 @@ struct LineSteering {
   // Sampling's random stream; -1: the line's number (TranslationOptions::first_line + index).
   int64_t stream = -1;
   // Target phrases the translation must hold (terminology), each tokenized by the target model.
-  std::vector<std::string> constraints;
+  std::vector<std::string> constraints = {};
 };
 
 struct Translation {
