@@ -171,6 +171,14 @@ TEST(TranslateCommand, InvalidUtf8IsReplacedAndEveryLineTranslated) {
 
 // Target prefixes, sampling and the shortlist from the command line; their bad input is a
 // one-line error with a non-zero exit.
+// The first n lines of a command's output (empty strings where it has fewer).
+std::vector<std::string> output_lines(const std::string& output, size_t n) {
+  std::istringstream in(output);
+  std::vector<std::string> lines(n);
+  for (auto& line : lines) std::getline(in, line);
+  return lines;
+}
+
 // `base` + `flags` fails with one line on stderr that holds `needle`.
 void expect_one_line_error(const std::string& base, const std::string& flags, const std::string& needle) {
   auto e = test::run_command("(" + base + flags + " >/dev/null)");
@@ -187,13 +195,9 @@ TEST(TranslateCommand, SteersWithPrefixesSamplingAndAShortlist) {
   for (const std::string beam : {"1", "3"}) {
     auto r = test::run_command("(" + base + "--beam " + beam + " --target-prefix " + dir.file("prefix.en") + " 2>/dev/null)");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::istringstream out(r.output);
-    std::string first, second, third;
-    std::getline(out, first);
-    std::getline(out, second);
-    std::getline(out, third);
-    EXPECT_EQ(first.rfind("Good", 0), 0u) << r.output;
-    EXPECT_EQ(third.rfind("A dog", 0), 0u) << r.output;
+    const auto out = output_lines(r.output, 3);
+    EXPECT_EQ(out[0].rfind("Good", 0), 0u) << r.output;
+    EXPECT_EQ(out[2].rfind("A dog", 0), 0u) << r.output;
   }
   // Sampling: the same seed, the same output, whatever the workers and windows.
   const std::string sample = base + "--sampling-topk 0 --seed 3 ";
@@ -240,14 +244,10 @@ TEST(TranslateCommand, ConstraintsAppearInEveryOutput) {
       r = test::run_command("(" + tm() + " translate -q -m " + model + " -i " + dir.file("in.de") + " --constraints " +
                             dir.file("c.en") + " " + flags + " 2>/dev/null)");
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      std::istringstream out(r.output);
-      std::string first, second, third;
-      std::getline(out, first);
-      std::getline(out, second);
-      std::getline(out, third);
-      EXPECT_NE(first.find("dog"), std::string::npos) << flags << ": " << r.output;
-      EXPECT_NE(first.find("morning"), std::string::npos) << flags << ": " << r.output;
-      EXPECT_NE(third.find("Zyxquorbl blue"), std::string::npos) << flags << ": " << r.output;
+      const auto out = output_lines(r.output, 3);
+      EXPECT_NE(out[0].find("dog"), std::string::npos) << flags << ": " << r.output;
+      EXPECT_NE(out[0].find("morning"), std::string::npos) << flags << ": " << r.output;
+      EXPECT_NE(out[2].find("Zyxquorbl blue"), std::string::npos) << flags << ": " << r.output;
     }
   const std::string base = tm() + " translate -q -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " ";
   auto expect_error = [&](const std::string& flags, const std::string& needle) { expect_one_line_error(base, flags, needle); };
