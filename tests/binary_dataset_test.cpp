@@ -147,11 +147,11 @@ TEST(BinaryDataset, RunCacheIsReusedAndRebuiltWhenStaleOrDamaged) {
   write_corpus(dir);
   const Tokenizer& tok = sample_tokenizer();
   std::string how;
-  auto first = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  auto first = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, tok, dir.file("cache"), {}, how);
   EXPECT_EQ(how, "encoded");
   const std::string path = first->dir();
   first.reset();
-  auto again = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  auto again = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, tok, dir.file("cache"), {}, how);
   EXPECT_EQ(how, "cached");
   again.reset();
   // Same size, same modification time, different content: still detected.
@@ -160,14 +160,14 @@ TEST(BinaryDataset, RunCacheIsReusedAndRebuiltWhenStaleOrDamaged) {
   std::swap(en[0], en[1]);
   write_lines(dir.file("c.en"), en);
   fs::last_write_time(dir.file("c.en"), mtime);
-  auto changed = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  auto changed = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, tok, dir.file("cache"), {}, how);
   EXPECT_EQ(how, "re-encoded (an input changed)");
   expect_same_pairs(*changed, load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, {}));
   changed.reset();
   std::string bytes = test::read_text(path + "/tgt.tokens");
   bytes[10] ^= 1;
   test::write_text(path + "/tgt.tokens", bytes);
-  auto repaired = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, dir.file("cache"), {}, how);
+  auto repaired = cached_dataset(dir.file("c.de"), dir.file("c.en"), tok, tok, dir.file("cache"), {}, how);
   EXPECT_NE(how.find("checksum mismatch"), std::string::npos) << how;
   expect_same_pairs(*repaired, load_parallel_corpus(dir.file("c.de"), dir.file("c.en"), tok, tok, {}));
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
+#include "torchmt/export/marian_format.h"
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
@@ -840,6 +842,119 @@ TEST(ExportCTranslate2, ReplacesItsOwnDirectoryAndRefusesAnythingElse) {
     EXPECT_NE(std::string(e.what()).find("is not a CTranslate2 model directory"), std::string::npos) << e.what();
   }
   EXPECT_EQ(test::read_text(f.dir.file("notes.txt")), "mine\n");
+}
+
+// Hugging Face Marian (OPUS-MT) format. transformers is the oracle (tests/marian_oracle_test.py):
+// an OPUS-MT-shaped model with random weights imports with the same logits and the same greedy
+// and beam-5 output as generate() on 300 test_2016 lines, exports back to the same tensors, and
+// the tiny paper-preset fixture's export translates in transformers as in torchmt.
+TEST(MarianFormat, TransformersAgreesOnImportsAndExports) {
+  if (test::run_command(test::python() + " -c 'import transformers, safetensors, sentencepiece, torch'").exit_code != 0)
+    GTEST_SKIP() << "Python transformers + safetensors + sentencepiece + torch not installed (tools/setup.sh installs them)";
+  auto& f = fixture();
+  std::string train = multi30k_file("train.de.gz"), lines = multi30k_file("test_2016_flickr.de.gz");
+  const bool multi30k = !train.empty() && !lines.empty();
+  if (!multi30k) train = lines = test::sample_de();
+  test::TempDir work;
+  auto run = test::run_command(test::python() + " " + test::source_dir() + "/tests/marian_oracle_test.py " +
+                               test::torchmt_binary() + " " + work.path().string() + " " + train + " " + lines + " " +
+                               (multi30k ? "300 " : "120 ") + f.checkpoint);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  std::istringstream report(run.output);  // the agreement counts, for the log
+  for (std::string line; std::getline(report, line);)
+    if (line.find(": beam ") != std::string::npos || line.find("logits") != std::string::npos) std::cout << line << "\n";
+}
+
+// Without Python: the fixture exported to Marian and imported back is the same model.
+TEST(MarianFormat, ExportThenImportGivesBackTheModel) {
+  auto& f = fixture();
+  const std::string dir = f.dir.file("marian_roundtrip");
+  make_exporter("marian")->write(f.native, ExportOptions{}, dir);
+  for (const char* name : {"config.json", "model.safetensors", "vocab.json", "source.spm", "target.spm"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + name)) << name;
+  const LoadedCheckpoint back = import_marian(dir);
+  EXPECT_EQ(back.meta.model.to_json(), f.native.meta.model.to_json());
+  EXPECT_FALSE(back.meta.vocabulary.empty());  // the same ids, now an explicit vocabulary
+  auto theirs = f.native.model->named_parameters();
+  for (const auto& item : back.model->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), theirs[item.key()])) << item.key();
+  const std::string imported = f.dir.file("marian_roundtrip.pt");
+  save_checkpoint(imported, back.model, nullptr, back.meta);
+  TranslationOptions beam;
+  beam.search.beam_size = 4;
+  EXPECT_EQ(load_translator(imported, torch::kCPU, torch::kFloat).translate_text(f.sentences, beam),
+            load_translator(f.checkpoint, torch::kCPU, torch::kFloat).translate_text(f.sentences, beam));
+}
+
+// A directory that is not what it claims: one line naming the file and what is wrong, before
+// anything large is allocated.
+TEST(MarianFormat, DamagedDirectoriesAreOneLineErrors) {
+  auto& f = fixture();
+  const std::string good = f.dir.file("marian_good");
+  make_exporter("marian")->write(f.native, ExportOptions{}, good);
+  auto damaged = [&](const std::string& name, const std::function<void(const std::string&)>& damage,
+                     const std::string& expected) {
+    SCOPED_TRACE(name);
+    const std::string dir = f.dir.file("marian_" + name);
+    remove_tree(dir);
+    std::filesystem::copy(good, dir);
+    damage(dir);
+    try {
+      import_marian(dir);
+      ADD_FAILURE() << "imported a damaged directory";
+    } catch (const std::runtime_error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  };
+  auto edit_config = [](const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+    auto config = nlohmann::json::parse(test::read_text(dir + "/config.json"));
+    edit(config);
+    test::write_text(dir + "/config.json", config.dump());
+  };
+  damaged("no_vocab", [](const std::string& d) { std::filesystem::remove(d + "/vocab.json"); }, "vocab.json");
+  damaged("no_weights", [](const std::string& d) { std::filesystem::remove(d + "/model.safetensors"); },
+          "neither model.safetensors nor pytorch_model.bin");
+  damaged("absurd", [&](const std::string& d) {
+    edit_config(d, [](nlohmann::json& c) { c["d_model"] = 16384; c["encoder_layers"] = 128; c["decoder_layers"] = 128; });
+  }, "parameters, more than");
+  damaged("too_wide", [&](const std::string& d) { edit_config(d, [](nlohmann::json& c) { c["d_model"] = 1 << 20; }); },
+          "'d_model' is 1048576, outside");
+  damaged("mismatch", [&](const std::string& d) { edit_config(d, [](nlohmann::json& c) { c["encoder_ffn_dim"] = 96; c["decoder_ffn_dim"] = 96; }); },
+          "config.json implies");
+  damaged("activation", [&](const std::string& d) { edit_config(d, [](nlohmann::json& c) { c["activation_function"] = "gelu_new"; }); },
+          "activation_function 'gelu_new'");
+  damaged("pre_norm", [&](const std::string& d) { edit_config(d, [](nlohmann::json& c) { c["normalize_before"] = true; }); },
+          "normalize_before");
+  damaged("truncated", [](const std::string& d) {
+    const std::string bytes = test::read_text(d + "/model.safetensors");
+    test::write_text(d + "/model.safetensors", bytes.substr(0, bytes.size() / 2));
+  }, "model.safetensors");
+  damaged("garbage", [](const std::string& d) { test::write_text(d + "/model.safetensors", "\xff\xff\xff\xff\xff\xff\xff\x7fnot"); },
+          "not a safetensors file");
+  damaged("vocab_ids", [](const std::string& d) {
+    auto vocab = nlohmann::json::parse(test::read_text(d + "/vocab.json"));
+    vocab[vocab.begin().key()] = 1;
+    test::write_text(d + "/vocab.json", vocab.dump());
+  }, "not a distinct integer");
+  damaged("spm", [](const std::string& d) { test::write_text(d + "/source.spm", "junk"); }, "not a SentencePiece model");
+}
+
+// What Marian's format cannot express is refused by name, and nothing is written.
+TEST(MarianFormat, ExportRefusesWhatTheFormatCannotExpress) {
+  for (const std::string variant : {"pre_ln", "rope", "gqa"}) {
+    SCOPED_TRACE(variant);
+    Fixture v;
+    make_variant(variant, 1, v);
+    try {
+      make_exporter("marian")->write(v.native, ExportOptions{}, v.dir.file("marian"));
+      ADD_FAILURE() << "exported " << variant;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("Marian export: the format has no"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(v.dir.file("marian")));
+  }
 }
 
 }  // namespace

@@ -66,6 +66,56 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
   for (const auto& p : a.model->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
 }
 
+// --init-from: the checkpoint's weights and vocabulary, a schedule of its own from step 0, fresh
+// optimizer state; options that would reshape the model or change its vocabulary are refused.
+TEST(Trainer, InitFromStartsFromTheCheckpointWithANewSchedule) {
+  test::TempDir dir;
+  TrainOptions first = tiny_run(dir.file("first"));
+  first.max_steps = 6;
+  Trainer(first).run();
+  const std::string init = dir.file("first/checkpoint_last.pt");
+
+  TrainOptions tuned = tiny_run(dir.file("tuned"));
+  tuned.init_from = init;
+  tuned.max_steps = 3;
+  tuned.lr_factor = 1e-12;  // updates too small to move a weight: what it starts from shows
+  Trainer(tuned).run();
+  auto a = load_checkpoint(init, torch::kCPU);
+  auto b = load_checkpoint(dir.file("tuned/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_EQ(b.meta.position.step, 3);
+  EXPECT_EQ(b.meta.src_spm_checksum, a.meta.src_spm_checksum);
+  auto pb = b.model->named_parameters();
+  for (const auto& p : a.model->named_parameters())
+    EXPECT_TRUE(torch::allclose(p.value(), pb[p.key()], 0.0, 1e-6)) << p.key();
+
+  TrainOptions reshaped = tiny_run(dir.file("reshaped"));
+  reshaped.init_from = init;
+  reshaped.d_model = 32;
+  try {
+    Trainer(reshaped).run();
+    ADD_FAILURE() << "reshaped a model it started from";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--d-model contradicts --init-from"), std::string::npos) << e.what();
+  }
+  VocabTrainingOptions v;
+  v.inputs = {test::sample_de()};
+  v.model_prefix = dir.file("other");
+  v.vocab_size = 300;
+  train_bpe_vocab(v);
+  TrainOptions revocab = tiny_run(dir.file("revocab"));
+  revocab.init_from = init;
+  revocab.spm = dir.file("other.model");
+  try {
+    Trainer(revocab).run();
+    ADD_FAILURE() << "trained a model on another vocabulary";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not the vocabulary of --init-from"), std::string::npos) << e.what();
+  }
+  TrainOptions missing = tiny_run(dir.file("missing"));
+  missing.init_from = dir.file("nothing.pt");
+  EXPECT_THROW(Trainer(missing).run(), std::runtime_error);
+}
+
 TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {
   test::TempDir dir;
   TrainOptions o = tiny_run(dir.file("run"), test::sample_de(), test::sample_en());

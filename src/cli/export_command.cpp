@@ -34,13 +34,14 @@ const OptionTable<ExportCommandOptions>& export_option_table() {
   using O = ExportCommandOptions;
   static const auto table = OptionTable<O>("export")
       .add("model", &O::model, "checkpoint to export (e.g. RUN_DIR/checkpoint_best.pt)", {"m", "", {}})
-      .add("output", &O::output, "file to write (e.g. model.ts), or directory for --format ctranslate2", {"o", "", {}})
+      .add("output", &O::output, "file to write (e.g. model.ts), or directory for --format ctranslate2 / marian", {"o", "", {}})
       .add("dtype", &O::dtype,
            "weights as fp32, bf16, fp16, or int8 (the same as --quantization int8: a model about 4x smaller "
            "than fp32, which `torchmt translate` runs with int8 kernels)")
       .add("freeze", &O::freeze,
            "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
-      .add("format", &O::format, "export format: torchscript or ctranslate2 (a CTranslate2 model directory)")
+      .add("format", &O::format, "export format: torchscript, ctranslate2 (a CTranslate2 model directory) or marian (a Hugging Face "
+           "MarianMT directory for transformers)")
       .add("quantization", &O::quantization,
            "none, or int8: Linear and embedding weights as int8 with per-row scales, the rest fp32");
   return table;

@@ -148,7 +148,8 @@ uint32_t crc_of_file(const std::string& path) {
 }
 
 DatasetManifest write_dataset(const std::string& src_path, const std::string& tgt_path, int64_t src_lines,
-                              const Tokenizer& tokenizer, const std::string& partial, const PreprocessOptions& options);
+                              const Tokenizer& src_tok, const Tokenizer& tgt_tok, const std::string& partial,
+                              const PreprocessOptions& options);
 
 }  // namespace
 
@@ -173,8 +174,8 @@ uint64_t hash_file(const std::string& path) {
 }
 
 DatasetManifest preprocess_corpus(const std::string& src_path, const std::string& tgt_path,
-                                  const Tokenizer& tokenizer, const std::string& dir,
-                                  const PreprocessOptions& options) {
+                                  const Tokenizer& src_tokenizer, const Tokenizer& tgt_tokenizer,
+                                  const std::string& dir, const PreprocessOptions& options) {
   const int64_t max_tokens = options.corpus.max_sentence_tokens;
   if (max_tokens < 2 || max_tokens > 65535)
     throw std::invalid_argument("max_sentence_tokens must be in [2, 65535], got " + std::to_string(max_tokens));
@@ -191,7 +192,7 @@ DatasetManifest preprocess_corpus(const std::string& src_path, const std::string
   fs::remove_all(partial);  // a crashed run's leftovers: never trusted, never completed
   fs::create_directories(partial);
   try {
-    DatasetManifest m = write_dataset(src_path, tgt_path, src_lines, tokenizer, partial, options);
+    DatasetManifest m = write_dataset(src_path, tgt_path, src_lines, src_tokenizer, tgt_tokenizer, partial, options);
     fs::rename(partial, dir);
     return m;
   } catch (...) {
@@ -204,12 +205,14 @@ DatasetManifest preprocess_corpus(const std::string& src_path, const std::string
 namespace {
 
 DatasetManifest write_dataset(const std::string& src_path, const std::string& tgt_path, int64_t src_lines,
-                              const Tokenizer& tokenizer, const std::string& partial, const PreprocessOptions& options) {
+                              const Tokenizer& src_tok, const Tokenizer& tgt_tok, const std::string& partial,
+                              const PreprocessOptions& options) {
+  const Tokenizer& tokenizer = src_tok;
   DatasetManifest m;
-  m.vocab_size = tokenizer.vocab_size();
+  m.vocab_size = std::max(src_tok.vocab_size(), tgt_tok.vocab_size());
   m.token_bytes = m.vocab_size <= 65536 ? 2 : 4;
   m.max_sentence_tokens = options.corpus.max_sentence_tokens;
-  m.tokenizer_checksum = tokenizer.checksum();
+  m.tokenizer_checksum = pair_checksum(src_tok, tgt_tok);
   m.src = describe_input(src_path);
   m.tgt = describe_input(tgt_path);
   {
@@ -233,7 +236,7 @@ DatasetManifest write_dataset(const std::string& src_path, const std::string& tg
       if (chunk.src.empty()) break;
       ahead = std::async(std::launch::async, read_chunk, std::ref(src_reader), std::ref(tgt_reader),
                          options.chunk_pairs);
-      const EncodedCorpus encoded = encode_pairs(chunk.src, chunk.tgt, first_line, tokenizer, tokenizer, options.corpus);
+      const EncodedCorpus encoded = encode_pairs(chunk.src, chunk.tgt, first_line, src_tok, tgt_tok, options.corpus);
       first_line += static_cast<int64_t>(chunk.src.size());
       m.stats += encoded.stats;
       std::vector<uint16_t> s16, t16, lens;
@@ -385,14 +388,16 @@ void BinaryDataset::release_pages() const {
 }
 
 std::unique_ptr<BinaryDataset> cached_dataset(const std::string& src_path, const std::string& tgt_path,
-                                              const Tokenizer& tokenizer, const std::string& cache_dir,
+                                              const Tokenizer& src_tokenizer, const Tokenizer& tgt_tokenizer,
+                                              const std::string& cache_dir,
                                               const PreprocessOptions& options, std::string& what_happened) {
+  const std::string checksum = pair_checksum(src_tokenizer, tgt_tokenizer);
   for (const auto& path : {src_path, tgt_path})
     if (!fs::exists(path)) throw std::runtime_error("corpus file '" + path + "' not found");
   // One directory per (inputs, tokenizer, max_sentence_tokens): switching between corpora keeps both.
   const std::string id = fnv1a_hex(fs::weakly_canonical(fs::absolute(src_path)).string() + '\n' +
                                    fs::weakly_canonical(fs::absolute(tgt_path)).string() + '\n' +
-                                   tokenizer.checksum() + '\n' + std::to_string(options.corpus.max_sentence_tokens));
+                                   checksum + '\n' + std::to_string(options.corpus.max_sentence_tokens));
   const std::string dir = (fs::path(cache_dir) / (fs::path(src_path).filename().string() + "." + id + ".dataset")).string();
   what_happened = "encoded";
   if (fs::exists(dir)) {
@@ -400,7 +405,7 @@ std::unique_ptr<BinaryDataset> cached_dataset(const std::string& src_path, const
       auto d = BinaryDataset::open(dir);
       const auto& m = d->manifest();
       if (m.src == describe_input(src_path) && m.tgt == describe_input(tgt_path) &&
-          m.tokenizer_checksum == tokenizer.checksum() && m.max_sentence_tokens == options.corpus.max_sentence_tokens) {
+          m.tokenizer_checksum == checksum && m.max_sentence_tokens == options.corpus.max_sentence_tokens) {
         what_happened = "cached";
         return d;
       }
@@ -411,7 +416,7 @@ std::unique_ptr<BinaryDataset> cached_dataset(const std::string& src_path, const
     fs::remove_all(dir);
   }
   fs::create_directories(cache_dir);
-  preprocess_corpus(src_path, tgt_path, tokenizer, dir, options);
+  preprocess_corpus(src_path, tgt_path, src_tokenizer, tgt_tokenizer, dir, options);
   return BinaryDataset::open(dir, /*verify=*/false);  // just written and fsync'ed
 }
 

@@ -33,6 +33,8 @@ Shortlist Shortlist::build(const PairSource& corpus, const Tokenizer& src_tok, c
     throw std::invalid_argument("shortlist: per_source and frequent must not be negative, min_count at least 1");
   Shortlist s;
   s.options_ = options;
+  s.source_special_ = src_tok.special_ids();
+  s.target_special_ = tgt_tok.special_ids();
   s.src_checksum_ = src_tok.checksum();
   s.tgt_checksum_ = tgt_tok.checksum();
   s.target_vocab_ = tgt_tok.vocab_size();
@@ -60,7 +62,7 @@ Shortlist Shortlist::build(const PairSource& corpus, const Tokenizer& src_tok, c
     return target_count[static_cast<size_t>(a)] > target_count[static_cast<size_t>(b)];
   });
   std::vector<bool> is_frequent(static_cast<size_t>(s.target_vocab_), false);
-  for (int64_t id : {kUnkId, kEosId})
+  for (int64_t id : {s.target_special_.unk, s.target_special_.eos})
     if (id < s.target_vocab_) is_frequent[static_cast<size_t>(id)] = true;
   for (int64_t j = 0; j < std::min<int64_t>(options.frequent, s.target_vocab_); ++j)
     if (target_count[static_cast<size_t>(by_count[static_cast<size_t>(j)])] > 0)
@@ -121,6 +123,8 @@ Shortlist Shortlist::load(const std::string& path, const Tokenizer& src_tok, con
   next("header");
   if (line != kMagic) throw std::runtime_error(path + " is not a torchmt shortlist (made by `torchmt shortlist`)");
   Shortlist s;
+  s.source_special_ = src_tok.special_ids();
+  s.target_special_ = tgt_tok.special_ids();
   int64_t source_vocab = 0;
   auto vocabulary = [&](const char* key, std::string& checksum, int64_t& size, const Tokenizer& tok, const char* side) {
     next(key);
@@ -174,7 +178,7 @@ std::vector<int64_t> Shortlist::candidates(const std::vector<int64_t>& source_id
                                            const std::vector<int64_t>& extra) const {
   std::vector<int64_t> out(frequent_.begin(), frequent_.end());
   for (int64_t x : source_ids) {
-    if (x == kPadId || x == kEosId || x < 0 || x >= source_vocab()) continue;
+    if (x == source_special_.pad || x == source_special_.eos || x < 0 || x >= source_vocab()) continue;
     const auto& list = lists_[static_cast<size_t>(x)];
     out.insert(out.end(), list.begin(), list.end());
   }

@@ -298,9 +298,10 @@ Batch TokenBatcher::next(const c10::Device& device) {
   const bool pin = device.is_cuda();
   auto options = torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin);
   Batch batch;
-  batch.src = torch::full({rows, S}, kPadId, options);      // [B, S]
-  batch.tgt_in = torch::full({rows, T}, kPadId, options);   // [B, T]
-  batch.tgt_out = torch::full({rows, T}, kPadId, options);  // [B, T]
+  const SpecialIds& special = options_.special;
+  batch.src = torch::full({rows, S}, special.pad, options);      // [B, S]
+  batch.tgt_in = torch::full({rows, T}, special.pad, options);   // [B, T]
+  batch.tgt_out = torch::full({rows, T}, special.pad, options);  // [B, T]
   int64_t* src = batch.src.data_ptr<int64_t>();
   int64_t* tgt_in = batch.tgt_in.data_ptr<int64_t>();
   int64_t* tgt_out = batch.tgt_out.data_ptr<int64_t>();
@@ -316,13 +317,13 @@ Batch TokenBatcher::next(const c10::Device& device) {
     ++batch.corpus_rows[k];
     int64_t* s = src + r * S;
     source.copy_src(i, s);
-    s[s_len] = kEosId;
+    s[s_len] = special.eos;
     int64_t* ti = tgt_in + r * T;
     int64_t* to = tgt_out + r * T;
-    ti[0] = kBosId;
+    ti[0] = special.bos;
     source.copy_tgt(i, to);
     std::copy(to, to + t_len, ti + 1);
-    to[t_len] = kEosId;
+    to[t_len] = special.eos;
     batch.src_tokens += s_len + 1;
     batch.tgt_tokens += t_len + 1;
   }

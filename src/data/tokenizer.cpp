@@ -11,6 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/strings.h"
 #include "torchmt/util/atomic_file.h"
@@ -84,7 +86,30 @@ struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
   std::string serialized;
   std::string checksum;
+  SpecialIds special;
+  // An explicit vocabulary: id -> piece and back; empty: SentencePiece's ids.
+  std::vector<std::string> pieces;
+  std::unordered_map<std::string, int64_t> ids;
 };
+
+std::vector<std::string> Vocabulary::pieces_from_json(const std::string& json) {
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(json);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("the vocabulary is not JSON: ") + first_line(e.what()));
+  }
+  if (!parsed.is_array() || parsed.empty()) throw std::runtime_error("the vocabulary is not a non-empty JSON list of pieces");
+  std::vector<std::string> pieces;
+  pieces.reserve(parsed.size());
+  for (const auto& piece : parsed) {
+    if (!piece.is_string()) throw std::runtime_error("the vocabulary holds a piece that is not a string");
+    pieces.push_back(piece.get<std::string>());
+  }
+  return pieces;
+}
+
+std::string Vocabulary::pieces_to_json(const std::vector<std::string>& pieces) { return nlohmann::json(pieces).dump(); }
 
 void train_bpe_vocab(const VocabTrainingOptions& options) {
   if (options.inputs.empty()) throw std::runtime_error("no input files to train a vocabulary on");
@@ -134,12 +159,13 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
-std::shared_ptr<const Tokenizer::Impl> Tokenizer::make_impl(const std::string& proto, const std::string& what) {
+std::shared_ptr<Tokenizer::Impl> Tokenizer::make_impl(const std::string& proto, const std::string& what,
+                                                     bool check_special_ids) {
   auto impl = std::make_shared<Tokenizer::Impl>();
   auto status = impl->sp.LoadFromSerializedProto(proto);
   if (!status.ok()) throw std::runtime_error(what + " is not a SentencePiece model (" + status.message() + ")");
   auto& sp = impl->sp;
-  if (sp.pad_id() != kPadId || sp.unk_id() != kUnkId || sp.bos_id() != kBosId || sp.eos_id() != kEosId) {
+  if (check_special_ids && (sp.pad_id() != kPadId || sp.unk_id() != kUnkId || sp.bos_id() != kBosId || sp.eos_id() != kEosId)) {
     throw std::runtime_error(what + " has special ids pad " + std::to_string(sp.pad_id()) + ", unk " +
                              std::to_string(sp.unk_id()) + ", bos " + std::to_string(sp.bos_id()) + ", eos " +
                              std::to_string(sp.eos_id()) +
@@ -155,14 +181,37 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (!in) throw std::runtime_error("tokenizer model '" + model_path + "' not found or unreadable");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.empty()) throw std::runtime_error("tokenizer model '" + model_path + "' is empty");
-  return Tokenizer(make_impl(bytes, "'" + model_path + "'"));
+  return Tokenizer(make_impl(bytes, "'" + model_path + "'", true));
 }
 
 Tokenizer Tokenizer::from_serialized(const std::string& model_proto) {
-  return Tokenizer(make_impl(model_proto, "the embedded tokenizer model"));
+  return Tokenizer(make_impl(model_proto, "the embedded tokenizer model", true));
+}
+
+Tokenizer Tokenizer::from_serialized(const std::string& model_proto, Vocabulary vocabulary) {
+  auto impl = make_impl(model_proto, "the embedded tokenizer model", false);
+  const auto size = static_cast<int64_t>(vocabulary.pieces.size());
+  const SpecialIds& s = vocabulary.special;
+  for (int64_t id : {s.pad, s.unk, s.bos, s.eos})
+    if (id < 0 || id >= size)
+      throw std::runtime_error("special id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(size));
+  impl->ids.reserve(vocabulary.pieces.size());
+  for (int64_t id = 0; id < size; ++id)
+    if (!impl->ids.emplace(vocabulary.pieces[static_cast<size_t>(id)], id).second)
+      throw std::runtime_error("the vocabulary holds the piece '" + escape_control(vocabulary.pieces[static_cast<size_t>(id)]) +
+                               "' twice");
+  impl->special = s;
+  impl->checksum = fnv1a_hex(model_proto + '\0' + Vocabulary::pieces_to_json(vocabulary.pieces));
+  impl->pieces = std::move(vocabulary.pieces);
+  return Tokenizer(std::move(impl));
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+  if (has_vocabulary()) {
+    std::vector<int64_t> ids;
+    for (const auto& piece : encode_pieces(text)) ids.push_back(piece_to_id(piece));
+    return ids;
+  }
   std::vector<int> ids;
   auto status = impl_->sp.Encode(text, &ids);
   if (!status.ok()) throw std::runtime_error("cannot encode text: " + std::string(status.message()));
@@ -177,11 +226,28 @@ std::vector<std::string> Tokenizer::encode_pieces(const std::string& text) const
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  const SpecialIds& s = impl_->special;
+  const int64_t size = vocab_size();
+  if (has_vocabulary()) {
+    std::vector<std::string> pieces;
+    for (int64_t id : ids) {
+      if (id == s.pad || id == s.bos || id == s.eos) continue;
+      pieces.push_back(impl_->pieces[static_cast<size_t>(id >= 0 && id < size ? id : s.unk)]);
+    }
+    std::string text;
+    auto status = impl_->sp.Decode(pieces, &text);
+    if (!status.ok()) throw std::runtime_error("cannot decode ids: " + std::string(status.message()));
+    // Pieces the target model lacks (the vocabulary serves both sides) come back as they are:
+    // their word boundaries become spaces, as Marian's tokenizer does.
+    static const std::string kBoundary = "\xe2\x96\x81";  // U+2581
+    for (size_t at; (at = text.find(kBoundary)) != std::string::npos;) text.replace(at, kBoundary.size(), " ");
+    const size_t first = text.find_first_not_of(' '), last = text.find_last_not_of(' ');
+    return first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  }
   std::vector<int> kept;
   kept.reserve(ids.size());
-  const int64_t size = vocab_size();
   for (int64_t id : ids) {
-    if (id == kPadId || id == kBosId || id == kEosId) continue;
+    if (id == s.pad || id == s.bos || id == s.eos) continue;
     // An id outside the vocabulary (a model trained on another one) decodes as unknown
     // rather than crashing the decoder.
     kept.push_back(static_cast<int>(id >= 0 && id < size ? id : kUnkId));
@@ -197,17 +263,34 @@ std::string Tokenizer::id_to_piece(int64_t id) const {
     throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
                             std::to_string(vocab_size()));
   }
+  if (has_vocabulary()) return impl_->pieces[static_cast<size_t>(id)];
   return impl_->sp.IdToPiece(static_cast<int>(id));
 }
 
-int64_t Tokenizer::piece_to_id(const std::string& piece) const { return impl_->sp.PieceToId(piece); }
+int64_t Tokenizer::piece_to_id(const std::string& piece) const {
+  if (!has_vocabulary()) return impl_->sp.PieceToId(piece);
+  const auto it = impl_->ids.find(piece);
+  return it == impl_->ids.end() ? impl_->special.unk : it->second;
+}
 
 float Tokenizer::piece_score(int64_t id) const {
   if (id < 0 || id >= vocab_size()) throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
+  if (has_vocabulary()) return impl_->sp.GetScore(impl_->sp.PieceToId(impl_->pieces[static_cast<size_t>(id)]));
   return impl_->sp.GetScore(static_cast<int>(id));
 }
 
-int64_t Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
+int64_t Tokenizer::vocab_size() const {
+  return has_vocabulary() ? static_cast<int64_t>(impl_->pieces.size()) : impl_->sp.GetPieceSize();
+}
+
+const SpecialIds& Tokenizer::special_ids() const { return impl_->special; }
+
+bool Tokenizer::has_vocabulary() const { return !impl_->pieces.empty(); }
+
+std::string pair_checksum(const Tokenizer& source, const Tokenizer& target) {
+  return source.checksum() == target.checksum() ? source.checksum()
+                                                : fnv1a_hex(source.checksum() + '\n' + target.checksum());
+}
 
 const std::string& Tokenizer::serialized() const { return impl_->serialized; }
 

@@ -52,13 +52,14 @@ Translator::Translator(DecoderFactory make_decoder, ModelConfig config, Tokenize
 
 Translator Translator::from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
   auto loaded = load_checkpoint(path, device);
-  if (loaded.meta.src_spm_model.empty())
-    throw std::runtime_error("checkpoint " + path + " carries no SentencePiece model");
-  Tokenizer src = Tokenizer::from_serialized(loaded.meta.src_spm_model);
-  Tokenizer tgt = loaded.meta.tgt_spm_model.empty() || loaded.meta.tgt_spm_model == loaded.meta.src_spm_model
-                      ? src
-                      : Tokenizer::from_serialized(loaded.meta.tgt_spm_model);
-  return Translator(loaded.model, src, tgt, device, dtype);
+  const auto tokenizers = [&] {
+    try {
+      return checkpoint_tokenizers(loaded.meta);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("checkpoint " + path + " " + e.what());
+    }
+  }();
+  return Translator(loaded.model, tokenizers.first, tokenizers.second, device, dtype);
 }
 
 std::vector<int64_t> Translator::encode_source(const std::string& line, bool* truncated) const {
@@ -67,7 +68,7 @@ std::vector<int64_t> Translator::encode_source(const std::string& line, bool* tr
   const bool cut = ids.size() > limit;
   if (cut) ids.resize(limit);
   if (truncated) *truncated = cut;
-  ids.push_back(kEosId);
+  ids.push_back(config_.eos_id);
   return ids;
 }
 
@@ -201,9 +202,9 @@ bool Translator::is_blank(const std::string& line) { return line.find_first_not_
 
 SearchOptions Translator::search_options(const TranslationOptions& options) const {
   SearchOptions search = options.search;
-  search.bos_id = kBosId;
-  search.eos_id = kEosId;
-  search.pad_id = kPadId;
+  search.bos_id = config_.bos_id;
+  search.eos_id = config_.eos_id;
+  search.pad_id = config_.pad_id;
   search.max_len_cap = std::min(search.max_len_cap, config_.max_positions);
   return search;
 }
@@ -211,7 +212,7 @@ SearchOptions Translator::search_options(const TranslationOptions& options) cons
 at::Tensor Translator::source_batch(const std::vector<const std::vector<int64_t>*>& rows) const {
   size_t longest = 0;
   for (const auto* ids : rows) longest = std::max(longest, ids->size());
-  auto src = torch::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, kPadId,
+  auto src = torch::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, config_.pad_id,
                          torch::kLong);  // [B, S]
   auto acc = src.accessor<int64_t, 2>();
   for (size_t r = 0; r < rows.size(); ++r)
@@ -278,13 +279,13 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
   if (model_->is_training()) model_->eval();
   auto src_ids = encode_source(source);
   auto src = torch::tensor(src_ids, torch::kLong).unsqueeze(0).to(device_);  // [1, S]
-  std::vector<int64_t> tgt_ids{kBosId};
+  std::vector<int64_t> tgt_ids{config_.bos_id};
   tgt_ids.insert(tgt_ids.end(), target_ids.begin(), target_ids.end());
   auto tgt = torch::tensor(tgt_ids, torch::kLong).unsqueeze(0).to(device_);  // [1, T], row t predicts token t
-  auto src_mask = make_padding_mask(src, kPadId);
+  auto src_mask = make_padding_mask(src, config_.pad_id);
   auto memory = model_->encode(src, src_mask);
   std::vector<at::Tensor> weights;
-  model_->decode(tgt, memory, src_mask, make_target_mask(tgt, kPadId), &weights);
+  model_->decode(tgt, memory, src_mask, make_target_mask(tgt, config_.pad_id), &weights);
   const auto n_layers = static_cast<int64_t>(weights.size());
   const int64_t index = layer < 0 ? n_layers + layer : layer;
   if (index < 0 || index >= n_layers)

@@ -184,7 +184,8 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   // CTranslate2's encoder always adds one, so it gets zeros.
   const at::Tensor pe = rope ? torch::zeros({c.max_positions, c.d_model})
                              : model->pos_encoding->pe.squeeze(0);  // [L, D]
-  const int8_t activation = c.activation == Activation::kGELU ? 3 : 0;  // CTranslate2: RELU 0, GELU 3 (erf)
+  // CTranslate2: RELU 0, SWISH 2, GELU 3 (erf)
+  const int8_t activation = c.activation == Activation::kGELU ? 3 : c.activation == Activation::kSwish ? 2 : 0;
 
   // An attention block's own settings, as CTranslate2's MultiHeadAttentionSpec writes them:
   // grouped-query K/V heads, and rotary embeddings on the whole head (self-attention only)
@@ -227,7 +228,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   bin.add_int16("encoder/num_heads", static_cast<int16_t>(c.num_heads));
   bin.add("encoder/position_encodings/encodings", w.floating(pe));
   bin.add_int8("encoder/pre_norm", pre_norm ? 1 : 0);
-  bin.add_int8("encoder/scale_embeddings", 1);
+  bin.add_int8("encoder/scale_embeddings", c.scale_embeddings ? 1 : 0);
 
   bin.add_int8("decoder/activation", activation);
   bin.add_int8("decoder/alibi", 0);
@@ -252,57 +253,36 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
   bin.add_int8("decoder/pre_norm", pre_norm ? 1 : 0);
   w.linear("decoder/projection", {model->fc_out});
   bin.add_int8("decoder/scale_alibi", 0);
-  bin.add_int8("decoder/scale_embeddings", 1);
+  bin.add_int8("decoder/scale_embeddings", c.scale_embeddings ? 1 : 0);
   bin.add_int8("decoder/start_from_zero_embedding", 0);
 
-  const Tokenizer source = Tokenizer::from_serialized(checkpoint.meta.src_spm_model);
-  const bool shared =
-      checkpoint.meta.tgt_spm_model.empty() || checkpoint.meta.tgt_spm_model == checkpoint.meta.src_spm_model;
+  const auto [source, target_tokenizer] = checkpoint_tokenizers(checkpoint.meta);
+  // One vocabulary file when the ids are one vocabulary's (an explicit one is shared by design).
+  const bool shared = !checkpoint.meta.vocabulary.empty() || checkpoint.meta.tgt_spm_model.empty() ||
+                      checkpoint.meta.tgt_spm_model == checkpoint.meta.src_spm_model;
   nlohmann::json config = {
       {"add_source_bos", false},
       {"add_source_eos", true},  // torchmt's sources end with </s>, which CTranslate2 then appends itself
-      {"bos_token", source.id_to_piece(kBosId)},
-      {"decoder_start_token", source.id_to_piece(kBosId)},
-      {"eos_token", source.id_to_piece(kEosId)},
+      {"bos_token", source.id_to_piece(c.bos_id)},
+      {"decoder_start_token", source.id_to_piece(c.bos_id)},
+      {"eos_token", source.id_to_piece(c.eos_id)},
       {"layer_norm_epsilon", 1e-5},
       {"multi_query_attention", false},  // as CTranslate2 writes it (the heads are in num_heads_kv)
-      {"unk_token", source.id_to_piece(kUnkId)},
+      {"unk_token", source.id_to_piece(c.unk_id)},
   };
 
   // Everything goes to a fresh directory beside the target, which then takes its place.
-  const fs::path target = fs::path(path).lexically_normal();
-  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (parent / (target.filename().string() + ".tmp.XXXXXX")).string();
-  if (!::mkdtemp(tmp.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-  ::chmod(tmp.c_str(), 0755);
-  try {
+  replace_directory(path, [&](const std::string& dir) {
     w.write_weights();
-    atomic_write((fs::path(tmp) / "model.bin").string(), bin.bytes("TransformerSpec", kTransformerSpecRevision));
-    atomic_write((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
+    atomic_write((fs::path(dir) / "model.bin").string(), bin.bytes("TransformerSpec", kTransformerSpecRevision));
+    atomic_write((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
     if (shared) {
-      atomic_write((fs::path(tmp) / "shared_vocabulary.json").string(), vocabulary_json(source));
+      atomic_write((fs::path(dir) / "shared_vocabulary.json").string(), vocabulary_json(source));
     } else {
-      atomic_write((fs::path(tmp) / "source_vocabulary.json").string(), vocabulary_json(source));
-      atomic_write((fs::path(tmp) / "target_vocabulary.json").string(),
-                   vocabulary_json(Tokenizer::from_serialized(checkpoint.meta.tgt_spm_model)));
+      atomic_write((fs::path(dir) / "source_vocabulary.json").string(), vocabulary_json(source));
+      atomic_write((fs::path(dir) / "target_vocabulary.json").string(), vocabulary_json(target_tokenizer));
     }
-    std::string old;
-    if (fs::exists(target)) {  // a previous export (checked above): moved aside, removed once replaced
-      old = (parent / (target.filename().string() + ".old.XXXXXX")).string();
-      if (!::mkdtemp(old.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-      if (std::rename(target.c_str(), (old + "/previous").c_str()) != 0)
-        throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
-    }
-    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-      const int error = errno;
-      if (!old.empty()) std::rename((old + "/previous").c_str(), target.c_str());
-      throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
-    }
-    if (!old.empty()) remove_tree(old);
-  } catch (...) {
-    remove_tree(tmp);
-    throw;
-  }
+  });
 }
 
 }  // namespace torchmt

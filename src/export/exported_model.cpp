@@ -2,6 +2,7 @@
 
 #include "torchmt/data/shortlist.h"
 #include "torchmt/decoding/translation_dtype.h"
+#include "torchmt/io/checkpoint.h"
 
 #include <filesystem>
 #include <sstream>
@@ -84,8 +85,14 @@ ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
     throw std::runtime_error(path + " has an invalid config.json: " + e.what());
   }
   if (extra["spm.model"].empty()) throw std::runtime_error(path + " carries no SentencePiece model (spm.model)");
-  Tokenizer src = Tokenizer::from_serialized(extra["spm.model"]);
-  Tokenizer tgt = extra["tgt_spm.model"].empty() ? src : Tokenizer::from_serialized(extra["tgt_spm.model"]);
+  const auto tokenizers = [&] {
+    try {
+      return make_tokenizers(extra["spm.model"], extra["tgt_spm.model"], extra["vocabulary.json"], config);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(path + " " + e.what());
+    }
+  }();
+  Tokenizer src = tokenizers.first, tgt = tokenizers.second;
   module.eval();
   impl_ = std::make_shared<const Impl>(Impl{std::move(module), config, src, tgt, device,
                                             marker.get_or("dtype", "fp32"), marker.get_or("frozen", "false") == "true"});

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "torchmt/export/ctranslate2_exporter.h"
+#include "torchmt/export/marian_format.h"
 #include "torchmt/export/torchscript_exporter.h"
 
 namespace torchmt {
@@ -10,10 +11,11 @@ namespace torchmt {
 std::unique_ptr<ModelExporter> make_exporter(const std::string& format) {
   if (format == "torchscript" || format == "ts") return std::make_unique<TorchScriptExporter>();
   if (format == "ctranslate2" || format == "ct2") return std::make_unique<CTranslate2Exporter>();
-  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript or ctranslate2)");
+  if (format == "marian") return std::make_unique<MarianExporter>();
+  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript, ctranslate2 or marian)");
 }
 
-std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2"}; }
+std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2", "marian"}; }
 
 c10::ScalarType parse_export_dtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return c10::ScalarType::Float;

@@ -164,7 +164,7 @@ class ScriptBuilder {
 
   Module feed_forward(FeedForward& f) {
     return build("FeedForward", {{"linear1", linear(f->linear1)}, {"linear2", linear(f->linear2)}}, {},
-                 {{"use_gelu", c10::BoolType::get(), f->options.activation() == Activation::kGELU}},
+                 {{"activation", c10::IntType::get(), static_cast<int64_t>(f->options.activation())}},
                  ts_source::kFeedForward);
   }
 
@@ -286,10 +286,10 @@ class ScriptBuilder {
               "\ndef decoder_out(self, x: Tensor) -> Tensor:\n    return x\n";
     Module m = build("Transformer", children,
                      {},
-                     {{"embed_scale", c10::FloatType::get(), std::sqrt(static_cast<double>(c.d_model))},
+                     {{"embed_scale", c10::FloatType::get(), c.scale_embeddings ? std::sqrt(static_cast<double>(c.d_model)) : 1.0},
                       {"pad_id", int_type, c.pad_id},
-                      {"bos_id", int_type, kBosId},
-                      {"eos_id", int_type, kEosId},
+                      {"bos_id", int_type, c.bos_id},
+                      {"eos_id", int_type, c.eos_id},
                       {"max_positions", int_type, c.max_positions}},
                      std::string(ts_source::kTransformer) + stack_ends);
     define_archive_search(m);
@@ -351,8 +351,8 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   marker.set("step", std::to_string(checkpoint.meta.position.step));
   marker.set("spm_checksum", "fnv1a:" + fnv1a_hex(checkpoint.meta.src_spm_model));
   marker.set("pad_id", std::to_string(checkpoint.meta.model.pad_id));
-  marker.set("bos_id", std::to_string(kBosId));
-  marker.set("eos_id", std::to_string(kEosId));
+  marker.set("bos_id", std::to_string(checkpoint.meta.model.bos_id));
+  marker.set("eos_id", std::to_string(checkpoint.meta.model.eos_id));
 
   torch::jit::ExtraFilesMap extra;
   extra["torchmt.json"] = marker.to_json();
@@ -360,6 +360,7 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   extra["spm.model"] = checkpoint.meta.src_spm_model;
   if (!checkpoint.meta.tgt_spm_model.empty() && checkpoint.meta.tgt_spm_model != checkpoint.meta.src_spm_model)
     extra["tgt_spm.model"] = checkpoint.meta.tgt_spm_model;
+  if (!checkpoint.meta.vocabulary.empty()) extra["vocabulary.json"] = checkpoint.meta.vocabulary;
 
   std::ostringstream bytes;
   try {

@@ -131,12 +131,14 @@ def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tens
     return self.attend(q, k, self.values(value), mask)
 )TS";
 
-// Submodules linear1, linear2; attribute use_gelu.
+// Submodules linear1, linear2; attribute activation: 0 relu, 1 gelu, 2 swish.
 inline const char* kFeedForward = R"TS(
 def forward(self, x: Tensor) -> Tensor:
     h = self.linear1.forward(x)
-    if self.use_gelu:
+    if self.activation == 1:
         h = torch.gelu(h)
+    elif self.activation == 2:
+        h = torch.silu(h)
     else:
         h = torch.relu(h)
     return self.linear2.forward(h)
@@ -222,7 +224,10 @@ def padding_mask(self, tokens: Tensor) -> Tensor:
 def target_mask(self, tgt: Tensor) -> Tensor:
     n = tgt.size(1)
     causal = torch.tril(torch.ones([n, n], dtype=11, device=tgt.device)).view([1, 1, n, n])
-    return self.padding_mask(tgt) & causal
+    keys = self.padding_mask(tgt)
+    if n > 0:
+        keys.select(3, 0).fill_(True)  # the start token, which may be pad_id (Marian)
+    return keys & causal
 
 def encode_masked(self, src: Tensor, src_mask: Tensor) -> Tensor:
     x = self.pos_encoding.forward(self.src_embedding.forward(src) * self.embed_scale, 0)

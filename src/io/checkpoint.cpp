@@ -101,6 +101,32 @@ std::string get_bytes(const Dict& d, const std::string& key) {
   return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), static_cast<size_t>(t.numel()));
 }
 
+}  // namespace
+
+std::pair<Tokenizer, Tokenizer> make_tokenizers(const std::string& src_spm_model, const std::string& tgt_spm_model,
+                                                const std::string& vocabulary, const ModelConfig& config) {
+  if (src_spm_model.empty()) throw std::runtime_error("carries no SentencePiece model");
+  const bool joint = tgt_spm_model.empty() || tgt_spm_model == src_spm_model;
+  if (vocabulary.empty()) {
+    Tokenizer src = Tokenizer::from_serialized(src_spm_model);
+    return {src, joint ? src : Tokenizer::from_serialized(tgt_spm_model)};
+  }
+  Vocabulary v{Vocabulary::pieces_from_json(vocabulary), config.special_ids()};
+  if (static_cast<int64_t>(v.pieces.size()) != config.src_vocab_size ||
+      static_cast<int64_t>(v.pieces.size()) != config.tgt_vocab_size)
+    throw std::runtime_error("has a vocabulary of " + std::to_string(v.pieces.size()) +
+                             " pieces for a model of " + std::to_string(config.src_vocab_size) + " / " +
+                             std::to_string(config.tgt_vocab_size));
+  Tokenizer src = Tokenizer::from_serialized(src_spm_model, v);
+  return {src, joint ? src : Tokenizer::from_serialized(tgt_spm_model, v)};
+}
+
+std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta) {
+  return make_tokenizers(meta.src_spm_model, meta.tgt_spm_model, meta.vocabulary, meta.model);
+}
+
+namespace {
+
 CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   CheckpointMeta meta;
   try {
@@ -115,6 +141,7 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   meta.tgt_spm_path = get_string(dict, "tgt_spm_path");
   meta.tgt_spm_checksum = get_string(dict, "tgt_spm_checksum");
   meta.tgt_spm_model = get_bytes(dict, "tgt_spm_model");
+  if (dict.contains("vocabulary")) meta.vocabulary = get_string(dict, "vocabulary");  // since 0.9
   auto pos = dict.at("position").toGenericDict();
   meta.position.step = pos.at("step").toInt();
   meta.position.epoch = pos.at("epoch").toInt();
@@ -177,6 +204,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   dict.insert("tgt_spm_path", meta.tgt_spm_path);
   dict.insert("tgt_spm_checksum", meta.tgt_spm_checksum);
   dict.insert("tgt_spm_model", bytes_to_tensor(meta.tgt_spm_model));
+  if (!meta.vocabulary.empty()) dict.insert("vocabulary", meta.vocabulary);
 
   Dict position = new_dict();
   position.insert("step", meta.position.step);

@@ -179,17 +179,17 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
 constexpr int64_t kPanelBlocks = 4;  // blocks per register tile (64 outputs)
 // Rows per register tile: 4 x 4 accumulators + 4 weights + 1 input. With 6 rows GCC 12 kept
 // the accumulators on the stack (spills every step) and the tile ran much slower.
-constexpr int64_t kRowTile = 4;
+constexpr int64_t kPanelRows = 4;
 
 template <int Cols>
 TORCHMT_VNNI_TARGET void panel_vnni(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
                                     const int8_t* panel, int64_t groups, int64_t n0) {
-  for (int64_t m0 = 0; m0 < rows; m0 += kRowTile) {
+  for (int64_t m0 = 0; m0 < rows; m0 += kPanelRows) {
     const uint8_t* xq = q.values.data() + m0 * w.in_padded;
     const float* xs = q.scale.data() + m0;
     const int32_t* xz = q.zero.data() + m0;
     float* ym = y + m0 * w.out;
-    switch (std::min<int64_t>(kRowTile, rows - m0)) {
+    switch (std::min<int64_t>(kPanelRows, rows - m0)) {
       case 1: tile_vnni<1, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
       case 2: tile_vnni<2, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;
       case 3: tile_vnni<3, Cols>(xq, w.in_padded, xs, xz, panel, groups, w, n0, ym, w.out); break;

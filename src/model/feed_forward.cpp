@@ -18,7 +18,11 @@ void FeedForwardImpl::reset() {
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   auto h = apply_linear(linear1, x);
-  h = options.activation() == Activation::kGELU ? torch::gelu(h) : torch::relu(h);
+  switch (options.activation()) {
+    case Activation::kGELU: h = torch::gelu(h); break;
+    case Activation::kSwish: h = torch::silu(h); break;
+    default: h = torch::relu(h);
+  }
   return apply_linear(linear2, dropout(h));
 }
 

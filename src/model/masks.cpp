@@ -14,7 +14,9 @@ at::Tensor make_causal_mask(int64_t length, const at::Device& device) {
 }
 
 at::Tensor make_target_mask(const at::Tensor& tgt, int64_t pad_id) {
-  return make_padding_mask(tgt, pad_id) & make_causal_mask(tgt.size(1), tgt.device());  // [B, 1, T, T]
+  auto keys = make_padding_mask(tgt, pad_id);  // [B, 1, 1, T]
+  if (keys.size(-1) > 0) keys.select(-1, 0).fill_(true);  // the start token, which may be pad_id (Marian)
+  return keys & make_causal_mask(tgt.size(1), tgt.device());  // [B, 1, T, T]
 }
 
 at::Tensor without_empty_rows(const at::Tensor& mask) {

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "torchmt/util/option_table.h"
 #include "torchmt/util/strings.h"
@@ -11,10 +12,17 @@ namespace torchmt {
 Activation parse_activation(const std::string& name) {
   if (name == "relu") return Activation::kReLU;
   if (name == "gelu") return Activation::kGELU;
-  throw std::invalid_argument("activation must be relu or gelu, got '" + escape_control(name) + "'");
+  if (name == "swish") return Activation::kSwish;
+  throw std::invalid_argument("activation must be relu, gelu or swish, got '" + escape_control(name) + "'");
 }
 
-std::string activation_name(Activation activation) { return activation == Activation::kGELU ? "gelu" : "relu"; }
+std::string activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::kGELU: return "gelu";
+    case Activation::kSwish: return "swish";
+    default: return "relu";
+  }
+}
 
 Norm parse_norm(const std::string& name) {
   if (name == "post") return Norm::kPost;
@@ -90,7 +98,12 @@ void ModelConfig::validate() const {
   require(max_positions > 0, "max_positions must be positive");
   require(!tie_embeddings || src_vocab_size == tgt_vocab_size,
           "tied embeddings need one joint vocabulary (src and tgt sizes differ)");
-  require(pad_id >= 0 && pad_id < std::min(src_vocab_size, tgt_vocab_size), "pad_id out of range");
+  const int64_t vocab = std::min(src_vocab_size, tgt_vocab_size);
+  for (const auto& [name, id] : {std::pair<const char*, int64_t>{"pad_id", pad_id}, {"unk_id", unk_id},
+                                 {"bos_id", bos_id}, {"eos_id", eos_id}})
+    require(id >= 0 && id < vocab, std::string(name) + " " + std::to_string(id) + " outside the vocabulary of " +
+                                       std::to_string(vocab));
+  require(eos_id != pad_id && eos_id != bos_id, "eos_id must differ from pad_id and bos_id");
   require(kv_heads >= 0 && kv_heads <= num_heads && num_heads % key_value_heads() == 0,
           "kv_heads (" + std::to_string(kv_heads) + ") must divide num_heads (" + std::to_string(num_heads) +
               "); 0 = num_heads");
@@ -117,11 +130,15 @@ const OptionTable<ModelConfig>& model_config_table() {
       .add("max_positions", &C::max_positions, "rows of the positional table: the longest sequence accepted",
            {"", "", {"max_len"}})
       .add_custom(
-         "activation", OptionKind::kText, "feed-forward activation: relu|gelu",
+         "activation", OptionKind::kText, "feed-forward activation: relu|gelu|swish",
          [](C& c, const std::string& v) { c.activation = parse_activation(v); },
          [](const C& c) { return activation_name(c.activation); })
       .add("tie_embeddings", &C::tie_embeddings, "share source, target and output embeddings")
       .add("pad_id", &C::pad_id, "padding token id")
+      .add("unk_id", &C::unk_id, "unknown-piece token id")
+      .add("bos_id", &C::bos_id, "the decoder's start token id")
+      .add("eos_id", &C::eos_id, "end-of-sentence token id")
+      .add("scale_embeddings", &C::scale_embeddings, "multiply embeddings by sqrt(d_model)")
       .add_custom(
          "norm", OptionKind::kText, "layer norm placement: post (paper) | pre (Pre-LN)",
          [](C& c, const std::string& v) { c.norm = parse_norm(v); }, [](const C& c) { return norm_name(c.norm); })
@@ -148,7 +165,8 @@ ModelConfig ModelConfig::from_json(const std::string& json) {
   const FlatConfig f = FlatConfig::parse(json);
   const auto& table = model_config_table();
   // Fields added after 0.2: absent in older files, where they were the paper's.
-  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads", "ffn", "experts", "top_k", "checkpoint_activations"};
+  static const std::set<std::string> kLater = {"norm", "positions", "kv_heads", "ffn", "experts", "top_k", "checkpoint_activations",
+                                              "unk_id", "bos_id", "eos_id", "scale_embeddings"};
   for (const auto& row : table.rows()) {
     if (kLater.count(row.key)) continue;
     bool present = f.has(row.key);

@@ -36,7 +36,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config) : config_(config) {
 
 void TransformerImpl::reset() {
   const ModelConfig& c = config_;
-  embed_scale_ = std::sqrt(static_cast<double>(c.d_model));
+  embed_scale_ = c.scale_embeddings ? std::sqrt(static_cast<double>(c.d_model)) : 1.0;
   const bool initialize = !SkipParameterInit::active();
   auto embedding = [&](int64_t vocab) {
     auto options = torch::nn::EmbeddingOptions(vocab, c.d_model);
@@ -79,7 +79,7 @@ void TransformerImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* embedding = module->as<torch::nn::Embedding>()) {
-      torch::nn::init::normal_(embedding->weight, 0.0, 1.0 / embed_scale_);
+      torch::nn::init::normal_(embedding->weight, 0.0, 1.0 / std::sqrt(static_cast<double>(config_.d_model)));
     } else if (auto* linear = module->as<torch::nn::Linear>()) {
       torch::nn::init::xavier_uniform_(linear->weight);
       if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);

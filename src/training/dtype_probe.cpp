@@ -24,7 +24,7 @@ double training_tokens_per_second(const ModelConfig& config, const std::vector<B
   model->to(device);
   model->train();
   AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
-  TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(0.1, kPadId), device, dtype, 1.0);
+  TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(0.1, config.pad_id), device, dtype, 1.0);
   step.run({batches[0]}, 1e-4).wait();
   int64_t tokens = 0;
   const auto start = std::chrono::steady_clock::now();

@@ -37,7 +37,7 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("decoder_layers", &O::decoder_layers, "override the decoder layers (-1 = keep)", model)
       .add("d_ff", &O::d_ff, "override the feed-forward width (-1 = keep)", model)
       .add("dropout", &O::dropout, "override the dropout (-1 = keep)", model)
-      .add("activation", &O::activation, "override the activation: relu|gelu", model)
+      .add("activation", &O::activation, "override the activation: relu|gelu|swish", model)
       .add("tie_embeddings", &O::tie_embeddings, "auto|true|false (auto: the preset's choice)", model)
       .add("norm", &O::norm, "override the layer norm placement: post (paper) | pre (Pre-LN)", model)
       .add("positions", &O::positions, "override the positions: sinusoidal | learned | rope", model)
@@ -83,6 +83,10 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("threads", &O::threads, "CPU threads (0 = all cores)", run)
       .add("out", &O::out, "run directory", run)
       .add("resume", &O::resume, "continue RUN_DIR/checkpoint_last.pt exactly", run)
+      .add("init_from", &O::init_from,
+           "fine-tune: start from this checkpoint's weights and vocabulary (torchmt's, or `torchmt import`'s) with a "
+           "new schedule and fresh optimizer state; the model options are the checkpoint's",
+           run)
       .add("validate_every", &O::validate_every, "validate every N steps (0 = every epoch)", run)
       .add("log_every", &O::log_every, "steps between log lines when stderr is not a terminal", run)
       .add("keep_last", &O::keep_last, "numbered checkpoints to keep", run)

@@ -84,6 +84,27 @@ ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool j
   return c;
 }
 
+// --init-from: the checkpoint's model, which the run's options may not reshape (dropout and
+// activation checkpointing are training settings and may change).
+ModelConfig init_model_config(const TrainOptions& o, ModelConfig c) {
+  for (const auto& [flag, set] : std::vector<std::pair<std::string, bool>>{
+           {"--d-model", o.d_model > 0}, {"--num-heads", o.num_heads > 0}, {"--encoder-layers", o.encoder_layers > 0},
+           {"--decoder-layers", o.decoder_layers > 0}, {"--d-ff", o.d_ff > 0}, {"--activation", !o.activation.empty()},
+           {"--norm", !o.norm.empty()}, {"--positions", !o.positions.empty()}, {"--kv-heads", o.kv_heads >= 0},
+           {"--ffn", !o.ffn.empty()}, {"--experts", o.experts > 0}, {"--top-k", o.top_k > 0},
+           {"--tie-embeddings", o.tie_embeddings != "auto"}})
+    if (set)
+      throw std::invalid_argument(flag + " contradicts --init-from " + o.init_from +
+                                  ": the model's shape is the checkpoint's (leave " + flag + " out)");
+  if (o.max_sentence_tokens + 1 > c.max_positions)
+    throw std::invalid_argument("--max-sentence-tokens " + std::to_string(o.max_sentence_tokens) +
+                                " is more than the positions of --init-from's model (" + std::to_string(c.max_positions) + ")");
+  if (o.dropout >= 0) c.dropout = o.dropout;
+  if (!o.checkpoint_activations.empty()) c.checkpoint_activations = o.checkpoint_activations == "true";
+  c.validate();
+  return c;
+}
+
 class Progress {
  public:
   // `quiet`: a data-parallel worker other than rank 0 (rank 0 reports for the job).
@@ -142,6 +163,24 @@ Tokenizer shared_tokenizer(const TrainOptions& o, Progress& progress, ProcessGro
     path = given.empty() ? o.out + "/spm.model" : given;
   }
   return Tokenizer::from_serialized(proto);
+}
+
+std::pair<Tokenizer, Tokenizer> same_tokenizer(const Tokenizer& tokenizer) { return {tokenizer, tokenizer}; }
+
+// --init-from: the checkpoint's tokenizers; a --spm that is not its vocabulary is an error.
+std::pair<Tokenizer, Tokenizer> init_tokenizers(const TrainOptions& o, const LoadedCheckpoint& init, std::string& path) {
+  auto tokenizers = [&] {
+    try {
+      return checkpoint_tokenizers(init.meta);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("--init-from " + o.init_from + " " + e.what());
+    }
+  }();
+  if (!o.spm.empty() && Tokenizer::load(o.spm).checksum() != tokenizers.first.checksum())
+    throw std::invalid_argument("--spm " + o.spm + " is not the vocabulary of --init-from " + o.init_from +
+                                " (fine-tuning keeps the model's; leave --spm out)");
+  path = init.meta.src_spm_path.empty() ? o.init_from : init.meta.src_spm_path;
+  return tokenizers;
 }
 
 // The process group when this process is one of several data-parallel workers.
@@ -222,8 +261,11 @@ class TrainingRun {
   c10::Device device_;
   c10::ScalarType dtype_;
   CheckpointManager checkpoints_;
+  std::optional<LoadedCheckpoint> init_;  // --init-from, until its weights are copied
   std::string spm_path_;
-  Tokenizer tokenizer_;
+  std::pair<Tokenizer, Tokenizer> tokenizers_;  // source, target (one for a joint vocabulary)
+  const Tokenizer& tokenizer_ = tokenizers_.first;
+  const Tokenizer& tgt_tokenizer_ = tokenizers_.second;
   std::unique_ptr<TrainingCorpora> corpora_;
   std::optional<Validator> validator_;
   ModelConfig model_config_;
@@ -256,7 +298,8 @@ TrainingRun::TrainingRun(const TrainOptions& o)
       // "auto" is measured once the model exists (choose_training_dtype, in the constructor).
       dtype_(o.dtype == "auto" ? c10::ScalarType::Float : resolve_dtype(o.dtype, device_)),
       checkpoints_(o.out, o.keep_last),
-      tokenizer_(shared_tokenizer(o, progress_, group_.get(), spm_path_)) {
+      init_(o.init_from.empty() ? std::nullopt : std::optional<LoadedCheckpoint>(load_checkpoint(o.init_from, torch::kCPU))),
+      tokenizers_(init_ ? init_tokenizers(o, *init_, spm_path_) : same_tokenizer(shared_tokenizer(o, progress_, group_.get(), spm_path_))) {
   if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
   if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d " + group_->backend() + ", " +
                              env_.master_addr + ":" + std::to_string(env_.master_port) + ")");
@@ -268,7 +311,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   if (!rank0_) wait_for_rank0();
   PreprocessOptions preprocess;
   preprocess.corpus = corpus_options;
-  corpora_ = std::make_unique<TrainingCorpora>(corpus_specs(o), tokenizer_, o.out + "/cache", preprocess,
+  corpora_ = std::make_unique<TrainingCorpora>(corpus_specs(o), tokenizer_, tgt_tokenizer_, o.out + "/cache", preprocess,
                                                [this](const std::string& text) { progress_.line(text); });
   if (rank0_) wait_for_rank0();
   progress_.line("train: " + with_thousands(corpora_->pairs()) + " pairs ready in " +
@@ -276,10 +319,21 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   if (corpora_->pairs() == 0) throw std::runtime_error("no training pairs left after filtering");
 
   // Model, optimiser, batches.
-  model_config_ = build_model_config(o, tokenizer_.vocab_size(), true);
+  model_config_ = init_ ? init_model_config(o, init_->meta.model) : build_model_config(o, tokenizer_.vocab_size(), true);
   torch::manual_seed(o.seed);
   model_ = Transformer(model_config_);
   model_->to(device_);
+  if (init_) {
+    torch::NoGradGuard no_grad;
+    auto params = init_->model->named_parameters();
+    for (auto& item : model_->named_parameters()) item.value().copy_(params[item.key()]);
+    auto buffers = init_->model->named_buffers();
+    for (auto& item : model_->named_buffers()) item.value().copy_(buffers[item.key()]);
+    meta_.vocabulary = init_->meta.vocabulary;
+    progress_.line("init: weights and vocabulary of " + o.init_from + " (step " + std::to_string(init_->meta.position.step) +
+                   "); new schedule, fresh optimizer state");
+    init_.reset();
+  }
   optimizer_ = std::make_unique<AdamOptimizer>(unique_parameters(*model_), AdamOptions{});
   if (o.ema_decay > 0)
     ema_ = std::make_unique<ExponentialMovingAverage>(unique_parameters(*model_), optimizer_->state().ema, o.ema_decay);
@@ -287,6 +341,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   batcher_options.batch_tokens = o.batch_tokens;
   batcher_options.seed = o.seed;
   batcher_options.window_pairs = o.shuffle_window;
+  batcher_options.special = model_config_.special_ids();
   batcher_ = std::make_unique<TokenBatcher>(corpora_->shares(), batcher_options);
   if (o.dtype == "auto") {
     // Rank 0 measures (on the first batches of a batcher of its own) and every rank follows.
@@ -308,7 +363,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
     progress_.line("dtype auto: " + reason);
   }
   if (!o.valid_src.empty() && rank0_) {
-    validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
+    validator_.emplace(o.valid_src, o.valid_tgt, tokenizer_, tgt_tokenizer_, corpus_options, o.batch_tokens, o.valid_batch_size,
                        device_, dtype_);
     progress_.line("valid: " + validator_->summary());
   }
@@ -316,8 +371,10 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   meta_.model = model_config_;
   meta_.train_config = o.to_config().to_yaml();
   meta_.src_spm_path = meta_.tgt_spm_path = fs::absolute(spm_path_).string();
-  meta_.src_spm_checksum = meta_.tgt_spm_checksum = tokenizer_.checksum();
+  meta_.src_spm_checksum = tokenizer_.checksum();
+  meta_.tgt_spm_checksum = tgt_tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
+  if (tgt_tokenizer_.serialized() != tokenizer_.serialized()) meta_.tgt_spm_model = tgt_tokenizer_.serialized();
   // fp16: the loss scale lives in the optimizer state from here on, so a resume restores it
   // and every rank starts from rank 0's.
   if (dtype_ == c10::ScalarType::Half) start_loss_scaling(optimizer_->state(), device_);
@@ -534,7 +591,7 @@ TrainSummary TrainingRun::loop() {
                   static_cast<long long>(budget->warmup_steps(planned)), o_.lr, o_.lr * o_.min_lr_ratio);
     progress_.line(buf);
   };
-  TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, kPadId), device_, dtype_,
+  TrainingStep step(model_, *optimizer_, LabelSmoothedCrossEntropy(o_.label_smoothing, model_config_.pad_id), device_, dtype_,
                     o_.clip_norm);
   step.distribute(reducer_.get(), group_.get());
   step.set_moe_aux_loss(o_.moe_aux_loss);

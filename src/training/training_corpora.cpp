@@ -91,20 +91,20 @@ std::string dataset_tokenizer(const std::vector<CorpusSpec>& specs) {
   return "";
 }
 
-TrainingCorpora::TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& tokenizer,
-                                 const std::string& cache_dir, const PreprocessOptions& options,
+TrainingCorpora::TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& src_tokenizer,
+                                 const Tokenizer& tgt_tokenizer, const std::string& cache_dir, const PreprocessOptions& options,
                                  const std::function<void(const std::string&)>& log)
     : specs_(specs) {
   for (const auto& spec : specs_) {
     std::string how;
     if (spec.data.empty()) {
-      datasets_.push_back(cached_dataset(spec.src, spec.tgt, tokenizer, cache_dir, options, how));
+      datasets_.push_back(cached_dataset(spec.src, spec.tgt, src_tokenizer, tgt_tokenizer, cache_dir, options, how));
     } else {
       datasets_.push_back(BinaryDataset::open(spec.data));
       const auto& m = datasets_.back()->manifest();
-      if (m.tokenizer_checksum != tokenizer.checksum())
+      if (const std::string checksum = pair_checksum(src_tokenizer, tgt_tokenizer); m.tokenizer_checksum != checksum)
         throw std::runtime_error("dataset " + spec.data + " was encoded with another SentencePiece model (checksum " +
-                                 m.tokenizer_checksum + ", this run's is " + tokenizer.checksum() +
+                                 m.tokenizer_checksum + ", this run's is " + checksum +
                                  "): leave out --spm to use the dataset's, or preprocess it again");
       if (m.max_sentence_tokens > options.corpus.max_sentence_tokens)
         throw std::runtime_error("dataset " + spec.data + " keeps pairs up to " + std::to_string(m.max_sentence_tokens) +

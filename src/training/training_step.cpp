@@ -114,7 +114,7 @@ double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::
   model->eval();
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device, dtype);
-  LabelSmoothedCrossEntropy nll_only(0.0, kPadId);
+  LabelSmoothedCrossEntropy nll_only(0.0, model->config().pad_id);
   double nll = 0;
   int64_t tokens = 0;
   for (const Batch& b : batches) {

@@ -14,17 +14,22 @@
 
 namespace torchmt {
 
-Validator::Validator(const std::string& src_path, const std::string& tgt_path, const Tokenizer& tokenizer,
-                     CorpusOptions corpus_options, int64_t batch_tokens, int64_t translate_batch_size,
-                     c10::Device device, c10::ScalarType dtype)
-    : tokenizer_(tokenizer), translate_batch_size_(translate_batch_size), device_(device), dtype_(dtype) {
+Validator::Validator(const std::string& src_path, const std::string& tgt_path, const Tokenizer& src_tokenizer,
+                     const Tokenizer& tgt_tokenizer, CorpusOptions corpus_options, int64_t batch_tokens,
+                     int64_t translate_batch_size, c10::Device device, c10::ScalarType dtype)
+    : src_tokenizer_(src_tokenizer),
+      tgt_tokenizer_(tgt_tokenizer),
+      translate_batch_size_(translate_batch_size),
+      device_(device),
+      dtype_(dtype) {
   corpus_options.max_sentence_tokens = std::max<int64_t>(corpus_options.max_sentence_tokens, 1000);
-  corpus_ = load_parallel_corpus(src_path, tgt_path, tokenizer, tokenizer, corpus_options);
+  corpus_ = load_parallel_corpus(src_path, tgt_path, src_tokenizer, tgt_tokenizer, corpus_options);
   sources_ = read_lines(src_path);
   references_ = read_lines(tgt_path);
   BatcherOptions options;
   options.batch_tokens = batch_tokens;
   options.shuffle = false;
+  options.special = tgt_tokenizer.special_ids();
   TokenBatcher batcher(corpus_, options);
   for (int64_t i = 0; i < batcher.batches_per_epoch(); ++i) batches_.push_back(batcher.next(device));
 }
@@ -34,7 +39,7 @@ ValidationScores Validator::run(Transformer& model) const {
   ValidationScores s;
   s.loss = evaluate_nll(model, batches_, device_, dtype_);
   s.ppl = std::exp(s.loss);
-  Translator translator(model, tokenizer_, tokenizer_, device_, dtype_);
+  Translator translator(model, src_tokenizer_, tgt_tokenizer_, device_, dtype_);
   TranslationOptions options;
   options.batch_size = translate_batch_size_;
   options.search.scores = false;  // BLEU reads the texts only

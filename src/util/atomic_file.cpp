@@ -118,4 +118,32 @@ bool remove_tree(const std::string& path) noexcept {
   return ::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
+void replace_directory(const std::string& path, const std::function<void(const std::string& dir)>& fill) {
+  namespace fs = std::filesystem;
+  const fs::path target = fs::path(path).lexically_normal();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (parent / (target.filename().string() + ".tmp.XXXXXX")).string();
+  if (!::mkdtemp(tmp.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  ::chmod(tmp.c_str(), 0755);
+  try {
+    fill(tmp);
+    std::string old;
+    if (fs::exists(target)) {  // the previous directory: moved aside, removed once replaced
+      old = (parent / (target.filename().string() + ".old.XXXXXX")).string();
+      if (!::mkdtemp(old.data())) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+      if (std::rename(target.c_str(), (old + "/previous").c_str()) != 0)
+        throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+    }
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+      const int error = errno;
+      if (!old.empty()) std::rename((old + "/previous").c_str(), target.c_str());
+      throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
+    }
+    if (!old.empty()) remove_tree(old);
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+}
+
 }  // namespace torchmt

@@ -49,13 +49,19 @@ struct PreprocessOptions {
   std::function<void(int64_t lines)> lines_counted, lines_done;
 };
 
-// Streams both files through `tokenizer` into `dir`, which must not exist: built in
+// Streams both files through their tokenizers (the source's and the target's; one for a joint
+// vocabulary) into `dir`, which must not exist: built in
 // `dir.partial` (removed first when a crashed run left one) and renamed to `dir` once
 // complete, so a kill at any moment leaves no directory that opens as a dataset. Line counts
 // are compared before anything is encoded.
 DatasetManifest preprocess_corpus(const std::string& src_path, const std::string& tgt_path,
-                                  const Tokenizer& tokenizer, const std::string& dir,
-                                  const PreprocessOptions& options);
+                                  const Tokenizer& src_tokenizer, const Tokenizer& tgt_tokenizer,
+                                  const std::string& dir, const PreprocessOptions& options);
+inline DatasetManifest preprocess_corpus(const std::string& src_path, const std::string& tgt_path,
+                                         const Tokenizer& tokenizer, const std::string& dir,
+                                         const PreprocessOptions& options) {
+  return preprocess_corpus(src_path, tgt_path, tokenizer, tokenizer, dir, options);
+}
 
 class BinaryDataset final : public PairSource {
  public:
@@ -99,7 +105,8 @@ class BinaryDataset final : public PairSource {
 // (path, size, content hash), the tokenizer and max_sentence_tokens match, built (or rebuilt,
 // when stale or damaged) otherwise. `what_happened` says which, for the log.
 std::unique_ptr<BinaryDataset> cached_dataset(const std::string& src_path, const std::string& tgt_path,
-                                              const Tokenizer& tokenizer, const std::string& cache_dir,
+                                              const Tokenizer& src_tokenizer, const Tokenizer& tgt_tokenizer,
+                                              const std::string& cache_dir,
                                               const PreprocessOptions& options, std::string& what_happened);
 
 // The content hash a cached dataset is keyed by (64-bit, word at a time).

@@ -46,6 +46,7 @@ class Shortlist {
   ShortlistOptions options_;
   std::string src_checksum_, tgt_checksum_;  // Tokenizer::checksum() of the vocabularies
   int64_t target_vocab_ = 0;
+  SpecialIds source_special_, target_special_;  // the tokenizers' (an imported model's own)
   std::vector<int32_t> frequent_;            // with the special tokens
   std::vector<std::vector<int32_t>> lists_;  // per source id
 };

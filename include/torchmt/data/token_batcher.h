@@ -18,7 +18,7 @@
 namespace torchmt {
 
 struct Batch {
-  at::Tensor src;      // [B, S] int64: x + eos, padded with kPadId
+  at::Tensor src;      // [B, S] int64: x + eos, padded with pad
   at::Tensor tgt_in;   // [B, T] int64: bos + y, padded
   at::Tensor tgt_out;  // [B, T] int64: y + eos, padded
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad counts (tgt_tokens counts tgt_out)
@@ -33,6 +33,7 @@ struct BatcherOptions {
   // Pairs sorted together; an epoch with more is cut into windows of at most this many.
   // 0: the whole epoch is one window (a global sort).
   int64_t window_pairs = 1 << 20;
+  SpecialIds special = {};  // the model's (pad, start, end)
 };
 
 // A corpus in a mix: `weight` is its share of the pairs drawn (weights are relative); when

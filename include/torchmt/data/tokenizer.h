@@ -32,6 +32,18 @@ struct VocabTrainingOptions {
 // input or output file on failure.
 void train_bpe_vocab(const VocabTrainingOptions& options);
 
+// An explicit vocabulary (Marian's vocab.json): the model's ids are positions in `pieces`, not
+// SentencePiece's ids; a piece it lacks encodes as `special.unk`. One vocabulary may serve
+// separate source and target SentencePiece models over one shared embedding.
+struct Vocabulary {
+  std::vector<std::string> pieces;  // id -> piece
+  SpecialIds special;
+  // A JSON array of the pieces (how checkpoints and exports store them); throws
+  // std::runtime_error on anything else, on duplicates, or on an empty list.
+  static std::vector<std::string> pieces_from_json(const std::string& json);
+  static std::string pieces_to_json(const std::vector<std::string>& pieces);
+};
+
 class Tokenizer {
  public:
   // Throws std::runtime_error naming the file when it is missing, not a SentencePiece
@@ -39,6 +51,9 @@ class Tokenizer {
   static Tokenizer load(const std::string& model_path);
   // For models embedded in checkpoints and exports.
   static Tokenizer from_serialized(const std::string& model_proto);
+  // Over an explicit vocabulary: SentencePiece only splits and joins pieces; its special ids
+  // are not checked (the vocabulary's are used).
+  static Tokenizer from_serialized(const std::string& model_proto, Vocabulary vocabulary);
 
   // Ids without bos/eos.
   std::vector<int64_t> encode(const std::string& text) const;
@@ -46,19 +61,25 @@ class Tokenizer {
   // pad, bos and eos are skipped, so a padded or complete hypothesis decodes as is.
   std::string decode(const std::vector<int64_t>& ids) const;
   std::string id_to_piece(int64_t id) const;
-  int64_t piece_to_id(const std::string& piece) const;  // kUnkId when absent
+  int64_t piece_to_id(const std::string& piece) const;  // special_ids().unk when absent
   float piece_score(int64_t id) const;
   int64_t vocab_size() const;
+  const SpecialIds& special_ids() const;
+  bool has_vocabulary() const;  // an explicit Vocabulary (else SentencePiece's ids)
 
   const std::string& serialized() const;  // the model proto bytes
-  std::string checksum() const;           // 16 hex digits, FNV-1a 64 of serialized()
+  // 16 hex digits, FNV-1a 64 of serialized() (and of the explicit vocabulary's pieces).
+  std::string checksum() const;
 
  private:
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
-  static std::shared_ptr<const Impl> make_impl(const std::string& proto, const std::string& what);
+  static std::shared_ptr<Impl> make_impl(const std::string& proto, const std::string& what, bool check_special_ids);
   std::shared_ptr<const Impl> impl_;  // shared: copies are cheap, the model is immutable
 };
 
+// What a corpus encoded with a source and a target tokenizer is keyed by: the tokenizer's
+// checksum when both are one (a joint vocabulary), else one of both.
+std::string pair_checksum(const Tokenizer& source, const Tokenizer& target);
 
 }  // namespace torchmt

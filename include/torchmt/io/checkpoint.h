@@ -11,6 +11,7 @@
 
 #include <c10/core/Device.h>
 
+#include "torchmt/data/tokenizer.h"
 #include "torchmt/io/training_position.h"
 #include "torchmt/model/model_config.h"
 #include "torchmt/model/transformer.h"
@@ -34,8 +35,17 @@ struct CheckpointMeta {
   std::string train_config;  // the effective training configuration (YAML)
   std::string src_spm_path, src_spm_checksum, src_spm_model;  // model = serialized SentencePiece proto
   std::string tgt_spm_path, tgt_spm_checksum, tgt_spm_model;  // equal to src_* for a joint vocabulary
+  // An explicit vocabulary shared by both sides (Vocabulary::pieces_to_json; an imported Marian
+  // model's vocab.json), its special ids in `model`; empty: the SentencePiece models' own ids.
+  std::string vocabulary;
   TrainingPosition position;
 };
+
+// The source and target tokenizers of a checkpoint or an export (the same one for a joint
+// vocabulary). Throws std::runtime_error with a message to follow the file's name.
+std::pair<Tokenizer, Tokenizer> make_tokenizers(const std::string& src_spm_model, const std::string& tgt_spm_model,
+                                                const std::string& vocabulary, const ModelConfig& config);
+std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta);
 
 // Atomic write. `optimizer` may be null (averaged / exported-for-inference checkpoints).
 void save_checkpoint(const std::string& path, const Transformer& model, const OptimizerState* optimizer,

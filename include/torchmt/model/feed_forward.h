@@ -1,6 +1,7 @@
 #pragma once
 // Position-wise feed-forward network (paper §3.3), mirrors the reference `FeedForward`:
-// linear1 -> activation (ReLU as in the paper, or GELU as in the reference code) -> dropout -> linear2.
+// linear1 -> activation (ReLU as in the paper, GELU as in the reference code, or Marian's swish)
+// -> dropout -> linear2.
 #include <torch/nn/cloneable.h>
 #include "torchmt/model/dropout.h"
 #include <torch/nn/modules/linear.h>

@@ -12,7 +12,8 @@ at::Tensor make_padding_mask(const at::Tensor& tokens, int64_t pad_id);
 // [1, 1, T, T]: true on and below the diagonal (position t sees keys <= t).
 at::Tensor make_causal_mask(int64_t length, const at::Device& device);
 
-// tgt [B, T] -> [B, 1, T, T]: causal AND target key not padding.
+// tgt [B, T] -> [B, 1, T, T]: causal AND target key not padding. Position 0 holds the decoder's
+// start token and is never padding, even where the start token is pad_id (Marian's models).
 at::Tensor make_target_mask(const at::Tensor& tgt, int64_t pad_id);
 
 // A query whose keys are all masked would softmax over nothing (NaN): such rows are opened

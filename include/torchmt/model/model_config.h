@@ -5,11 +5,14 @@
 #include <cstdint>
 #include <string>
 
+#include "torchmt/data/special_ids.h"
+
 namespace torchmt {
 
-// The feed-forward activation: ReLU as in the paper, GELU as in the reference code.
-enum class Activation { kReLU, kGELU };
-// "relu" | "gelu" (the names in configs and flags); throws std::invalid_argument otherwise.
+// The feed-forward activation: ReLU as in the paper, GELU as in the reference code, swish
+// (x * sigmoid(x), SiLU) as in Marian's OPUS-MT models.
+enum class Activation { kReLU, kGELU, kSwish };
+// "relu" | "gelu" | "swish" (the names in configs and flags); throws std::invalid_argument otherwise.
 Activation parse_activation(const std::string& name);
 std::string activation_name(Activation activation);
 
@@ -49,7 +52,14 @@ struct ModelConfig {
   Activation activation = Activation::kReLU;
   // Share source, target and output embeddings (needs one joint vocabulary).
   bool tie_embeddings = false;
+  // Special token ids. torchmt's vocabularies have pad 0, unk 1, bos 2, eos 3; an imported
+  // Marian model has its own (eos 0, unk 1, pad last, and pad also starts the decoder: bos_id).
   int64_t pad_id = 0;
+  int64_t unk_id = 1;
+  int64_t bos_id = 2;  // the decoder's start token
+  int64_t eos_id = 3;
+  // Embeddings multiplied by sqrt(d_model) (the paper; Marian's scale_embedding).
+  bool scale_embeddings = true;
   Norm norm = Norm::kPost;
   Positions positions = Positions::kSinusoidal;
   // Key/value heads of every attention (grouped-query attention, reference 002's
@@ -63,6 +73,7 @@ struct ModelConfig {
   bool checkpoint_activations = false;
 
   int64_t key_value_heads() const { return kv_heads > 0 ? kv_heads : num_heads; }
+  SpecialIds special_ids() const { return {pad_id, unk_id, bos_id, eos_id}; }
 
   // "base" / "paper-base" (paper), "big" (paper), "small" / "paper-small" (CPU-sized for
   // Multi30k), "modern-small" / "modern-base" (the same sizes with Pre-LN, rotary positions and
@@ -73,7 +84,7 @@ struct ModelConfig {
   std::string to_json() const;
   // Every field must be present (a checkpoint or export written by torchmt has them all),
   // except those added after 0.2 (norm, positions, kv_heads, ffn, experts, top_k,
-  // checkpoint_activations), which
+  // checkpoint_activations, unk_id, bos_id, eos_id, scale_embeddings), which
   // default to the paper's.
   static ModelConfig from_json(const std::string& json);
 };

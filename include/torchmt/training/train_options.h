@@ -58,6 +58,9 @@ struct TrainOptions {
   int64_t threads = 0;  // 0 = all cores
   std::string out = "runs/default";
   bool resume = false;
+  // Start from this checkpoint's weights and vocabulary (a torchmt checkpoint or an imported
+  // model) with a new schedule and fresh optimizer state; empty = from scratch.
+  std::string init_from;
   int64_t validate_every = 0;  // steps; 0 = every epoch
   int64_t log_every = 100;     // steps between log lines when stderr is not a terminal
   int64_t keep_last = 3;       // numbered checkpoints kept

@@ -34,9 +34,10 @@ std::string dataset_tokenizer(const std::vector<CorpusSpec>& specs);
 
 class TrainingCorpora {
  public:
-  // Opens every dataset (checking it was encoded with `tokenizer` and max_sentence_tokens) and
+  // Opens every dataset (checking it was encoded with the tokenizers and max_sentence_tokens) and
   // preprocesses text corpora into `cache_dir`; `log` receives one line per corpus.
-  TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& tokenizer, const std::string& cache_dir,
+  TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& src_tokenizer,
+                  const Tokenizer& tgt_tokenizer, const std::string& cache_dir,
                   const PreprocessOptions& options, const std::function<void(const std::string&)>& log);
   std::vector<CorpusShare> shares() const;
   int64_t pairs() const;

@@ -27,7 +27,8 @@ class Validator {
   // Reads and encodes both files now (every pair is scored: the length filter is at least
   // 1000 tokens); batches by `batch_tokens` for the loss and translates `translate_batch_size`
   // sentences at a time.
-  Validator(const std::string& src_path, const std::string& tgt_path, const Tokenizer& tokenizer,
+  Validator(const std::string& src_path, const std::string& tgt_path, const Tokenizer& src_tokenizer,
+            const Tokenizer& tgt_tokenizer,
             CorpusOptions corpus_options, int64_t batch_tokens, int64_t translate_batch_size, c10::Device device,
             c10::ScalarType dtype);
   std::string summary() const { return corpus_.stats.summary(); }
@@ -37,7 +38,7 @@ class Validator {
   static bool improves(const ValidationScores& scores, double best_bleu, double best_loss);
 
  private:
-  Tokenizer tokenizer_;
+  Tokenizer src_tokenizer_, tgt_tokenizer_;
   EncodedCorpus corpus_;
   std::vector<std::string> sources_, references_;
   std::vector<Batch> batches_;

@@ -2,6 +2,7 @@
 // The one way torchmt writes a file: to a temporary file beside it (PATH.tmp.XXXXXX), flushed and fsync'ed,
 // renamed over the target, then the directory fsync'ed. A kill or a full disk at any moment
 // leaves either the previous file or the new one, never a partial file, and no temporary.
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -43,5 +44,10 @@ std::string read_file(const std::string& path);
 // libtorch.so exports its own copy of that function, which a program linked to it calls, and
 // which jumps to address 0 (seen on the GPU machine: every test using a temporary directory).
 bool remove_tree(const std::string& path) noexcept;
+
+// A directory written whole or not at all: `fill` writes the files into a fresh directory beside
+// `path`, which then takes path's place (a previous directory there is removed once replaced).
+// The caller decides beforehand whether `path` may be replaced.
+void replace_directory(const std::string& path, const std::function<void(const std::string& dir)>& fill);
 
 }  // namespace torchmt
