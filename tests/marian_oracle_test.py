@@ -19,6 +19,7 @@ Exit 0 when everything matches; prints the first mismatch otherwise.
 """
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 
@@ -143,6 +144,20 @@ def main():
     _, _, theirs_back, _ = hf_logits(model_back, MarianTokenizer.from_pretrained(again), lines[:8], lines[8:16])
     check(torch.equal(theirs_back, theirs), "transformers' logits of the re-exported model differ")
     print("export of the import: every tensor equal; transformers' logits identical")
+
+    # The same model as pytorch_model.bin (torch.save of the state dict, as older OPUS-MT
+    # snapshots ship it) imports to the same tensors.
+    legacy = os.path.join(work, "marian_bin")
+    shutil.copytree(d, legacy)
+    os.remove(os.path.join(legacy, "model.safetensors"))
+    torch.save(model.state_dict(), os.path.join(legacy, "pytorch_model.bin"))
+    run([torchmt, "import", "--format", "marian", legacy, "-o", os.path.join(work, "imported_bin.pt")])
+    run([torchmt, "export", "-m", os.path.join(work, "imported_bin.pt"), "--format", "marian", "-o",
+         os.path.join(work, "exported_bin")])
+    back_bin = load_file(os.path.join(work, "exported_bin", "model.safetensors"))
+    check(set(back_bin) == set(back) and all(torch.equal(back_bin[k], back[k]) for k in back),
+          "pytorch_model.bin imports to other tensors than model.safetensors")
+    print("pytorch_model.bin: imports to the same tensors as model.safetensors")
 
     # Fine-tuning the import (its ids: eos 0, pad last and starting the decoder): torchmt
     # trains it on its own vocabulary, and the result still loads in transformers.

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "torchmt/io/pickled_state_dict.h"
 #include "torchmt/io/safetensors.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/atomic_file.h"
@@ -138,19 +138,7 @@ std::map<std::string, at::Tensor> read_weights(const fs::path& dir, uint64_t* by
   if (!fs::exists(pickle))
     throw std::runtime_error(dir.string() + ": holds neither model.safetensors nor pytorch_model.bin");
   *bytes = fs::file_size(pickle);
-  const std::string data = read_bounded(pickle, 1ull << 34);
-  std::map<std::string, at::Tensor> out;
-  try {
-    auto value = torch::pickle_load(std::vector<char>(data.begin(), data.end()));
-    if (!value.isGenericDict()) throw std::runtime_error("not a dictionary of tensors");
-    for (const auto& item : value.toGenericDict()) {
-      if (!item.key().isString() || !item.value().isTensor()) throw std::runtime_error("not a dictionary of tensors");
-      out.emplace(item.key().toStringRef(), item.value().toTensor().to(torch::kFloat));
-    }
-  } catch (const std::exception& e) {
-    throw std::runtime_error(pickle.string() + ": cannot be read (" + first_line(e.what()) + ")");
-  }
-  return out;
+  return read_pickled_state_dict(pickle.string());
 }
 
 }  // namespace

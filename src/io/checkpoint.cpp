@@ -1,5 +1,7 @@
 #include "torchmt/io/checkpoint.h"
 
+#include "bounded_reader.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -34,26 +36,6 @@ using Dict = c10::impl::GenericDict;
 
 
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
-
-// The archive in memory as LibTorch's zip reader reads it, with reads clamped to its size.
-// torch::pickle_load's own in-memory reader copies whatever range the zip directory names: the
-// checkpoint fuzzer (tests/fuzz/checkpoint.cpp) found an unsealed archive whose directory sends
-// it past the end of the buffer (a heap overflow inside LibTorch). A short read is an error
-// the reader reports instead.
-class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* what = "") const override {
-    if (pos >= bytes_.size()) return 0;
-    n = std::min<size_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, n);
-    return n;
-  }
-
- private:
-  const std::string& bytes_;
-};
 
 // torch::pickle_load with the bounded reader: the same archive layout ("data.pkl" + "data/N").
 c10::IValue pickle_load_bounded(const std::string& bytes) {

@@ -229,6 +229,9 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value("fp32,int8"))(
       "ct2-settings", "CTranslate2 workers x threads to try (the fastest counts); default: Cx1,1xC for C threads",
       cxxopts::value<std::string>()->default_value(""))(
+      "ct2-models", "CTranslate2 model directories to use instead of torchmt's export of -m: DTYPE=DIR,... "
+      "(e.g. ct2-transformers-converter's output for an imported Marian model)",
+      cxxopts::value<std::string>()->default_value(""))(
       "ct2-runner", "the CTranslate2 side",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
       "shortlist", "also run every cached configuration with this `torchmt shortlist` table (right after the run "
@@ -368,10 +371,17 @@ int main(int argc, char** argv) {
         }
         if (!out) throw std::runtime_error("cannot write " + pieces_path);
       }
+      for (const auto& spec : split(r["ct2-models"].as<std::string>(), ',')) {
+        const auto eq = spec.find('=');
+        if (eq == std::string::npos || !fs::is_directory(spec.substr(eq + 1)))
+          throw std::invalid_argument("--ct2-models: expected DTYPE=DIRECTORY, got '" + spec + "'");
+        ct2_models[spec.substr(0, eq)] = spec.substr(eq + 1);
+      }
       auto checkpoint = load_checkpoint(model_path, torch::kCPU);
       auto exporter = make_exporter("ctranslate2");
       for (const auto& dtype : ct2_dtypes) {
         if (dtype != "fp32" && dtype != "int8") throw std::invalid_argument("--ct2-dtypes: expected fp32 and/or int8");
+        if (ct2_models.count(dtype)) continue;  // given
         ExportOptions export_options;
         export_options.quantize_int8 = dtype == "int8";
         const auto dir = (work / ("ct2_" + dtype)).string();
