@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--eos-bias", type=float, default=8.0)
     a = ap.parse_args()
     if a.opus_size:
-        make_marian_model(a.out, a.train_file, 512, 6, 8, 2048, (8000, 8000), a.eos_bias, vocab_size=58101)
+        make_marian_model(a.out, a.train_file, 512, 6, 8, 2048, (6000, 6000), a.eos_bias, vocab_size=58101)
     else:
         make_marian_model(a.out, a.train_file, 64, 2, 4, 128, (900, 700), a.eos_bias)
 

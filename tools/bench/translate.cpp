@@ -123,12 +123,16 @@ std::optional<double> agreement(const Measure& a, const Measure& b) {
 }
 
 Measure run_ours(Translator& translator, const std::vector<std::string>& lines, int64_t beam, int64_t batch,
-                 bool cache, int64_t workers, bool early_exit) {
+                 bool cache, int64_t workers, bool early_exit, int64_t fixed_length) {
   TranslationOptions options;
   options.workers = workers;
   options.search.beam_size = beam;
   options.search.early_exit = early_exit;
   options.search.scores = false;  // as `translate` without n-best output
+  if (fixed_length > 0) {  // every hypothesis runs to the limit (a model whose end never wins)
+    options.search.max_len_a = 0;
+    options.search.max_len_b = fixed_length;
+  }
   options.batch_size = batch;
   options.use_cache = cache;
   // Warm-up (allocator, oneDNN primitives, autocast caches) on a few sentences.
@@ -240,6 +244,10 @@ int main(int argc, char** argv) {
       "early-exit",
       "torchmt's beam search ends a sentence when its best candidate ends it (OpenNMT-py's criterion; "
       "not like for like: CTranslate2, as torchmt by default, runs until beam-size hypotheses are finished)")(
+      "fixed-length",
+      "decode every sentence for exactly N steps on both sides (torchmt: length limit N; CTranslate2: "
+      "max_decoding_length N), for models whose outputs do not end on their own (random weights); 0 = off",
+      cxxopts::value<int64_t>()->default_value("0"))(
       "rounds",
       "measure torchmt and CTranslate2 this many times (each configuration: torchmt, then CTranslate2), "
       "and keep each configuration's fastest: a shared machine's speed drifts between runs",
@@ -363,19 +371,28 @@ int main(int argc, char** argv) {
       fs::create_directories(work);
       const auto pieces_path = (work / "source_pieces.txt").string();
       ct2_out_path = (work / "ct2_results.txt").string();
-      {
-        std::ofstream out(pieces_path);
-        for (const auto& s : sources) {  // the pieces without eos: CTranslate2 appends it (add_source_eos)
-          for (size_t j = 0; j + 1 < s.size(); ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
-          out << "\n";
-        }
-        if (!out) throw std::runtime_error("cannot write " + pieces_path);
-      }
       for (const auto& spec : split(r["ct2-models"].as<std::string>(), ',')) {
         const auto eq = spec.find('=');
         if (eq == std::string::npos || !fs::is_directory(spec.substr(eq + 1)))
           throw std::invalid_argument("--ct2-models: expected DTYPE=DIRECTORY, got '" + spec + "'");
         ct2_models[spec.substr(0, eq)] = spec.substr(eq + 1);
+      }
+      // torchmt's exports append the end themselves (add_source_eos); a converter's output may
+      // expect it among the pieces (ct2-transformers-converter for Marian).
+      bool eos_in_pieces = false;
+      for (const auto& [dtype, dir] : ct2_models) {
+        std::ifstream config(dir + "/config.json");
+        const std::string text((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+        eos_in_pieces = eos_in_pieces || text.find("\"add_source_eos\": false") != std::string::npos;
+      }
+      {
+        std::ofstream out(pieces_path);
+        for (const auto& s : sources) {
+          const size_t n = eos_in_pieces ? s.size() : s.size() - 1;
+          for (size_t j = 0; j < n; ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
+          out << "\n";
+        }
+        if (!out) throw std::runtime_error("cannot write " + pieces_path);
       }
       auto checkpoint = load_checkpoint(model_path, torch::kCPU);
       auto exporter = make_exporter("ctranslate2");
@@ -393,6 +410,8 @@ int main(int argc, char** argv) {
       ct2_command = shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["ct2-runner"].as<std::string>()) +
                     " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(ct2_out_path) + " --settings " +
                     settings;
+      if (const int64_t fixed = r["fixed-length"].as<int64_t>(); fixed > 0)
+        ct2_command += " --max-decoding-length " + std::to_string(fixed);
     }
     // CTranslate2 on one configuration, right after torchmt's run of it: a shared machine's
     // speed drifts over minutes (this project's 2-core EPYC: the same torchmt run 17.9 s one
@@ -426,7 +445,7 @@ int main(int argc, char** argv) {
               Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
               const kernels::ScreenStats before = kernels::screen_stats();
               Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
-                                   r.count("early-exit") > 0);
+                                   r.count("early-exit") > 0, r["fixed-length"].as<int64_t>());
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
               const kernels::ScreenStats after = kernels::screen_stats();
               if (const int64_t rows = after.rows - before.rows; rows > 0)  // warm-up included
@@ -441,7 +460,7 @@ int main(int argc, char** argv) {
                 std::cerr << "  with the shortlist ..." << std::flush;
                 translator.set_shortlist(shortlist);
                 Measure s = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
-                                     r.count("early-exit") > 0);
+                                     r.count("early-exit") > 0, r["fixed-length"].as<int64_t>());
                 translator.set_shortlist(nullptr);
                 std::cerr << " " << fmt(s.seconds, 2) << " s\n";
                 const Key shortlisted{"shortlist", beam, batch, dtype, true};

@@ -28,6 +28,7 @@ def main():
     p.add_argument("--model", action="append", required=True, help="DTYPE=DIR")
     p.add_argument("--settings", default="2x1,1x2", help="WORKERSxTHREADS,...")
     p.add_argument("--lenpen", type=float, default=0.6)
+    p.add_argument("--max-decoding-length", type=int, default=256)
     a = p.parse_args()
     lines = [line.split() for line in open(a.pieces, encoding="utf-8").read().split("\n")[:-1]]
     todo = [i for i, s in enumerate(lines) if s]
@@ -47,7 +48,7 @@ def main():
                 best = None
                 for setting, translator in translators.items():
                     options = dict(beam_size=beam, max_batch_size=batch, batch_type="examples",
-                                   length_penalty=a.lenpen, max_decoding_length=256)
+                                   length_penalty=a.lenpen, max_decoding_length=a.max_decoding_length)
                     translator.translate_batch(batch_input[:4], **options)  # warm-up
                     start = time.perf_counter()
                     results = translator.translate_batch(batch_input, **options)
