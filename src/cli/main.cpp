@@ -78,10 +78,13 @@ int main(int argc, char** argv) {
       code = c.run(static_cast<int>(args.size()), args.data());
     } catch (const c10::Error& e) {
       // LibTorch's message without its backtrace: the first line says what failed.
-      std::cerr << "torchmt " << name << ": error: " << torchmt::escape_control(torchmt::first_line(e.what_without_backtrace())) << "\n";
+      // One write each: data-parallel workers share stderr.
+      std::cerr << "torchmt " + name + ": error: " +
+                       torchmt::escape_control(torchmt::first_line(e.what_without_backtrace())) + "\n"
+                << std::flush;
     } catch (const std::exception& e) {
       // One line whatever the message quotes (a key or value with a newline in it).
-      std::cerr << "torchmt " << name << ": error: " << torchmt::escape_control(e.what()) << "\n";
+      std::cerr << "torchmt " + name + ": error: " + torchmt::escape_control(e.what()) + "\n" << std::flush;
     }
     finish(code);
   }

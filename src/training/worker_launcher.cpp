@@ -123,10 +123,11 @@ int launch_local_workers(int nproc, const std::vector<std::string>& args) {
         if (!ok && !failing) {
           failing = true;
           result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-          std::cerr << "torchmt train: worker rank " << node_rank * nproc + static_cast<int>(r) << " (pid " << done
-                    << ") " << describe(status);
-          if (live > 0) std::cerr << "; stopping the other " << live << " worker(s)";
-          std::cerr << "\n";
+          // One write: the other workers report on the same stderr at this moment.
+          std::string line = "torchmt train: worker rank " + std::to_string(node_rank * nproc + static_cast<int>(r)) +
+                             " (pid " + std::to_string(done) + ") " + describe(status);
+          if (live > 0) line += "; stopping the other " + std::to_string(live) + " worker(s)";
+          std::cerr << line + "\n" << std::flush;
           signal_live(SIGTERM);
           // They stop at their next collective (the peer is gone), well within the 10 s below;
           // one that is stuck (hung, or stopped) is killed.
