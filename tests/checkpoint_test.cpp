@@ -15,7 +15,7 @@
 namespace torchmt {
 namespace {
 
-ModelConfig tiny_config(int64_t vocab = 50) {
+ModelConfig checkpoint_config(int64_t vocab = 50) {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = vocab;
   c.tie_embeddings = true;
@@ -38,7 +38,7 @@ std::string saved_checkpoint(const test::TempDir& dir, const ModelConfig& config
 
 TEST(Checkpoint, RoundTripsWeightsAndPosition) {
   test::TempDir dir;
-  auto config = tiny_config();
+  auto config = checkpoint_config();
   auto path = saved_checkpoint(dir, config);
   torch::manual_seed(2);
   Transformer original(config);
@@ -57,7 +57,7 @@ TEST(Checkpoint, RoundTripsWeightsAndPosition) {
 
 TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
   test::TempDir dir;
-  auto path = saved_checkpoint(dir, tiny_config());
+  auto path = saved_checkpoint(dir, checkpoint_config());
   auto expect_error = [](const std::string& file, const std::string& fragment) {
     try {
       load_checkpoint(file, torch::kCPU);
@@ -87,7 +87,7 @@ TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
 // fp16's dynamic loss scale is part of the optimizer state: a resumed run goes on with it.
 TEST(Checkpoint, TheFp16LossScaleIsSavedAndRestored) {
   test::TempDir dir;
-  const auto config = tiny_config();
+  const auto config = checkpoint_config();
   const std::string plain = saved_checkpoint(dir, config);  // written without fp16
   torch::manual_seed(2);
   Transformer model(config);
@@ -117,15 +117,15 @@ TEST(Checkpoint, TheFp16LossScaleIsSavedAndRestored) {
 
 TEST(Checkpoint, ResumingIntoAnotherModelShapeIsRefused) {
   test::TempDir dir;
-  auto path = saved_checkpoint(dir, tiny_config(50));
-  Transformer other(tiny_config(60));
+  auto path = saved_checkpoint(dir, checkpoint_config(50));
+  Transformer other(checkpoint_config(60));
   AdamOptimizer optimizer(unique_parameters(*other), AdamOptions{});
   EXPECT_THROW(restore_training_state(path, other, optimizer.state()), std::runtime_error);
 }
 
 TEST(Checkpoint, PythonTorchLoadReadsItIntoTheReferenceModel) {
   test::TempDir dir;
-  auto path = saved_checkpoint(dir, tiny_config());
+  auto path = saved_checkpoint(dir, checkpoint_config());
   auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/reference/parity.py checkpoint " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "torchmt-checkpoint 17 16\n");  // format, step, bytes of the (fake) spm proto
@@ -133,7 +133,7 @@ TEST(Checkpoint, PythonTorchLoadReadsItIntoTheReferenceModel) {
 
 TEST(Checkpoint, ModelsForLoadingDrawNoRandomNumbersAndHaveTheSameParameters) {
   for (bool tie : {true, false}) {
-    auto config = tiny_config();
+    auto config = checkpoint_config();
     config.tie_embeddings = tie;
     Transformer drawn(config);
     torch::manual_seed(5);
@@ -157,8 +157,8 @@ TEST(Checkpoint, ModelsForLoadingDrawNoRandomNumbersAndHaveTheSameParameters) {
 }
 
 TEST(Checkpoint, UniqueParametersListTiedTensorsOnce) {
-  Transformer tied(tiny_config());
-  auto config = tiny_config();
+  Transformer tied(checkpoint_config());
+  auto config = checkpoint_config();
   config.tie_embeddings = false;
   Transformer untied(config);
   EXPECT_EQ(unique_parameters(*tied).size() + 2, unique_parameters(*untied).size());
@@ -170,9 +170,9 @@ TEST(Checkpoint, TiedWeightsAreWrittenOnceFromAnyDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   test::TempDir dir;
   torch::manual_seed(2);
-  Transformer model(tiny_config(4000));
+  Transformer model(checkpoint_config(4000));
   CheckpointMeta meta;
-  meta.model = tiny_config(4000);
+  meta.model = checkpoint_config(4000);
   save_checkpoint(dir.file("cpu.pt"), model, nullptr, meta);
   model->to(torch::kCUDA);
   save_checkpoint(dir.file("gpu.pt"), model, nullptr, meta);

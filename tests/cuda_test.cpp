@@ -30,7 +30,7 @@ namespace {
 
 const torch::Device kCuda(torch::kCUDA, 0);
 
-ModelConfig tiny_config() {
+ModelConfig cuda_config() {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
   c.max_positions = 64;
@@ -76,9 +76,9 @@ TEST(Cuda, ChoosingACudaDeviceTurnsOffPerShapeAttentionPlans) {
 TEST(Cuda, ForwardMatchesTheCpuModel) {
   TORCHMT_SKIP_WITHOUT_CUDA();
   torch::manual_seed(3);
-  Transformer cpu(tiny_config());
+  Transformer cpu(cuda_config());
   cpu->eval();
-  Transformer gpu(tiny_config());
+  Transformer gpu(cuda_config());
   gpu->eval();
   {
     torch::NoGradGuard no_grad;
@@ -91,7 +91,7 @@ TEST(Cuda, ForwardMatchesTheCpuModel) {
   torch::NoGradGuard no_grad;
   // Rows of padded target positions are left out: on CUDA the decoder's self-attention applies
   // causality alone (flash attention), which changes only what padded queries see.
-  auto real = tgt.ne(0).unsqueeze(-1).expand({-1, -1, tiny_config().tgt_vocab_size});  // [B, T, V]
+  auto real = tgt.ne(0).unsqueeze(-1).expand({-1, -1, cuda_config().tgt_vocab_size});  // [B, T, V]
   auto expected = cpu->forward(src, tgt).masked_select(real);
   auto got = gpu->forward(src.to(kCuda), tgt.to(kCuda)).cpu().masked_select(real);
   EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-4)) << (got - expected).abs().max().item<double>();
@@ -102,7 +102,7 @@ TEST(Cuda, ForwardMatchesTheCpuModel) {
 TEST(Cuda, Bf16UpdatesKeepFp32WeightsAndLearn) {
   TORCHMT_SKIP_WITHOUT_CUDA();
   torch::manual_seed(5);
-  Transformer model(tiny_config());
+  Transformer model(cuda_config());
   model->to(kCuda);
   AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
   TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), kCuda, torch::kBFloat16, 1.0);
@@ -133,7 +133,7 @@ TEST(Cuda, Bf16UpdatesKeepFp32WeightsAndLearn) {
 TEST(Cuda, Fp16LossScalingSkipsAnOverflowAndRecovers) {
   TORCHMT_SKIP_WITHOUT_CUDA();
   torch::manual_seed(5);
-  Transformer model(tiny_config());
+  Transformer model(cuda_config());
   model->to(kCuda);
   AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
   TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), kCuda, torch::kHalf, 1.0);
@@ -186,9 +186,9 @@ TEST(Cuda, Fp16LossScalingSkipsAnOverflowAndRecovers) {
   // The scale is part of the optimizer state: a checkpoint carries it into a resumed run.
   test::TempDir dir;
   CheckpointMeta meta;
-  meta.model = tiny_config();
+  meta.model = cuda_config();
   save_checkpoint(dir.file("fp16.pt"), model, &adam.state(), meta);
-  Transformer again(tiny_config());
+  Transformer again(cuda_config());
   again->to(kCuda);
   AdamOptimizer resumed_adam(unique_parameters(*again), AdamOptions{});
   start_loss_scaling(resumed_adam.state(), kCuda);  // as the trainer does before it resumes
@@ -200,7 +200,7 @@ TEST(Cuda, Fp16LossScalingSkipsAnOverflowAndRecovers) {
 
 // On the CPU fp16 training is refused in one line (the CLI: exit 2 before anything is written).
 TEST(Fp16, TrainingOnTheCpuIsAClearError) {
-  Transformer model(tiny_config());
+  Transformer model(cuda_config());
   AdamOptimizer adam(unique_parameters(*model), AdamOptions{});
   try {
     TrainingStep step(model, adam, LabelSmoothedCrossEntropy(0.1, 0), torch::kCPU, torch::kHalf, 1.0);
@@ -219,7 +219,7 @@ TEST(Fp16, TrainingOnTheCpuIsAClearError) {
 TEST(Cuda, GreedyAndBeamSearchMatchTheCpu) {
   TORCHMT_SKIP_WITHOUT_CUDA();
   torch::manual_seed(9);
-  Transformer model(tiny_config());
+  Transformer model(cuda_config());
   Translator cpu(model, test::sample_tokenizer(), test::sample_tokenizer(), torch::kCPU, torch::kFloat);
   const auto lines = test::sample_lines(12);
   TranslationOptions o;

@@ -61,7 +61,7 @@ Batch merge(const Batch& a, const Batch& b) {
   return m;
 }
 
-ModelConfig tiny_config(const std::string& variant = "paper") {
+ModelConfig distributed_config(const std::string& variant = "paper") {
   ModelConfig c = ModelConfig::preset("tiny");
   c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
   c.dropout = 0.0;  // one worker and two draw different masks otherwise
@@ -127,7 +127,7 @@ TEST_P(DataParallelVariant, TwoRanksUpdateLikeOneProcessWithBothBatches) {
 
   const bool moe = GetParam() == "moe";
   torch::manual_seed(5);
-  Transformer start(tiny_config(GetParam()));
+  Transformer start(distributed_config(GetParam()));
   auto train = [&](Transformer model, const std::function<std::vector<Batch>(int)>& batches,
                    GradientReducer* reducer, ProcessGroup* group, AdamOptimizer& opt) {
     TrainingStep step(model, opt, LabelSmoothedCrossEntropy(0.1, kPadId), torch::kCPU, torch::kFloat, 1.0);

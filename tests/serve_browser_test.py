@@ -81,6 +81,8 @@ def main():
             size = driver.execute_script(
                 "const i = document.getElementById('heatmap-image'); return [i.naturalWidth, i.clientWidth];")
             check(size[0] > 50 and size[1] > 0, f"{name}: heatmap size {size}")
+            links = driver.execute_script("return document.getElementById('alignment').rows.length;")
+            check(links > 0, f"{name}: no word alignment beside the heatmap")
             # Nothing wider than the screen on a phone: the page scrolls only vertically.
             overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth;")
             check(overflow <= 1, f"{name}: the page is {overflow}px wider than the window")
@@ -88,6 +90,17 @@ def main():
             driver.save_screenshot(shot)
             check(os.path.getsize(shot) > 1000, f"{name}: screenshot {shot}")
             print(f"{name}: translation and heatmap shown; screenshot {shot}")
+        # HTML input: the translation keeps the markup (shown as text, never rendered).
+        driver.find_element(By.ID, "html").click()
+        box = driver.find_element(By.ID, "source")
+        box.clear()
+        box.send_keys('<p>Guten <b>Morgen</b>!</p><p class="x">Wie geht es?</p>')
+        WebDriverWait(driver, 60).until(
+            lambda d: d.find_element(By.ID, "target").text.strip().startswith("<p>")
+            and '<p class="x">' in d.find_element(By.ID, "target").text)
+        shown = driver.find_element(By.ID, "target").text.strip()
+        check(shown.count("<b>") == 1 and shown.count("</b>") == 1 and shown.endswith("</p>"), f"HTML input: {shown!r}")
+        print("HTML input: translated with its markup")
         errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         check(not errors, f"console errors: {errors}")
     finally:

@@ -83,6 +83,12 @@ def main():
     beam4 = cli_translate(sentences, "--beam", "4")
     early = cli_translate(sentences, "--beam", "4", "--early-exit")
     nbest = cli_translate(sentences[:3], "--beam", "4", "--nbest", "2")
+    paragraph = sentences[2] + " " + sentences[3] + "  " + sentences[4]
+    split = cli_translate([paragraph], "--split-sentences")
+    aligned = cli_translate(sentences[:2], "--alignments")
+    html = ('<div><p class="a&amp;b">' + sentences[0] + ' <b>' + sentences[1] + '</b></p>'
+            '<script>if (a<b) x();</script><p translate="no">' + sentences[2] + '</p></div>')
+    html_cli = cli_translate([html], "--format", "html")
 
     proc, port = start_server("--max-sentences", "24", "--max-sentence-chars", "300", "--max-body-bytes", "8192",
                               "--max-wait-ms", "20", "--source-language", "de", "--target-language", "en")
@@ -114,6 +120,25 @@ def main():
         att = answer["translations"][0]["sentences"][0]["attention"]
         check(len(att["weights"]) == len(att["target_pieces"]) and att["svg"].startswith("<svg"),
               f"/v1 attention: {str(answer)[:300]}")
+        # Paragraphs, alignments and HTML: as `translate --split-sentences / --alignments / --format html`.
+        status, answer = post_json(port, "/translate", {"q": paragraph})
+        check(status == 200 and [answer["translatedText"]] == split
+              and split[0] == greedy[2] + " " + greedy[3] + "  " + greedy[4], f"/translate paragraph: {answer} {split}")
+        status, answer = post_json(port, "/v1/translate", {"q": sentences[:2], "alignments": True})
+        got = [t["text"] + " ||| " + t["sentences"][0]["alignment"] for t in answer["translations"]]
+        check(status == 200 and got == aligned, f"/v1 alignments: {got} vs {aligned}")
+        status, answer = post_json(port, "/translate", {"q": html, "format": "html"})
+        text = answer.get("translatedText", "")
+        check(status == 200 and [text] == html_cli and text.startswith('<div><p class="a&amp;b">')
+              and text.count("<b>") == 1 and text.count("</b>") == 1
+              and text.endswith('</p><script>if (a<b) x();</script><p translate="no">' + sentences[2] + '</p></div>'),
+              f"/translate html: {answer} vs {html_cli}")
+        deep = "<b>" * 1000 + sentences[0] + "</b>" * 1000
+        status, answer = post_json(port, "/translate", {"q": deep, "format": "html"})
+        check(status == 200 and answer["translatedText"].count("<b>") == 1000
+              and answer["translatedText"].count("</b>") == 1000, f"1000 nested elements: {str(answer)[:200]}")
+        status, answer = post_json(port, "/translate", {"q": "<p>Hallo <b>Welt <i>offen</p> </u>", "format": "html"})
+        check(status == 200 and "</u>" in answer["translatedText"], f"unclosed and stray tags: {answer}")
         status, _, data = request(port, "GET", "/")
         check(status == 200 and b"<textarea" in data and b"http" not in data.split(b"<body>")[1].replace(
             b"http-equiv", b""), "the page is served and names no other site")
@@ -154,6 +179,12 @@ def main():
         expect_error(port, 400, json.dumps({"source": "de"}))                    # no q
         expect_error(port, 400, json.dumps({"q": "a", "source": "fr"}))          # another language
         expect_error(port, 415, "q=a", "text/csv")
+        expect_error(port, 413, json.dumps({"q": '<a title="' + "x" * 9000 + '">y</a>', "format": "html"}))
+        expect_error(port, 400, b'{"q": "<a href=\xff>x</a>", "format": "html"}')  # invalid UTF-8 in a tag
+        expect_error(port, 400, json.dumps({"q": "a", "format": "xml"}))
+        expect_error(port, 400, json.dumps({"q": "a", "format": "html", "alternatives": 1}))
+        expect_error(port, 400, json.dumps({"q": "a", "split_sentences": True, "target_prefix": "b"}),
+                     path="/v1/translate")
         expect_error(port, 400, json.dumps({"q": "a", "beam": 99}), path="/v1/translate")
         expect_error(port, 400, json.dumps({"q": "a", "nonsense": 1}), path="/v1/translate")
         expect_error(port, 400, json.dumps({"q": "a", "attention": True, "attention_layer": 40}), path="/v1/translate")
@@ -208,7 +239,7 @@ def main():
     for i, r in enumerate(results):
         check(r is not None and r[0] == 200, f"request {i} in flight at SIGTERM: {r}")
         check([t["text"] for t in r[1]["translations"]] == beam4[i * 2:i * 2 + 2], f"request {i}: wrong answer")
-    print("serve: both APIs = translate, concurrency, caps, malformed bodies, SIGTERM with 8 in flight: ok")
+    print("serve: both APIs = translate (paragraphs, alignments, HTML too), concurrency, caps, malformed bodies, SIGTERM with 8 in flight: ok")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,10 @@ TEST(HttpApi, BadRequestsGetTheirStatus) {
   EXPECT_EQ(lt("application/json", R"({"q": 5})"), 400);                   // q of the wrong type
   EXPECT_EQ(lt("application/json", R"({"q": ["a", 1]})"), 400);
   EXPECT_EQ(lt("application/json", R"({"q": "a", "source": "fr"})"), 400);  // another language
-  EXPECT_EQ(lt("application/json", R"({"q": "a", "format": "html"})"), 400);
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "format": "xml"})"), 400);
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "format": "html", "alternatives": 1})"), 400);
+  EXPECT_EQ(lt("application/json", R"({"q": "<b title='0123456789012345678901234567890123456789'>a</b>", "format": "html"})"),
+            413);  // the text cap (sentences x characters) applies before parsing
   EXPECT_EQ(lt("application/json", R"({"q": ["1", "2", "3", "4", "5"]})"), 413);  // > 4 sentences
   EXPECT_EQ(lt("application/json", R"({"q": "a\nb\nc\nd\ne"})"), 413);             // lines count
   EXPECT_EQ(lt("application/json", R"({"q": "elf Zeichen"})"), 413);               // > 10 characters
@@ -80,6 +83,29 @@ TEST(HttpApi, BadRequestsGetTheirStatus) {
   } catch (const ApiError& e) {
     EXPECT_STREQ(e.what(), "Invalid request: missing q parameter");  // LibreTranslate's words
   }
+}
+
+// LibreTranslate's endpoint splits lines into sentences and takes HTML; /v1 does on request.
+TEST(HttpApi, DocumentsBecomeSentences) {
+  auto r = parse_libretranslate_request("application/json", R"({"q": ["Ja. Nein!", "a\nBa."]})", settings());
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"Ja.", "Nein!", "a", "Ba."}));
+  EXPECT_EQ(r.lines_per_text, (std::vector<size_t>{2, 2}));
+  ASSERT_EQ(r.documents.size(), 2u);
+  r = parse_libretranslate_request("application/json", R"({"q": "<p>Ja. <b>Nein</b>!</p>", "format": "html"})",
+                                   settings());
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"Ja.", "Nein!"}));
+  EXPECT_TRUE(r.documents[0].needs_alignments());
+  r = parse_v1_request("application/json", R"({"q": "Ja. Nein!"})", settings());
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"Ja. Nein!"}));  // /v1: lines unless asked
+  EXPECT_TRUE(r.documents.empty());
+  r = parse_v1_request("application/json", R"({"q": "Ja. Nein!", "split_sentences": true, "alignments": true})",
+                       settings());
+  EXPECT_EQ(r.sentences, (std::vector<std::string>{"Ja.", "Nein!"}));
+  EXPECT_TRUE(r.options.alignments);
+  r = parse_libretranslate_request("application/json", R"({"q": ""})", settings());
+  EXPECT_TRUE(r.sentences.empty());  // nothing to translate: an empty answer
+  EXPECT_EQ(status_of([&] { parse_v1_request("application/json", R"({"q": "a", "format": "html", "nbest": 2, "beam": 2})", settings()); }),
+            400);
 }
 
 TEST(HttpApi, V1TakesTargetPrefixesShapedAsQAndSamplingOptions) {
@@ -363,6 +389,19 @@ TEST(TranslationService, AttentionOfEachSentence) {
   job.attention_layer = 7;  // the tiny model has fewer layers
   auto bad = service.submit(job);
   EXPECT_THROW(bad.get(), std::invalid_argument);
+}
+
+TEST(TranslationService, AlignmentsOfEachSentence) {
+  auto translator = random_translator();
+  TranslationService service(translator, ServiceOptions{});
+  ServiceJob job{{"Guten Morgen!", "", "Wie geht es dir?"}, TranslationOptions{}};
+  job.alignments = true;
+  auto result = service.submit(job).get();
+  ASSERT_EQ(result.alignments.size(), 3u);
+  EXPECT_TRUE(result.alignments[1].empty());
+  std::vector<std::vector<int64_t>> targets;
+  for (const auto& t : result.translations) targets.push_back(t.hypotheses.empty() ? std::vector<int64_t>{} : t.hypotheses[0].tokens);
+  EXPECT_EQ(result.alignments, align_words(translator, job.sentences, targets));
 }
 
 // The binary end to end (HTTP, both APIs against `torchmt translate`, concurrency, caps,

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "data_test_support.h"
+#include "torchmt/data/sentence_splitter.h"
 #include "torchmt/io/checkpoint.h"
 
 namespace torchmt {
@@ -32,6 +33,58 @@ TEST(TranslateCommand, StdinToStdoutOneLinePerInputLine) {
   EXPECT_EQ(count_lines(out), 5u) << out;  // two per sentence, one for the empty line
   EXPECT_NE(out.find("0 ||| "), std::string::npos);
   EXPECT_NE(r.output.find("translated 3 lines"), std::string::npos) << r.output;  // timing on stderr
+}
+
+// Paragraphs, alignments and HTML documents, as a user runs them; their flags' misuse is a
+// one-line usage error.
+TEST(TranslateCommand, ParagraphsAlignmentsAndHtml) {
+  test::TempDir dir;
+  const auto lines = test::sample_lines(6);
+  std::string one_per_line, paragraphs;
+  for (const auto& l : lines) one_per_line += l + "\n";
+  paragraphs = lines[0] + " " + lines[1] + "\n\n" + lines[2] + "  " + lines[3] + "\t" + lines[4] + "\n" + lines[5] + "\n";
+  test::write_text(dir.file("lines.de"), one_per_line);
+  test::write_text(dir.file("paragraphs.de"), paragraphs);
+  const std::string base = tm() + " translate -m " + tiny_checkpoint() + " --dtype fp32 -q ";
+  auto single = test::run_command("(" + base + "-i " + dir.file("lines.de") + " 2>/dev/null)");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  std::vector<std::string> t;
+  std::istringstream in(single.output);
+  for (std::string line; std::getline(in, line);) t.push_back(line);
+  ASSERT_EQ(t.size(), 6u);
+  auto split = test::run_command("(" + base + "--split-sentences -i " + dir.file("paragraphs.de") + " 2>/dev/null)");
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_EQ(split.output, t[0] + " " + t[1] + "\n\n" + t[2] + "  " + t[3] + "\t" + t[4] + "\n" + t[5] + "\n");
+
+  auto aligned = test::run_command("(" + base + "--alignments -i " + dir.file("lines.de") + " 2>/dev/null)");
+  ASSERT_EQ(aligned.exit_code, 0) << aligned.output;
+  std::istringstream al(aligned.output);
+  size_t n = 0;
+  for (std::string line; std::getline(al, line); ++n) {
+    const size_t bar = line.find(" ||| ");
+    ASSERT_NE(bar, std::string::npos) << line;
+    EXPECT_EQ(line.substr(0, bar), t[n]);
+    for (const auto& pair : whitespace_words(line.substr(bar + 5)))
+      EXPECT_NE(line.substr(bar + 5 + pair.begin, pair.end - pair.begin).find('-'), std::string::npos) << line;
+  }
+  EXPECT_EQ(n, 6u);
+
+  test::write_text(dir.file("page.html"), "<html><body><h1>" + lines[0] + "</h1>\n<p>" + lines[1] + " <b>" + lines[2] +
+                                              "</b></p><pre>" + lines[3] + "</pre></body></html>\n");
+  auto html = test::run_command(base + "--format html -i " + dir.file("page.html") + " -o " + dir.file("page.en.html"));
+  ASSERT_EQ(html.exit_code, 0) << html.output;
+  const auto page = test::read_text(dir.file("page.en.html"));
+  EXPECT_EQ(page.rfind("<html><body><h1>" + t[0] + "</h1>\n<p>", 0), 0u) << page;
+  EXPECT_NE(page.find("</p><pre>" + lines[3] + "</pre></body></html>\n"), std::string::npos) << page;
+  EXPECT_EQ(std::count(page.begin(), page.end(), '<'), 12) << page;  // every tag once (no '<' in the texts)
+
+  for (const std::string& flags : std::vector<std::string>{"--format xml", "--split-sentences --source-language fr", "--alignments --beam 2 --nbest 2",
+                                  "--split-sentences --target-prefix " + dir.file("lines.de"),
+                                  "--format html --alignments", "--split-sentences --attention-svg x.svg"}) {
+    auto bad = test::run_command(base + flags + " -i " + dir.file("lines.de"));
+    EXPECT_EQ(bad.exit_code, 2) << flags << ": " << bad.output;
+    EXPECT_EQ(count_lines(bad.output), 1u) << flags << ": " << bad.output;
+  }
 }
 
 // Streaming: windows of --buffer-size lines give the same output as the whole input at once,

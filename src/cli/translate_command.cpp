@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <tuple>
@@ -11,7 +12,9 @@
 #include <torch/torch.h>
 
 #include "cli_options.h"
+#include "torchmt/data/document.h"
 #include "torchmt/decoding/attention_svg.h"
+#include "torchmt/decoding/document_translator.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/heap.h"
@@ -72,6 +75,11 @@ struct TranslateCommandOptions {
   std::string constraints;
   std::string attention_svg;
   int64_t attention_layer = -1, attention_head = -1;
+  std::string format = "text";
+  bool split_sentences = false;
+  std::string source_language = "de";
+  bool alignments = false;
+  int64_t alignment_layer = AlignmentOptions{}.layer, alignment_head = AlignmentOptions{}.head;
   bool strict_utf8 = false;
   int64_t buffer_size = 1024;
   bool unbuffered = false;
@@ -96,6 +104,25 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
            {"", "io", {}})
       .add("attention_layer", &O::attention_layer, "decoder layer for the picture (-1 = last)", {"", "io", {}})
       .add("attention_head", &O::attention_head, "head for the picture (-1 = mean over heads)", {"", "io", {}})
+      .add("format", &O::format,
+           "text: one sentence (or with --split-sentences, a paragraph) per line; html: the whole input is one "
+           "HTML document: text translated sentence by sentence, tags, attributes and untranslated elements "
+           "kept, inline tags put around the aligned words",
+           {"", "io", {}})
+      .add("split_sentences", &O::split_sentences,
+           "split each line into sentences (rules of --source-language), translate them as one batch and join "
+           "them with the original spacing (always on for --format html)",
+           {"", "io", {}})
+      .add("source_language", &O::source_language, "the input's language for sentence splitting: de or en",
+           {"", "io", {}})
+      .add("alignments", &O::alignments,
+           "append ' ||| ' and the word alignment (Pharaoh pairs source-target, 0-based, of whitespace-separated "
+           "words) to each output line, from the model's cross-attention",
+           {"", "io", {}})
+      .add("alignment_layer", &O::alignment_layer, "decoder layer the alignments read (negative: from the top)",
+           {"", "io", {}})
+      .add("alignment_head", &O::alignment_head, "attention head the alignments read (-1 = mean over heads)",
+           {"", "io", {}})
       .add("strict_utf8", &O::strict_utf8,
            "refuse input with invalid UTF-8 (default: such bytes become U+FFFD, with a warning naming the line)",
            {"", "io", {}})
@@ -120,6 +147,32 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --buffer-size must be at least 1\n";
     return kExitUsage;
   }
+  DocumentFormat format = DocumentFormat::kText;
+  std::unique_ptr<SentenceSplitter> splitter;
+  if (!check_usage(
+          [&] {
+            format = parse_document_format(o->format);
+            splitter = std::make_unique<SentenceSplitter>(o->source_language);
+            if (format == DocumentFormat::kHtml && o->alignments)
+              throw std::invalid_argument("--alignments is for --format text (HTML output carries its tags)");
+            const bool documents = format == DocumentFormat::kHtml || o->split_sentences;
+            if (documents && o->translator.translation.search.nbest > 1)
+              throw std::invalid_argument("--nbest needs one sentence per line (not --split-sentences or --format html)");
+            if (o->alignments && o->translator.translation.search.nbest > 1)
+              throw std::invalid_argument("--alignments prints the best translation's: it cannot go with --nbest");
+            if (documents && (!o->target_prefix.empty() || !o->constraints.empty()))
+              throw std::invalid_argument(
+                  "--target-prefix and --constraints steer one sentence per line (not --split-sentences or --format html)");
+            if ((documents || o->alignments) && !o->attention_svg.empty())
+              throw std::invalid_argument("--attention-svg draws one sentence per line (not with --split-sentences, "
+                                          "--format html or --alignments)");
+          },
+          argv[0]))
+    return kExitUsage;
+  const bool documents = format == DocumentFormat::kHtml || o->split_sentences;
+  AlignmentOptions alignment_options;
+  alignment_options.layer = o->alignment_layer;
+  alignment_options.head = o->alignment_head;
   // Scores are printed only in the n-best format (and `--dtype auto` measures this search).
   o->translator.translation.search.scores = o->translator.translation.search.nbest > 1;
   std::unique_ptr<Translator> translator;
@@ -129,6 +182,7 @@ int run_translate(int argc, char** argv) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
     return kExitUsage;
   }
+  if (o->alignments && !translator->model()) return usage_error(argv[0], "--alignments needs a checkpoint, not an export");
   use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
   InputLines input(o->input, o->strict_utf8);
   // --target-prefix and --constraints: files aligned with the input, line for line.
@@ -145,7 +199,10 @@ int run_translate(int argc, char** argv) {
   }
   // Streaming: a window of lines in, its translations out (in order) before the next is read,
   // so memory is bounded by the window and a pipe gets its output as it goes.
-  const size_t window = o->unbuffered || input.is_terminal() ? 1 : static_cast<size_t>(o->buffer_size);
+  // HTML: the whole input is one document.
+  const size_t window = format == DocumentFormat::kHtml ? std::numeric_limits<size_t>::max()
+                        : o->unbuffered || input.is_terminal() ? 1
+                                                               : static_cast<size_t>(o->buffer_size);
   std::unique_ptr<AtomicFileWriter> file;  // -o FILE: appears whole at the end, never half
   if (o->output != "-") file = std::make_unique<AtomicFileWriter>(o->output);
   const bool nbest = o->translator.translation.search.nbest > 1;
@@ -177,9 +234,37 @@ int run_translate(int argc, char** argv) {
     }
     TranslationOptions options = o->translator.translation;
     options.first_line = count;  // sampling's streams: the line numbers in the whole input
+    std::string text;
+    if (documents || o->alignments) {
+      std::vector<Document> docs;
+      if (format == DocumentFormat::kHtml) {
+        std::string whole;
+        for (const auto& line : lines) (whole += line) += '\n';
+        docs.emplace_back(whole, format, splitter.get());
+      } else {
+        for (const auto& line : lines) docs.emplace_back(line, format, o->split_sentences ? splitter.get() : nullptr);
+      }
+      const auto translated =
+          translate_documents(*translator, docs, options, alignment_options, o->alignments, line_done);
+      for (const auto& d : translated) {
+        text += d.text;
+        if (o->alignments) (text += " ||| ") += to_pharaoh(d.alignment);
+        if (format == DocumentFormat::kText) text += '\n';
+      }
+      if (format == DocumentFormat::kHtml && !lines.empty()) progress.add(static_cast<int64_t>(lines.size()) - 1);
+      count += static_cast<int64_t>(lines.size());
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return_free_heap_memory();
+      if (file) {
+        file->write(text);
+      } else {
+        std::cout << text << std::flush;
+        if (!std::cout) throw std::runtime_error("cannot write standard output");
+      }
+      continue;
+    }
     auto translations = translator->translate(lines, options, line_done, steering);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::string text;
     for (size_t i = 0; i < translations.size(); ++i, ++count) {
       const auto& t = translations[i];
       for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
@@ -218,9 +303,10 @@ int run_translate(int argc, char** argv) {
   if (truncated > 0)
     std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
   std::cerr << "translated " << count << " lines in " << seconds << " s ("
-            << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " sentences/s, "
-            << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, "
-            << translator->precision_name() << ")\n";
+            << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " lines/s, ";
+  if (!documents && !o->alignments)  // (documents do not count their tokens)
+    std::cerr << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, ";
+  std::cerr << translator->precision_name() << ")\n";
   if (!translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
   if (!o->attention_svg.empty()) {

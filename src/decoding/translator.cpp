@@ -272,20 +272,38 @@ std::vector<std::string> Translator::translate_text(const std::vector<std::strin
   return out;
 }
 
-at::Tensor Translator::cross_attention(const std::string& source, const std::vector<int64_t>& target_ids,
-                                       int64_t layer, int64_t head) {
+std::vector<at::Tensor> Translator::cross_attention_weights(const std::vector<const std::vector<int64_t>*>& sources,
+                                                            const std::vector<const std::vector<int64_t>*>& targets) {
   if (!model_) throw std::runtime_error("cross-attention weights need a checkpoint (not available for this model format)");
-  torch::NoGradGuard no_grad;
+  if (sources.size() != targets.size() || sources.empty())
+    throw std::invalid_argument("cross-attention: " + std::to_string(sources.size()) + " sources for " +
+                                std::to_string(targets.size()) + " targets");
+  c10::InferenceMode inference;
   if (model_->is_training()) model_->eval();
-  auto src_ids = encode_source(source);
-  auto src = torch::tensor(src_ids, torch::kLong).unsqueeze(0).to(device_);  // [1, S]
-  std::vector<int64_t> tgt_ids{config_.bos_id};
-  tgt_ids.insert(tgt_ids.end(), target_ids.begin(), target_ids.end());
-  auto tgt = torch::tensor(tgt_ids, torch::kLong).unsqueeze(0).to(device_);  // [1, T], row t predicts token t
+  auto src = source_batch(sources);  // [B, S]
+  size_t longest = 0;
+  for (const auto* ids : targets) longest = std::max(longest, ids->size());
+  auto tgt = torch::full({static_cast<int64_t>(targets.size()), static_cast<int64_t>(longest) + 1}, config_.pad_id,
+                         torch::kLong);  // [B, T + 1]: bos, then the targets
+  auto acc = tgt.accessor<int64_t, 2>();
+  for (size_t r = 0; r < targets.size(); ++r) {
+    acc[static_cast<int64_t>(r)][0] = config_.bos_id;
+    for (size_t j = 0; j < targets[r]->size(); ++j)
+      acc[static_cast<int64_t>(r)][static_cast<int64_t>(j) + 1] = (*targets[r])[j];
+  }
+  tgt = tgt.to(device_);
   auto src_mask = make_padding_mask(src, config_.pad_id);
   auto memory = model_->encode(src, src_mask);
   std::vector<at::Tensor> weights;
   model_->decode(tgt, memory, src_mask, make_target_mask(tgt, config_.pad_id), &weights);
+  for (auto& w : weights) w = w.to(torch::kFloat).cpu();  // [B, H, T + 1, S]
+  return weights;
+}
+
+at::Tensor Translator::cross_attention(const std::string& source, const std::vector<int64_t>& target_ids,
+                                       int64_t layer, int64_t head) {
+  const auto src_ids = encode_source(source);
+  const auto weights = cross_attention_weights({&src_ids}, {&target_ids});
   const auto n_layers = static_cast<int64_t>(weights.size());
   const int64_t index = layer < 0 ? n_layers + layer : layer;
   if (index < 0 || index >= n_layers)
@@ -295,7 +313,7 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
   if (head >= w.size(0))
     throw std::invalid_argument("attention head " + std::to_string(head) + " out of range (" +
                                 std::to_string(w.size(0)) + " heads)");
-  return (head >= 0 ? w[head] : w.mean(0)).to(torch::kFloat).cpu();  // [T, S]
+  return head >= 0 ? w[head] : w.mean(0);  // [T, S]
 }
 
 std::string Translator::precision_name() const {

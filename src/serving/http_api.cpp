@@ -67,9 +67,33 @@ std::vector<std::string> texts_of(const json& q, bool& list) {
   return texts;
 }
 
-// Each text's lines become sentences (a text with line breaks keeps them in its answer).
-void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits& limits, ApiRequest& request) {
+// Code points: bytes that do not start one (10xxxxxx) are continuation bytes.
+int64_t count_chars(const std::string& s) {
+  int64_t chars = 0;
+  for (unsigned char c : s) chars += (c & 0xC0) != 0x80;
+  return chars;
+}
+
+// Each text's lines become sentences (a text with line breaks keeps them in its answer); with
+// `splitter` or for HTML, each text is a document of sentences.
+void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits& limits, ApiRequest& request,
+                          DocumentFormat format = DocumentFormat::kText, const SentenceSplitter* splitter = nullptr) {
+  const bool documents = format == DocumentFormat::kHtml || splitter;
+  const int64_t max_text_chars = limits.max_sentences * limits.max_sentence_chars;
   for (const auto& text : texts) {
+    if (documents) {
+      // The caps apply before parsing: a document holds at most what its sentences may.
+      if (count_chars(text) > max_text_chars)
+        throw ApiError(413, "a text of " + std::to_string(count_chars(text)) + " characters (at most " +
+                                std::to_string(max_text_chars) + ")");
+      request.documents.emplace_back(text, format, splitter);
+      const auto& sentences = request.documents.back().sentences();
+      request.sentences.insert(request.sentences.end(), sentences.begin(), sentences.end());
+      request.lines_per_text.push_back(sentences.size());
+      if (static_cast<int64_t>(request.sentences.size()) > limits.max_sentences)
+        throw ApiError(413, "too many sentences: at most " + std::to_string(limits.max_sentences) + " per request");
+      continue;
+    }
     size_t lines = 0;
     for (size_t begin = 0;;) {
       size_t end = text.find('\n', begin);
@@ -86,10 +110,7 @@ void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits
     request.lines_per_text.push_back(lines);
   }
   for (size_t i = 0; i < request.sentences.size(); ++i) {
-    const auto& s = request.sentences[i];
-    // Code points: bytes that do not start one (10xxxxxx) are continuation bytes.
-    int64_t chars = 0;
-    for (unsigned char c : s) chars += (c & 0xC0) != 0x80;
+    const int64_t chars = count_chars(request.sentences[i]);
     if (chars > limits.max_sentence_chars)
       throw ApiError(413, "sentence " + std::to_string(i + 1) + " has " + std::to_string(chars) +
                               " characters (at most " + std::to_string(limits.max_sentence_chars) + ")");
@@ -116,6 +137,17 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
   if (const std::string sampling = sampling_problem(s, false); !sampling.empty()) throw ApiError(400, sampling);
   if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
     throw ApiError(400, "attention_layer or attention_head out of range");
+  if (o.format != "text" && o.format != "html")
+    throw ApiError(400, "format '" + escape_control(o.format) + "' is not supported (text or html)");
+  if (o.format == "html" && (o.search.nbest > 1 || o.alignments || o.attention))
+    throw ApiError(400, "format html answers one translation of each document: no alternatives, nbest, "
+                        "alignments or attention");
+}
+
+// The splitter's rules: the server's source language, else the request's, else German.
+SentenceSplitter splitter_for(const std::string& requested, const ApiSettings& settings) {
+  if (SentenceSplitter::supports(settings.source_language)) return SentenceSplitter(settings.source_language);
+  return SentenceSplitter(SentenceSplitter::supports(requested) ? requested : "de");
 }
 
 int hex_value(char c) {
@@ -169,7 +201,13 @@ const OptionTable<RequestOptions>& request_option_table() {
                "sampling's seed (a request's sentence i always samples the same with the same seed)")
           .add("attention", &R::attention, "answer each sentence's cross-attention (weights, pieces and an SVG)")
           .add("attention_layer", &R::attention_layer, "decoder layer of the attention (-1 = last)")
-          .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)");
+          .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)")
+          .add("alignments", &R::alignments,
+               "answer each sentence's word alignment (Pharaoh pairs source-target of whitespace-separated words)")
+          .add("format", &R::format,
+               "text, or html: each text is an HTML document (tags kept, inline tags placed by the alignments)")
+          .add("split_sentences", &R::split_sentences,
+               "split each line into sentences and translate them one by one (always for html)");
   return table;
 }
 
@@ -219,8 +257,7 @@ ApiRequest parse_libretranslate_request(const std::string& content_type, const s
   check_language(text_field("source"), settings.source_language, settings, "source");
   check_language(text_field("target"), settings.target_language, settings, "target");
   const std::string format = text_field("format");
-  if (!format.empty() && format != "text")
-    throw ApiError(400, "format '" + escape_control(format) + "' is not supported (text only)");
+  if (!format.empty()) request.options.format = format;
   if (doc.contains("alternatives") && !doc["alternatives"].is_null()) {
     const auto& a = doc["alternatives"];
     int64_t n = -1;
@@ -232,7 +269,8 @@ ApiRequest parse_libretranslate_request(const std::string& content_type, const s
     request.options.search.beam_size = std::max(request.options.search.beam_size, n + 1);
   }
   check_options(request.options, settings.limits);
-  split_into_sentences(texts, settings.limits, request);
+  const SentenceSplitter splitter = splitter_for(text_field("source"), settings);
+  split_into_sentences(texts, settings.limits, request, parse_document_format(request.options.format), &splitter);
   return request;
 }
 
@@ -263,7 +301,13 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
     throw ApiError(400, e.what());
   }
   check_options(request.options, settings.limits);
-  split_into_sentences(texts, settings.limits, request);
+  const auto format = parse_document_format(request.options.format);
+  const bool documents = format == DocumentFormat::kHtml || request.options.split_sentences;
+  if (documents && (doc.contains("target_prefix") || doc.contains("constraints")))
+    throw ApiError(400, "target_prefix and constraints steer one sentence per line: not with split_sentences or "
+                        "format html");
+  const SentenceSplitter splitter = splitter_for("", settings);
+  split_into_sentences(texts, settings.limits, request, format, documents ? &splitter : nullptr);
   if (doc.contains("target_prefix")) {
     bool list = false;
     std::vector<std::string> prefixes;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "torchmt/decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/serving/metrics.h"
 #include "torchmt/serving/translation_service.h"
@@ -29,10 +30,27 @@ using Clock = std::chrono::steady_clock;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// The lines of each text of q joined back: entry k of `per_line` for each line of text i.
-std::vector<std::string> join_lines(const ApiRequest& request, const std::vector<std::string>& per_line) {
+// Each text of q put back together from `per_line` (entry k for its sentence k): its document
+// assembled (with the alignments for its markup: the result's, or words in order for an export),
+// or its lines joined.
+std::vector<std::string> join_lines(const ApiRequest& request, const std::vector<std::string>& per_line,
+                                    const std::vector<WordAlignment>& alignments = {}) {
   std::vector<std::string> texts;
   size_t line = 0;
+  if (!request.documents.empty()) {
+    for (size_t d = 0; d < request.documents.size(); ++d) {
+      std::vector<SentenceTranslation> sentences;
+      for (size_t i = 0; i < request.lines_per_text[d]; ++i, ++line) {
+        SentenceTranslation t{per_line[line], {}};
+        if (request.documents[d].needs_alignments())
+          t.alignment = line < alignments.size() ? alignments[line]
+                                                 : monotone_alignment(request.sentences[line], per_line[line]);
+        sentences.push_back(std::move(t));
+      }
+      texts.push_back(request.documents[d].assemble(sentences));
+    }
+    return texts;
+  }
   for (size_t lines : request.lines_per_text) {
     std::string text;
     for (size_t i = 0; i < lines; ++i, ++line) {
@@ -183,6 +201,10 @@ struct HttpServer::Impl {
       const ApiRequest request = parse(req.get_header_value("Content-Type"), req.body, options.api);
       if (request.options.attention && !translator.model())
         throw ApiError(400, "attention weights need a checkpoint (this server runs an export)");
+      if (request.options.alignments && !translator.model())
+        throw ApiError(400, "word alignments need a checkpoint (this server runs an export)");
+      bool markup = false;
+      for (const auto& d : request.documents) markup = markup || d.needs_alignments();
       ServiceJob job;
       job.sentences = request.sentences;
       job.target_prefixes = request.target_prefixes;
@@ -193,15 +215,18 @@ struct HttpServer::Impl {
       job.attention = request.options.attention;
       job.attention_layer = request.options.attention_layer;
       job.attention_head = request.options.attention_head;
-      auto future = service.submit(std::move(job));
-      if (future.wait_for(std::chrono::duration<double>(options.request_timeout_s)) != std::future_status::ready)
-        throw ApiError(503, "the translation took longer than the request timeout (" +
-                                real_text(options.request_timeout_s) + " s)");
+      job.alignments = request.options.alignments || (markup && translator.model());
       ServiceResult result;
-      try {
-        result = future.get();
-      } catch (const std::invalid_argument& e) {
-        throw ApiError(400, e.what());
+      if (!job.sentences.empty()) {  // a blank document has nothing to translate
+        auto future = service.submit(std::move(job));
+        if (future.wait_for(std::chrono::duration<double>(options.request_timeout_s)) != std::future_status::ready)
+          throw ApiError(503, "the translation took longer than the request timeout (" +
+                                  real_text(options.request_timeout_s) + " s)");
+        try {
+          result = future.get();
+        } catch (const std::invalid_argument& e) {
+          throw ApiError(400, e.what());
+        }
       }
       res.status = 200;
       res.set_content(dump(answer(request, result)), "application/json");
@@ -219,7 +244,7 @@ struct HttpServer::Impl {
   json libretranslate_answer(const ApiRequest& request, const ServiceResult& result) {
     std::vector<std::string> best;
     for (const auto& t : result.translations) best.push_back(t.texts.front());
-    const auto texts = join_lines(request, best);
+    const auto texts = join_lines(request, best, result.alignments);
     json out;
     out["translatedText"] = request.list ? json(texts) : json(texts.front());
     const int64_t alternatives = request.options.search.nbest - 1;
@@ -239,14 +264,16 @@ struct HttpServer::Impl {
 
   json v1_answer(const ApiRequest& request, const ServiceResult& result) {
     json translations = json::array();
+    std::vector<std::string> best;
+    for (const auto& t : result.translations) best.push_back(t.texts.front());
+    const auto texts = join_lines(request, best, result.alignments);
     size_t line = 0;
-    for (size_t lines : request.lines_per_text) {
+    for (size_t text_index = 0; text_index < request.lines_per_text.size(); ++text_index) {
+      const size_t lines = request.lines_per_text[text_index];
       json sentences = json::array();
-      std::string text;
+      const std::string& text = texts[text_index];
       for (size_t i = 0; i < lines; ++i, ++line) {
         const Translation& t = result.translations[line];
-        if (i) text += '\n';
-        text += t.texts.front();
         json sentence{{"source", request.sentences[line]}, {"text", t.texts.front()}, {"truncated", t.truncated}};
         if (request.options.scores || request.options.search.nbest > 1) {
           json hypotheses = json::array();
@@ -255,6 +282,7 @@ struct HttpServer::Impl {
           sentence["hypotheses"] = std::move(hypotheses);
         }
         if (request.options.attention) sentence["attention"] = attention_json(result.attention[line]);
+        if (request.options.alignments) sentence["alignment"] = to_pharaoh(result.alignments[line]);
         sentences.push_back(std::move(sentence));
       }
       translations.push_back({{"text", text}, {"sentences", std::move(sentences)}});

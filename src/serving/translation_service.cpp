@@ -380,6 +380,12 @@ void TranslationService::deliver(Pending& p, std::vector<Translation> translatio
                                                              p.job.attention_layer, p.job.attention_head));
       }
     }
+    if (p.job.alignments) {
+      std::vector<std::vector<int64_t>> targets;
+      for (const auto& t : result.translations)
+        targets.push_back(t.hypotheses.empty() ? std::vector<int64_t>{} : t.hypotheses.front().tokens);
+      result.alignments = align_words(translator_, p.job.sentences, targets, p.job.alignment_options);
+    }
     p.promise.set_value(std::move(result));
   } catch (...) {
     p.promise.set_exception(std::current_exception());

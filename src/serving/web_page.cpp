@@ -1,7 +1,8 @@
 // The page `torchmt serve` shows at /: type or paste text, the translation follows as you type
 // (each pause of 250 ms sends the text to /v1/translate; an answer to older text is dropped),
-// and the cross-attention of the chosen line is drawn as the server's SVG (the same picture
-// as `translate --attention-svg`). Everything is inline: no script, style or font from
+// and the cross-attention of the chosen sentence is drawn as the server's SVG (the same picture
+// as `translate --attention-svg`) beside its word alignment. With "HTML input" the text is an
+// HTML document (format html), shown translated as markup. Everything is inline: no script, style or font from
 // elsewhere, so it works on a machine without a network; the layout stacks on a phone.
 #include "torchmt/serving/http_server.h"
 
@@ -29,8 +30,11 @@ const std::string& web_page_html() {
   #status.error { color: #c0392b; opacity: 1; }
   .controls { display: flex; flex-wrap: wrap; gap: .75rem; align-items: center; margin: .5rem 0; font-size: .9rem; }
   select, input { font: inherit; }
-  #heatmap { overflow-x: auto; margin-top: .5rem; }
+  .attention { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; margin-top: .5rem; }
+  #heatmap { overflow-x: auto; max-width: 100%; }
   #heatmap img { max-width: 100%; height: auto; background: #fff; }
+  #alignment { font-size: .9rem; border-collapse: collapse; }
+  #alignment td { padding: .1rem .4rem; border-bottom: 1px solid #8883; }
 </style>
 </head>
 <body>
@@ -44,15 +48,20 @@ const std::string& web_page_html() {
 <div class="controls">
   <label for="beam" style="display:inline;font-weight:400">beam</label>
   <select id="beam"><option>1</option><option>2</option><option>4</option><option selected>5</option></select>
-  <label for="line" style="display:inline;font-weight:400">attention of line</label>
+  <label for="line" style="display:inline;font-weight:400">attention of sentence</label>
   <select id="line"><option value="0">1</option></select>
+  <label style="display:inline;font-weight:400"><input type="checkbox" id="html"> HTML input</label>
 </div>
-<div id="heatmap" aria-label="cross-attention heatmap"></div>
+<div class="attention">
+  <div id="heatmap" aria-label="cross-attention heatmap"></div>
+  <table id="alignment" aria-label="word alignment"></table>
+</div>
 <script>
 "use strict";
 const source = document.getElementById("source"), target = document.getElementById("target");
 const statusLine = document.getElementById("status"), heatmap = document.getElementById("heatmap");
 const beam = document.getElementById("beam"), lineSelect = document.getElementById("line");
+const htmlInput = document.getElementById("html"), alignment = document.getElementById("alignment");
 let sent = 0, shown = 0, timer = null, last = null, imageUrl = null;
 
 function setStatus(text, isError) {
@@ -60,12 +69,28 @@ function setStatus(text, isError) {
   statusLine.className = isError ? "error" : "";
 }
 
+// Source word -> target word links of a sentence (Pharaoh pairs over whitespace-separated words).
+function drawAlignment(sentence) {
+  alignment.textContent = "";
+  if (!sentence || !sentence.alignment) return;
+  const src = sentence.source.split(/\s+/).filter(Boolean), tgt = sentence.text.split(/\s+/).filter(Boolean);
+  for (const pair of sentence.alignment.split(" ")) {
+    const [s, t] = pair.split("-").map(Number);
+    const row = alignment.insertRow();
+    row.insertCell().textContent = src[s] || "";
+    row.insertCell().textContent = "\u2192";
+    row.insertCell().textContent = tgt[t] || "";
+  }
+}
+
 function drawHeatmap() {
   heatmap.textContent = "";
+  alignment.textContent = "";
   if (imageUrl) { URL.revokeObjectURL(imageUrl); imageUrl = null; }
   if (!last) return;
   const sentences = last.translations[0].sentences;
   const index = Math.min(Number(lineSelect.value) || 0, sentences.length - 1);
+  drawAlignment(sentences[index]);
   const attention = sentences[index] && sentences[index].attention;
   if (!attention || !attention.svg) return;
   imageUrl = URL.createObjectURL(new Blob([attention.svg], {type: "image/svg+xml"}));
@@ -99,14 +124,16 @@ async function translateNow() {
   try {
     const response = await fetch("v1/translate", {
       method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({q: text, beam: Number(beam.value), attention: true})});
+      body: JSON.stringify(htmlInput.checked
+          ? {q: text, beam: Number(beam.value), format: "html"}
+          : {q: text, beam: Number(beam.value), attention: true, alignments: true, split_sentences: true})});
     const answer = await response.json();
     if (id < shown) return;  // an answer to older text came late
     shown = id;
     if (!response.ok) { setStatus(answer.error || ("error " + response.status), true); return; }
     last = answer;
     target.textContent = answer.translations[0].text;
-    fillLines(answer.translations[0].sentences.length);
+    fillLines(Math.max(1, answer.translations[0].sentences.length));
     drawHeatmap();
     setStatus("translated in " + Math.round(performance.now() - started) + " ms", false);
   } catch (e) {
@@ -121,6 +148,7 @@ function schedule() {
 
 source.addEventListener("input", schedule);
 beam.addEventListener("change", translateNow);
+htmlInput.addEventListener("change", translateNow);
 lineSelect.addEventListener("change", drawHeatmap);
 </script>
 </body>

@@ -135,4 +135,30 @@ std::string encode_utf8(std::u32string_view code_points) {
   return out;
 }
 
+char32_t code_point_at(std::string_view s, size_t i, size_t* length) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const size_t n = b < 0xC0 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+  if (n == 1 || i + n > s.size()) {
+    *length = 1;
+    return b;
+  }
+  char32_t c = b & (0xFF >> (n + 1));
+  for (size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  *length = n;
+  return c;
+}
+
+char32_t code_point_before(std::string_view s, size_t end, size_t* length) {
+  size_t begin = end - 1;
+  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) --begin;
+  size_t n = 0;
+  const char32_t c = code_point_at(s, begin, &n);
+  if (begin + n != end) {  // not one whole sequence: the last byte alone
+    *length = 1;
+    return static_cast<unsigned char>(s[end - 1]);
+  }
+  *length = n;
+  return c;
+}
+
 }  // namespace torchmt

@@ -25,11 +25,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ApiRequest r = v1 ? parse_v1_request(type, body, settings) : parse_libretranslate_request(type, body, settings);
     size_t lines = 0;
     for (size_t n : r.lines_per_text) {
-      FUZZ_CHECK(n >= 1);  // a text has at least one line, maybe empty
+      FUZZ_CHECK(n >= 1 || !r.documents.empty());  // a text has a line, maybe empty (a document: maybe none)
       lines += n;
     }
     FUZZ_CHECK(lines == r.sentences.size());
     FUZZ_CHECK(r.list || r.lines_per_text.size() == 1);
+    FUZZ_CHECK(r.documents.empty() || r.documents.size() == r.lines_per_text.size());
     FUZZ_CHECK(r.sentences.size() <= static_cast<size_t>(settings.limits.max_sentences));
     for (const auto& s : r.sentences) {
       FUZZ_CHECK(is_valid_utf8(s));

@@ -15,7 +15,7 @@ tm=${TORCHMT_BUILD_DIR:-build}/torchmt
 d=data/multi30k
 mkdir -p "$out/data"
 for side in de en; do
-  zcat "$d/train.$side.gz" | head -n 14500 > "$out/data/A.$side"
+  zcat "$d/train.$side.gz" | sed -n 1,14500p > "$out/data/A.$side"
   zcat "$d/train.$side.gz" | tail -n +14501 > "$out/data/B.$side"
 done
 train() {  # NAME HALF [train options...]

@@ -84,6 +84,13 @@ class Translator {
   at::Tensor cross_attention(const std::string& source, const std::vector<int64_t>& target_ids, int64_t layer,
                              int64_t head);
 
+  // The cross-attention weights of every decoder layer, each [B, H, T + 1, S] float on the CPU,
+  // for sources (encode_source's ids) and targets (ids without bos or eos) padded into one
+  // batch: row r is the decoder's input r (bos, then the targets), which predicts target r.
+  // Needs a native model (std::runtime_error otherwise).
+  std::vector<at::Tensor> cross_attention_weights(const std::vector<const std::vector<int64_t>*>& sources,
+                                                  const std::vector<const std::vector<int64_t>*>& targets);
+
   // Source ids as the model sees them: pieces + eos, cut to the model's max length.
   std::vector<int64_t> encode_source(const std::string& line, bool* truncated = nullptr) const;
 

@@ -4,8 +4,9 @@
 // the bytes, so the fuzz target (tests/fuzz/http_api.cpp) runs them on anything.
 //
 //   POST /translate      LibreTranslate's API: JSON or form-encoded; q (string or list of
-//                        strings), source, target, format ("text"), api_key and alternatives
-//                        accepted; other keys ignored (clients send more than they need).
+//                        strings), source, target, format ("text" or "html"), api_key and
+//                        alternatives accepted; other keys ignored (clients send more than they
+//                        need). Each line is split into sentences (data/document.h).
 //   POST /v1/translate   torchmt's: a JSON object with q and the options of the request table
 //                        below (the `translate` flags' names); unknown keys are an error.
 //                        target_prefix: shaped as q (a string or a list of strings), line for
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "torchmt/data/document.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/util/option_table.h"
 
@@ -53,14 +55,20 @@ struct RequestOptions {
   bool attention = false;       // the cross-attention of each sentence (weights, pieces, SVG)
   int64_t attention_layer = -1; // -1 = last
   int64_t attention_head = -1;  // -1 = mean over heads
+  bool alignments = false;      // each sentence's word alignment (Pharaoh pairs)
+  std::string format = "text";  // or "html"
+  bool split_sentences = false; // split each line into sentences (always for html)
 };
 const OptionTable<RequestOptions>& request_option_table();
 
 struct ApiRequest {
-  std::vector<std::string> sentences;  // every line of every text of q, in order
+  // Every line of every text of q, in order; with documents, every sentence of every document.
+  std::vector<std::string> sentences;
+  // One per text of q when its lines are split into sentences or it is HTML, else none.
+  std::vector<Document> documents;
   std::vector<std::string> target_prefixes;  // /v1's target_prefix: one per sentence, or none
   std::vector<std::vector<std::string>> constraints;  // /v1's constraints: phrases per sentence, or none
-  std::vector<size_t> lines_per_text;  // how many of them each text of q has (joined back with '\n')
+  std::vector<size_t> lines_per_text;  // how many of them each text of q has (joined back with '\n', or its document)
   bool list = false;                   // q was a list: the answer is a list too
   RequestOptions options;
 };

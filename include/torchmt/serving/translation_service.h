@@ -33,6 +33,7 @@
 
 #include "torchmt/decoding/attention_svg.h"
 #include "torchmt/decoding/translator.h"
+#include "torchmt/decoding/word_aligner.h"
 
 namespace torchmt {
 
@@ -53,6 +54,8 @@ struct ServiceJob {
   TranslationOptions options;
   bool attention = false;  // also each sentence's cross-attention (native models)
   int64_t attention_layer = -1, attention_head = -1;
+  bool alignments = false;  // also each sentence's word alignment (native models)
+  AlignmentOptions alignment_options = {};
   std::vector<std::string> target_prefixes = {};  // one per sentence, or none
   std::vector<std::vector<std::string>> constraints = {};  // each sentence's target phrases, or none
 };
@@ -60,6 +63,7 @@ struct ServiceJob {
 struct ServiceResult {
   std::vector<Translation> translations;  // one per sentence, in order
   std::vector<AttentionMap> attention;    // one per sentence when asked (empty map for an empty line)
+  std::vector<WordAlignment> alignments;  // one per sentence when asked
 };
 
 // The service cannot take a job now (queue full, shutting down): the server's 503.

@@ -6,6 +6,9 @@
 
 namespace torchmt {
 
+// ASCII whitespace: space, \t, \n, \r, \f, \v (what separates words in torchmt's text scanners).
+inline bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 // 1234567 -> "1,234,567" (counts in messages).
 std::string with_thousands(int64_t n);
 

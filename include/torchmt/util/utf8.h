@@ -19,6 +19,12 @@ std::u32string decode_utf8_or_throw(std::string_view utf8, std::string_view what
 
 std::string encode_utf8(std::u32string_view code_points);
 
+// Lenient stepping for text scanners (sentence splitting, HTML): the code point starting at
+// s[i] / ending at s[end - 1] and its length in bytes; a byte that does not start (end) a whole
+// sequence is itself, of length 1.
+char32_t code_point_at(std::string_view s, size_t i, size_t* length);
+char32_t code_point_before(std::string_view s, size_t end, size_t* length);
+
 // `utf8` with every maximal invalid subsequence replaced by U+FFFD (what Python's
 // decode(errors="replace") does); `replaced` counts the replacements when given.
 std::string replace_invalid_utf8(std::string_view utf8, size_t* replaced = nullptr);
