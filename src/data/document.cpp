@@ -464,12 +464,25 @@ std::string Document::assemble_block(const Block& block, const std::vector<Sente
     Placed p;
     size_t lo = n_target + 1, hi = 0;
     if (m.paired && m.begin < m.end) {
+      std::vector<size_t> targets;  // the target words aligned to its words
       for (size_t w = 0; w < src_words.size(); ++w) {
         if (src_words[w].end <= m.begin || src_words[w].begin >= m.end) continue;
-        for (int32_t t : aligned[w]) {
-          lo = std::min(lo, static_cast<size_t>(t));
-          hi = std::max(hi, static_cast<size_t>(t) + 1);
+        for (int32_t t : aligned[w]) targets.push_back(static_cast<size_t>(t));
+      }
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      // The largest cluster (gaps of at most one word): a stray link far away does not stretch
+      // the element over the words between.
+      size_t best = 0;
+      for (size_t i = 0; i < targets.size();) {
+        size_t j = i + 1;
+        while (j < targets.size() && targets[j] - targets[j - 1] <= 2) ++j;
+        if (j - i > best) {
+          best = j - i;
+          lo = targets[i];
+          hi = targets[j - 1] + 1;
         }
+        i = j;
       }
     }
     if (lo < hi) {

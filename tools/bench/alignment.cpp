@@ -223,7 +223,8 @@ void gold_report(Translator& translator, const std::string& path, const Alignmen
     for (const auto& t : injected) {
       ++tags;
       const auto it = spans.find(t.open);
-      right += ok && it != spans.end() && it->second == hull(pairs[i].gold.possible, t.first, t.last) ? 1 : 0;
+      const bool hit = ok && it != spans.end() && it->second == hull(pairs[i].gold.possible, t.first, t.last);
+      right += hit ? 1 : 0;
     }
   }
   std::cout << "tag placement against the gold alignment: " << percent(right, tags) << " tags exactly on the gold span, "
@@ -294,7 +295,7 @@ void paragraphs_report(Translator& translator, const std::vector<std::string>& l
   }
   std::vector<std::string> used(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(next));
   const auto one_by_one = translator.translate_text(used, TranslationOptions{});
-  int64_t equal = 0, split_right = 0;
+  int64_t equal = 0, split_right = 0, marked = 0, marked_equal = 0;
   for (const auto& [b, e] : ranges) {
     std::string text;
     for (size_t i = b; i < e; ++i) text += (i > b ? " " : "") + lines[i];
@@ -307,11 +308,20 @@ void paragraphs_report(Translator& translator, const std::vector<std::string>& l
     for (size_t i = b; i < e; ++i) want += (i > b ? " " : "") + one_by_one[i];
     equal += out[p].text == want ? 1 : 0;
     split_right += docs[p].sentences().size() == e - b ? 1 : 0;
+    // Lines that end without . ! ? (or ... closing quotes) cannot be told apart from the next by any rule.
+    bool all_marked = true;
+    for (size_t i = b; i + 1 < e; ++i) {
+      std::string l = lines[i];
+      while (!l.empty() && (l.back() == ' ' || l.back() == '"' || l.back() == ')')) l.pop_back();
+      all_marked = all_marked && !l.empty() && (l.back() == '.' || l.back() == '!' || l.back() == '?');
+    }
+    marked += all_marked ? 1 : 0;
+    marked_equal += all_marked && out[p].text == want ? 1 : 0;
   }
   std::cout << ranges.size() << " paragraphs of 2-4 consecutive lines (" << next << " lines), split into sentences:\n"
             << "  split where the lines end: " << percent(split_right, static_cast<int64_t>(ranges.size())) << "\n"
             << "  translation equal to the lines one by one, joined: " << percent(equal, static_cast<int64_t>(ranges.size()))
-            << "\n";
+            << "\n  of the paragraphs whose lines end with . ! or ?: " << percent(marked_equal, marked) << "\n";
 }
 
 }  // namespace

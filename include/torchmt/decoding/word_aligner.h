@@ -16,7 +16,7 @@ namespace torchmt {
 class Translator;
 
 struct AlignmentOptions {
-  int64_t layer = -2;  // decoder layer, from the top when negative
+  int64_t layer = -1;  // decoder layer, from the top when negative
   int64_t head = -1;   // -1 = the mean over heads
   // Read target piece t's attention where t is the decoder's input (t + 1), not where it is
   // predicted (t).
