@@ -236,55 +236,47 @@ int run_translate(int argc, char** argv) {
     options.first_line = count;  // sampling's streams: the line numbers in the whole input
     std::string text;
     if (documents || o->alignments) {
+      // Lines (or the whole HTML input) as documents; one translate() call for their sentences.
       std::vector<Document> docs;
       if (format == DocumentFormat::kHtml) {
         std::string whole;
         for (const auto& line : lines) (whole += line) += '\n';
         docs.emplace_back(whole, format, splitter.get());
+        progress.add(static_cast<int64_t>(lines.size()) - 1);  // the document counts once below
       } else {
         for (const auto& line : lines) docs.emplace_back(line, format, o->split_sentences ? splitter.get() : nullptr);
       }
-      const auto translated =
-          translate_documents(*translator, docs, options, alignment_options, o->alignments, line_done);
-      for (const auto& d : translated) {
+      for (const auto& d : translate_documents(*translator, docs, options, alignment_options, o->alignments, line_done)) {
         text += d.text;
         if (o->alignments) (text += " ||| ") += to_pharaoh(d.alignment);
         if (format == DocumentFormat::kText) text += '\n';
       }
-      if (format == DocumentFormat::kHtml && !lines.empty()) progress.add(static_cast<int64_t>(lines.size()) - 1);
       count += static_cast<int64_t>(lines.size());
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      return_free_heap_memory();
-      if (file) {
-        file->write(text);
-      } else {
-        std::cout << text << std::flush;
-        if (!std::cout) throw std::runtime_error("cannot write standard output");
+    } else {
+      auto translations = translator->translate(lines, options, line_done, steering);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (size_t i = 0; i < translations.size(); ++i, ++count) {
+        const auto& t = translations[i];
+        for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
+        truncated += t.truncated ? 1 : 0;
+        if (!nbest) {
+          text += t.texts.front();
+          text += '\n';
+          continue;
+        }
+        // Moses n-best format: index ||| hypothesis ||| score
+        for (size_t j = 0; j < t.texts.size(); ++j) {
+          std::ostringstream line;
+          line << count << " ||| " << t.texts[j] << " ||| "
+               << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
+          text += line.str();
+        }
       }
-      continue;
-    }
-    auto translations = translator->translate(lines, options, line_done, steering);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (size_t i = 0; i < translations.size(); ++i, ++count) {
-      const auto& t = translations[i];
-      for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
-      truncated += t.truncated ? 1 : 0;
-      if (!nbest) {
-        text += t.texts.front();
-        text += '\n';
-        continue;
+      if (first_window) {
+        first_line = lines.front();
+        first_translation = std::move(translations.front());
       }
-      // Moses n-best format: index ||| hypothesis ||| score
-      for (size_t j = 0; j < t.texts.size(); ++j) {
-        std::ostringstream line;
-        line << count << " ||| " << t.texts[j] << " ||| "
-             << (j < t.hypotheses.size() ? t.hypotheses[j].score : 0.0) << "\n";
-        text += line.str();
-      }
-    }
-    if (first_window) {
-      first_line = lines.front();
-      first_translation = std::move(translations.front());
     }
     // Each window's tensors are gone by now; their memory goes back, so the next window
     // starts from the same footprint (heap.h).

@@ -17,10 +17,13 @@ std::vector<WordAlignment> align_words(Translator& translator, const std::vector
                                 std::to_string(targets.size()) + " targets");
   std::vector<WordAlignment> out(sources.size());
   std::vector<size_t> rows;  // the pairs with words on both sides
-  std::vector<std::vector<int64_t>> source_ids(sources.size());
+  std::vector<std::vector<int64_t>> source_ids(sources.size()), target_ids(sources.size());
+  // A forced target longer than the model's positions is read up to them (a search never makes one).
+  const auto max_target = static_cast<size_t>(std::max<int64_t>(1, translator.config().max_positions - 1));
   for (size_t i = 0; i < sources.size(); ++i) {
     if (Translator::is_blank(sources[i]) || targets[i].empty()) continue;
     source_ids[i] = translator.encode_source(sources[i]);
+    target_ids[i].assign(targets[i].begin(), targets[i].begin() + static_cast<std::ptrdiff_t>(std::min(max_target, targets[i].size())));
     rows.push_back(i);
   }
   const auto& src_tok = translator.src_tokenizer();
@@ -30,7 +33,7 @@ std::vector<WordAlignment> align_words(Translator& translator, const std::vector
     std::vector<const std::vector<int64_t>*> src, tgt;
     for (size_t r = begin; r < end; ++r) {
       src.push_back(&source_ids[rows[r]]);
-      tgt.push_back(&targets[rows[r]]);
+      tgt.push_back(&target_ids[rows[r]]);
     }
     const auto weights = translator.cross_attention_weights(src, tgt);
     const auto n_layers = static_cast<int64_t>(weights.size());
@@ -46,7 +49,7 @@ std::vector<WordAlignment> align_words(Translator& translator, const std::vector
     for (size_t r = begin; r < end; ++r) {
       const size_t line = rows[r];
       const auto& s_ids = source_ids[line];
-      const auto& t_ids = targets[line];
+      const auto& t_ids = target_ids[line];
       std::vector<std::string> s_pieces, t_pieces;
       for (size_t k = 0; k + 1 < s_ids.size(); ++k) s_pieces.push_back(src_tok.id_to_piece(s_ids[k]));  // no eos
       for (auto id : t_ids) t_pieces.push_back(tgt_tok.id_to_piece(id));
