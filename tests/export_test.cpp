@@ -27,6 +27,7 @@
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/export/marian_format.h"
+#include "torchmt/export/onnx_exporter.h"
 #include "torchmt/export/script_call.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
@@ -292,6 +293,8 @@ void make_variant(const std::string& variant, int steps, Fixture& f) {
   if (variant == "rope" || variant == "modern") config.positions = Positions::kRope;
   if (variant == "learned") config.positions = Positions::kLearned;
   if (variant == "gqa") config.kv_heads = 1;
+  if (variant == "gelu") config.activation = Activation::kGELU;
+  if (variant == "swish") config.activation = Activation::kSwish;
   if (variant == "modern") {
     config.kv_heads = 2;
     config.tie_embeddings = true;
@@ -309,6 +312,7 @@ void make_variant(const std::string& variant, int steps, Fixture& f) {
   save_checkpoint(f.checkpoint, model, nullptr, meta);
   f.native = load_checkpoint(f.checkpoint, torch::kCPU);
   f.src = base.src;
+  f.tgt_in = base.tgt_in;
   f.sources = base.sources;
   f.sentences = base.sentences;
   f.exported = f.dir.file("model.ts");
@@ -828,6 +832,9 @@ TEST(ExportCTranslate2, ReplacesItsOwnDirectoryAndRefusesAnythingElse) {
   const std::string dir = f.dir.file("ct2_again");
   exporter->write(f.native, ExportOptions{}, dir);
   const auto size = std::filesystem::file_size(dir + "/model.bin");
+  // The SentencePiece models travel with it: the directory tokenizes on its own.
+  EXPECT_EQ(test::read_text(dir + "/source.spm"), f.native.meta.src_spm_model);
+  EXPECT_EQ(test::read_text(dir + "/target.spm"), f.native.meta.tgt_spm_model);
   ExportOptions quantized;
   quantized.quantize_int8 = true;
   exporter->write(f.native, quantized, dir);  // a previous export is replaced whole
@@ -842,6 +849,127 @@ TEST(ExportCTranslate2, ReplacesItsOwnDirectoryAndRefusesAnythingElse) {
     EXPECT_NE(std::string(e.what()).find("is not a CTranslate2 model directory"), std::string::npos) << e.what();
   }
   EXPECT_EQ(test::read_text(f.dir.file("notes.txt")), "mine\n");
+}
+
+// ONNX export: ONNX's checker and ONNX Runtime are the oracles (tests/onnx_export_test.py, which
+// translates with tools/onnx_translate.py: onnxruntime + sentencepiece, no torch).
+bool have_onnxruntime() {
+  return test::run_command(test::python() + " -c 'import onnxruntime, sentencepiece, numpy'").exit_code == 0;
+}
+#define SKIP_WITHOUT_ONNXRUNTIME()                                                                           \
+  if (!have_onnxruntime())                                                                                   \
+  GTEST_SKIP() << "Python onnxruntime + sentencepiece not installed (tools/setup.sh installs them)"
+
+// Exports `f` to ONNX and runs tests/onnx_export_test.py on it: teacher-forced logits of the padded
+// fixture batch to 1e-4 (when `logits`), and `sentences` translated greedy and beam 5 alike on at
+// least the given shares of lines.
+void check_onnx_export(const Fixture& f, const std::vector<std::string>& sentences, double min_greedy,
+                       double min_beam5, bool logits, const ExportOptions& options = {}, const std::string& name = "onnx") {
+  const std::string dir = f.dir.file(name);
+  make_exporter("onnx")->write(f.native, options, dir);
+  nlohmann::json expected = {{"sentences", sentences}, {"min_greedy", min_greedy}, {"min_beam5", min_beam5}};
+  if (logits) {
+    torch::NoGradGuard no_grad;
+    auto model = f.native.model;
+    auto out = model->forward(f.src, f.tgt_in).contiguous();  // [B, T, V]
+    std::ofstream raw(f.dir.file(name + "_logits.f32"), std::ios::binary);
+    raw.write(static_cast<const char*>(out.data_ptr()), static_cast<std::streamsize>(out.numel() * sizeof(float)));
+    std::vector<std::vector<int64_t>> src, tgt;
+    for (int64_t i = 0; i < f.src.size(0); ++i) {
+      auto s = f.src[i].contiguous(), t = f.tgt_in[i].contiguous();
+      src.emplace_back(s.data_ptr<int64_t>(), s.data_ptr<int64_t>() + s.numel());
+      tgt.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+    }
+    expected["src"] = src;
+    expected["tgt_in"] = tgt;
+    expected["logits_file"] = f.dir.file(name + "_logits.f32");
+    expected["logits_shape"] = out.sizes().vec();
+    expected["tolerance"] = 1e-4;
+  }
+  auto translator = load_translator(f.checkpoint, torch::kCPU, torch::kFloat);
+  TranslationOptions greedy, beam5;
+  beam5.search.beam_size = 5;
+  expected["greedy"] = translator.translate_text(sentences, greedy);
+  expected["beam5"] = translator.translate_text(sentences, beam5);
+  test::write_text(f.dir.file(name + "_expected.json"), expected.dump());
+  auto run = test::run_command(test::python() + " " + test::source_dir() + "/tests/onnx_export_test.py " + dir + " " +
+                               f.dir.file(name + "_expected.json"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  std::cout << run.output;  // the figures: positions compared, max |diff|, lines equal
+}
+
+TEST(ExportOnnx, OnnxRuntimeComputesTheLogitsAndTranslationsOfTorchmt) {
+  SKIP_WITHOUT_ONNXRUNTIME();
+  const auto& f = fixture();
+  check_onnx_export(f, f.sentences, 1.0, 1.0, true);
+  const std::string dir = f.dir.file("onnx");
+  for (const char* file : {"encoder.onnx", "decoder.onnx", "config.json", "source.spm", "target.spm"})
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/" + file)) << file;
+  EXPECT_EQ(test::read_text(dir + "/source.spm"), f.native.meta.src_spm_model);
+  const auto config = nlohmann::json::parse(test::read_text(dir + "/config.json"));
+  EXPECT_EQ(config.at("eos_id"), f.native.meta.model.eos_id);
+  EXPECT_EQ(config.at("num_decoder_layers"), f.native.meta.model.num_decoder_layers);
+}
+
+// Every model configuration: Pre-LN, learned and rotary positions, grouped- and multi-query
+// attention, tied embeddings, GELU and swish, and a mixture of experts.
+TEST(ExportOnnx, EveryModelVariantExportsAndComputesAlike) {
+  SKIP_WITHOUT_ONNXRUNTIME();
+  for (const std::string variant : {"pre_ln", "rope", "learned", "gqa", "modern", "gelu", "swish", "moe"}) {
+    SCOPED_TRACE(variant);
+    Fixture f;
+    make_variant(variant, 40, f);
+    check_onnx_export(f, f.sentences, 1.0, 1.0, true);
+  }
+}
+
+// A thousand real sentences (test_2016): ONNX Runtime's translations equal torchmt's on >= 99% of
+// lines greedy and >= 98% with beam 5, for the paper's model and the modern one.
+TEST(ExportOnnx, Multi30kTranslationsAgreeForPaperAndModernModels) {
+  SKIP_WITHOUT_ONNXRUNTIME();
+  const auto path = multi30k_file("test_2016_flickr.de.gz");
+  if (path.empty()) GTEST_SKIP() << "test_2016_flickr.de.gz not found (run tools/get_data.sh)";
+  const auto lines = torchmt::read_lines(path);
+  check_onnx_export(fixture(), lines, 0.99, 0.98, false);
+  Fixture modern;
+  make_variant("modern", 60, modern);
+  check_onnx_export(modern, lines, 0.99, 0.98, false);
+}
+
+TEST(ExportOnnx, DamagedExportsAndUnsupportedOptionsAreOneLineErrors) {
+  const auto& f = fixture();
+  const std::string dir = f.dir.file("onnx_damaged");
+  make_exporter("onnx")->write(f.native, ExportOptions{}, dir);
+  make_exporter("onnx")->write(f.native, ExportOptions{}, dir);  // its own directory is replaced
+  // Options the format cannot take: a one-line usage error (exit 2), nothing written.
+  for (const std::string options : {"--dtype bf16", "--quantization int8", "--freeze"}) {
+    auto run = test::run_command(test::torchmt_binary() + " export -m " + f.checkpoint + " --format onnx -o " +
+                                 f.dir.file("onnx_refused") + " " + options + " 2>&1");
+    EXPECT_EQ(run.exit_code, 2) << options << ": " << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_FALSE(std::filesystem::exists(f.dir.file("onnx_refused")));
+  }
+  test::write_text(f.dir.file("notes.txt"), "mine\n");
+  try {
+    make_exporter("onnx")->write(f.native, ExportOptions{}, f.dir.file("notes.txt"));
+    ADD_FAILURE() << "overwrote a file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not an ONNX model directory"), std::string::npos) << e.what();
+  }
+  if (!have_onnxruntime()) return;
+  // A damaged graph and a missing configuration: tools/onnx_translate.py says so in one line.
+  const std::string graph = test::read_text(dir + "/decoder.onnx");
+  test::write_text(dir + "/decoder.onnx", graph.substr(0, graph.size() / 2));
+  const std::string translate = test::python() + " " + test::source_dir() + "/tools/onnx_translate.py -m " + dir;
+  auto damaged = test::run_command("echo 'Ein Hund.' | " + translate + " 2>&1");
+  EXPECT_NE(damaged.exit_code, 0);
+  EXPECT_EQ(std::count(damaged.output.begin(), damaged.output.end(), '\n'), 1) << damaged.output;
+  EXPECT_NE(damaged.output.find("cannot load the ONNX export"), std::string::npos) << damaged.output;
+  std::filesystem::remove(dir + "/config.json");
+  auto missing = test::run_command("echo 'Ein Hund.' | " + translate + " 2>&1");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;
+  EXPECT_NE(missing.output.find("config.json"), std::string::npos) << missing.output;
 }
 
 // Hugging Face Marian (OPUS-MT) format. transformers is the oracle (tests/marian_oracle_test.py):

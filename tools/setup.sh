@@ -45,9 +45,10 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing torch==2.13.0 (CPU wheel)" >&2
     "$PYTHON" -m pip install -q torch==2.13.0
   fi
-  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece, ctranslate2, selenium, transformers, safetensors' 2>/dev/null; then
-    echo "setup: installing sacrebleu, sentencepiece, ctranslate2, selenium, transformers and safetensors (test oracles, benchmark peer, browser driver)" >&2
-    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5 selenium==4.51.0 transformers==5.24.0 safetensors==0.8.0
+  if ! "$PYTHON" -c 'import sacrebleu, sentencepiece, ctranslate2, selenium, transformers, safetensors, onnxruntime, onnx' 2>/dev/null; then
+    echo "setup: installing sacrebleu, sentencepiece, ctranslate2, selenium, transformers, safetensors, onnxruntime and onnx (test oracles, benchmark peers, browser driver)" >&2
+    "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5 selenium==4.51.0 transformers==5.24.0 safetensors==0.8.0 \
+      onnxruntime==1.32.0 onnx==1.23.2
   fi
 fi
 

@@ -6,8 +6,11 @@
 #include <torch/torch.h>
 
 #include "cli_options.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/export/calibration.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/util/utf8.h"
 
 namespace torchmt::cli {
 namespace {
@@ -28,6 +31,7 @@ struct ExportCommandOptions {
   bool freeze = false;
   std::string format = "torchscript";
   std::string quantization = "none";
+  std::string calibrate;
 };
 
 const OptionTable<ExportCommandOptions>& export_option_table() {
@@ -40,10 +44,13 @@ const OptionTable<ExportCommandOptions>& export_option_table() {
            "than fp32, which `torchmt translate` runs with int8 kernels)")
       .add("freeze", &O::freeze,
            "fold weights into the code and apply TorchScript inference optimisations (no state dict)")
-      .add("format", &O::format, "export format: torchscript, ctranslate2 (a CTranslate2 model directory) or marian (a Hugging Face "
-           "MarianMT directory for transformers)")
+      .add("format", &O::format, "export format: torchscript, ctranslate2 (a CTranslate2 model directory), marian (a Hugging "
+           "Face MarianMT directory for transformers) or onnx (encoder and decoder-step graphs for ONNX Runtime)")
       .add("quantization", &O::quantization,
-           "none, or int8: Linear and embedding weights as int8 with per-row scales, the rest fp32");
+           "none, or int8: Linear and embedding weights as int8 with per-row scales, the rest fp32")
+      .add("calibrate", &O::calibrate,
+           "static int8 (--format onnx): source sentences, one per line (e.g. 200 from the validation set), "
+           "translated to fix every Linear's input scale; written as QuantizeLinear/DequantizeLinear pairs");
   return table;
 }
 
@@ -69,8 +76,14 @@ int run_export(int argc, char** argv) {
           throw std::invalid_argument("--quantization int8 keeps the other weights in fp32 (drop --dtype " + o->dtype + ")");
         export_options.quantize_int8 = int8_dtype || o->quantization == "int8";
         export_options.freeze = o->freeze;
-        if (export_options.freeze && exporter->format() != "torchscript")
-          throw std::invalid_argument("--freeze is a TorchScript option");
+        if (!o->calibrate.empty()) {
+          if (exporter->format() != "onnx")
+            throw std::invalid_argument("--calibrate (static int8) is an option of --format onnx");
+          if (!std::filesystem::is_regular_file(o->calibrate))
+            throw std::invalid_argument("--calibrate " + o->calibrate + ": no such file");
+          export_options.quantize_int8 = false;  // int8 comes with the scales calibrated below
+        }
+        exporter->check_options(export_options);
         if (export_options.freeze && export_options.quantize_int8)
           throw std::invalid_argument("--freeze would fold the int8 weights back into float constants; drop --freeze");
       },
@@ -80,6 +93,18 @@ int run_export(int argc, char** argv) {
   const std::string& output = o->output;
 
   auto checkpoint = load_checkpoint(input, torch::kCPU);
+  if (!o->calibrate.empty()) {
+    auto lines = read_lines(o->calibrate);
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (const auto bad = find_invalid_utf8(lines[i]))
+        throw std::runtime_error(o->calibrate + " line " + std::to_string(i + 1) + ": invalid UTF-8 at byte " +
+                                 std::to_string(*bad));
+    const auto calibration = calibrate_activation_scales(checkpoint, lines);
+    export_options.activation_scales = calibration.scales;
+    std::cerr << "calibrated " << calibration.scales.size() << " Linear inputs on " << calibration.sentences
+              << " sentences (" << calibration.source_tokens << " source, " << calibration.target_tokens
+              << " target tokens)\n";
+  }
   exporter->write(checkpoint, export_options, output);
   const auto& c = checkpoint.meta.model;
   std::cerr << "exported " << input << " (step " << checkpoint.meta.position.step << ", " << c.num_encoder_layers

@@ -282,6 +282,7 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
       atomic_write((fs::path(dir) / "source_vocabulary.json").string(), vocabulary_json(source));
       atomic_write((fs::path(dir) / "target_vocabulary.json").string(), vocabulary_json(target_tokenizer));
     }
+    write_sentencepiece_models(dir, source, target_tokenizer);
   });
 }
 

@@ -2,9 +2,14 @@
 
 #include <stdexcept>
 
+#include <filesystem>
+
+#include "torchmt/data/tokenizer.h"
 #include "torchmt/export/ctranslate2_exporter.h"
 #include "torchmt/export/marian_format.h"
+#include "torchmt/export/onnx_exporter.h"
 #include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
 
@@ -12,10 +17,22 @@ std::unique_ptr<ModelExporter> make_exporter(const std::string& format) {
   if (format == "torchscript" || format == "ts") return std::make_unique<TorchScriptExporter>();
   if (format == "ctranslate2" || format == "ct2") return std::make_unique<CTranslate2Exporter>();
   if (format == "marian") return std::make_unique<MarianExporter>();
-  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript, ctranslate2 or marian)");
+  if (format == "onnx") return std::make_unique<OnnxExporter>();
+  throw std::invalid_argument("unknown export format '" + format + "' (expected torchscript, ctranslate2, marian or onnx)");
 }
 
-std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2", "marian"}; }
+std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2", "marian", "onnx"}; }
+
+void ModelExporter::check_options(const ExportOptions& options) const {
+  if (options.freeze && format() != "torchscript") throw std::invalid_argument("--freeze is a TorchScript option");
+  if (!options.activation_scales.empty())
+    throw std::invalid_argument("static int8 (--calibrate) is written by --format onnx only");
+}
+
+void write_sentencepiece_models(const std::string& dir, const Tokenizer& source, const Tokenizer& target) {
+  atomic_write((std::filesystem::path(dir) / "source.spm").string(), source.serialized());
+  atomic_write((std::filesystem::path(dir) / "target.spm").string(), target.serialized());
+}
 
 c10::ScalarType parse_export_dtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return c10::ScalarType::Float;

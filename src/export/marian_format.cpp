@@ -416,8 +416,7 @@ void MarianExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptio
     atomic_write((fs::path(dir) / "generation_config.json").string(), generation.dump(2) + "\n");
     atomic_write((fs::path(dir) / "tokenizer_config.json").string(), tokenizer.dump(2) + "\n");
     atomic_write((fs::path(dir) / "vocab.json").string(), vocab.dump(2) + "\n");
-    atomic_write((fs::path(dir) / "source.spm").string(), source.serialized());
-    atomic_write((fs::path(dir) / "target.spm").string(), target.serialized());
+    write_sentencepiece_models(dir, source, target);
   });
 }
 

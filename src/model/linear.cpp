@@ -19,6 +19,7 @@ struct PreparedLinear {
 
 namespace {
 thread_local bool skip_parameter_init = false;
+thread_local const ObserveLinearInputs::Observer* linear_observer = nullptr;
 
 // The layer's preparation when it applies to this call: inference on the CPU, same parameters.
 const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const torch::Tensor& x) {
@@ -59,7 +60,13 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features) {
   return torch::nn::Linear(std::move(impl));
 }
 
+ObserveLinearInputs::ObserveLinearInputs(Observer observe) : observe_(std::move(observe)), previous_(linear_observer) {
+  linear_observer = &observe_;
+}
+ObserveLinearInputs::~ObserveLinearInputs() { linear_observer = previous_; }
+
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  if (linear_observer) (*linear_observer)(*layer, x);
   const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
   if (p && p->int8) return kernels::int8_linear(x, *p->int8);
   auto y = kernels::try_small_batch_linear_cpu(x, layer->weight, layer->bias);

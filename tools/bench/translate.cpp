@@ -238,6 +238,11 @@ int main(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value(""))(
       "ct2-runner", "the CTranslate2 side",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_ctranslate2.py"))(
+      "onnx-models", "also ONNX Runtime (tools/onnx_translate.py's search) on `torchmt export --format onnx` "
+      "directories of -m: DTYPE=DIR,... (fp32, and int8 for an export made with --calibrate)",
+      cxxopts::value<std::string>()->default_value(""))(
+      "onnx-runner", "the ONNX Runtime side",
+      cxxopts::value<std::string>()->default_value("tools/bench/translate_onnxruntime.py"))(
       "shortlist", "also run every cached configuration with this `torchmt shortlist` table (right after the run "
       "without), and print the speed-ups", cxxopts::value<std::string>()->default_value(""))(
       "workers", "torchmt workers (0 = its default for each job)", cxxopts::value<int64_t>()->default_value("0"))(
@@ -432,6 +437,47 @@ int main(int argc, char** argv) {
         if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
     };
 
+    // ONNX Runtime, the same way: each configuration right after torchmt's run of it.
+    std::map<std::string, std::string> onnx_models;  // dtype -> export directory
+    fs::path onnx_work;
+    std::string onnx_command, onnx_out_path;
+    for (const auto& spec : split(r["onnx-models"].as<std::string>(), ',')) {
+      const auto eq = spec.find('=');
+      if (eq == std::string::npos || !fs::is_regular_file(spec.substr(eq + 1) + "/encoder.onnx"))
+        throw std::invalid_argument("--onnx-models: expected DTYPE=DIRECTORY of an ONNX export, got '" + spec + "'");
+      onnx_models[spec.substr(0, eq)] = spec.substr(eq + 1);
+    }
+    if (!onnx_models.empty()) {
+      onnx_work = fs::temp_directory_path() / ("torchmt_bench_onnx_" + std::to_string(::getpid()));
+      fs::create_directories(onnx_work);
+      const auto pieces_path = (onnx_work / "source_pieces.txt").string();
+      onnx_out_path = (onnx_work / "onnx_results.txt").string();
+      std::ofstream out(pieces_path);
+      for (const auto& s : sources) {  // without the end, which the runner appends
+        for (size_t j = 0; j + 1 < s.size(); ++j) out << (j ? " " : "") << fp32.src_tokenizer().id_to_piece(s[j]);
+        out << "\n";
+      }
+      if (!out) throw std::runtime_error("cannot write " + pieces_path);
+      onnx_command = shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["onnx-runner"].as<std::string>()) +
+                     " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(onnx_out_path) + " --threads " +
+                     std::to_string(threads);
+    }
+    auto run_onnx = [&](int64_t beam, int64_t batch, const std::string& dtype) {
+      const std::string command = onnx_command + " --beams " + std::to_string(beam) + " --batch-sizes " +
+                                  std::to_string(batch) + " --model " + dtype + "=" + shell_quote(onnx_models.at(dtype));
+      std::cerr << "onnxruntime: " << command << "\n" << std::flush;
+      std::cout << std::flush;
+      fs::remove(onnx_out_path);
+      const int rc = std::system(command.c_str());
+      if (rc != 0) throw std::runtime_error("the ONNX Runtime side failed (exit status " + std::to_string(rc) + ")");
+      std::map<Key, Measure> peer;
+      std::map<std::string, double> peer_loads;
+      read_peer_results(onnx_out_path, "onnxruntime", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
+      for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
+      for (const auto& [what, seconds] : peer_loads)
+        if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
+    };
+
     for (int round = 0; round < rounds; ++round) {
       if (rounds > 1) std::cerr << "round " << round + 1 << " of " << rounds << "\n";
       for (const auto& dtype : dtypes)
@@ -468,6 +514,7 @@ int main(int argc, char** argv) {
                 if (round == 0) order.push_back(shortlisted);
               }
               if (cache && ct2 && ct2_models.count(dtype)) run_ct2(beam, batch, dtype);
+              if (cache && onnx_models.count(dtype)) run_onnx(beam, batch, dtype);
             }
       if (ct2)  // CTranslate2's precisions that torchmt does not run here
         for (const auto& dtype : ct2_dtypes)
@@ -479,6 +526,7 @@ int main(int argc, char** argv) {
       remove_tree(work.string());
       work.clear();
     }
+    if (!onnx_work.empty()) remove_tree(onnx_work.string());
 
     if (python) {
       work = fs::temp_directory_path() / ("torchmt_bench_translate_" + std::to_string(::getpid()));
@@ -528,6 +576,16 @@ int main(int argc, char** argv) {
                                                               " batch " + std::to_string(batch) + " " + dtype);
             order.push_back(key);
           }
+
+    for (const auto& [dtype, dir] : onnx_models)
+      for (int64_t beam : beams)
+        for (int64_t batch : batches) {
+          Key key{"onnxruntime", beam, batch, dtype, false};
+          if (!results.count(key)) throw std::runtime_error("ONNX Runtime did not report " + search_name(beam) +
+                                                            " batch " + std::to_string(batch) + " " + dtype +
+                                                            " (is " + dtype + " in --dtypes?)");
+          order.push_back(key);
+        }
 
     // ---- table --------------------------------------------------------------------
     // "agree": sentences whose best hypothesis equals torchmt's cached run of the same
@@ -621,6 +679,22 @@ int main(int argc, char** argv) {
             if (dtype != "fp32")
               if (auto s = speedup({"torchmt", beam, batch, "fp32", true}, peer))
                 std::cout << "   (torchmt fp32 vs CTranslate2 " << dtype << ": " << fmt(*s, 2) << "x)";
+            std::cout << "\n";
+          }
+    }
+    if (!onnx_models.empty()) {
+      std::cout << "torchmt vs ONNX Runtime (its graphs, tools/onnx_translate.py's search), same weights, sentences and "
+                   "threads (> 1 = torchmt faster):\n";
+      for (const auto& [dtype, dir] : onnx_models)
+        for (int64_t beam : beams)
+          for (int64_t batch : batches) {
+            const Key peer{"onnxruntime", beam, batch, dtype, false};
+            std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch " << std::setw(3)
+                      << batch << " " << dtype << ": ";
+            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, peer)) std::cout << fmt(*s, 2) << "x";
+            if (dtype != "fp32")
+              if (auto s = speedup({"onnxruntime", beam, batch, "fp32", false}, peer))
+                std::cout << "   (ONNX Runtime " << dtype << " vs its fp32: " << fmt(*s, 2) << "x)";
             std::cout << "\n";
           }
     }

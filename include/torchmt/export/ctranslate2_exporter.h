@@ -16,6 +16,7 @@
 //                              layer_norm_epsilon 1e-5 (torch's)
 //   DIR/shared_vocabulary.json the SentencePiece pieces in id order (source_/target_vocabulary
 //                              .json when the two sides have their own models)
+//   DIR/source.spm, DIR/target.spm the SentencePiece models that tokenize for it
 //
 // The directory is written beside DIR first and renamed into place: a kill leaves the previous
 // export or the new one. An existing DIR that is not a CTranslate2 model is refused.

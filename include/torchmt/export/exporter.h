@@ -9,7 +9,9 @@
 // Formats today: "torchscript" (TorchScriptExporter, torchmt/export/torchscript_exporter.h;
 // read back with ExportedModel / load_translator, torchmt/export/exported_model.h) and
 // "ctranslate2" (CTranslate2Exporter, torchmt/export/ctranslate2_exporter.h: a directory for
-// CTranslate2's own runtime).
+// CTranslate2's own runtime), "marian" (a Hugging Face MarianMT directory) and "onnx"
+// (OnnxExporter, torchmt/export/onnx_exporter.h: encoder and decoder-step graphs for ONNX Runtime).
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 namespace torchmt {
 
 struct LoadedCheckpoint;
+class Tokenizer;
 
 struct ExportOptions {
   // Floating-point type of the stored weights: kFloat, kBFloat16 or kHalf. Log-probabilities
@@ -31,20 +34,30 @@ struct ExportOptions {
   // Weights of every Linear and embedding as int8 with a float scale per output row
   // (CTranslate2 format only, today).
   bool quantize_int8 = false;
+  // Static int8 (export --calibrate, ONNX format): the input scale of every Linear, keyed by its
+  // weight's state-dict name (calibrate_activation_scales, torchmt/export/calibration.h).
+  std::map<std::string, float> activation_scales;
 };
 
 class ModelExporter {
  public:
   virtual ~ModelExporter() = default;
   virtual std::string format() const = 0;
+  // Throws std::invalid_argument (one line) for options the format cannot take; write() checks too.
+  virtual void check_options(const ExportOptions& options) const;
   // Writes `checkpoint` (weights, meta.model, meta.*_spm_model) to `path`, atomically
   // (temp file + rename). Throws std::runtime_error naming the file on failure.
   virtual void write(const LoadedCheckpoint& checkpoint, const ExportOptions& options, const std::string& path) = 0;
 };
 
-// "torchscript" (also "ts") or "ctranslate2" (also "ct2"). Throws std::invalid_argument for an unknown format.
+// "torchscript" (also "ts"), "ctranslate2" (also "ct2"), "marian" or "onnx". Throws
+// std::invalid_argument for an unknown format.
 std::unique_ptr<ModelExporter> make_exporter(const std::string& format);
 std::vector<std::string> export_formats();
+
+// An export directory's SentencePiece models, DIR/source.spm and DIR/target.spm (Marian's names;
+// both written when the two sides share one model), so the directory tokenizes on its own.
+void write_sentencepiece_models(const std::string& dir, const Tokenizer& source, const Tokenizer& target);
 
 // "fp32" | "bf16" | "fp16" -> scalar type; throws std::invalid_argument otherwise.
 c10::ScalarType parse_export_dtype(const std::string& name);

@@ -12,6 +12,7 @@
 // (prepare_linears_for_inference: packed for the GEMM, or int8 for `translate --dtype int8`, and
 // the output projection's greedy screen); apply_linear uses it whenever gradients are off and
 // the input is on the CPU.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,21 @@ class SkipParameterInit {
 torch::nn::Linear make_linear(int64_t in_features, int64_t out_features);
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x);
+
+// While one is alive on this thread, apply_linear hands every layer's input to `observe` before
+// computing it: static int8 calibration records each Linear's input range (export --calibrate).
+class ObserveLinearInputs {
+ public:
+  using Observer = std::function<void(const torch::nn::LinearImpl& layer, const torch::Tensor& x)>;
+  explicit ObserveLinearInputs(Observer observe);
+  ~ObserveLinearInputs();
+  ObserveLinearInputs(const ObserveLinearInputs&) = delete;
+  ObserveLinearInputs& operator=(const ObserveLinearInputs&) = delete;
+
+ private:
+  Observer observe_;
+  const Observer* previous_;
+};
 
 // For each row of x [N, in]: the index of the largest of apply_linear(layer, x)'s outputs in that
 // row, or -1 where the caller must compute the row in full (the screened projection of
