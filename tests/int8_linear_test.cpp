@@ -24,13 +24,22 @@ TORCHMT_FOR_EVERY_CPU_ISA(Int8Linear);
 // computes it, in float, 127 steps a side) and inputs (the kernels' float arithmetic: inverse =
 // steps / max|x|, q = rint(x * inverse), 63 steps for a row with a negative value, 127 without),
 // then the integer sums and scales in double.
-at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+// With a static range (input_amax > 0), every row uses it and its sign, values clamped to it.
+at::Tensor reference_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, float input_amax = 0.f,
+                          bool input_signed = true) {
   auto xf = x.to(torch::kFloat).reshape({-1, x.size(-1)}).contiguous();  // [R, K]
   auto x_steps = torch::full({xf.size(0), 1}, 127.0f);
-  x_steps.masked_fill_(xf.amin(1, true) < 0, 63.0f);
   auto x_amax = xf.abs().amax(1, true);
+  if (input_amax > 0) {
+    x_amax.fill_(input_amax);
+    if (input_signed) x_steps.fill_(63.0f);
+  } else {
+    x_steps.masked_fill_(xf.amin(1, true) < 0, 63.0f);
+  }
   auto x_inverse = x_steps / torch::where(x_amax > 0, x_amax, x_steps);
-  auto xq = torch::round(xf * x_inverse).to(torch::kDouble);
+  auto xq = torch::round(xf * x_inverse);
+  xq = torch::maximum(torch::minimum(xq, x_steps), input_amax > 0 && !input_signed ? torch::zeros_like(x_steps) : -x_steps)
+           .to(torch::kDouble);
   auto xs = torch::where(x_amax > 0, x_amax / x_steps, torch::ones_like(x_amax)).to(torch::kDouble);
   auto [wq_int8, w_inverse] = quantize_rows_int8(w);
   auto wq = wq_int8.to(torch::kDouble);
@@ -98,6 +107,31 @@ TEST_P(Int8Linear, EqualsThePortableLoopBitForBit) {
         EXPECT_TRUE(torch::allclose(fast, reference_int8(x, w, b), 1e-5, 1e-5));
         EXPECT_TRUE(torch::equal(fast, portable)) << (fast - portable).abs().max().item<float>();
         EXPECT_TRUE(torch::equal(alone, fast[0][rows - 1]));
+      }
+    }
+  }
+}
+
+// Static int8 (export --calibrate): every row over the calibrated range, values beyond it clamped
+// (signed: 63 steps a side; a range without negatives: 127 from zero, negatives to zero), equal
+// to the formula and, bit for bit, to the portable loop.
+TEST_P(Int8Linear, AStaticInputRangeQuantizesEveryRowOverIt) {
+  torch::manual_seed(6);
+  for (const bool signed_range : {true, false}) {
+    for (int64_t in : {256, 30}) {
+      auto w = torch::randn({40, in}) * 0.1, b = torch::randn({40});
+      auto q = quantize_linear_int8(w, b, 1.5f, signed_range);
+      for (int64_t rows : {1, 5, 13}) {
+        SCOPED_TRACE(std::string(signed_range ? "signed" : "unsigned") + ", " + std::to_string(in) + " inputs, " +
+                     std::to_string(rows) + " rows");
+        auto x = torch::randn({rows, in});  // |x| beyond 1.5 in places: clamped
+        x[0].fill_(4.f);
+        if (!signed_range) x = x.abs();
+        auto y = int8_linear(x, *q);
+        EXPECT_TRUE(torch::allclose(y, reference_int8(x, w, b, 1.5f, signed_range), 1e-5, 1e-5));
+        EXPECT_FALSE(torch::allclose(y, reference_int8(x, w, b), 1e-3, 1e-3));  // not each row's own range
+        CpuIsaOverride scalar(CpuIsa::kPortable);
+        EXPECT_TRUE(torch::equal(int8_linear(x, *q), y));
       }
     }
   }

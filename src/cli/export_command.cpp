@@ -49,8 +49,9 @@ const OptionTable<ExportCommandOptions>& export_option_table() {
       .add("quantization", &O::quantization,
            "none, or int8: Linear and embedding weights as int8 with per-row scales, the rest fp32")
       .add("calibrate", &O::calibrate,
-           "static int8 (--format onnx): source sentences, one per line (e.g. 200 from the validation set), "
-           "translated to fix every Linear's input scale; written as QuantizeLinear/DequantizeLinear pairs");
+           "static int8: source sentences, one per line (e.g. 200 from the validation set), translated to fix every "
+           "Linear's input range; --format onnx writes QuantizeLinear/DequantizeLinear pairs, --format torchscript "
+           "the ranges, which `translate --dtype int8` then uses instead of each row's own");
   return table;
 }
 
@@ -77,11 +78,13 @@ int run_export(int argc, char** argv) {
         export_options.quantize_int8 = int8_dtype || o->quantization == "int8";
         export_options.freeze = o->freeze;
         if (!o->calibrate.empty()) {
-          if (exporter->format() != "onnx")
-            throw std::invalid_argument("--calibrate (static int8) is an option of --format onnx");
+          if (exporter->format() != "onnx" && exporter->format() != "torchscript")
+            throw std::invalid_argument("--calibrate (static int8) is an option of --format onnx and torchscript");
           if (!std::filesystem::is_regular_file(o->calibrate))
             throw std::invalid_argument("--calibrate " + o->calibrate + ": no such file");
-          export_options.quantize_int8 = false;  // int8 comes with the scales calibrated below
+          // ONNX: int8 comes with the ranges calibrated below; TorchScript keeps --dtype's weights
+          // and `translate --dtype int8` quantizes inputs over the ranges.
+          if (exporter->format() == "onnx") export_options.quantize_int8 = false;
         }
         exporter->check_options(export_options);
         if (export_options.freeze && export_options.quantize_int8)
@@ -99,9 +102,9 @@ int run_export(int argc, char** argv) {
       if (const auto bad = find_invalid_utf8(lines[i]))
         throw std::runtime_error(o->calibrate + " line " + std::to_string(i + 1) + ": invalid UTF-8 at byte " +
                                  std::to_string(*bad));
-    const auto calibration = calibrate_activation_scales(checkpoint, lines);
-    export_options.activation_scales = calibration.scales;
-    std::cerr << "calibrated " << calibration.scales.size() << " Linear inputs on " << calibration.sentences
+    const auto calibration = calibrate_activation_ranges(checkpoint, lines);
+    export_options.activation_ranges = calibration.ranges;
+    std::cerr << "calibrated " << calibration.ranges.size() << " Linear inputs on " << calibration.sentences
               << " sentences (" << calibration.source_tokens << " source, " << calibration.target_tokens
               << " target tokens)\n";
   }

@@ -13,7 +13,7 @@
 
 namespace torchmt {
 
-CalibrationResult calibrate_activation_scales(const LoadedCheckpoint& checkpoint,
+CalibrationResult calibrate_activation_ranges(const LoadedCheckpoint& checkpoint,
                                               const std::vector<std::string>& sentences) {
   const ModelConfig& c = checkpoint.meta.model;
   Transformer model = checkpoint.model;
@@ -34,11 +34,13 @@ CalibrationResult calibrate_activation_scales(const LoadedCheckpoint& checkpoint
   torch::NoGradGuard no_grad;
   model->eval();
   release_inference_preparation(*model);  // the float layers: every input passes apply_linear
-  std::unordered_map<const torch::nn::LinearImpl*, float> amax;
+  std::unordered_map<const torch::nn::LinearImpl*, ActivationRange> seen;
   ObserveLinearInputs observer([&](const torch::nn::LinearImpl& layer, const torch::Tensor& x) {
     if (x.numel() == 0) return;
-    float& m = amax[&layer];
-    m = std::max(m, x.detach().abs().max().item<float>());
+    auto [it, fresh] = seen.try_emplace(&layer, ActivationRange{0.f, false});
+    const auto [low, high] = x.detach().aminmax();
+    it->second.amax = std::max({it->second.amax, -low.item<float>(), high.item<float>()});
+    it->second.has_negative = it->second.has_negative || low.item<float>() < 0.f;
   });
   SearchOptions options;  // greedy, with scores: the whole output projection runs
   options.bos_id = c.bos_id;
@@ -58,16 +60,10 @@ CalibrationResult calibrate_activation_scales(const LoadedCheckpoint& checkpoint
     for (const auto& hyps : search(decoder, src, options))
       result.target_tokens += static_cast<int64_t>(hyps.front().tokens.size()) + 1;
   }
-  for (const auto& module : model->modules(/*include_self=*/false)) {
-    const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get());
-    if (!linear) continue;
-    const auto it = amax.find(linear);
-    if (it == amax.end()) continue;  // a layer translation never runs (none today)
-    for (const auto& p : model->named_parameters())
-      if (p.value().unsafeGetTensorImpl() == linear->weight.unsafeGetTensorImpl()) {
-        result.scales.emplace(p.key(), std::max(it->second, 1e-8f) / 127.0f);
-        break;
-      }
+  for (const auto& item : model->named_modules()) {  // keyed by the layer's own name (a tied weight has several)
+    const auto it = seen.find(dynamic_cast<const torch::nn::LinearImpl*>(item.value().get()));
+    if (it == seen.end() || it->second.amax <= 0.f) continue;  // never run (an expert never chosen), or all zeros
+    result.ranges.emplace(item.key() + ".weight", it->second);
   }
   return result;
 }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include <caffe2/serialize/inline_container.h>
+#include <nlohmann/json.hpp>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -43,6 +44,7 @@ struct ExportedModel::Impl {
   c10::Device device;
   std::string dtype;
   bool frozen = false;
+  std::map<std::string, ActivationRange> activation_ranges;  // static int8 (export --calibrate)
 };
 
 ExportedModel::ExportedModel(const std::string& path, const c10::Device& device) {
@@ -56,7 +58,8 @@ ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
   if (!is_torchscript_export(path))
     throw std::runtime_error(path + " is not a torchmt export (no torchmt.json in a TorchScript archive; " +
                              "write one with `torchmt export`)");
-  torch::jit::ExtraFilesMap extra{{"torchmt.json", ""}, {"config.json", ""}, {"spm.model", ""}, {"tgt_spm.model", ""}};
+  torch::jit::ExtraFilesMap extra{{"torchmt.json", ""},  {"config.json", ""},      {"spm.model", ""},
+                                  {"tgt_spm.model", ""}, {"vocabulary.json", ""}, {"activation_ranges.json", ""}};
   torch::jit::Module module;
   try {
     module = torch::jit::load(archive, device, extra);
@@ -93,9 +96,20 @@ ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
     }
   }();
   Tokenizer src = tokenizers.first, tgt = tokenizers.second;
+  std::map<std::string, ActivationRange> ranges;
+  if (!extra["activation_ranges.json"].empty()) {
+    try {
+      const auto json = nlohmann::json::parse(extra["activation_ranges.json"]);
+      for (auto it = json.begin(); it != json.end(); ++it)
+        ranges[it.key()] = ActivationRange{it.value().at(0).get<float>(), it.value().at(1).get<bool>()};
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + " has a malformed activation_ranges.json: " + first_line(e.what()));
+    }
+  }
   module.eval();
   impl_ = std::make_shared<const Impl>(Impl{std::move(module), config, src, tgt, device,
-                                            marker.get_or("dtype", "fp32"), marker.get_or("frozen", "false") == "true"});
+                                            marker.get_or("dtype", "fp32"), marker.get_or("frozen", "false") == "true",
+                                            std::move(ranges)});
 }
 
 std::unique_ptr<IncrementalDecoder> ExportedModel::decoder() const {
@@ -140,6 +154,10 @@ Transformer ExportedModel::native_model() const {
                                ", the model " + c10::str(p.value().sizes()));
     p.value().copy_(value);
   }
+  for (const auto& item : model->named_modules())  // static int8: each layer's calibrated input range
+    if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(item.value().get()))
+      if (auto it = impl_->activation_ranges.find(item.key() + ".weight"); it != impl_->activation_ranges.end())
+        linear->input_range = it->second;
   model->eval();
   return model;
 }

@@ -25,8 +25,8 @@ std::vector<std::string> export_formats() { return {"torchscript", "ctranslate2"
 
 void ModelExporter::check_options(const ExportOptions& options) const {
   if (options.freeze && format() != "torchscript") throw std::invalid_argument("--freeze is a TorchScript option");
-  if (!options.activation_scales.empty())
-    throw std::invalid_argument("static int8 (--calibrate) is written by --format onnx only");
+  if (!options.activation_ranges.empty() && format() != "onnx" && format() != "torchscript")
+    throw std::invalid_argument("static int8 (--calibrate) is written by --format onnx and torchscript only");
 }
 
 void write_sentencepiece_models(const std::string& dir, const Tokenizer& source, const Tokenizer& target) {

@@ -17,7 +17,6 @@
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/atomic_file.h"
-#include "../kernels/primitives.h"
 
 namespace torchmt {
 namespace {
@@ -47,9 +46,10 @@ std::string add_weight(OnnxGraph& g, const std::string& name, const at::Tensor& 
 // over [B, D] with transB, so a tied embedding is stored once).
 class Emitter {
  public:
+  // names: tensor -> its state-dict name (a tied tensor's first); layers: Linear -> its module path.
   Emitter(OnnxGraph& g, const ModelConfig& c, const std::map<const void*, std::string>& names,
-          const ExportOptions& options)
-      : g_(g), c_(c), names_(names), options_(options), d_k_(c.d_model / c.num_heads) {}
+          const std::map<const void*, std::string>& layers, const ExportOptions& options)
+      : g_(g), c_(c), names_(names), layers_(layers), options_(options), d_k_(c.d_model / c.num_heads) {}
 
   // Initializer for a parameter or buffer, under its state-dict name (+ suffix), once.
   std::string param(const at::Tensor& t, const std::string& suffix = "",
@@ -61,11 +61,10 @@ class Emitter {
     return name;
   }
 
-  // y = x W^T + b; static int8 (activation_scales) puts Q/DQ pairs on the input and the weight.
+  // y = x W^T + b; static int8 (activation_ranges) puts Q/DQ pairs on the input and the weight.
   std::string linear(const std::string& x, const torch::nn::Linear& l) {
-    const std::string weight_name = names_.at(l->weight.unsafeGetTensorImpl());
     std::string input = x, weight;
-    if (const auto scale = activation_scale(weight_name); scale > 0) {
+    if (const auto scale = activation_scale(l); scale > 0) {
       input = fake_quantize(x, scale);
       weight = int8_weight(l->weight, /*transposed=*/true);
     } else {
@@ -77,9 +76,8 @@ class Emitter {
 
   // x [N, D] -> [N, V] = x W^T + b with the weight as stored [V, D] (Gemm transB).
   std::string projection(const std::string& x, const torch::nn::Linear& l, const std::string& output) {
-    const std::string weight_name = names_.at(l->weight.unsafeGetTensorImpl());
     std::string input = x, weight;
-    if (const auto scale = activation_scale(weight_name); scale > 0) {
+    if (const auto scale = activation_scale(l); scale > 0) {
       input = fake_quantize(x, scale);
       weight = int8_weight(l->weight, /*transposed=*/false);
     } else {
@@ -218,20 +216,29 @@ class Emitter {
   }
 
  private:
-  float activation_scale(const std::string& weight_name) const {
-    const auto it = options_.activation_scales.find(weight_name);
-    return it == options_.activation_scales.end() ? 0.0f : it->second;
+  float activation_scale(const torch::nn::Linear& l) const {
+    // Symmetric int8 over the calibrated range (zero point 0), as ONNX Runtime's MinMax calibration.
+    const auto layer = layers_.find(static_cast<const torch::nn::Module*>(l.get()));
+    if (layer == layers_.end()) return 0.0f;
+    const auto it = options_.activation_ranges.find(layer->second + ".weight");
+    return it == options_.activation_ranges.end() || it->second.amax <= 0 ? 0.0f : it->second.amax / 127.0f;
   }
 
-  // The weight as int8 with one scale per output channel (the kernels' per-row rounding) and the
-  // DequantizeLinear that reads it: [in, out] (axis 1) for MatMul, [out, in] (axis 0) for Gemm.
+  // The weight as int8 with one scale per output channel and the DequantizeLinear that reads it:
+  // [in, out] (axis 1) for MatMul, [out, in] (axis 0) for Gemm. 63 steps a side (ONNX Runtime's
+  // reduce_range): on x86 without VNNI its u8 x s8 kernels (vpmaddubsw) sum pairs in int16, which
+  // full 127-step weights saturate.
   std::string int8_weight(const at::Tensor& w, bool transposed) {
     const std::string base = names_.at(w.unsafeGetTensorImpl()) + (transposed ? ".T" : "");
     const std::string q_name = base + ".int8", s_name = base + ".scale";
     if (written_.insert(q_name).second) {
-      auto [q, inverse_scale] = kernels::quantize_rows_int8(w.detach().to(torch::kFloat));  // [out, in], [out]
+      constexpr float kSteps = 63.f;
+      const auto wf = w.detach().to(torch::kFloat);  // [out, in]
+      const auto amax = wf.abs().amax(1).clamp_min(1e-30f);  // [out]
+      const auto scale = amax / kSteps;
+      const auto q = (wf / scale.unsqueeze(1)).round().clamp(-kSteps, kSteps).to(torch::kChar);
       add_weight(g_, q_name, transposed ? q.t().contiguous() : q);
-      add_weight(g_, s_name, inverse_scale.reciprocal());
+      add_weight(g_, s_name, scale);
       add_weight(g_, base + ".zero", torch::zeros({w.size(0)}, torch::kChar));
     }
     return g_.node("DequantizeLinear", {q_name, s_name, base + ".zero"}, {{"axis", int64_t{transposed ? 1 : 0}}});
@@ -242,6 +249,7 @@ class Emitter {
   OnnxGraph& g_;
   const ModelConfig& c_;
   const std::map<const void*, std::string>& names_;
+  const std::map<const void*, std::string>& layers_;
   const ExportOptions& options_;
   const int64_t d_k_;
   std::set<std::string> written_;
@@ -348,7 +356,7 @@ bool is_onnx_directory(const std::filesystem::path& dir) {
 void OnnxExporter::check_options(const ExportOptions& options) const {
   if (options.dtype != c10::ScalarType::Float)
     throw std::invalid_argument("ONNX export writes fp32 weights, or static int8 with --calibrate FILE (drop --dtype)");
-  if (options.quantize_int8 && options.activation_scales.empty())
+  if (options.quantize_int8 && options.activation_ranges.empty())
     throw std::invalid_argument("ONNX export's int8 is static: give --calibrate FILE (sample source sentences)");
   if (options.freeze) throw std::invalid_argument("--freeze is a TorchScript option");
 }
@@ -369,9 +377,11 @@ void OnnxExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions
   std::map<const void*, std::string> names;
   for (const auto& item : model->named_parameters()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   for (const auto& item : model->named_buffers()) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  std::map<const void*, std::string> layers;
+  for (const auto& item : model->named_modules()) layers.emplace(item.value().get(), item.key());
 
   OnnxGraph encoder("torchmt_encoder"), decoder("torchmt_decoder_step");
-  Emitter encoder_emitter(encoder, c, names, options), decoder_emitter(decoder, c, names, options);
+  Emitter encoder_emitter(encoder, c, names, layers, options), decoder_emitter(decoder, c, names, layers, options);
   build_encoder(encoder, model, c, encoder_emitter);
   build_decoder_step(decoder, model, c, decoder_emitter);
   for (const auto* g : {&encoder, &decoder})
@@ -396,7 +406,7 @@ void OnnxExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions
       {"unk_id", c.unk_id},
       {"bos_id", c.bos_id},
       {"eos_id", c.eos_id},
-      {"quantization", options.activation_scales.empty() ? "none" : "static-int8"},
+      {"quantization", options.activation_ranges.empty() ? "none" : "static-int8"},
       {"search", {{"beam_size", search.beam_size}, {"length_penalty", search.length_penalty},
                   {"max_len_a", search.max_len_a}, {"max_len_b", search.max_len_b}}},
       {"model", nlohmann::json::parse(c.to_json())},

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -361,6 +362,11 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!checkpoint.meta.tgt_spm_model.empty() && checkpoint.meta.tgt_spm_model != checkpoint.meta.src_spm_model)
     extra["tgt_spm.model"] = checkpoint.meta.tgt_spm_model;
   if (!checkpoint.meta.vocabulary.empty()) extra["vocabulary.json"] = checkpoint.meta.vocabulary;
+  if (!options.activation_ranges.empty()) {  // static int8 (export --calibrate): read by ExportedModel
+    nlohmann::json ranges = nlohmann::json::object();
+    for (const auto& [name, range] : options.activation_ranges) ranges[name] = {range.amax, range.has_negative};
+    extra["activation_ranges.json"] = ranges.dump();
+  }
 
   std::ostringstream bytes;
   try {

@@ -42,19 +42,30 @@ inline void row_scale(float amax, float steps, float& scale, float& inverse) {
   inverse = steps / (amax > 0.f ? amax : steps);
 }
 
-void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q) {
+// A static range (Int8LinearWeights::input_amax > 0) replaces each row's own; values beyond it are
+// clamped to it, [zero - steps, zero + steps] (a row's own range needs no clamp: it holds them all).
+struct InputRange {
+  float amax = 0.f;  // 0: each row's own
+  bool has_negative = true;
+  bool fixed() const { return amax > 0.f; }
+};
+
+void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q,
+                            InputRange range) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    float amax = 0.f, min = 0.f;
-    for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
+    float amax = range.amax, min = range.fixed() && range.has_negative ? -1.f : 0.f;
+    if (!range.fixed())
+      for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
     float steps, inverse;
     int32_t zero;
     row_steps(min < 0.f, steps, zero);
     row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
     q.zero[static_cast<size_t>(m)] = zero;
+    const int32_t low = zero - static_cast<int32_t>(steps), high = zero + static_cast<int32_t>(steps);
     uint8_t* out = q.values.data() + m * in_padded;
     for (int64_t k = 0; k < in; ++k)
-      out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
+      out[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero, low, high));
   }
 }
 
@@ -89,33 +100,40 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
 // default), as nearbyint does. Vectorized because scalar quantization was a large share of
 // int8 decoding (tools/bench/DECISIONS.md).
 TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_t in, int64_t in_padded,
-                                            QuantizedRows& q) {
+                                            QuantizedRows& q, InputRange range) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m512 amax16 = _mm512_setzero_ps(), min16 = _mm512_setzero_ps();
-    for (int64_t k = 0; k < in; k += 16) {
-      const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
-      const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);  // zeros past the row's end
-      amax16 = _mm512_maskz_max_ps(0xffff, amax16, _mm512_abs_ps(v));
-      min16 = _mm512_maskz_min_ps(0xffff, min16, v);
+    float amax = range.amax, min = range.fixed() && range.has_negative ? -1.f : 0.f;
+    if (!range.fixed()) {
+      __m512 amax16 = _mm512_setzero_ps(), min16 = _mm512_setzero_ps();
+      for (int64_t k = 0; k < in; k += 16) {
+        const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);  // zeros past the row's end
+        amax16 = _mm512_maskz_max_ps(0xffff, amax16, _mm512_abs_ps(v));
+        min16 = _mm512_maskz_min_ps(0xffff, min16, v);
+      }
+      // Reduced through memory: GCC 12 warns about the undefined operands of _mm512_reduce_max_ps.
+      float lanes[16], low[16];
+      _mm512_storeu_ps(lanes, amax16);
+      _mm512_storeu_ps(low, min16);
+      amax = *std::max_element(lanes, lanes + 16);
+      min = *std::min_element(low, low + 16);
     }
-    // Reduced through memory: GCC 12 warns about the undefined operands of _mm512_reduce_max_ps.
-    float lanes[16], low[16];
-    _mm512_storeu_ps(lanes, amax16);
-    _mm512_storeu_ps(low, min16);
     float steps, inverse;
     int32_t zero;
-    row_steps(*std::min_element(low, low + 16) < 0.f, steps, zero);
-    row_scale(*std::max_element(lanes, lanes + 16), steps, q.scale[static_cast<size_t>(m)], inverse);
+    row_steps(min < 0.f, steps, zero);
+    row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
     q.zero[static_cast<size_t>(m)] = zero;
     const __m512i offset = _mm512_set1_epi32(zero);
+    const __m512i low_bound = _mm512_set1_epi32(zero - static_cast<int32_t>(steps));
+    const __m512i high_bound = _mm512_set1_epi32(zero + static_cast<int32_t>(steps));
     const __m512 factor = _mm512_set1_ps(inverse);
     uint8_t* out = q.values.data() + m * in_padded;
     for (int64_t k = 0; k < in; k += 16) {
       const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
       const __m512i v = _mm512_add_epi32(
           _mm512_maskz_cvtps_epi32(0xffff, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), factor)), offset);
-      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, v);
+      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, _mm512_min_epi32(_mm512_max_epi32(v, low_bound), high_bound));
     }
   }
 }
@@ -224,24 +242,28 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 #define TORCHMT_AVX2_TARGET TORCHMT_TARGET_AVX2
 
 TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
-                                            QuantizedRows& q) {
+                                            QuantizedRows& q, InputRange range) {
   // Lane order after the two packs: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> a b c d.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 sign_bit = _mm256_set1_ps(-0.f);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
-    __m256 amax8 = _mm256_setzero_ps(), min8 = _mm256_setzero_ps();
+    float amax = range.amax, min = range.fixed() && range.has_negative ? -1.f : 0.f;
     int64_t k = 0;
-    for (; k + 8 <= in; k += 8) {
-      const __m256 v = _mm256_loadu_ps(row + k);
-      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v));
-      min8 = _mm256_min_ps(min8, v);
+    if (!range.fixed()) {
+      __m256 amax8 = _mm256_setzero_ps(), min8 = _mm256_setzero_ps();
+      for (; k + 8 <= in; k += 8) {
+        const __m256 v = _mm256_loadu_ps(row + k);
+        amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v));
+        min8 = _mm256_min_ps(min8, v);
+      }
+      float lanes[8], low[8];
+      _mm256_storeu_ps(lanes, amax8);
+      _mm256_storeu_ps(low, min8);
+      amax = *std::max_element(lanes, lanes + 8);
+      min = *std::min_element(low, low + 8);
+      for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
     }
-    float lanes[8], low[8];
-    _mm256_storeu_ps(lanes, amax8);
-    _mm256_storeu_ps(low, min8);
-    float amax = *std::max_element(lanes, lanes + 8), min = *std::min_element(low, low + 8);
-    for (; k < in; ++k) amax = std::max(amax, std::fabs(row[k])), min = std::min(min, row[k]);
     float steps, inverse;
     int32_t zero;
     row_steps(min < 0.f, steps, zero);
@@ -249,18 +271,25 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
     q.zero[static_cast<size_t>(m)] = zero;
     const __m256 factor = _mm256_set1_ps(inverse);
     const __m256i offset = _mm256_set1_epi32(zero);
+    const int32_t low = zero - static_cast<int32_t>(steps), high = zero + static_cast<int32_t>(steps);
+    const __m256i low_bound = _mm256_set1_epi32(low), high_bound = _mm256_set1_epi32(high);
     uint8_t* out = q.values.data() + m * in_padded;
     k = 0;
-    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are in
-    // [0, 127] after the offset, so the saturating packs change none.
+    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are
+    // clamped to the row's range (a static range's outliers), so the packs change none.
     for (; k + 32 <= in; k += 32) {
       __m256i v[4];
       for (int i = 0; i < 4; ++i)
-        v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor)), offset);
+        v[i] = _mm256_min_epi32(
+            _mm256_max_epi32(
+                _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor)), offset),
+                low_bound),
+            high_bound);
       const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (; k < in; ++k) out[k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero);
+    for (; k < in; ++k)
+      out[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero, low, high));
   }
 }
 
@@ -374,7 +403,8 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
 }
 #endif
 
-void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, CpuIsa isa) {
+void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q, CpuIsa isa,
+                   InputRange range) {
   q.values.resize(static_cast<size_t>(rows * in_padded));
   q.scale.resize(static_cast<size_t>(rows));
   q.zero.resize(static_cast<size_t>(rows));
@@ -382,10 +412,10 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, 
   if (in_padded != in)
     for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 0);
 #if TORCHMT_X86
-  if (isa >= CpuIsa::kAvx512Vnni) return quantize_rows_vnni(x, rows, in, in_padded, q);
-  if (isa >= CpuIsa::kAvx2) return quantize_rows_avx2(x, rows, in, in_padded, q);
+  if (isa >= CpuIsa::kAvx512Vnni) return quantize_rows_vnni(x, rows, in, in_padded, q, range);
+  if (isa >= CpuIsa::kAvx2) return quantize_rows_avx2(x, rows, in, in_padded, q, range);
 #endif
-  quantize_rows_portable(x, rows, in, in_padded, q);
+  quantize_rows_portable(x, rows, in, in_padded, q, range);
 }
 
 }  // namespace
@@ -402,9 +432,12 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   return {q, inverse};
 }
 
-std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias) {
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
+                                                              float input_amax, bool input_signed) {
   auto [qw, inverse] = quantize_rows_int8(weight);
   auto q = std::make_shared<Int8LinearWeights>();
+  q->input_amax = input_amax;
+  q->input_signed = input_signed;
   q->out = qw.size(0);
   q->in = qw.size(1);
   q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;
@@ -449,7 +482,7 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   // on other threads, so they get it through a reference, not by naming the thread_local.
   thread_local QuantizedRows buffer;
   QuantizedRows& q = buffer;
-  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, isa);
+  quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, isa, InputRange{w.input_amax, w.input_signed});
   float* out = y.data_ptr<float>();
   const int64_t blocks = w.out_padded / kBlockOut;
 #if TORCHMT_X86

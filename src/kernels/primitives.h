@@ -59,6 +59,11 @@ struct Int8LinearWeights {
   std::vector<float> scale;       // [out_padded]: w ~ qw * scale (0 in the padding)
   std::vector<int32_t> row_sum;   // [out_padded]: sum_k qw[n, k], for the zero point's share
   std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
+  // Static int8 (export --calibrate): every input row is quantized over this calibrated range
+  // (max|x| seen, with 63 steps a side if a negative input was seen, else 127 from zero), values
+  // beyond it clamped, instead of over its own range. 0: dynamic, each row its own.
+  float input_amax = 0.f;
+  bool input_signed = true;
 };
 
 // The one per-row quantization of a weight [out, in] (any float dtype), as CTranslate2's
@@ -67,8 +72,10 @@ struct Int8LinearWeights {
 // inverse_scale [out] float}.
 std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight);
 
-// The layer for the int8 kernel: weight [out, in] float (any float dtype), bias [out] or undefined.
-std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias);
+// The layer for the int8 kernel: weight [out, in] float (any float dtype), bias [out] or undefined;
+// input_amax > 0: static input quantization over that range (Int8LinearWeights::input_amax).
+std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
+                                                              float input_amax = 0.f, bool input_signed = true);
 
 // x [..., in] (float; other float types are converted) -> [..., out] float32, on the CPU,
 // parallel over output blocks with the calling thread's intra-op threads. Rows are independent:

@@ -101,7 +101,7 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
       }
       const bool fp32_cpu = w.device().is_cpu() && w.scalar_type() == torch::kFloat;
       if (precision == InferencePrecision::kInt8) {
-        p->int8 = kernels::quantize_linear_int8(w, b);
+        p->int8 = kernels::quantize_linear_int8(w, b, linear->input_range.amax, linear->input_range.has_negative);
       } else if (fp32_cpu) {
         p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
         if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
@@ -131,6 +131,7 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
   part->bias.set_data(layer->bias.defined() ? layer->bias.index_select(0, rows)
                                             : torch::zeros({rows.size(0)}, layer->weight.options()));
   const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  if (q) part->as<QuantizableLinearImpl>()->input_range = q->input_range;  // same inputs as the whole layer
   if (q && q->prepared)
     prepare_linears_for_inference(*part, runs_int8(layer) ? InferencePrecision::kInt8 : InferencePrecision::kFloat);
   return part;

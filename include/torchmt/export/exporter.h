@@ -18,6 +18,8 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "torchmt/model/linear.h"
+
 namespace torchmt {
 
 struct LoadedCheckpoint;
@@ -34,9 +36,9 @@ struct ExportOptions {
   // Weights of every Linear and embedding as int8 with a float scale per output row
   // (CTranslate2 format only, today).
   bool quantize_int8 = false;
-  // Static int8 (export --calibrate, ONNX format): the input scale of every Linear, keyed by its
-  // weight's state-dict name (calibrate_activation_scales, torchmt/export/calibration.h).
-  std::map<std::string, float> activation_scales;
+  // Static int8 (export --calibrate; ONNX and TorchScript): every Linear's calibrated input range,
+  // keyed "<layer>.weight" by the layer's module path (calibrate_activation_ranges, torchmt/export/calibration.h).
+  std::map<std::string, ActivationRange> activation_ranges;
 };
 
 class ModelExporter {

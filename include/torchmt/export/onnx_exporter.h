@@ -22,7 +22,7 @@
 // Opset 17, IR version 8; dynamic batch and length axes; every torchmt configuration: paper and
 // Pre-LN, sinusoidal/learned/rotary positions, grouped-query attention, mixture of experts (each
 // expert computed for every token and weighted by the top-k gate, which is the same sum).
-// With ExportOptions::activation_scales (export --calibrate) every Linear's input and weight go
+// With ExportOptions::activation_ranges (export --calibrate) every Linear's input and weight go
 // through QuantizeLinear/DequantizeLinear pairs: static int8, input per tensor, weight per output
 // channel. tools/onnx_translate.py translates with it using onnxruntime and sentencepiece only.
 #include <string>

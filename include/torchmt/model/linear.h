@@ -22,6 +22,12 @@ namespace torchmt {
 
 struct PreparedLinear;  // linear.cpp: the kernels' packed, int8 and screened forms of a weight
 
+// A Linear layer's calibrated input range (static int8: export --calibrate, torchmt/export/calibration.h).
+struct ActivationRange {
+  float amax = 0.f;           // max |x| seen; 0 = not calibrated (int8 then quantizes each row over its own range)
+  bool has_negative = true;   // whether a negative input was seen
+};
+
 class QuantizableLinearImpl : public torch::nn::LinearImpl {
  public:
   using torch::nn::LinearImpl::LinearImpl;
@@ -31,6 +37,8 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
   // Set by prepare_linears_for_inference; null: the float layer as trained. Used only while the
   // weight and bias are the ones it was made from (same storage, no in-place change since).
   std::shared_ptr<const PreparedLinear> prepared;
+  // Static int8: prepare_linears_for_inference(kInt8) quantizes every input over this range.
+  ActivationRange input_range;
 };
 
 // While one is alive on this thread, the model's modules allocate their parameters without
@@ -79,8 +87,8 @@ enum class InferencePrecision { kFloat, kInt8 };
 
 // Prepares every Linear of `module` (recursively) for CPU inference from its current weights, once:
 // kFloat packs fp32 CPU weights for the packed GEMM the kernels' rule table picks; kInt8 quantizes
-// them (per row, 127 steps); `screened` (the output projection, or null) also gets greedy search's
-// int8 screen at kFloat. Returns how many layers were prepared. Done when a model is loaded for
+// them (per row, 127 steps; inputs over each layer's input_range where calibrated); `screened`
+// (the output projection, or null) also gets greedy search's int8 screen at kFloat. Returns how many layers were prepared. Done when a model is loaded for
 // inference (load_translator) and around validation's decoding, never lazily on first use.
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
                                       const torch::nn::Linear* screened = nullptr);
