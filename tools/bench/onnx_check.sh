@@ -3,7 +3,8 @@
 # static int8"): export time and size (fp32, static int8); BLEU (beam 5) on test_2016 and test_2017
 # of torchmt fp32, torchmt dynamic int8, torchmt static int8 (a TorchScript export made with
 # --calibrate, `translate --dtype int8`), ONNX Runtime fp32 and static int8 (tools/onnx_translate.py);
-# whole-process translate times of torchmt dynamic vs static int8 (best of ROUNDS); then
+# whole-process translate times of torchmt dynamic vs static int8, both from TorchScript exports
+# (best of ROUNDS); then
 # bench_translate with ONNX Runtime as a peer (greedy / beam 5 x batch 1 / 64, same threads).
 #   tools/bench/onnx_check.sh [CHECKPOINT] [CALIBRATION_LINES]
 #   ROUNDS (default 3), THREADS (default: all cores), SKIP_SPEED=1 (only exports and BLEU)
@@ -39,11 +40,12 @@ timed "onnx static int8 ($calibration_lines calibration lines)" \
   $tm export -m "$model" --format onnx --calibrate "$work/calibration.de" -o "$work/onnx_int8" 2>/dev/null
 timed "torchscript fp32 + static int8 ranges" \
   $tm export -m "$model" --calibrate "$work/calibration.de" -o "$work/static.ts" 2>/dev/null
+timed "torchscript fp32" $tm export -m "$model" -o "$work/dynamic.ts" 2>/dev/null
 echo "  sizes: onnx fp32 $(size "$work/onnx_fp32") KiB, onnx static int8 $(size "$work/onnx_int8") KiB," \
      "torchscript $(size "$work/static.ts") KiB"
 
 echo "== BLEU, beam 5 =="
-for test in test_2016_flickr test_2017_flickr; do
+[ "${SKIP_BLEU:-0}" = 1 ] || for test in test_2016_flickr test_2017_flickr; do
   zcat "$d/$test.de.gz" > "$work/src.de"
   run() {  # NAME COMMAND...: translation of src.de to work/NAME.en, then its BLEU
     local name=$1
@@ -63,7 +65,7 @@ for test in test_2016_flickr test_2017_flickr; do
 done
 [ "${SKIP_SPEED:-0}" = 1 ] && exit 0
 
-echo "== torchmt int8: dynamic (checkpoint) vs static (export), whole processes, best of $rounds =="
+echo "== torchmt int8: dynamic vs static (the two TorchScript exports), whole processes, best of $rounds =="
 zcat "$d/test_2016_flickr.de.gz" > "$work/src.de"
 best() {  # COMMAND...: the fastest of $rounds runs, seconds
   local best=999999 start end t
@@ -78,13 +80,14 @@ best() {  # COMMAND...: the fastest of $rounds runs, seconds
 }
 for search in "--beam 1 --batch-size 64" "--beam 5 --batch-size 64" "--beam 1 --batch-size 1" "--beam 5 --batch-size 1"; do
   # shellcheck disable=SC2086
-  dynamic=$(best $tm translate -m "$model" $search --dtype int8 -q)
+  dynamic=$(best $tm translate -m "$work/dynamic.ts" $search --dtype int8 -q)
   # shellcheck disable=SC2086
   static=$(best $tm translate -m "$work/static.ts" $search --dtype int8 -q)
   printf '  %-26s dynamic %6.2f s, static %6.2f s, static/dynamic speed %.3fx\n' "$search" "$dynamic" "$static" \
     "$(echo "$dynamic / $static" | bc -l)"
 done
 
+[ "${SKIP_PEERS:-0}" = 1 ] && exit 0
 echo "== bench_translate: torchmt vs ONNX Runtime =="
 build/bench_translate -m "$model" --threads "$threads" --dtypes fp32,int8 --beams 1,5 --batch-sizes 1,64 \
   --no-python --no-uncached --no-ctranslate2 --onnx-models "fp32=$work/onnx_fp32,int8=$work/onnx_int8"

@@ -418,26 +418,31 @@ int main(int argc, char** argv) {
       if (const int64_t fixed = r["fixed-length"].as<int64_t>(); fixed > 0)
         ct2_command += " --max-decoding-length " + std::to_string(fixed);
     }
-    // CTranslate2 on one configuration, right after torchmt's run of it: a shared machine's
-    // speed drifts over minutes (this project's 2-core EPYC: the same torchmt run 17.9 s one
-    // day, 34.2 s another; CTranslate2 19.7 vs 28.5), so each ratio compares runs seconds apart.
-    auto run_ct2 = [&](int64_t beam, int64_t batch, const std::string& dtype) {
-      const std::string command = ct2_command + " --beams " + std::to_string(beam) + " --batch-sizes " +
-                                  std::to_string(batch) + " --model " + dtype + "=" + shell_quote(ct2_models.at(dtype));
-      std::cerr << "ctranslate2: " << command << "\n" << std::flush;
+    // A peer (CTranslate2, ONNX Runtime) on one configuration, right after torchmt's run of it: a
+    // shared machine's speed drifts over minutes (this project's 2-core EPYC: the same torchmt run
+    // 17.9 s one day, 34.2 s another; CTranslate2 19.7 vs 28.5), so each ratio compares runs
+    // seconds apart. `command` writes the runner's results to `out_path`.
+    auto run_peer = [&](const std::string& impl, const std::string& command, const std::string& out_path) {
+      std::cerr << impl << ": " << command << "\n" << std::flush;
       std::cout << std::flush;
-      fs::remove(ct2_out_path);
+      fs::remove(out_path);
       const int rc = std::system(command.c_str());
-      if (rc != 0) throw std::runtime_error("the CTranslate2 side failed (exit status " + std::to_string(rc) + ")");
+      if (rc != 0) throw std::runtime_error("the " + impl + " side failed (exit status " + std::to_string(rc) + ")");
       std::map<Key, Measure> peer;
       std::map<std::string, double> peer_loads;
-      read_peer_results(ct2_out_path, "ctranslate2", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
+      read_peer_results(out_path, impl, lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
       for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
       for (const auto& [what, seconds] : peer_loads)
         if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
     };
+    auto run_ct2 = [&](int64_t beam, int64_t batch, const std::string& dtype) {
+      run_peer("ctranslate2",
+               ct2_command + " --beams " + std::to_string(beam) + " --batch-sizes " + std::to_string(batch) +
+                   " --model " + dtype + "=" + shell_quote(ct2_models.at(dtype)),
+               ct2_out_path);
+    };
 
-    // ONNX Runtime, the same way: each configuration right after torchmt's run of it.
+    // ONNX Runtime: its export directories (given) and input (pieces without the end).
     std::map<std::string, std::string> onnx_models;  // dtype -> export directory
     fs::path onnx_work;
     std::string onnx_command, onnx_out_path;
@@ -463,19 +468,10 @@ int main(int argc, char** argv) {
                      std::to_string(threads);
     }
     auto run_onnx = [&](int64_t beam, int64_t batch, const std::string& dtype) {
-      const std::string command = onnx_command + " --beams " + std::to_string(beam) + " --batch-sizes " +
-                                  std::to_string(batch) + " --model " + dtype + "=" + shell_quote(onnx_models.at(dtype));
-      std::cerr << "onnxruntime: " << command << "\n" << std::flush;
-      std::cout << std::flush;
-      fs::remove(onnx_out_path);
-      const int rc = std::system(command.c_str());
-      if (rc != 0) throw std::runtime_error("the ONNX Runtime side failed (exit status " + std::to_string(rc) + ")");
-      std::map<Key, Measure> peer;
-      std::map<std::string, double> peer_loads;
-      read_peer_results(onnx_out_path, "onnxruntime", lines.size(), peer, &fp32.tgt_tokenizer(), &peer_loads);
-      for (auto& [key, m] : peer) keep_fastest(key, std::move(m));
-      for (const auto& [what, seconds] : peer_loads)
-        if (!loads.count(what) || seconds < loads[what]) loads[what] = seconds;
+      run_peer("onnxruntime",
+               onnx_command + " --beams " + std::to_string(beam) + " --batch-sizes " + std::to_string(batch) +
+                   " --model " + dtype + "=" + shell_quote(onnx_models.at(dtype)),
+               onnx_out_path);
     };
 
     for (int round = 0; round < rounds; ++round) {
@@ -693,8 +689,8 @@ int main(int argc, char** argv) {
                       << batch << " " << dtype << ": ";
             if (auto s = speedup({"torchmt", beam, batch, dtype, true}, peer)) std::cout << fmt(*s, 2) << "x";
             if (dtype != "fp32")
-              if (auto s = speedup({"onnxruntime", beam, batch, "fp32", false}, peer))
-                std::cout << "   (ONNX Runtime " << dtype << " vs its fp32: " << fmt(*s, 2) << "x)";
+              if (auto s = speedup(peer, {"onnxruntime", beam, batch, "fp32", false}))
+                std::cout << "   (ONNX Runtime " << dtype << " speed against its fp32: " << fmt(*s, 2) << "x)";
             std::cout << "\n";
           }
     }
