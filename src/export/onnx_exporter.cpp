@@ -66,7 +66,7 @@ class Emitter {
     std::string input = x, weight;
     if (const auto scale = activation_scale(l); scale > 0) {
       input = fake_quantize(x, scale);
-      weight = int8_weight(l->weight, /*transposed=*/true);
+      weight = int8_weight(l->weight);
     } else {
       weight = param(l->weight, ".T", [](const at::Tensor& w) { return w.to(torch::kFloat).t().contiguous(); });
     }
@@ -74,16 +74,15 @@ class Emitter {
     return l->bias.defined() ? g_.node("Add", {y, param(l->bias)}) : y;
   }
 
-  // x [N, D] -> [N, V] = x W^T + b with the weight as stored [V, D] (Gemm transB).
+  // x [B, 1, D] -> [B, V] = x W^T + b. fp32: Gemm with transB reads the weight as stored [V, D], so a
+  // tied embedding is stored once; static int8: the 3-D MatMul form, which ONNX Runtime fuses into
+  // one integer kernel (on 2-D inputs it first makes MatMul + Add a Gemm, whose weight it then
+  // dequantizes at every call).
   std::string projection(const std::string& x, const torch::nn::Linear& l, const std::string& output) {
-    std::string input = x, weight;
-    if (const auto scale = activation_scale(l); scale > 0) {
-      input = fake_quantize(x, scale);
-      weight = int8_weight(l->weight, /*transposed=*/false);
-    } else {
-      weight = param(l->weight);
-    }
-    return g_.node("Gemm", {input, weight, param(l->bias)}, {{"transB", int64_t{1}}}, output);
+    const auto rows = g_.ints({-1, l->weight.size(activation_scale(l) > 0 ? 0 : 1)});
+    if (activation_scale(l) > 0) return g_.node("Reshape", {linear(x, l), rows}, {}, output);  // [B, V]
+    const auto hidden = g_.node("Reshape", {x, rows});  // [B, D]
+    return g_.node("Gemm", {hidden, param(l->weight), param(l->bias)}, {{"transB", int64_t{1}}}, output);
   }
 
   std::string layer_norm(const std::string& x, const torch::nn::LayerNorm& norm) {
@@ -224,12 +223,12 @@ class Emitter {
     return it == options_.activation_ranges.end() || it->second.amax <= 0 ? 0.0f : it->second.amax / 127.0f;
   }
 
-  // The weight as int8 with one scale per output channel and the DequantizeLinear that reads it:
-  // [in, out] (axis 1) for MatMul, [out, in] (axis 0) for Gemm. 63 steps a side (ONNX Runtime's
+  // The weight as int8 with one scale per output channel and the DequantizeLinear that reads it,
+  // [in, out] (axis 1) for MatMul. 63 steps a side (ONNX Runtime's
   // reduce_range): on x86 without VNNI its u8 x s8 kernels (vpmaddubsw) sum pairs in int16, which
   // full 127-step weights saturate.
-  std::string int8_weight(const at::Tensor& w, bool transposed) {
-    const std::string base = names_.at(w.unsafeGetTensorImpl()) + (transposed ? ".T" : "");
+  std::string int8_weight(const at::Tensor& w) {
+    const std::string base = names_.at(w.unsafeGetTensorImpl()) + ".T";
     const std::string q_name = base + ".int8", s_name = base + ".scale";
     if (written_.insert(q_name).second) {
       constexpr float kSteps = 63.f;
@@ -237,11 +236,11 @@ class Emitter {
       const auto amax = wf.abs().amax(1).clamp_min(1e-30f);  // [out]
       const auto scale = amax / kSteps;
       const auto q = (wf / scale.unsqueeze(1)).round().clamp(-kSteps, kSteps).to(torch::kChar);
-      add_weight(g_, q_name, transposed ? q.t().contiguous() : q);
+      add_weight(g_, q_name, q.t().contiguous());
       add_weight(g_, s_name, scale);
       add_weight(g_, base + ".zero", torch::zeros({w.size(0)}, torch::kChar));
     }
-    return g_.node("DequantizeLinear", {q_name, s_name, base + ".zero"}, {{"axis", int64_t{transposed ? 1 : 0}}});
+    return g_.node("DequantizeLinear", {q_name, s_name, base + ".zero"}, {{"axis", int64_t{1}}});
   }
 
   std::string fresh_name(const std::string& stem) { return stem + "_" + std::to_string(fresh_++); }
@@ -342,8 +341,7 @@ void build_decoder_step(OnnxGraph& g, Transformer& model, const ModelConfig& c, 
     g.output("present_value_" + n, Type::kFloat, kv_dims(c, "present_length"));
   }
   if (pre) x = e.layer_norm(x, model->decoder_norm);
-  const auto hidden = g.node("Reshape", {x, g.ints({-1, c.d_model})});  // [B, D]
-  e.projection(hidden, model->fc_out, "logits");
+  e.projection(x, model->fc_out, "logits");
   g.output("logits", Type::kFloat, {std::string("batch"), c.tgt_vocab_size});
 }
 
