@@ -59,7 +59,8 @@ int run_export(int argc, char** argv) {
   int code = kExitOk;
   auto o = parse_options(export_option_table(),
                          "Export a checkpoint as one TorchScript file (weights, SentencePiece model, config) that "
-                         "C++ (torch::jit::load, `torchmt translate -m model.ts`) and Python (torch.jit.load) load.",
+                         "C++ (torch::jit::load, `torchmt translate -m model.ts`) and Python (torch.jit.load) load, or "
+                         "as a CTranslate2, Hugging Face Marian or ONNX directory (--format).",
                          argc, argv, code);
   if (!o) return code;
   ExportOptions export_options;
@@ -109,15 +110,18 @@ int run_export(int argc, char** argv) {
               << " target tokens)\n";
   }
   exporter->write(checkpoint, export_options, output);
+  std::string precision = export_options.quantize_int8 ? "int8 weights" : o->dtype;
+  if (!export_options.activation_ranges.empty())
+    precision = exporter->format() == "onnx" ? "static int8" : precision + ", static int8 input ranges";
   const auto& c = checkpoint.meta.model;
   std::cerr << "exported " << input << " (step " << checkpoint.meta.position.step << ", " << c.num_encoder_layers
             << "+" << c.num_decoder_layers << " layers, d_model " << c.d_model << ") to " << output << " ("
-            << exporter->format() << ", " << (export_options.quantize_int8 ? "int8 weights" : o->dtype) << (export_options.freeze ? ", frozen" : "")
+            << exporter->format() << ", " << precision << (export_options.freeze ? ", frozen" : "")
             << ", " << disk_size(output) / 1024 << " KiB)\n";
   return kExitOk;
 }
 
-const CommandRegistration export_registration({"export", "export a checkpoint for deployment (TorchScript file or CTranslate2 directory)",
+const CommandRegistration export_registration({"export", "export a checkpoint for deployment (TorchScript file; CTranslate2, Marian or ONNX directory)",
                                         run_export, 50});
 
 }  // namespace

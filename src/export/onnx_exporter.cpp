@@ -24,9 +24,6 @@ namespace {
 using Type = OnnxGraph::Type;
 using Ints = std::vector<int64_t>;
 
-// protobuf refuses to write a message of 2 GiB or more: the weights of one graph stay below.
-constexpr int64_t kMaxGraphBytes = (int64_t{2} << 30) - (int64_t{64} << 20);
-
 // A tensor as an initializer of `g`.
 std::string add_weight(OnnxGraph& g, const std::string& name, const at::Tensor& value) {
   const auto t = value.detach().cpu().contiguous();
@@ -42,8 +39,8 @@ std::string add_weight(OnnxGraph& g, const std::string& name, const at::Tensor& 
 }
 
 // Emits torchmt's modules as ONNX nodes into one graph. Activations are [B, T, D] throughout;
-// every Linear is MatMul with the transposed weight + Add, except the output projection (Gemm
-// over [B, D] with transB, so a tied embedding is stored once).
+// every Linear is MatMul with the transposed weight + Add (the fp32 output projection excepted:
+// projection()).
 class Emitter {
  public:
   // names: tensor -> its state-dict name (a tied tensor's first); layers: Linear -> its module path.
@@ -382,9 +379,6 @@ void OnnxExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions
   Emitter encoder_emitter(encoder, c, names, layers, options), decoder_emitter(decoder, c, names, layers, options);
   build_encoder(encoder, model, c, encoder_emitter);
   build_decoder_step(decoder, model, c, decoder_emitter);
-  for (const auto* g : {&encoder, &decoder})
-    if (g->weight_bytes() > kMaxGraphBytes)
-      throw std::invalid_argument("ONNX export: the weights exceed protobuf's 2 GiB limit for one graph file");
 
   const bool explicit_vocabulary = !checkpoint.meta.vocabulary.empty();
   const SearchOptions search;

@@ -96,7 +96,6 @@ std::string OnnxGraph::weight(const std::string& name, Type type, const std::vec
   put_bytes(t, 8, name);
   put_bytes(t, 9, std::string_view(static_cast<const char*>(data), bytes));  // little-endian, as ONNX's raw data
   proto_->initializers.push_back(std::move(t));
-  weight_bytes_ += static_cast<int64_t>(bytes);
   return name;
 }
 

@@ -42,10 +42,8 @@ class OnnxGraph {
   // A node with several outputs (e.g. TopK): their generated names.
   std::vector<std::string> nodes(const std::string& op, const std::vector<std::string>& inputs, int outputs,
                                  const std::vector<Attribute>& attributes = {});
-  // Bytes of the initializers so far (protobuf caps a model at 2 GiB).
-  int64_t weight_bytes() const { return weight_bytes_; }
   // The ModelProto with this graph, opset 17 and `doc` as its doc string. Throws
-  // std::invalid_argument past protobuf's 2 GiB limit.
+  // std::invalid_argument past protobuf's 2 GiB limit (readers refuse larger messages).
   std::string serialize(const std::string& producer_version, const std::string& doc) const;
 
  private:
@@ -55,7 +53,6 @@ class OnnxGraph {
   struct Proto;
   std::unique_ptr<Proto> proto_;
   int64_t counter_ = 0;
-  int64_t weight_bytes_ = 0;
 };
 
 }  // namespace torchmt

@@ -133,7 +133,9 @@ TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_
       const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
       const __m512i v = _mm512_add_epi32(
           _mm512_maskz_cvtps_epi32(0xffff, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), factor)), offset);
-      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, _mm512_min_epi32(_mm512_max_epi32(v, low_bound), high_bound));
+      // The maskz forms: GCC 12 warns about the undefined operand of the plain ones (as above).
+      const __m512i clamped = _mm512_maskz_min_epi32(0xffff, _mm512_maskz_max_epi32(0xffff, v, low_bound), high_bound);
+      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, clamped);
     }
   }
 }
