@@ -975,9 +975,11 @@ TEST(ExportOnnx, StaticInt8CalibratesEveryLinearAndTranslates) {
   const std::string ts = f.dir.file("static.ts");
   make_exporter("torchscript")->write(f.native, options, ts);
   auto rebuilt = ExportedModel(ts, torch::kCPU).native_model();
-  for (const auto& item : rebuilt->named_modules())
-    if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(item.value().get()))
+  for (const auto& item : rebuilt->named_modules()) {
+    if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(item.value().get())) {
       EXPECT_EQ(linear->input_range.amax, result.ranges.at(item.key() + ".weight").amax) << item.key();
+    }
+  }
   TranslatorConfig config;
   config.dtype = "int8";
   config.model = ts;
