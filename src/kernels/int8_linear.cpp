@@ -43,7 +43,12 @@ inline void row_scale(float amax, float steps, float& scale, float& inverse) {
 }
 
 // A static range (Int8LinearWeights::input_amax > 0) replaces each row's own; values beyond it are
-// clamped to it, [zero - steps, zero + steps] (a row's own range needs no clamp: it holds them all).
+// clamped to it in float, before the conversion to integers (an outlier far past the range would
+// overflow int32). A row's own range holds all its values: the clamp changes none.
+inline uint8_t quantize_value(float x, float inverse, float steps, int32_t zero) {
+  return static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(std::clamp(x * inverse, -steps, steps))) + zero);
+}
+
 struct InputRange {
   float amax = 0.f;  // 0: each row's own
   bool has_negative = true;
@@ -62,10 +67,8 @@ void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in
     row_steps(min < 0.f, steps, zero);
     row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
     q.zero[static_cast<size_t>(m)] = zero;
-    const int32_t low = zero - static_cast<int32_t>(steps), high = zero + static_cast<int32_t>(steps);
     uint8_t* out = q.values.data() + m * in_padded;
-    for (int64_t k = 0; k < in; ++k)
-      out[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero, low, high));
+    for (int64_t k = 0; k < in; ++k) out[k] = quantize_value(row[k], inverse, steps, zero);
   }
 }
 
@@ -125,17 +128,15 @@ TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_
     row_scale(amax, steps, q.scale[static_cast<size_t>(m)], inverse);
     q.zero[static_cast<size_t>(m)] = zero;
     const __m512i offset = _mm512_set1_epi32(zero);
-    const __m512i low_bound = _mm512_set1_epi32(zero - static_cast<int32_t>(steps));
-    const __m512i high_bound = _mm512_set1_epi32(zero + static_cast<int32_t>(steps));
-    const __m512 factor = _mm512_set1_ps(inverse);
+    const __m512 factor = _mm512_set1_ps(inverse), low = _mm512_set1_ps(-steps), high = _mm512_set1_ps(steps);
     uint8_t* out = q.values.data() + m * in_padded;
     for (int64_t k = 0; k < in; k += 16) {
       const __mmask16 mask = static_cast<__mmask16>(in - k >= 16 ? 0xffff : (1u << (in - k)) - 1);
-      const __m512i v = _mm512_add_epi32(
-          _mm512_maskz_cvtps_epi32(0xffff, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), factor)), offset);
       // The maskz forms: GCC 12 warns about the undefined operand of the plain ones (as above).
-      const __m512i clamped = _mm512_maskz_min_epi32(0xffff, _mm512_maskz_max_epi32(0xffff, v, low_bound), high_bound);
-      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, clamped);
+      const __m512 scaled = _mm512_maskz_min_ps(
+          0xffff, _mm512_maskz_max_ps(0xffff, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), factor), low), high);
+      const __m512i v = _mm512_add_epi32(_mm512_maskz_cvtps_epi32(0xffff, scaled), offset);
+      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, v);
     }
   }
 }
@@ -273,25 +274,22 @@ TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_
     q.zero[static_cast<size_t>(m)] = zero;
     const __m256 factor = _mm256_set1_ps(inverse);
     const __m256i offset = _mm256_set1_epi32(zero);
-    const int32_t low = zero - static_cast<int32_t>(steps), high = zero + static_cast<int32_t>(steps);
-    const __m256i low_bound = _mm256_set1_epi32(low), high_bound = _mm256_set1_epi32(high);
+    const __m256 low = _mm256_set1_ps(-steps), high = _mm256_set1_ps(steps);
     uint8_t* out = q.values.data() + m * in_padded;
     k = 0;
-    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are
-    // clamped to the row's range (a static range's outliers), so the packs change none.
+    // cvtps_epi32 rounds to nearest even (MXCSR's default), as nearbyint below. Values are in
+    // [0, 127] after the clamp and the offset, so the saturating packs change none.
     for (; k + 32 <= in; k += 32) {
       __m256i v[4];
-      for (int i = 0; i < 4; ++i)
-        v[i] = _mm256_min_epi32(
-            _mm256_max_epi32(
-                _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor)), offset),
-                low_bound),
-            high_bound);
+      for (int i = 0; i < 4; ++i) {
+        const __m256 scaled =
+            _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8 * i), factor), low), high);
+        v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(scaled), offset);
+      }
       const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (; k < in; ++k)
-      out[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(row[k] * inverse)) + zero, low, high));
+    for (; k < in; ++k) out[k] = quantize_value(row[k], inverse, steps, zero);
   }
 }
 
