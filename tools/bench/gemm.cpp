@@ -1,0 +1,132 @@
+// bench_gemm: the packed fp32 GEMMs of inference (kernels/packed_linear.cpp) side by side, per
+// weight shape and row count, on this machine: at::linear (nothing packed), MKL's packed API and
+// oneDNN's packed weight, each timed in the same run, and which one the rule table picks at the
+// active instruction set. The evidence for the rule table's rows (tools/bench/DECISIONS.md).
+//   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S]
+// Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
+// output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
+// an encoder batch (1280).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "kernels/cpu_isa.h"
+#include "kernels/primitives.h"
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw std::invalid_argument(std::string("--") + what + ": '" + item + "' is not a positive integer");
+    }
+  }
+  if (out.empty()) throw std::invalid_argument(std::string("--") + what + ": empty list");
+  return out;
+}
+
+// Minimum seconds per call over repetitions filling about `budget` seconds (after one warm-up).
+template <typename F>
+double time_call(F&& f, double budget) {
+  f();
+  double best = 1e30, spent = 0;
+  int calls = 0;
+  while (spent < budget || calls < 3) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    spent += s;
+    ++calls;
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace k = torchmt::kernels;
+  cxxopts::Options options("bench_gemm", "fp32 inference GEMMs: at::linear vs MKL's and oneDNN's packed weights");
+  options.add_options()("shapes", "weights OUTxIN", cxxopts::value<std::string>()->default_value(
+                                                         "512x512,1024x512,2048x512,512x2048,32000x512,58101x512"))(
+      "rows", "rows per call", cxxopts::value<std::string>()->default_value("64,320,1280"))(
+      "threads", "intra-op threads", cxxopts::value<int>()->default_value("2"))(
+      "seconds", "time per measurement", cxxopts::value<double>()->default_value("0.5"))("h,help", "this help");
+  try {
+    const auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s\n", options.help().c_str());
+      return 0;
+    }
+    const int threads = args["threads"].as<int>();
+    const double seconds = args["seconds"].as<double>();
+    if (threads < 1) throw std::invalid_argument("--threads: must be at least 1");
+    if (!(seconds > 0)) throw std::invalid_argument("--seconds: must be positive");
+    std::vector<std::pair<int64_t, int64_t>> shapes;
+    {
+      std::stringstream in(args["shapes"].as<std::string>());
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        const auto x = item.find('x');
+        if (x == std::string::npos) throw std::invalid_argument("--shapes: '" + item + "' is not OUTxIN");
+        const auto out = parse_list(item.substr(0, x), "shapes"), in_ = parse_list(item.substr(x + 1), "shapes");
+        shapes.emplace_back(out[0], in_[0]);
+      }
+    }
+    const auto rows = parse_list(args["rows"].as<std::string>(), "rows");
+    torch::set_num_threads(threads);
+    torch::manual_seed(0);
+    torch::NoGradGuard no_grad;
+    std::vector<k::PackedGemm> gemms{k::PackedGemm::kAten};
+    for (auto g : k::available_packed_gemms()) gemms.push_back(g);
+    std::printf("instruction set %s, %d threads; ms per call (fastest of repeated calls), ratio = aten / path\n",
+                k::cpu_isa_name(k::cpu_isa()), threads);
+    std::printf("%-11s %6s", "weight", "rows");
+    for (auto g : gemms) std::printf(" %9s", k::packed_gemm_name(g));
+    for (size_t i = 1; i < gemms.size(); ++i) std::printf(" %7s/x", k::packed_gemm_name(gemms[i]));
+    std::printf("  rule    max|diff|\n");
+    for (const auto& [out, in] : shapes) {
+      const auto w = torch::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));  // [out, in]
+      const auto b = torch::randn({out}) * 0.1;
+      std::vector<k::PackedWeights> packed;
+      for (auto g : gemms) packed.push_back(k::pack_weight(w, g));
+      for (int64_t m : rows) {
+        const auto x = torch::randn({m, in});  // [M, in]
+        const auto reference = torch::linear(x, w, b);
+        std::vector<double> ms;
+        double max_diff = 0;
+        for (size_t i = 0; i < gemms.size(); ++i) {
+          auto call = [&] {
+            return gemms[i] == k::PackedGemm::kAten ? torch::linear(x, w, b) : k::try_packed_linear(packed[i], x, b);
+          };
+          const auto y = call();
+          if (!y.defined()) throw std::runtime_error(std::string(k::packed_gemm_name(gemms[i])) + " did not apply");
+          max_diff = std::max(max_diff, (y - reference).abs().max().item<double>());
+          ms.push_back(1e3 * time_call(call, seconds));
+        }
+        std::printf("%5ldx%-5ld %6ld", static_cast<long>(out), static_cast<long>(in), static_cast<long>(m));
+        for (double t : ms) std::printf(" %9.3f", t);
+        for (size_t i = 1; i < ms.size(); ++i) std::printf(" %8.2fx", ms[0] / ms[i]);
+        std::printf("  %-7s %.1e\n", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
