@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,26 +19,9 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/primitives.h"
+#include "bench_options.h"
 
 namespace {
-
-std::vector<int64_t> parse_list(const std::string& text, const char* what) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      throw std::invalid_argument(std::string("--") + what + ": '" + item + "' is not a positive integer");
-    }
-  }
-  if (out.empty()) throw std::invalid_argument(std::string("--") + what + ": empty list");
-  return out;
-}
 
 // Minimum seconds per call over repetitions filling about `budget` seconds (after one warm-up).
 template <typename F>
@@ -83,11 +67,12 @@ int main(int argc, char** argv) {
       while (std::getline(in, item, ',')) {
         const auto x = item.find('x');
         if (x == std::string::npos) throw std::invalid_argument("--shapes: '" + item + "' is not OUTxIN");
-        const auto out = parse_list(item.substr(0, x), "shapes"), in_ = parse_list(item.substr(x + 1), "shapes");
+        const auto out = torchmt::bench::parse_ints(item.substr(0, x), "shapes"),
+                   in_ = torchmt::bench::parse_ints(item.substr(x + 1), "shapes");
         shapes.emplace_back(out[0], in_[0]);
       }
     }
-    const auto rows = parse_list(args["rows"].as<std::string>(), "rows");
+    const auto rows = torchmt::bench::parse_ints(args["rows"].as<std::string>(), "rows");
     torch::set_num_threads(threads);
     torch::manual_seed(0);
     torch::NoGradGuard no_grad;

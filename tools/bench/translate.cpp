@@ -38,6 +38,7 @@
 #include "torchmt/export/exporter.h"
 #include "torchmt/io/checkpoint.h"
 #include "kernels/primitives.h"
+#include "bench_options.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/heap.h"
@@ -52,31 +53,8 @@ using Ids = std::vector<int64_t>;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-std::vector<int64_t> parse_ints(const std::string& s, const std::string& flag) {
-  std::vector<int64_t> out;
-  for (const auto& item : split(s, ',')) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 1) throw std::invalid_argument("--" + flag + ": bad value '" + item + "'");
-    out.push_back(v);
-  }
-  if (out.empty()) throw std::invalid_argument("--" + flag + " is empty");
-  return out;
-}
+using bench::parse_ints;
+using bench::split;
 
 // "1,5" from {1, 5}; the same for strings: the lists the Python sides take.
 template <typename T>
