@@ -15,7 +15,8 @@
 #   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none)
 #   bench_train      base, 50,000-token batches (the paper's 25,000 source + 25,000 target tokens),
 #                    bf16 and fp32, ours (each attention kernel) vs the Python reference (documents'
-#                    attention and SDPA), MFU, and a profile of 3 updates (CPU ops, GPU kernels)
+#                    attention and SDPA), MFU, and a profile of 3 updates (CPU ops, GPU kernels);
+#                    BENCH_TRAIN_QUICK=1: bf16, our default attention and the documents' only
 #   smoke            a 40-step GPU run, then translate / evaluate / export, the export on the CPU
 #   train            tools/recipes/multi30k_gpu.yaml (GPU_TRAIN_MINUTES caps it), averaged checkpoints
 #   base             tools/recipes/multi30k_gpu_base.yaml (the paper's base, 16k joint vocabulary, bf16),
@@ -23,7 +24,8 @@
 #                    tools/bench/weights_transfer.py unpack them into a checkpoint on the CPU)
 #   use              test_2016 / test_2017 BLEU of that model on the GPU (greedy, beam 5), translate,
 #                    export, and the TorchScript file translating on the CPU
-#   bench_translate  greedy / beam 5, batch 1 / 64, fp32 / bf16, ours vs the Python reference
+#   bench_translate  greedy / beam 5, batch 1 / 32 / 64, fp32 / bf16 / fp16, ours vs the Python reference
+#                    with its KV cache (BENCH_MODEL: a checkpoint to use instead of the GPU recipe's)
 #   fp16             fp32 / bf16 / fp16 (loss scaling) on the first 1,000 updates of the GPU recipe
 #   nccl             a 1-worker data-parallel job: NCCL on the device vs Gloo through the host vs none
 #   cpu_isa          the host CPU's kernels on every instruction set it runs (tools/cpu_isa_checks.sh
@@ -70,6 +72,8 @@ peak_tflops() {  # dense bf16 datasheet figures
 
 say "gpu_checks: ${stages[*]}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$log"
+echo "host: $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1); $(grep -o -w \
+  'avx2\|avx512f\|avx512_vnni\|avx512_bf16\|amx_bf16\|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')" | tee -a "$log"
 python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tee -a "$log"
 
 for stage in "${stages[@]}"; do
@@ -80,13 +84,16 @@ for stage in "${stages[@]}"; do
     DEVICE_BUILD_NO_TEST=1 step tools/device_build.sh || exit 1
     say "build took $(( $(date +%s) - t0 )) s" ;;
   test)
-    (cd "$build" && OMP_NUM_THREADS=2 step ctest --output-on-failure -j 12 --timeout 600)
+    (cd "$build" && OMP_NUM_THREADS=2 step ctest --output-on-failure -j 12 --timeout "${CTEST_TIMEOUT:-600}")
     (cd "$build" && ctest -N | tail -1 | tee -a "$log"
      grep -h "Skipped" Testing/Temporary/LastTest.log 2>/dev/null | head -20 | tee -a "$log") ;;
   bench_train)
     rm -rf /tmp/gpu_profile
-    step "$build/bench_train" --device cuda --presets base --dtypes bf16,fp32 --batch-tokens 50000 --base-steps 10 \
-      --warmup 3 --peak-tflops "$(peak_tflops)" --attention auto,explicit,fused --python-attention both \
+    # BENCH_TRAIN_QUICK=1: bf16 with our default attention and the documents' in Python only.
+    train_runs=(--dtypes bf16,fp32 --attention auto,explicit,fused --python-attention both)
+    [ -z "${BENCH_TRAIN_QUICK:-}" ] || train_runs=(--dtypes bf16 --attention auto --python-attention explicit)
+    step "$build/bench_train" --device cuda --presets base "${train_runs[@]}" --batch-tokens 50000 --base-steps 10 \
+      --warmup 3 --peak-tflops "$(peak_tflops)" \
       --work-dir /tmp/bench_train_gpu --profile /tmp/gpu_profile
     for trace in /tmp/gpu_profile/*.json; do step python3 tools/bench/profile_summary.py "$trace" 12; done ;;
   smoke)
@@ -129,13 +136,13 @@ for stage in "${stages[@]}"; do
     say "TorchScript on CPU vs checkpoint on GPU (fp32, beam 5, 100 lines): $(paste -d'\n' /tmp/use_gpu.en \
       /tmp/use_ts_cpu.en | paste - - | awk -F'\t' '$1==$2' | wc -l) identical" ;;
   bench_translate)
-    model=$run_dir/averaged.pt
+    model=${BENCH_MODEL:-$run_dir/averaged.pt}
     [ -f "$model" ] || model=$run_dir/checkpoint_best.pt
     # CTranslate2 is a CPU peer here; the device image has no PyPI, so it is compared only where installed.
     ct2=()
     python3 -c 'import ctranslate2' 2>/dev/null || { ct2=(--no-ctranslate2); say "no ctranslate2 package: skipped"; }
     step timeout "${BENCH_TRANSLATE_SECONDS:-600}" "$build/bench_translate" --model "$model" --device cuda \
-      --beams 1,5 --batch-sizes 1,64 --dtypes fp32,bf16 --python-beams 1,5 --sentences "${BENCH_SENTENCES:-100}" \
+      --beams 1,5 --batch-sizes 1,32,64 --dtypes fp32,bf16,fp16 --python-beams 1,5 --sentences "${BENCH_SENTENCES:-100}" \
       --no-uncached "${ct2[@]}" ;;
   fp16)
     # fp32 / bf16 / fp16 (dynamic loss scaling) on the GPU recipe's first 1,000 updates: loss,

@@ -1,13 +1,14 @@
 // bench_translate: decoding speed on test_2016_flickr (tools/get_data.sh first).
-//   target tokens/s and sentences/s for greedy and beam search, batch sizes, fp32 / bf16,
-//   with the KV cache and with full recomputation of the prefix at every step, and for the
-//   Python reference model (tests/reference/transformer_reference.py, same weights) decoding
-//   the same way (tools/bench/translate_reference.py, recomputing the prefix: it has no cache).
+//   target tokens/s and sentences/s for greedy and beam search, batch sizes, fp32 / bf16 /
+//   fp16 (CUDA) / int8, with the KV cache and with full recomputation of the prefix at every
+//   step, and for the Python reference model (tests/reference/transformer_reference.py, same
+//   weights) decoding the same way (tools/bench/translate_reference.py, with its own KV cache
+//   by default; --python-cache recompute for the prefix recomputed at every step).
 //   And CTranslate2 (the PyPI package, tools/bench/translate_ctranslate2.py) on the same weights,
 //   exported by torchmt's CTranslate2 exporter (fp32 and int8), at its best worker x thread
 //   setting, on the same sentences and cores.
 //   Prints a table and the ratios: cache vs no-cache (goal >= 3x at beam 5), ours vs Python
-//   (goal >= 1.5x at batch 1), ours vs CTranslate2 at the same precision (goal >= 1.2x), bf16
+//   (goal >= 1.5x at batch 1), ours vs CTranslate2 at the same precision (goal >= 1.2x), bf16 / fp16
 //   vs fp32, and how often the outputs agree; and the model load times.
 // Target tokens = hypothesis tokens + eos. Our timings go through Translator::translate
 // (tokenization, length sorting, batching, search, detokenization); the Python side gets the
@@ -162,6 +163,10 @@ void read_peer_results(const std::string& path, const std::string& impl, size_t 
       fields >> key.beam >> key.batch >> key.dtype >> m.seconds >> m.sentences >> m.tokens;
       if (!fields) throw std::runtime_error("malformed " + impl + " results line: " + line);
       fields >> m.setting;
+      if (impl == "python") {  // its last field says how it decoded
+        key.cache = m.setting == "kv";
+        m.setting.clear();
+      }
       m.hyps.assign(n_lines, Ids{});
       current = &(results[key] = std::move(m));
     } else if (kind == "hyp" && current) {
@@ -195,7 +200,7 @@ int main(int argc, char** argv) {
       "sentences", "first N source lines (0 = all)", cxxopts::value<int64_t>()->default_value("200"))(
       "beams", "beam sizes (1 = greedy)", cxxopts::value<std::string>()->default_value("1,4,5"))(
       "batch-sizes", "sentences per batch", cxxopts::value<std::string>()->default_value("1,64"))(
-      "dtypes", "fp32, bf16 (autocast) and/or int8 (translate --dtype int8)",
+      "dtypes", "fp32, bf16 (autocast), fp16 (autocast, CUDA only) and/or int8 (translate --dtype int8)",
       cxxopts::value<std::string>()->default_value("fp32,bf16,int8"))(
       "threads", "intra-op threads (torch::set_num_threads)",
       cxxopts::value<int>()->default_value(std::to_string(cores)))(
@@ -203,6 +208,8 @@ int main(int argc, char** argv) {
       "no-uncached", "skip the runs without KV cache")("no-python", "skip the Python reference")(
       "python-beams", "beam sizes also run by the Python reference (those in --beams)",
       cxxopts::value<std::string>()->default_value("1,5"))(
+      "python-cache", "the Python reference's decoding: kv (its own KV cache) or recompute (the whole prefix every step)",
+      cxxopts::value<std::string>()->default_value("kv"))(
       "python", "Python interpreter", cxxopts::value<std::string>()->default_value("python3"))(
       "reference", "the Python reference decoder",
       cxxopts::value<std::string>()->default_value("tools/bench/translate_reference.py"))(
@@ -257,19 +264,25 @@ int main(int argc, char** argv) {
       if (std::count(beams.begin(), beams.end(), b)) python_beams.push_back(b);
     dtypes = split(r["dtypes"].as<std::string>(), ',');
     for (const auto& d : dtypes)
-      if (d != "fp32" && d != "bf16" && d != "int8")
-        throw std::invalid_argument("--dtypes: expected fp32, bf16 and/or int8, got '" + d + "'");
+      if (d != "fp32" && d != "bf16" && d != "fp16" && d != "int8")
+        throw std::invalid_argument("--dtypes: expected fp32, bf16, fp16 and/or int8, got '" + d + "'");
     if (dtypes.empty()) throw std::invalid_argument("--dtypes is empty");
+    const auto python_cache = r["python-cache"].as<std::string>();
+    if (python_cache != "kv" && python_cache != "recompute")
+      throw std::invalid_argument("--python-cache: expected kv or recompute, got '" + python_cache + "'");
     if (r["threads"].as<int>() < 1) throw std::invalid_argument("--threads must be at least 1");
     if (r["sentences"].as<int64_t>() < 0) throw std::invalid_argument("--sentences must be >= 0");
     if (r["rounds"].as<int>() < 1) throw std::invalid_argument("--rounds must be at least 1");
     device = resolve_device(r["device"].as<std::string>());
+    if (std::count(dtypes.begin(), dtypes.end(), "fp16") && !device.is_cuda())
+      throw std::invalid_argument("--dtypes fp16 decodes on CUDA only (use bf16 on the CPU)");
   } catch (const std::exception& e) {
     std::cerr << "bench_translate: " << e.what() << "\n";
     return 2;
   }
   const bool uncached = !r.count("no-uncached");
   const bool python = !r.count("no-python") && !python_beams.empty();
+  const bool python_kv = r["python-cache"].as<std::string>() == "kv";
   const bool ct2 = !r.count("no-ctranslate2");
   const auto ct2_dtypes = split(r["ct2-dtypes"].as<std::string>(), ',');
   const int threads = r["threads"].as<int>();
@@ -294,6 +307,7 @@ int main(int argc, char** argv) {
       prepare_linears_for_inference(*fp32.model(), InferencePrecision::kFloat, &fp32.model()->fc_out);
     std::map<std::string, double> loads{{"torchmt checkpoint", seconds_since(load_start)}};
     Translator bf16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kBFloat16);
+    Translator fp16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kHalf);
     std::optional<Translator> int8;  // its own copy of the model: the int8 weights live in its layers
     if (std::count(dtypes.begin(), dtypes.end(), "int8")) {
       int8.emplace(Translator::from_checkpoint(model_path, device, torch::kFloat));
@@ -462,7 +476,10 @@ int main(int argc, char** argv) {
               Key key{"torchmt", beam, batch, dtype, cache};
               std::cerr << "torchmt " << search_name(beam) << ", batch " << batch << ", " << dtype << ", "
                         << (cache ? "cache" : "no cache") << " ..." << std::flush;
-              Translator& translator = dtype == "bf16" ? bf16 : dtype == "int8" ? *int8 : fp32;
+              Translator& translator = dtype == "bf16"   ? bf16
+                                       : dtype == "fp16" ? fp16
+                                       : dtype == "int8" ? *int8
+                                                         : fp32;
               const kernels::ScreenStats before = kernels::screen_stats();
               Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
                                    r.count("early-exit") > 0, r["fixed-length"].as<int64_t>());
@@ -522,7 +539,8 @@ int main(int argc, char** argv) {
           shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["reference"].as<std::string>()) +
           " --model " + shell_quote(model_path) + " --ids " + shell_quote(ids_path) + " --out " +
           shell_quote(out_path) + " --beams " + join(python_beams) + " --batch-sizes " + join(batches) + " --dtypes " +
-          join(python_dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str());
+          join(python_dtypes) + " --threads " + std::to_string(threads) + " --device " + shell_quote(device.str()) +
+          " --cache " + (python_kv ? "kv" : "recompute");
       std::cerr << "python: " << command << "\n" << std::flush;
       std::cout << std::flush;
       const int rc = std::system(command.c_str());
@@ -531,7 +549,7 @@ int main(int argc, char** argv) {
       for (const auto& dtype : python_dtypes)
         for (int64_t beam : python_beams)
           for (int64_t batch : batches) {
-            Key key{"python", beam, batch, dtype, false};
+            Key key{"python", beam, batch, dtype, python_kv};
             if (!results.count(key)) throw std::runtime_error("the Python reference did not report " +
                                                               search_name(beam) + " batch " + std::to_string(batch) +
                                                               " " + dtype);
@@ -578,7 +596,9 @@ int main(int argc, char** argv) {
       }
       std::cout << std::left << std::setw(12) << key.impl << std::setw(8) << search_name(key.beam) << std::right
                 << std::setw(6) << key.batch << std::setw(6) << key.dtype << std::setw(10)
-                << (key.impl == "torchmt" && !key.cache ? "recompute" : key.impl == "python" ? "recompute" : "kv")
+                << (key.impl == "torchmt" && !key.cache   ? "recompute"
+                    : key.impl == "python" && !key.cache ? "recompute"
+                                                         : "kv")
                 << std::setw(10)
                 << fmt(m.seconds, 2) << std::setw(10) << fmt(m.sent_per_s(), 2) << std::setw(10)
                 << fmt(m.tok_per_s(), 1) << std::setw(8) << m.tokens << std::setw(8) << agree << std::setw(8)
@@ -605,16 +625,17 @@ int main(int argc, char** argv) {
                         << (beam == 5 ? verdict(*s, 3.0) : "") << "\n";
     }
     if (python) {
-      std::cout << "torchmt (KV cache) vs Python reference (goal >= 1.5x at batch 1):\n";
+      std::cout << "torchmt (KV cache) vs Python reference (" << (python_kv ? "its KV cache" : "recomputing")
+                << "; goal >= 1.5x at batch 1):\n";
       for (const auto& dtype : dtypes)
         for (int64_t beam : beams)
           for (int64_t batch : batches)
-            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, {"python", beam, batch, dtype, false})) {
+            if (auto s = speedup({"torchmt", beam, batch, dtype, true}, {"python", beam, batch, dtype, python_kv})) {
               std::cout << "  " << std::left << std::setw(8) << search_name(beam) << std::right << " batch "
                         << std::setw(3) << batch << " " << dtype << ": " << fmt(*s, 2) << "x"
                         << (batch == 1 ? verdict(*s, 1.5) : "");
               if (uncached)
-                if (auto u = speedup({"torchmt", beam, batch, dtype, false}, {"python", beam, batch, dtype, false}))
+                if (auto u = speedup({"torchmt", beam, batch, dtype, false}, {"python", beam, batch, dtype, python_kv}))
                   std::cout << "   (torchmt recompute vs Python: " << fmt(*u, 2) << "x)";
               std::cout << "\n";
             }
@@ -675,20 +696,20 @@ int main(int argc, char** argv) {
     std::cout << "model load (in process):";
     for (const auto& [what, seconds] : loads) std::cout << "  " << what << " " << fmt(seconds, 3) << " s";
     std::cout << "\n";
-    if (std::count(dtypes.begin(), dtypes.end(), "fp32") && std::count(dtypes.begin(), dtypes.end(), "bf16")) {
-      std::cout << "bf16 vs fp32 (> 1 = bf16 faster; same-output agreement in brackets):\n";
+    for (const std::string half : {"bf16", "fp16"}) {
+      if (!std::count(dtypes.begin(), dtypes.end(), "fp32") || !std::count(dtypes.begin(), dtypes.end(), half)) continue;
+      std::cout << half << " vs fp32 (> 1 = " << half << " faster; same-output agreement in brackets):\n";
       for (const std::string impl : {"torchmt", "python"})
         for (int64_t beam : beams)
           for (int64_t batch : batches)
             for (bool cache : {true, false}) {
-              if (impl == "python" && cache) continue;
-              const Key b{impl, beam, batch, "bf16", cache}, f{impl, beam, batch, "fp32", cache};
+              const Key b{impl, beam, batch, half, cache}, f{impl, beam, batch, "fp32", cache};
               if (auto s = speedup(b, f)) {
                 auto a = agreement(results.at(b), results.at(f));
                 std::cout << "  " << std::left << std::setw(8) << impl << std::setw(8) << search_name(beam)
                           << std::right << " batch " << std::setw(3) << batch << " "
-                          << (impl == "python" ? "recompute" : cache ? "kv       " : "recompute") << ": "
-                          << fmt(*s, 2) << "x  [" << (a ? fmt(100.0 * *a, 1) + "% same" : "-") << "]\n";
+                          << (cache ? "kv       " : "recompute") << ": " << fmt(*s, 2) << "x  ["
+                          << (a ? fmt(100.0 * *a, 1) + "% same" : "-") << "]\n";
               }
             }
     }
@@ -696,7 +717,7 @@ int main(int argc, char** argv) {
       // The sanity check: greedy fp32 must give the same token ids in C++ and Python.
       for (int64_t batch : batches) {
         auto ours = results.find({"torchmt", 1, batch, "fp32", true});
-        auto ref = results.find({"python", 1, batch, "fp32", false});
+        auto ref = results.find({"python", 1, batch, "fp32", python_kv});
         if (ours == results.end() || ref == results.end()) continue;
         auto a = agreement(ours->second, ref->second);
         std::cout << "greedy fp32 batch " << batch << ": torchmt and Python produce identical token ids for "

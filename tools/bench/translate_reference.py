@@ -5,11 +5,13 @@ Loads a torchmt checkpoint into tests/reference/transformer_reference.py (same s
 reads the encoded source ids written by bench_translate (one sentence per line, eos included, an
 empty line for an empty source), and decodes them with greedy and batched beam search following
 src/decoding/search.cpp: sentences sorted longest first into batches, GNMT length penalty, max
-length 1.2 * source length + 10, finished rows leave the batch, fairseq's stopping rule. The
-reference model has no KV cache: every step recomputes the whole prefix.
+length 1.2 * source length + 10, finished rows leave the batch, fairseq's stopping rule. With
+--cache kv (the default) a step runs the newest token only, over per-layer self-attention keys /
+values kept from earlier steps and cross-attention keys / values computed once per batch (the
+reference model's own modules and attention); --cache recompute runs the whole prefix every step.
 
 Writes, for every configuration:
-    config BEAM BATCH DTYPE SECONDS SENTENCES TOKENS
+    config BEAM BATCH DTYPE SECONDS SENTENCES TOKENS CACHE
     hyp INDEX id id ...           (best hypothesis per input sentence, no bos / eos)
 TOKENS = hypothesis tokens + eos. Progress goes to stderr.
 """
@@ -96,6 +98,87 @@ class Decoder:
         self.memory = self.memory.index_select(0, index)
         self.src_mask = self.src_mask.index_select(0, index)
         self.prefix = self.prefix.index_select(0, index)
+
+
+def projections(attn):
+    """(q, k, v, out projections, query heads, key/value heads) of either attention class."""
+    if isinstance(attn, ref.GroupedQueryAttention):
+        return attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, attn.num_heads, attn.num_groups
+    return attn.W_q, attn.W_k, attn.W_v, attn.W_o, attn.num_heads, attn.num_heads
+
+
+def split_heads(x, heads):
+    b, t, width = x.shape
+    return x.view(b, t, heads, width // heads).transpose(1, 2)  # [B, heads, T, d]
+
+
+class CachedDecoder:
+    """IncrementalDecoder with a KV cache: each step runs the newest token through the reference
+    model's layers, attending to the keys / values of the earlier steps (kept per layer) and to
+    the encoder output's keys / values (computed once in start)."""
+
+    def __init__(self, model, pad_id):
+        self.model = model
+        self.pad_id = pad_id
+
+    def start(self, src):
+        model = self.model
+        self.src_mask = (src != self.pad_id).unsqueeze(1).unsqueeze(2)  # [B, 1, 1, S]
+        memory = model.encode(src, self.src_mask)  # [B, S, D]
+        self.cross = []
+        for layer in model.decoder_layers:
+            _, wk, wv, _, _, groups = projections(layer.cross_attn)
+            self.cross.append((split_heads(wk(memory), groups), split_heads(wv(memory), groups)))  # [B, G, S, d]
+        self.keys = [None] * len(model.decoder_layers)
+        self.values = [None] * len(model.decoder_layers)
+        self.t = 0
+
+    def attend(self, attn, h, keys, values, mask, rotary):
+        wq, _, _, wo, heads, _ = projections(attn)
+        q = split_heads(wq(h), heads)  # [N, H, 1, d]
+        if rotary is not None:
+            q, _ = ref.apply_rotary_pos_emb(q, q, rotary[1], rotary[0])
+        out, _ = ref.attention(q, keys, values, mask, attn.dropout)  # [N, H, 1, d]
+        return wo(out.transpose(1, 2).reshape(h.size(0), 1, -1))  # [N, 1, D]
+
+    def self_attend(self, i, attn, h, rotary):
+        _, wk, wv, _, _, groups = projections(attn)
+        k, v = split_heads(wk(h), groups), split_heads(wv(h), groups)  # [N, G, 1, d]
+        if rotary is not None:
+            _, k = ref.apply_rotary_pos_emb(k, k, rotary[1], rotary[0])
+        self.keys[i] = k if self.keys[i] is None else torch.cat([self.keys[i], k], 2)  # [N, G, t+1, d]
+        self.values[i] = v if self.values[i] is None else torch.cat([self.values[i], v], 2)
+        return self.attend(attn, h, self.keys[i], self.values[i], None, rotary)
+
+    def step(self, last):
+        model, t = self.model, self.t
+        pos = model.pos_encoding
+        x = model.tgt_embedding(last.unsqueeze(1)) * math.sqrt(model.embed_dim)  # [N, 1, D]
+        rotary = None
+        if pos.kind == "rope":
+            rotary = (pos.cos[t:t + 1], pos.sin[t:t + 1])
+        else:
+            x = x + pos.pe[:, t:t + 1, :]
+        for i, layer in enumerate(model.decoder_layers):
+            keys, values = self.cross[i]
+            if layer.pre_norm:
+                x = x + self.self_attend(i, layer.self_attn, layer.norm1(x), rotary)
+                x = x + self.attend(layer.cross_attn, layer.norm2(x), keys, values, self.src_mask, None)
+                x = x + layer.ffn(layer.norm3(x))
+            else:
+                x = layer.norm1(x + self.self_attend(i, layer.self_attn, x, rotary))
+                x = layer.norm2(x + self.attend(layer.cross_attn, x, keys, values, self.src_mask, None))
+                x = layer.norm3(x + layer.ffn(x))
+        if model.pre_norm:
+            x = model.decoder_norm(x)
+        self.t += 1
+        return torch.log_softmax(model.fc_out(x[:, -1]).float(), -1)
+
+    def select(self, index):
+        self.src_mask = self.src_mask.index_select(0, index)
+        self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
+        self.keys = [k if k is None else k.index_select(0, index) for k in self.keys]
+        self.values = [v if v is None else v.index_select(0, index) for v in self.values]
 
 
 def max_lengths(src, opt):
@@ -208,13 +291,16 @@ def beam_search(dec, src, opt, k):
     return out
 
 
-def translate(model, sources, beam, batch_size, dtype, opt, device):
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def translate(model, sources, beam, batch_size, dtype, opt, device, cache):
     """Best hypothesis per source (None for an empty source), batching as Translator does."""
     order = [i for i, s in enumerate(sources) if s]
     order.sort(key=lambda i: -len(sources[i]))  # stable: longest first
     out = [None] * len(sources)
-    dec = Decoder(model, PAD)
-    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if dtype == "bf16"
+    dec = CachedDecoder(model, PAD) if cache == "kv" else Decoder(model, PAD)
+    autocast = (torch.autocast(device_type=device.type, dtype=AUTOCAST[dtype]) if dtype in AUTOCAST
                 else contextlib.nullcontext())
     with torch.inference_mode(), autocast:
         for begin in range(0, len(order), batch_size):
@@ -240,6 +326,7 @@ def main():
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--device", default="cpu")
+    p.add_argument("--cache", choices=("kv", "recompute"), default="kv")
     p.add_argument("--lenpen", type=float, default=0.6)
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
@@ -257,20 +344,21 @@ def main():
         for dtype in args.dtypes.split(","):
             for beam in [int(b) for b in args.beams.split(",")]:
                 for batch in [int(b) for b in args.batch_sizes.split(",")]:
-                    print(f"python {'greedy' if beam == 1 else f'beam {beam}'}, batch {batch}, {dtype} ...",
+                    print(f"python {'greedy' if beam == 1 else f'beam {beam}'}, batch {batch}, {dtype}, "
+                          f"{args.cache} ...",
                           end="", file=sys.stderr, flush=True)
-                    translate(model, warm, beam, batch, dtype, opt, device)
+                    translate(model, warm, beam, batch, dtype, opt, device, args.cache)
                     if device.type == "cuda":
                         torch.cuda.synchronize()
                     start = time.perf_counter()
-                    hyps = translate(model, sources, beam, batch, dtype, opt, device)
+                    hyps = translate(model, sources, beam, batch, dtype, opt, device, args.cache)
                     if device.type == "cuda":
                         torch.cuda.synchronize()
                     seconds = time.perf_counter() - start
                     print(f" {seconds:.2f} s", file=sys.stderr, flush=True)
                     done = [h for h in hyps if h is not None]
                     tokens = sum(len(h) + 1 for h in done)
-                    out.write(f"config {beam} {batch} {dtype} {seconds:.6f} {len(done)} {tokens}\n")
+                    out.write(f"config {beam} {batch} {dtype} {seconds:.6f} {len(done)} {tokens} {args.cache}\n")
                     for i, h in enumerate(hyps):
                         out.write(f"hyp {i} {' '.join(map(str, h or []))}\n")
                     out.flush()
