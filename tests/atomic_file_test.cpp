@@ -95,3 +95,30 @@ TEST(Utf8, ReplacementMatchesPythonsDecoder) {
 
 }  // namespace
 }  // namespace torchmt
+
+// CUDA LibTorch's libtorch.so exports its own copies of std::filesystem::remove_all and the
+// recursive fs::copy, which crash when our programs call them (three preprocess tests did on an
+// H100 machine): trees are removed with remove_tree, and nothing calls those two.
+TEST(RemoveTree, RemovesATreeAndNothingCallsTheFilesystemCopiesThatCrashUnderCudaLibTorch) {
+  namespace fs = std::filesystem;
+  torchmt::test::TempDir dir;
+  fs::create_directories(dir.file("a/b/c"));
+  torchmt::test::write_text(dir.file("a/b/c/f"), "x");
+  torchmt::test::write_text(dir.file("a/g"), "y");
+  EXPECT_TRUE(torchmt::remove_tree(dir.file("a")));
+  EXPECT_FALSE(fs::exists(dir.file("a")));
+  EXPECT_TRUE(torchmt::remove_tree(dir.file("a")));  // already gone: nothing to do
+  const std::string banned[] = {std::string("remove_") + "all(", std::string("copy_options::") + "recursive"};
+  int files = 0;
+  for (const char* where : {"src", "include", "tests", "tools"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(fs::path(torchmt::test::source_dir()) / where)) {
+      const auto ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".h")) continue;
+      ++files;
+      const std::string text = torchmt::test::read_text(entry.path().string());
+      for (const auto& call : banned)
+        EXPECT_EQ(text.find(call), std::string::npos) << entry.path().string() << " calls " << call;
+    }
+  }
+  EXPECT_GT(files, 100);
+}

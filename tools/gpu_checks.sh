@@ -12,11 +12,12 @@
 # Stages:
 #   quick            build test smoke: the checks every GPU session runs first (about 4 minutes)
 #   build            configure + build against the machine's CUDA LibTorch (tools/device_build.sh)
-#   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none)
+#   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none);
+#                    CTEST_REGEX runs only the tests it matches, CTEST_TIMEOUT (s) bounds each
 #   bench_train      base, 50,000-token batches (the paper's 25,000 source + 25,000 target tokens),
 #                    bf16 and fp32, ours (each attention kernel) vs the Python reference (documents'
 #                    attention and SDPA), MFU, and a profile of 3 updates (CPU ops, GPU kernels);
-#                    BENCH_TRAIN_QUICK=1: bf16, our default attention and the documents' only
+#                    BENCH_TRAIN_DTYPES, BENCH_TRAIN_ATTENTION, BENCH_TRAIN_PYTHON_ATTENTION narrow it
 #   smoke            a 40-step GPU run, then translate / evaluate / export, the export on the CPU
 #   train            tools/recipes/multi30k_gpu.yaml (GPU_TRAIN_MINUTES caps it), averaged checkpoints
 #   base             tools/recipes/multi30k_gpu_base.yaml (the paper's base, 16k joint vocabulary, bf16),
@@ -84,15 +85,15 @@ for stage in "${stages[@]}"; do
     DEVICE_BUILD_NO_TEST=1 step tools/device_build.sh || exit 1
     say "build took $(( $(date +%s) - t0 )) s" ;;
   test)
-    (cd "$build" && OMP_NUM_THREADS=2 step ctest --output-on-failure -j 12 --timeout "${CTEST_TIMEOUT:-600}")
+    (cd "$build" && OMP_NUM_THREADS=2 step ctest --output-on-failure -j 12 --timeout "${CTEST_TIMEOUT:-600}" \
+      ${CTEST_REGEX:+-R "$CTEST_REGEX"})
     (cd "$build" && ctest -N | tail -1 | tee -a "$log"
      grep -h "Skipped" Testing/Temporary/LastTest.log 2>/dev/null | head -20 | tee -a "$log") ;;
   bench_train)
     rm -rf /tmp/gpu_profile
-    # BENCH_TRAIN_QUICK=1: bf16 with our default attention and the documents' in Python only.
-    train_runs=(--dtypes bf16,fp32 --attention auto,explicit,fused --python-attention both)
-    [ -z "${BENCH_TRAIN_QUICK:-}" ] || train_runs=(--dtypes bf16 --attention auto --python-attention explicit)
-    step "$build/bench_train" --device cuda --presets base "${train_runs[@]}" --batch-tokens 50000 --base-steps 10 \
+    step "$build/bench_train" --device cuda --presets base --dtypes "${BENCH_TRAIN_DTYPES:-bf16,fp32}" \
+      --attention "${BENCH_TRAIN_ATTENTION:-auto,explicit,fused}" \
+      --python-attention "${BENCH_TRAIN_PYTHON_ATTENTION:-both}" --batch-tokens 50000 --base-steps 10 \
       --warmup 3 --peak-tflops "$(peak_tflops)" \
       --work-dir /tmp/bench_train_gpu --profile /tmp/gpu_profile
     for trace in /tmp/gpu_profile/*.json; do step python3 tools/bench/profile_summary.py "$trace" 12; done ;;

@@ -189,15 +189,16 @@ DatasetManifest preprocess_corpus(const std::string& src_path, const std::string
   if (options.lines_counted) options.lines_counted(src_lines);
 
   const std::string partial = dir + ".partial";
-  fs::remove_all(partial);  // a crashed run's leftovers: never trusted, never completed
+  // A crashed run's leftovers: never trusted, never completed. remove_tree, not fs::remove_all:
+  // CUDA LibTorch's libtorch.so exports a copy of remove_all that crashes when called from here.
+  if (!remove_tree(partial)) throw std::runtime_error("cannot remove " + partial + ": " + std::strerror(errno));
   fs::create_directories(partial);
   try {
     DatasetManifest m = write_dataset(src_path, tgt_path, src_lines, src_tokenizer, tgt_tokenizer, partial, options);
     fs::rename(partial, dir);
     return m;
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(partial, ignored);
+    remove_tree(partial);
     throw;
   }
 }
@@ -413,7 +414,7 @@ std::unique_ptr<BinaryDataset> cached_dataset(const std::string& src_path, const
     } catch (const DamagedFileError& e) {
       what_happened = std::string("re-encoded (") + e.what() + ")";
     }
-    fs::remove_all(dir);
+    if (!remove_tree(dir)) throw std::runtime_error("cannot remove " + dir + ": " + std::strerror(errno));
   }
   fs::create_directories(cache_dir);
   preprocess_corpus(src_path, tgt_path, src_tokenizer, tgt_tokenizer, dir, options);

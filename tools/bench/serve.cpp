@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/atomic_file.h"
 
 extern char** environ;
 
@@ -221,7 +222,7 @@ static int run(int argc, char** argv) {
             << ceiling << " sentences/s\n";
   kill(pid, SIGTERM);
   waitpid(pid, &status, 0);
-  std::filesystem::remove_all(dir);
+  torchmt::remove_tree(dir.string());
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
