@@ -3,14 +3,13 @@
 # project root, with .devkit/ (tools/device_kit.sh: the libraries and Multi30k) carried along
 # (the device tool's `carry: [".devkit"]`):
 #   tools/gpu_checks.sh [STAGE ...]      (default: build test bench_train train use bench_translate)
-# The whole list takes about 14 minutes on an H100 (build 110 s, suite 45 s, bench_train 110 s,
-# train 5 min, use 80 s, bench_translate 3+ min, the Python side decoding without a cache), over
-# the device tool's 10 minutes a call: run it as two calls,
-#   tools/gpu_checks.sh build test bench_train        and     tools/gpu_checks.sh build train use bench_translate
-# A task has 15 minutes of device time in all: `tools/gpu_checks.sh quick train use` (build + suite +
-# smoke + the GPU recipe + its BLEU) fits one 10-minute call; each stage prints the seconds it used.
+# The whole list takes about 13 minutes on an H100 (build 148 s, suite 146 s, bench_train 110 s,
+# train 5 min, use 80 s, bench_translate 90 s at 100 sentences), over the device tool's 10 minutes
+# a call. A task has 15 minutes of device time in all, a machine's start included: one call of
+# `tools/gpu_checks.sh quick bench_translate bench_train` (7.2 minutes with BENCH_TRAIN_* narrowed)
+# or `quick train use`, and a short second call; each stage prints the seconds it used.
 # Stages:
-#   quick            build test smoke: the checks every GPU session runs first (about 4 minutes)
+#   quick            build test smoke: the checks every GPU session runs first (H100: 308 s, build 148 s)
 #   build            configure + build against the machine's CUDA LibTorch (tools/device_build.sh)
 #   test             the whole suite, CUDA tests included; prints the skipped ones (there should be none);
 #                    CTEST_REGEX runs only the tests it matches, CTEST_TIMEOUT (s) bounds each
