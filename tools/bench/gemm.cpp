@@ -2,6 +2,8 @@
 // weight shape and row count, on this machine: at::linear (nothing packed), MKL's packed API and
 // oneDNN's packed weight, each timed in the same run, and which one the rule table picks at the
 // active instruction set. The evidence for the rule table's rows (tools/bench/DECISIONS.md).
+// Beside them the int8 kernel (kernels/int8_linear.cpp, the input quantization included) on the
+// same shapes, and the multiply-accumulates per second of the fastest fp32 path and of int8.
 //   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S]
 // Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
 // output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
@@ -83,30 +85,41 @@ int main(int argc, char** argv) {
     std::printf("%-11s %6s", "weight", "rows");
     for (auto g : gemms) std::printf(" %9s", k::packed_gemm_name(g));
     for (size_t i = 1; i < gemms.size(); ++i) std::printf(" %7s/x", k::packed_gemm_name(gemms[i]));
-    std::printf("  rule    max|diff|\n");
+    std::printf("  rule    max|diff| %9s %10s %10s\n", "int8", "fp32 GMAC/s", "int8 GMAC/s");
     for (const auto& [out, in] : shapes) {
       const auto w = torch::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));  // [out, in]
       const auto b = torch::randn({out}) * 0.1;
       std::vector<k::PackedWeights> packed;
       for (auto g : gemms) packed.push_back(k::pack_weight(w, g));
+      const auto int8_weights = k::quantize_linear_int8(w, b, 0.f, false);
       for (int64_t m : rows) {
         const auto x = torch::randn({m, in});  // [M, in]
         const auto reference = torch::linear(x, w, b);
-        std::vector<double> ms;
+        std::vector<double> ms;  // NaN where a path does not apply to this shape
         double max_diff = 0;
         for (size_t i = 0; i < gemms.size(); ++i) {
           auto call = [&] {
             return gemms[i] == k::PackedGemm::kAten ? torch::linear(x, w, b) : k::try_packed_linear(packed[i], x, b);
           };
           const auto y = call();
-          if (!y.defined()) throw std::runtime_error(std::string(k::packed_gemm_name(gemms[i])) + " did not apply");
+          if (!y.defined()) {
+            ms.push_back(std::nan(""));
+            continue;
+          }
           max_diff = std::max(max_diff, (y - reference).abs().max().item<double>());
           ms.push_back(1e3 * time_call(call, seconds));
         }
+        const double int8_ms = 1e3 * time_call([&] { return k::int8_linear(x, *int8_weights); }, seconds);
+        const double macs = static_cast<double>(m) * static_cast<double>(out) * static_cast<double>(in);
+        double best = ms[0];
+        for (double t : ms)
+          if (t < best) best = t;  // NaN compares false: skipped
         std::printf("%5ldx%-5ld %6ld", static_cast<long>(out), static_cast<long>(in), static_cast<long>(m));
-        for (double t : ms) std::printf(" %9.3f", t);
-        for (size_t i = 1; i < ms.size(); ++i) std::printf(" %8.2fx", ms[0] / ms[i]);
-        std::printf("  %-7s %.1e\n", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff);
+        for (double t : ms) std::isnan(t) ? std::printf(" %9s", "-") : std::printf(" %9.3f", t);
+        for (size_t i = 1; i < ms.size(); ++i)
+          std::isnan(ms[i]) ? std::printf(" %9s", "-") : std::printf(" %8.2fx", ms[0] / ms[i]);
+        std::printf("  %-7s %.1e %9.3f %10.1f %10.1f\n", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
+                    int8_ms, macs / best / 1e6, macs / int8_ms / 1e6);
       }
     }
   } catch (const std::exception& e) {
