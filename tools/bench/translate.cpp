@@ -596,9 +596,7 @@ int main(int argc, char** argv) {
       }
       std::cout << std::left << std::setw(12) << key.impl << std::setw(8) << search_name(key.beam) << std::right
                 << std::setw(6) << key.batch << std::setw(6) << key.dtype << std::setw(10)
-                << (key.impl == "torchmt" && !key.cache   ? "recompute"
-                    : key.impl == "python" && !key.cache ? "recompute"
-                                                         : "kv")
+                << ((key.impl == "torchmt" || key.impl == "python") && !key.cache ? "recompute" : "kv")
                 << std::setw(10)
                 << fmt(m.seconds, 2) << std::setw(10) << fmt(m.sent_per_s(), 2) << std::setw(10)
                 << fmt(m.tok_per_s(), 1) << std::setw(8) << m.tokens << std::setw(8) << agree << std::setw(8)
