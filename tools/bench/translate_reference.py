@@ -133,22 +133,25 @@ class CachedDecoder:
         self.values = [None] * len(model.decoder_layers)
         self.t = 0
 
-    def attend(self, attn, h, keys, values, mask, rotary):
-        wq, _, _, wo, heads, _ = projections(attn)
-        q = split_heads(wq(h), heads)  # [N, H, 1, d]
-        if rotary is not None:
-            q, _ = ref.apply_rotary_pos_emb(q, q, rotary[1], rotary[0])
+    def attend(self, attn, q, keys, values, mask):
+        """q [N, H, 1, d] (projected) over keys / values [N, G, T, d] -> the output projection's [N, 1, D]."""
         out, _ = ref.attention(q, keys, values, mask, attn.dropout)  # [N, H, 1, d]
-        return wo(out.transpose(1, 2).reshape(h.size(0), 1, -1))  # [N, 1, D]
+        return projections(attn)[3](out.transpose(1, 2).reshape(q.size(0), 1, -1))  # [N, 1, D]
+
+    def cross_attend(self, i, attn, h):
+        keys, values = self.cross[i]
+        q = split_heads(projections(attn)[0](h), attn.num_heads)  # [N, H, 1, d]
+        return self.attend(attn, q, keys, values, self.src_mask)
 
     def self_attend(self, i, attn, h, rotary):
-        _, wk, wv, _, _, groups = projections(attn)
+        wq, wk, wv, _, heads, groups = projections(attn)
+        q = split_heads(wq(h), heads)  # [N, H, 1, d]
         k, v = split_heads(wk(h), groups), split_heads(wv(h), groups)  # [N, G, 1, d]
-        if rotary is not None:
-            _, k = ref.apply_rotary_pos_emb(k, k, rotary[1], rotary[0])
+        if rotary is not None:  # as the reference model rotates its queries and keys
+            q, k = ref.apply_rotary_pos_emb(q, k, rotary[1], rotary[0])
         self.keys[i] = k if self.keys[i] is None else torch.cat([self.keys[i], k], 2)  # [N, G, t+1, d]
         self.values[i] = v if self.values[i] is None else torch.cat([self.values[i], v], 2)
-        return self.attend(attn, h, self.keys[i], self.values[i], None, rotary)
+        return self.attend(attn, q, self.keys[i], self.values[i], None)
 
     def step(self, last):
         model, t = self.model, self.t
@@ -160,14 +163,13 @@ class CachedDecoder:
         else:
             x = x + pos.pe[:, t:t + 1, :]
         for i, layer in enumerate(model.decoder_layers):
-            keys, values = self.cross[i]
             if layer.pre_norm:
                 x = x + self.self_attend(i, layer.self_attn, layer.norm1(x), rotary)
-                x = x + self.attend(layer.cross_attn, layer.norm2(x), keys, values, self.src_mask, None)
+                x = x + self.cross_attend(i, layer.cross_attn, layer.norm2(x))
                 x = x + layer.ffn(layer.norm3(x))
             else:
                 x = layer.norm1(x + self.self_attend(i, layer.self_attn, x, rotary))
-                x = layer.norm2(x + self.attend(layer.cross_attn, x, keys, values, self.src_mask, None))
+                x = layer.norm2(x + self.cross_attend(i, layer.cross_attn, x))
                 x = layer.norm3(x + layer.ffn(x))
         if model.pre_norm:
             x = model.decoder_norm(x)
