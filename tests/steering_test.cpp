@@ -8,6 +8,7 @@
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/shortlist.h"
 #include "torchmt/data/text_file.h"
+#include "torchmt/decoding/output_restriction.h"
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
 
@@ -146,6 +147,33 @@ TEST(Shortlist, RestrictsEachSentenceToItsCandidatesWhateverItsBatch) {
   ASSERT_TRUE(columns.defined());
   const auto expected = torch::log_softmax(all.index_select(1, columns), -1);
   EXPECT_TRUE(torch::allclose(some, expected, 1e-5, 1e-5));
+}
+
+// The per-step mask over the union's columns is made once and then follows the rows through
+// selects, expansions and joins: it always equals the one made afresh from the rows' lists.
+TEST(Shortlist, TheStepMaskFollowsTheRowsThroughSelectsExpansionsAndJoins) {
+  OutputRestriction r;
+  const std::vector<int64_t> a{1, 4, 6}, b{2, 4}, c{7};
+  auto expect_fresh = [&](const char* after) {
+    const auto fresh = r.allowed().index_select(1, r.columns()).logical_not();  // [N, U]
+    EXPECT_TRUE(torch::equal(r.blocked_columns(), fresh)) << "after " << after;
+  };
+  r.restrict_last({&a, &b}, 2, 9, torch::kCPU);
+  EXPECT_TRUE(torch::equal(r.columns(), torch::tensor({1, 2, 4, 6}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(r.blocked_columns()[1], torch::tensor({true, false, false, true})));
+  r.select(torch::tensor({1, 0, 1}, torch::kLong));
+  expect_fresh("select");
+  r.expand(2);
+  expect_fresh("expand");
+  ASSERT_EQ(r.blocked_columns().size(0), 6);
+  r.add_rows(1);  // unrestricted: every column
+  expect_fresh("add_rows");
+  r.restrict_last({&c}, 7, 9, torch::kCPU);
+  expect_fresh("restrict_last");
+  EXPECT_TRUE(torch::equal(r.columns(), torch::tensor({1, 2, 4, 6, 7}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(r.blocked_columns()[6], torch::tensor({true, true, true, true, false})));
+  r.reset();
+  EXPECT_FALSE(r.active());
 }
 
 }  // namespace

@@ -12,12 +12,14 @@ namespace torchmt {
 void OutputRestriction::reset() {
   allowed_ = at::Tensor();
   columns_ = at::Tensor();
+  blocked_ = at::Tensor();
 }
 
 void OutputRestriction::add_rows(int64_t n) {
   if (!active()) return;
   allowed_ = torch::cat({allowed_, torch::ones({n, allowed_.size(1)}, allowed_.options())});  // [N + n, V]
   columns_ = torch::arange(allowed_.size(1), columns_.options());  // an unrestricted row needs every column
+  blocked_ = at::Tensor();
 }
 
 void OutputRestriction::restrict_last(const std::vector<const std::vector<int64_t>*>& vocabularies, int64_t rows,
@@ -42,17 +44,25 @@ void OutputRestriction::restrict_last(const std::vector<const std::vector<int64_
   if (!active()) allowed_ = torch::ones({rows, vocab}, torch::TensorOptions().dtype(torch::kBool).device(device));
   allowed_.narrow(0, rows - n, n).copy_(rows_mask);
   columns_ = allowed_.any(0).nonzero().view({-1});  // [U], sorted
+  blocked_ = at::Tensor();
 }
 
 void OutputRestriction::select(const at::Tensor& index) {
-  if (active()) allowed_ = allowed_.index_select(0, index);
+  if (!active()) return;
+  allowed_ = allowed_.index_select(0, index);
+  if (blocked_.defined()) blocked_ = blocked_.index_select(0, index);
 }
 
 void OutputRestriction::expand(int64_t k) {
-  if (active()) allowed_ = allowed_.repeat_interleave(k, 0);  // [N * k, V]
+  if (!active()) return;
+  allowed_ = allowed_.repeat_interleave(k, 0);                           // [N * k, V]
+  if (blocked_.defined()) blocked_ = blocked_.repeat_interleave(k, 0);  // [N * k, U]
 }
 
-at::Tensor OutputRestriction::allowed_columns() const { return allowed_.index_select(1, columns_); }  // [N, U]
+const at::Tensor& OutputRestriction::blocked_columns() {
+  if (!blocked_.defined()) blocked_ = allowed_.index_select(1, columns_).logical_not();  // [N, U]
+  return blocked_;
+}
 
 at::Tensor OutputRestriction::apply(const at::Tensor& log_probs) const {
   if (!active()) return log_probs;

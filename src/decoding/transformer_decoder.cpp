@@ -60,7 +60,7 @@ void TransformerDecoder::restrict_output(const std::vector<const std::vector<int
 at::Tensor TransformerDecoder::restricted_logits(const at::Tensor& hidden) {
   if (!restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
   auto logits = apply_linear(restricted_out_, hidden).to(torch::kFloat);  // [N, U]
-  return logits.masked_fill_(restriction_.allowed_columns().logical_not(), -std::numeric_limits<float>::infinity());
+  return logits.masked_fill_(restriction_.blocked_columns(), -std::numeric_limits<float>::infinity());
 }
 
 at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
@@ -131,7 +131,8 @@ void TransformerDecoder::expand_rows(int64_t rows, int64_t k) {
 }
 
 void TransformerDecoder::reorder_within_sentences(const at::Tensor& index) {
-  restriction_.select(index);
+  // No restriction_.select: a sentence's rows share its list (expand_rows), so a reorder within
+  // sentences leaves every row's list as it was.
   if (use_cache_) {
     cache_.select_target_side(index);
   } else {

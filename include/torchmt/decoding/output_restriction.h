@@ -25,10 +25,11 @@ class OutputRestriction {
   void expand(int64_t k);
   // [N, V] bool, true = may be produced.
   const at::Tensor& allowed() const { return allowed_; }
-  // The sorted token ids some row may produce [U] int64, and the mask restricted to them [N, U].
-  // The columns stay those of the last restrict_last (rows leaving do not shrink them).
+  // The sorted token ids some row may produce [U] int64, and which of them each row may not
+  // [N, U] bool (made once per restriction and kept in step with the rows: a decoding step only
+  // reads it). The columns stay those of the last restrict_last (rows leaving do not shrink them).
   const at::Tensor& columns() const { return columns_; }
-  at::Tensor allowed_columns() const;
+  const at::Tensor& blocked_columns();
   // log-probabilities [N, V] of the unrestricted model -> those of the restricted one: -inf
   // outside each row's list, the rest renormalised.
   at::Tensor apply(const at::Tensor& log_probs) const;
@@ -36,6 +37,7 @@ class OutputRestriction {
  private:
   at::Tensor allowed_;  // [N, V] bool, undefined = no row restricted
   at::Tensor columns_;  // [U] int64
+  at::Tensor blocked_;  // [N, U] bool, undefined until blocked_columns() asks for it
 };
 
 }  // namespace torchmt
