@@ -8,13 +8,15 @@
 #   tools/bench/base_check.sh [CHECKPOINT] [SENTENCES]
 #   CHECKPOINT: default runs/multi30k_cpu_base/checkpoint_best.pt (train it:
 #     build/torchmt train --config tools/recipes/multi30k_cpu_base.yaml)
-#   SENTENCES of test_2016 for the speed runs (default 200); ROUNDS (default 1);
-#   SKIP_BLEU=1, SKIP_SPEED=1, CT2_SETTINGS (default 2x1)
+#   SENTENCES of test_2016 for the speed runs (default 0 = all 1,000: with 200, batch 64 is four
+#   batches for two workers and the rows measure the last batch's idle worker); ROUNDS (default 1);
+#   MAX_LENGTH: both sides' length limit (default 256, CTranslate2's: an undertrained model's
+#   looping lines then cost both sides alike); SKIP_BLEU=1, SKIP_SPEED=1, CT2_SETTINGS (default 2x1)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 model=${1:-runs/multi30k_cpu_base/checkpoint_best.pt}
-sentences=${2:-200}
+sentences=${2:-0}
 rounds=${ROUNDS:-1}
 tm=build/torchmt
 d=data/multi30k
@@ -44,7 +46,7 @@ fi
 
 if [ "${SKIP_SPEED:-0}" != 1 ]; then
   common=(-m "$model" --sentences "$sentences" --dtypes fp32,int8 --no-uncached --no-python
-          --ct2-settings "${CT2_SETTINGS:-2x1}" --rounds "$rounds")
+          --ct2-settings "${CT2_SETTINGS:-2x1}" --rounds "$rounds" --fixed-length "${MAX_LENGTH:-256}")
   echo "== the four rows, with the shortlist's speed-ups =="
   build/bench_translate "${common[@]}" --beams 1,5 --batch-sizes 64,1 --shortlist "$work/shortlist.tsv"
   echo "== CTranslate2's protocol: beam 4, batch 32 =="

@@ -335,7 +335,11 @@ int main(int argc, char** argv) {
               << "device " << device.str() << ", " << threads << " threads (" << cores << " hardware threads), "
               << "native CPU bf16: " << (cpu_has_native_bf16() ? "yes" : "no") << ", LibTorch " << TORCH_VERSION
               << "\n"
-              << "length penalty 0.6, max length 1.2 * source length + 10; tokens = hypothesis tokens + eos\n"
+              << "length penalty 0.6, max length "
+              << (r["fixed-length"].as<int64_t>() > 0
+                      ? std::to_string(r["fixed-length"].as<int64_t>()) + " on both sides"
+                      : std::string("1.2 * source length + 10 (CTranslate2: 256)"))
+              << "; tokens = hypothesis tokens + eos\n"
               << "torchmt beam search ends a sentence "
               << (r.count("early-exit") ? "when its best candidate ends it (--early-exit: beam rows NOT like for "
                                           "like, CTranslate2 waits for beam-size finished hypotheses)\n"
