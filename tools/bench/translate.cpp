@@ -108,7 +108,7 @@ Measure run_ours(Translator& translator, const std::vector<std::string>& lines, 
   options.search.beam_size = beam;
   options.search.early_exit = early_exit;
   options.search.scores = false;  // as `translate` without n-best output
-  if (fixed_length > 0) {  // every hypothesis runs to the limit (a model whose end never wins)
+  if (fixed_length > 0) {  // one limit for every sentence, as CTranslate2's max_decoding_length
     options.search.max_len_a = 0;
     options.search.max_len_b = fixed_length;
   }
@@ -235,8 +235,9 @@ int main(int argc, char** argv) {
       "torchmt's beam search ends a sentence when its best candidate ends it (OpenNMT-py's criterion; "
       "not like for like: CTranslate2, as torchmt by default, runs until beam-size hypotheses are finished)")(
       "fixed-length",
-      "decode every sentence for exactly N steps on both sides (torchmt: length limit N; CTranslate2: "
-      "max_decoding_length N), for models whose outputs do not end on their own (random weights); 0 = off",
+      "one length limit of N tokens on both sides (torchmt: max length N instead of 1.2 * source + 10; "
+      "CTranslate2: max_decoding_length N): like for like when a model loops, and every sentence runs N steps "
+      "when its outputs never end (random weights); 0 = off",
       cxxopts::value<int64_t>()->default_value("0"))(
       "rounds",
       "measure torchmt and CTranslate2 this many times (each configuration: torchmt, then CTranslate2), "
@@ -273,6 +274,7 @@ int main(int argc, char** argv) {
     if (r["threads"].as<int>() < 1) throw std::invalid_argument("--threads must be at least 1");
     if (r["sentences"].as<int64_t>() < 0) throw std::invalid_argument("--sentences must be >= 0");
     if (r["rounds"].as<int>() < 1) throw std::invalid_argument("--rounds must be at least 1");
+    if (r["fixed-length"].as<int64_t>() < 0) throw std::invalid_argument("--fixed-length must be >= 0");
     device = resolve_device(r["device"].as<std::string>());
     if (std::count(dtypes.begin(), dtypes.end(), "fp16") && !device.is_cuda())
       throw std::invalid_argument("--dtypes fp16 decodes on CUDA only (use bf16 on the CPU)");
@@ -286,6 +288,7 @@ int main(int argc, char** argv) {
   const bool ct2 = !r.count("no-ctranslate2");
   const auto ct2_dtypes = split(r["ct2-dtypes"].as<std::string>(), ',');
   const int threads = r["threads"].as<int>();
+  const int64_t fixed_length = r["fixed-length"].as<int64_t>();
   const std::string model_path = r["model"].as<std::string>();
   const std::string src_path = r["src"].as<std::string>();
   fs::path work;
@@ -336,8 +339,7 @@ int main(int argc, char** argv) {
               << "native CPU bf16: " << (cpu_has_native_bf16() ? "yes" : "no") << ", LibTorch " << TORCH_VERSION
               << "\n"
               << "length penalty 0.6, max length "
-              << (r["fixed-length"].as<int64_t>() > 0
-                      ? std::to_string(r["fixed-length"].as<int64_t>()) + " on both sides"
+              << (fixed_length > 0 ? std::to_string(fixed_length) + " on both sides"
                       : std::string("1.2 * source length + 10 (CTranslate2: 256)"))
               << "; tokens = hypothesis tokens + eos\n"
               << "torchmt beam search ends a sentence "
@@ -411,8 +413,7 @@ int main(int argc, char** argv) {
       ct2_command = shell_quote(r["python"].as<std::string>()) + " " + shell_quote(r["ct2-runner"].as<std::string>()) +
                     " --pieces " + shell_quote(pieces_path) + " --out " + shell_quote(ct2_out_path) + " --settings " +
                     settings;
-      if (const int64_t fixed = r["fixed-length"].as<int64_t>(); fixed > 0)
-        ct2_command += " --max-decoding-length " + std::to_string(fixed);
+      if (fixed_length > 0) ct2_command += " --max-decoding-length " + std::to_string(fixed_length);
     }
     // A peer (CTranslate2, ONNX Runtime) on one configuration, right after torchmt's run of it: a
     // shared machine's speed drifts over minutes (this project's 2-core EPYC: the same torchmt run
@@ -486,7 +487,7 @@ int main(int argc, char** argv) {
                                                          : fp32;
               const kernels::ScreenStats before = kernels::screen_stats();
               Measure m = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
-                                   r.count("early-exit") > 0, r["fixed-length"].as<int64_t>());
+                                   r.count("early-exit") > 0, fixed_length);
               std::cerr << " " << fmt(m.seconds, 2) << " s\n";
               const kernels::ScreenStats after = kernels::screen_stats();
               if (const int64_t rows = after.rows - before.rows; rows > 0)  // warm-up included
@@ -501,7 +502,7 @@ int main(int argc, char** argv) {
                 std::cerr << "  with the shortlist ..." << std::flush;
                 translator.set_shortlist(shortlist);
                 Measure s = run_ours(translator, lines, beam, batch, cache, r["workers"].as<int64_t>(),
-                                     r.count("early-exit") > 0, r["fixed-length"].as<int64_t>());
+                                     r.count("early-exit") > 0, fixed_length);
                 translator.set_shortlist(nullptr);
                 std::cerr << " " << fmt(s.seconds, 2) << " s\n";
                 const Key shortlisted{"shortlist", beam, batch, dtype, true};
