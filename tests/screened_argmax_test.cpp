@@ -23,9 +23,13 @@ using namespace kernels;
 class ScreenedArgmax : public test::EveryCpuIsa {};
 TORCHMT_FOR_EVERY_CPU_ISA(ScreenedArgmax);
 
-// What greedy search takes without the screen: the top-1 of the log-softmax of the kernel's logits.
-std::vector<int64_t> full_top1(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+// What greedy search takes without the screen: the top-1 of the log-softmax of the logits, from
+// the few-row kernel up to kSmallBatchLinearMaxRows rows, else from `gemm` (ATen's GEMM by default).
+std::vector<int64_t> full_top1(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                               PackedGemm gemm = PackedGemm::kAten) {
   auto logits = try_small_batch_linear_cpu(x, w, b);
+  if (!logits.defined())
+    logits = gemm == PackedGemm::kAten ? torch::linear(x, w, b) : try_packed_linear(pack_weight(w, gemm), x, b);
   EXPECT_TRUE(logits.defined());
   EXPECT_TRUE(try_log_softmax_in_place_cpu(logits));
   auto top = row_top_k(logits, 1).second.contiguous();
@@ -45,7 +49,8 @@ TEST_P(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
       auto b = with_bias ? torch::randn({out}) * 0.1 : torch::Tensor();
       const auto screen = build_screen(w, b);
       int64_t decided = 0, total = 0;
-      for (int64_t rows = 1; rows <= kSmallBatchLinearMaxRows; ++rows) {
+      // Few rows (the few-row kernel's) and a batch's (a GEMM's, whose summation order is not ours).
+      for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 64}) {
         auto x = torch::randn({rows, in}) * 2.0;
         const auto before = screen_stats();
         const auto tokens = try_screened_argmax(*screen, x, w, b);
@@ -53,12 +58,20 @@ TEST_P(ScreenedArgmax, DecidedRowsGetTheFullProjectionsTokenFromFewFp32Logits) {
         EXPECT_EQ(after.rows - before.rows, rows);
         EXPECT_EQ(after.open_rows - before.open_rows, std::count(tokens.begin(), tokens.end(), -1));
         ASSERT_EQ(static_cast<int64_t>(tokens.size()), rows);
-        const auto expected = full_top1(x, w, b);
+        std::vector<PackedGemm> gemms{PackedGemm::kAten};
+        if (rows > kSmallBatchLinearMaxRows)
+          for (auto g : available_packed_gemms()) gemms.push_back(g);
+        for (auto gemm : gemms) {
+          const auto expected = full_top1(x, w, b, gemm);
+          for (int64_t m = 0; m < rows; ++m) {
+            if (tokens[m] < 0) continue;
+            EXPECT_EQ(tokens[m], expected[m]) << in << "x" << out << " row " << m << " of " << rows << ", "
+                                              << packed_gemm_name(gemm);
+          }
+        }
         for (int64_t m = 0; m < rows; ++m) {
           ++total;
-          if (tokens[m] < 0) continue;
-          ++decided;
-          EXPECT_EQ(tokens[m], expected[m]) << in << "x" << out << " row " << m << " of " << rows;
+          decided += tokens[m] >= 0 ? 1 : 0;
         }
         if (rows == 1 && tokens[0] >= 0) {
           EXPECT_LT(after.fp32_logits - before.fp32_logits, out / 4) << "the screen ruled out too few rows";
@@ -121,7 +134,8 @@ TEST_P(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
   const auto screen = build_screen(w, {});
   {
     torch::NoGradGuard no_grad;
-    EXPECT_TRUE(try_screened_argmax(*screen, x, w, {}).empty()) << "more rows than the few-row kernel takes";
+    EXPECT_EQ(try_screened_argmax(*screen, x, w, {}).size(), int8_screen_runs() ? 9u : 0u)
+        << "more rows than the few-row kernel takes: screened all the same";
     EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2).to(torch::kBFloat16), w, {}).empty());
     EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2), w.narrow(0, 0, 99), {}).empty()) << "another weight";
     auto nan_row = x.slice(0, 0, 1).clone();
@@ -134,34 +148,51 @@ TEST_P(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
 }
 
 // A real (random, tiny) model: greedy search without scores finds the tokens it finds with
-// them, and its scores are NaN, not a number that looks right.
+// them, and its scores are NaN, not a number that looks right; in batches of few rows and of
+// more (a GEMM's), and with every output a tie (each projection row twice), where every row is
+// left to the full projection.
 TEST_P(ScreenedArgmax, GreedySearchWithoutScoresFindsTheSameTokens) {
-  ModelConfig c = ModelConfig::preset("tiny");
-  c.src_vocab_size = c.tgt_vocab_size = 300;
-  torch::manual_seed(8);
-  Transformer model(c);
-  model->eval();
-  prepare_linears_for_inference(*model, InferencePrecision::kFloat, &model->fc_out);
-  auto src = torch::randint(4, 300, {6, 9}, torch::kLong);
-  src.index_put_({2, torch::indexing::Slice(5)}, 0);
-  SearchOptions with;
-  with.beam_size = 1;
-  with.max_len_a = 0;
-  with.max_len_b = 12;
-  SearchOptions without = with;
-  without.scores = false;
-  torch::NoGradGuard no_grad;
-  for (int64_t batch : {1, 3, 6}) {
-    for (int64_t start = 0; start + batch <= src.size(0); start += batch) {
-      auto part = src.slice(0, start, start + batch);
-      TransformerDecoder a(model, true), b(model, true);
-      auto scored = search(a, part, with);
-      auto unscored = search(b, part, without);
-      for (int64_t i = 0; i < batch; ++i) {
-        EXPECT_EQ(unscored[i][0].tokens, scored[i][0].tokens) << "batch " << batch << " sentence " << start + i;
-        EXPECT_TRUE(std::isnan(unscored[i][0].score));
-        EXPECT_FALSE(std::isnan(scored[i][0].score));
+  for (bool ties : {false, true}) {
+    ModelConfig c = ModelConfig::preset("tiny");
+    c.src_vocab_size = c.tgt_vocab_size = 300;
+    torch::manual_seed(8);
+    Transformer model(c);
+    model->eval();
+    if (ties) {
+      torch::NoGradGuard no_grad;
+      auto w = model->fc_out->weight.view({150, 2, -1});  // [pairs, 2, D]
+      w.select(1, 1).copy_(w.select(1, 0));
+      auto b = model->fc_out->bias.view({150, 2});  // [pairs, 2]
+      b.select(1, 1).copy_(b.select(1, 0));
+    }
+    prepare_linears_for_inference(*model, InferencePrecision::kFloat, &model->fc_out);
+    auto src = torch::randint(4, 300, {12, 9}, torch::kLong);
+    src.index_put_({2, torch::indexing::Slice(5)}, 0);
+    SearchOptions with;
+    with.beam_size = 1;
+    with.max_len_a = 0;
+    with.max_len_b = 12;
+    SearchOptions without = with;
+    without.scores = false;
+    torch::NoGradGuard no_grad;
+    const auto before = screen_stats();
+    for (int64_t batch : {1, 3, 6, 12}) {
+      for (int64_t start = 0; start + batch <= src.size(0); start += batch) {
+        auto part = src.slice(0, start, start + batch);
+        TransformerDecoder a(model, true), b(model, true);
+        auto scored = search(a, part, with);
+        auto unscored = search(b, part, without);
+        for (int64_t i = 0; i < batch; ++i) {
+          EXPECT_EQ(unscored[i][0].tokens, scored[i][0].tokens)
+              << "batch " << batch << " sentence " << start + i << (ties ? ", ties" : "");
+          EXPECT_TRUE(std::isnan(unscored[i][0].score));
+          EXPECT_FALSE(std::isnan(scored[i][0].score));
+        }
       }
+    }
+    const auto after = screen_stats();
+    if (int8_screen_runs() && ties) {
+      EXPECT_EQ(after.open_rows - before.open_rows, after.rows - before.rows) << "every row a tie: every row open";
     }
   }
 }

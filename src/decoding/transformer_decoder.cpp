@@ -97,13 +97,17 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   };
   auto tokens = try_linear_argmax(model_->fc_out, hidden);
   if (tokens.empty()) return top1(hidden).view({-1});
-  // Rows the screen left open (the kernel gives a row the same logits in any batch of few rows).
+  // Rows the screen left open: computed as step() computes them. Up to kSmallBatchLinearMaxRows
+  // rows the kernel gives a row the same logits in any batch of few rows, so the open rows alone;
+  // beyond, a GEMM's rounding may depend on the rows it is given, so all of them.
   std::vector<int64_t> open;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0) open.push_back(static_cast<int64_t>(i));
   if (!open.empty()) {
-    const auto top = top1(hidden.index_select(0, torch::tensor(open, torch::kLong))).contiguous();
-    for (size_t i = 0; i < open.size(); ++i) tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[i];
+    const bool few = hidden.size(0) <= kernels::kSmallBatchLinearMaxRows;
+    const auto top = (few ? top1(hidden.index_select(0, torch::tensor(open, torch::kLong))) : top1(hidden)).contiguous();
+    for (size_t i = 0; i < open.size(); ++i)
+      tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[few ? i : static_cast<size_t>(open[i])];
   }
   return torch::tensor(tokens, torch::kLong);  // [N], CPU (the screen runs only there)
 }

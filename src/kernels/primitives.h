@@ -120,10 +120,9 @@ at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, c
 struct ScreenedProjection;
 // The screen of an fp32 projection weight [V, K] (bias: [V] or undefined).
 std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight, const at::Tensor& bias);
-// For each row of x [N, K] (N <= kSmallBatchLinearMaxRows, fp32, inference): the index of its
-// largest x W^T + b as try_small_batch_linear_cpu computes them, or -1 where the full row must
-// decide; empty where the screen does not apply (nothing computed). weight/bias: those the
-// screen was built from.
+// For each row of x [N, K] (fp32, inference): the index of its largest x W^T + b as any fp32
+// projection of the row computes them, or -1 where the full projection must decide; empty where
+// the screen does not apply (nothing computed). weight/bias: those the screen was built from.
 std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
                                          const at::Tensor& weight, const at::Tensor& bias);
 // What the screens of this process did (every thread): rows screened, rows left to the full

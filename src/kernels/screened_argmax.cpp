@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "primitives.h"
+#include "vector.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/environment.h"
 
@@ -87,9 +88,66 @@ std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight_
 
 namespace {
 
-// Row x's token, or -1 (see the header). approx: the row's int8 logits without the bias.
+// The scans of a row's V approximate logits (approx + bias, summed in float), vectorised: at 64
+// rows a step scans V logits per row, and the scalar scan in double cost as much as the int8
+// projection itself.
+struct RowMax {
+  int64_t index = 0;  // a largest sum (not necessarily the first: any one serves as the screen's start)
+  bool nan = false;   // some sum is NaN
+};
+
+TORCHMT_VECTOR_INLINE RowMax row_max_body(const float* approx, const float* bias, int64_t n) {
+  const f32x8 lanes = {0, 1, 2, 3, 4, 5, 6, 7};
+  f32x8 best = f32x8{} - std::numeric_limits<float>::infinity(), at = {};
+  i32x8 nan = {};
+  int64_t v = 0;
+  // Indices as floats: exact below 2^24, far above any vocabulary.
+  for (; v + 8 <= n; v += 8) {
+    const f32x8 sum = load8_as_float(approx + v) + load8_as_float(bias + v);
+    nan |= sum != sum;
+    const i32x8 more = sum > best;
+    best = select<f32x8>(more, sum, best);
+    at = select<f32x8>(more, lanes + static_cast<float>(v), at);
+  }
+  RowMax r;
+  float top = -std::numeric_limits<float>::infinity();
+  for (int l = 0; l < 8; ++l) {
+    r.nan = r.nan || nan[l] != 0;
+    if (best[l] > top) top = best[l], r.index = static_cast<int64_t>(at[l]);
+  }
+  for (; v < n; ++v) {
+    const float sum = approx[v] + bias[v];
+    r.nan = r.nan || sum != sum;
+    if (sum > top) top = sum, r.index = v;
+  }
+  return r;
+}
+TORCHMT_VECTOR_KERNEL(RowMax, row_max, row_max_body, (const float* approx, const float* bias, int64_t n),
+                      (approx, bias, n))
+
+// Appends every v whose float sum approx[v] + bias[v] is at least `cutoff` to `out`.
+TORCHMT_VECTOR_INLINE void collect_at_least_body(const float* approx, const float* bias, int64_t n, float cutoff,
+                                                 std::vector<int64_t>* out) {
+  int64_t v = 0;
+  for (; v + 8 <= n; v += 8) {
+    const i32x8 hit = load8_as_float(approx + v) + load8_as_float(bias + v) >= cutoff;
+    uint64_t words[4];
+    std::memcpy(words, &hit, sizeof words);
+    if ((words[0] | words[1] | words[2] | words[3]) == 0) continue;
+    for (int l = 0; l < 8; ++l)
+      if (hit[l] != 0) out->push_back(v + l);
+  }
+  for (; v < n; ++v)
+    if (approx[v] + bias[v] >= cutoff) out->push_back(v);
+}
+TORCHMT_VECTOR_KERNEL(void, collect_at_least, collect_at_least_body,
+                      (const float* approx, const float* bias, int64_t n, float cutoff, std::vector<int64_t>* out),
+                      (approx, bias, n, cutoff, out))
+
+// Row x's token, or -1 (see the header). approx: the row's int8 logits without the bias; bias:
+// the projection's (zeros where it has none).
 int64_t screen_row(const ScreenedProjection& s, const float* x, const float* approx, const float* w,
-                   const float* bias, int64_t& fp32_logits) {
+                   const float* bias, bool has_bias, int64_t& fp32_logits) {
   const int64_t K = s.in, V = s.out;
   double amax = 0, l1x = 0, l2x = 0;
   for (int64_t k = 0; k < K; ++k) {
@@ -104,22 +162,19 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   // room for the fp32 scale's rounding.
   const double x_error = amax / 63.0 * 0.501;
   // What the fp32 sums themselves may be off by, relative to the sum of |products| (and the
-  // bias): the fp32 kernel adds K / 16 + 6 terms in a row (16 lanes, a tree of 4, the bias), each
-  // add off by at most 2^-24, the int8 path's scaling by a few 2^-24; with a wide margin.
-  const double relative = 1e-5 + 1e-8 * static_cast<double>(K);
+  // bias): K + 1 adds in a row, each off by at most 2^-24, bound any summation order (beyond 8
+  // rows the full projection is a library GEMM whose order is not ours); the int8 path's scaling
+  // adds a few 2^-24; with a margin.
+  const double relative = 1e-5 + (static_cast<double>(K) + 8.0) * 0x1p-24;
   auto rounding = [&](double l1w, double max_error, double b) {
     return relative * ((l1w + static_cast<double>(K) * max_error) * amax + std::fabs(b)) + 1e-30;
   };
-  auto logit = [&](int64_t v) { return static_cast<double>(approx[v]) + (bias ? bias[v] : 0.0f); };
+  auto logit = [&](int64_t v) { return static_cast<double>(approx[v]) + bias[v]; };
 
-  int64_t v0 = 0;
-  double a0 = -std::numeric_limits<double>::infinity();
-  for (int64_t v = 0; v < V; ++v) {
-    const double a = logit(v);
-    if (std::isnan(a)) return -1;
-    if (a > a0) a0 = a, v0 = v;
-  }
-  const double tau = small_batch_dot_fp32(x, w + v0 * K, bias ? bias + v0 : nullptr, K);
+  const RowMax start = row_max(approx, bias, V);
+  if (start.nan) return -1;
+  const int64_t v0 = start.index;
+  const double tau = small_batch_dot_fp32(x, w + v0 * K, has_bias ? bias + v0 : nullptr, K);
   ++fp32_logits;
   if (!std::isfinite(tau)) return -1;
   // The full projection sums the same products in another tile of the kernel, which may round
@@ -131,12 +186,20 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   // any row, then each such row against its own.
   const double widest = (static_cast<double>(s.max_of_max_error) * l1x + x_error * s.max_of_l1) * 1.001 +
                         rounding(s.max_of_l1, s.max_of_max_error, s.max_abs_bias);
+  // In float first: a float sum is within 2^-24 of its value, so every v with logit(v) + widest
+  // >= threshold has a float sum of at least low - 2^-24 |low|; the slack is far wider.
+  const double low = threshold - widest;
+  const double slack = 1e-6 * std::fabs(low) + 1e-30;
+  auto cutoff = static_cast<float>(low - slack);
+  if (static_cast<double>(cutoff) > low - slack) cutoff = std::nextafter(cutoff, -std::numeric_limits<float>::infinity());
+  std::vector<int64_t> above;
+  collect_at_least(approx, bias, V, cutoff, &above);
   std::vector<int64_t> candidates;
-  for (int64_t v = 0; v < V; ++v) {
+  for (const int64_t v : above) {
     if (v == v0 || logit(v) + widest < threshold) continue;
     const auto i = static_cast<size_t>(v);
     const double bound = (std::min(s.max_error[i] * l1x, s.error_l2[i] * l2x) + x_error * s.l1[i]) * 1.001 +
-                         rounding(s.l1[i], s.max_error[i], bias ? bias[v] : 0.0f);
+                         rounding(s.l1[i], s.max_error[i], bias[v]);
     if (logit(v) + bound < threshold) continue;
     if (candidates.size() == kMaxCandidates) return -1;
     candidates.push_back(v);
@@ -146,7 +209,7 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   std::vector<double> logits;
   logits.reserve(candidates.size());
   for (const int64_t v : candidates) {
-    const double l = small_batch_dot_fp32(x, w + v * K, bias ? bias + v : nullptr, K);
+    const double l = small_batch_dot_fp32(x, w + v * K, has_bias ? bias + v : nullptr, K);
     ++fp32_logits;
     if (!std::isfinite(l)) return -1;
     logits.push_back(l);
@@ -175,7 +238,7 @@ std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const
   const int64_t V = weight.size(0), K = weight.size(1);
   if (K == 0 || V == 0 || x.dim() < 1 || x.size(-1) != K) return {};
   const int64_t rows = x.numel() / K;
-  if (rows < 1 || rows > kSmallBatchLinearMaxRows) return {};
+  if (rows < 1) return {};
   if (bias.defined() && (!bias.device().is_cpu() || bias.scalar_type() != at::kFloat || bias.numel() != V ||
                          !bias.is_contiguous()))
     return {};
@@ -184,12 +247,13 @@ std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const
   if (cpu_isa() == CpuIsa::kPortable || !screen_enabled()) return {};
   const at::Tensor input = x.reshape({rows, K}).contiguous();  // [N, K]
   const at::Tensor approx = int8_linear(input, *screen.int8);  // [N, V]
+  const at::Tensor scan_bias = bias.defined() ? bias : torch::zeros({V});  // [V]
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
   int64_t fp32_logits = 0, open = 0;
   for (int64_t m = 0; m < rows; ++m) {
     tokens[static_cast<size_t>(m)] =
         screen_row(screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
-                   weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr, fp32_logits);
+                   weight.data_ptr<float>(), scan_bias.data_ptr<float>(), bias.defined(), fp32_logits);
     open += tokens[static_cast<size_t>(m)] < 0 ? 1 : 0;
   }
   screened_rows += rows;

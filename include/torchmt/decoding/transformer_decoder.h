@@ -15,7 +15,7 @@ class TransformerDecoder : public IncrementalDecoder {
   explicit TransformerDecoder(Transformer model, bool use_cache = true);
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
-  // On the CPU in fp32 with few rows, the output projection screened (src/kernels/primitives.h): the
+  // On the CPU in fp32, the output projection screened (src/kernels/primitives.h): the
   // same tokens as step()'s top-1 without computing most logits in fp32.
   at::Tensor greedy_tokens(const at::Tensor& last_tokens) override;
   void select(const at::Tensor& index) override;
