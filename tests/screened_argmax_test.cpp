@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <torch/torch.h>
 
@@ -102,6 +103,36 @@ TEST_P(ScreenedArgmax, ATieOrNearTieIsLeftToTheFullRow) {
   EXPECT_EQ(full_top1(x, w, torch::Tensor()), std::vector<int64_t>{123});
 }
 
+// A shortlist's rows: the outputs a row may not produce (blocked) are never its token, and the
+// token is the full projection's top-1 among the others; a row with every output blocked is left
+// to the full row.
+TEST_P(ScreenedArgmax, BlockedOutputsAreNeverTheToken) {
+  if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  const int64_t in = 96, out = 700, rows = 20;
+  auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out}) * 0.1, x = torch::randn({rows, in}) * 2.0;
+  const auto screen = build_screen(w, b);
+  const auto unblocked = full_top1(x, w, b);
+  auto blocked = torch::rand({rows, out}) < 0.7;  // [N, V]
+  for (int64_t m = 0; m < rows; ++m) blocked[m][unblocked[static_cast<size_t>(m)]] = true;  // the best: blocked
+  blocked[3].fill_(true);
+  const auto tokens = try_screened_argmax(*screen, x, w, b, blocked);
+  ASSERT_EQ(static_cast<int64_t>(tokens.size()), rows);
+  auto masked = torch::linear(x, w, b).masked_fill_(blocked, -std::numeric_limits<float>::infinity());
+  const auto expected = row_top_k(masked, 1).second.contiguous();
+  int64_t decided = 0;
+  for (int64_t m = 0; m < rows; ++m) {
+    if (tokens[m] < 0) continue;
+    ++decided;
+    EXPECT_FALSE(blocked[m][tokens[m]].item<bool>()) << "row " << m;
+    EXPECT_EQ(tokens[m], expected.data_ptr<int64_t>()[m]) << "row " << m;
+  }
+  EXPECT_EQ(tokens[3], -1) << "nothing left to produce";
+  EXPECT_GT(decided, rows / 2);
+  EXPECT_TRUE(try_screened_argmax(*screen, x, w, b, blocked.narrow(0, 0, rows - 1)).empty()) << "a mask of other rows";
+}
+
 // The screen is made when the layer is prepared; a weight changed in place after that (an
 // optimizer step) is not screened with the old copy, until it is prepared again.
 TEST_P(ScreenedArgmax, AWeightChangedAfterPreparationIsNotScreenedWithTheOldCopy) {
@@ -149,8 +180,8 @@ TEST_P(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
 
 // A real (random, tiny) model: greedy search without scores finds the tokens it finds with
 // them, and its scores are NaN, not a number that looks right; in batches of few rows and of
-// more (a GEMM's), and with every output a tie (each projection row twice), where every row is
-// left to the full projection.
+// more (a GEMM's), with every output a tie (each projection row twice), where every row is
+// left to the full projection, and under a shortlist (each sentence its own tokens).
 TEST_P(ScreenedArgmax, GreedySearchWithoutScoresFindsTheSameTokens) {
   for (bool ties : {false, true}) {
     ModelConfig c = ModelConfig::preset("tiny");
@@ -175,24 +206,44 @@ TEST_P(ScreenedArgmax, GreedySearchWithoutScoresFindsTheSameTokens) {
     SearchOptions without = with;
     without.scores = false;
     torch::NoGradGuard no_grad;
-    const auto before = screen_stats();
+    int64_t rows = 0, open_rows = 0;  // the screen's, without a shortlist
     for (int64_t batch : {1, 3, 6, 12}) {
       for (int64_t start = 0; start + batch <= src.size(0); start += batch) {
         auto part = src.slice(0, start, start + batch);
-        TransformerDecoder a(model, true), b(model, true);
-        auto scored = search(a, part, with);
-        auto unscored = search(b, part, without);
-        for (int64_t i = 0; i < batch; ++i) {
-          EXPECT_EQ(unscored[i][0].tokens, scored[i][0].tokens)
-              << "batch " << batch << " sentence " << start + i << (ties ? ", ties" : "");
-          EXPECT_TRUE(std::isnan(unscored[i][0].score));
-          EXPECT_FALSE(std::isnan(scored[i][0].score));
+        for (bool shortlist : {false, true}) {
+          Steering steering;
+          if (shortlist) {
+            steering.resize(static_cast<size_t>(batch));
+            for (int64_t i = 0; i < batch; ++i) {
+              // Sentence i may produce eos and every token t with (t + i) % 3 != 0.
+              for (int64_t t = 3; t < 300; ++t)
+                if (t == with.eos_id || (t + start + i) % 3 != 0) steering[static_cast<size_t>(i)].vocabulary.push_back(t);
+            }
+          }
+          TransformerDecoder a(model, true), b(model, true);
+          auto scored = search(a, part, with, steering);
+          const auto before = screen_stats();
+          auto unscored = search(b, part, without, steering);
+          const auto after = screen_stats();
+          if (!shortlist) {  // a shortlist can block one of a pair
+            rows += after.rows - before.rows;
+            open_rows += after.open_rows - before.open_rows;
+          }
+          for (int64_t i = 0; i < batch; ++i) {
+            EXPECT_EQ(unscored[i][0].tokens, scored[i][0].tokens) << "batch " << batch << " sentence " << start + i
+                                                                  << (ties ? ", ties" : "") << (shortlist ? ", shortlist" : "");
+            EXPECT_TRUE(std::isnan(unscored[i][0].score));
+            EXPECT_FALSE(std::isnan(scored[i][0].score));
+            if (!shortlist) continue;
+            for (int64_t t : unscored[i][0].tokens)
+              EXPECT_TRUE(t == with.eos_id || (t + start + i) % 3 != 0) << "token " << t << " off the shortlist";
+          }
         }
       }
     }
-    const auto after = screen_stats();
     if (int8_screen_runs() && ties) {
-      EXPECT_EQ(after.open_rows - before.open_rows, after.rows - before.rows) << "every row a tie: every row open";
+      EXPECT_GT(rows, 0);
+      EXPECT_EQ(open_rows, rows) << "every row a tie: every row open";
     }
   }
 }

@@ -86,17 +86,20 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
   torch::NoGradGuard no_grad;
   const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
-  if (restriction_.active()) {
-    // The logits' argmax is the log-probabilities' (step()'s top-1).
-    const auto best = kernels::row_top_k(restricted_logits(hidden), 1).second.view({-1});  // [N] into columns
-    return restriction_.columns().index_select(0, best);
-  }
-  // Rows in full: their projection and top-1, as step() + row_top_k.
+  const bool restricted = restriction_.active();
+  if (restricted && !restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+  // Rows in full: their projection's top-1 (under a shortlist, into its columns), as step() +
+  // row_top_k (the logits' argmax is the log-probabilities').
   auto top1 = [&](const at::Tensor& rows) {
+    if (restricted) return kernels::row_top_k(restricted_logits(rows), 1).second;  // [N, 1], all rows
     return kernels::row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
   };
-  auto tokens = try_linear_argmax(model_->fc_out, hidden);
-  if (tokens.empty()) return top1(hidden).view({-1});
+  auto to_tokens = [&](const at::Tensor& best) {  // [N] indices of the projection's outputs
+    return restricted ? restriction_.columns().index_select(0, best) : best;
+  };
+  auto tokens = restricted ? try_linear_argmax(restricted_out_, hidden, restriction_.blocked_columns())
+                           : try_linear_argmax(model_->fc_out, hidden);
+  if (tokens.empty()) return to_tokens(top1(hidden).view({-1}));
   // Rows the screen left open: computed as step() computes them. Up to kSmallBatchLinearMaxRows
   // rows the kernel gives a row the same logits in any batch of few rows, so the open rows alone;
   // beyond, a GEMM's rounding may depend on the rows it is given, so all of them.
@@ -104,12 +107,13 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0) open.push_back(static_cast<int64_t>(i));
   if (!open.empty()) {
-    const bool few = hidden.size(0) <= kernels::kSmallBatchLinearMaxRows;
+    // (The shortlist's mask is for all rows: its rows are computed together.)
+    const bool few = hidden.size(0) <= kernels::kSmallBatchLinearMaxRows && !restricted;
     const auto top = (few ? top1(hidden.index_select(0, torch::tensor(open, torch::kLong))) : top1(hidden)).contiguous();
     for (size_t i = 0; i < open.size(); ++i)
       tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[few ? i : static_cast<size_t>(open[i])];
   }
-  return torch::tensor(tokens, torch::kLong);  // [N], CPU (the screen runs only there)
+  return to_tokens(torch::tensor(tokens, torch::kLong));  // [N], CPU (the screen runs only there)
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {

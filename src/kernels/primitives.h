@@ -123,8 +123,10 @@ std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight,
 // For each row of x [N, K] (fp32, inference): the index of its largest x W^T + b as any fp32
 // projection of the row computes them, or -1 where the full projection must decide; empty where
 // the screen does not apply (nothing computed). weight/bias: those the screen was built from.
+// blocked (optional) [N, V] bool: outputs a row may not produce (a shortlist's), never its token.
 std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
-                                         const at::Tensor& weight, const at::Tensor& bias);
+                                         const at::Tensor& weight, const at::Tensor& bias,
+                                         const at::Tensor& blocked = at::Tensor());
 // What the screens of this process did (every thread): rows screened, rows left to the full
 // projection, logits computed in fp32.
 struct ScreenStats {

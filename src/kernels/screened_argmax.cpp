@@ -174,6 +174,7 @@ int64_t screen_row(const ScreenedProjection& s, const float* x, const float* app
   const RowMax start = row_max(approx, bias, V);
   if (start.nan) return -1;
   const int64_t v0 = start.index;
+  if (std::isinf(approx[v0])) return -1;  // every output blocked
   const double tau = small_batch_dot_fp32(x, w + v0 * K, has_bias ? bias + v0 : nullptr, K);
   ++fp32_logits;
   if (!std::isfinite(tau)) return -1;
@@ -230,7 +231,7 @@ ScreenStats screen_stats() {
 }
 
 std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
-                                         const at::Tensor& weight, const at::Tensor& bias) {
+                                         const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& blocked) {
   if (at::GradMode::is_enabled() || !x.defined() || !x.device().is_cpu() || x.scalar_type() != at::kFloat ||
       !weight.device().is_cpu() || weight.scalar_type() != at::kFloat || weight.dim() != 2 ||
       !weight.is_contiguous() || active_autocast_dtype(c10::Device(c10::kCPU)) != at::kFloat)
@@ -243,10 +244,15 @@ std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const
                          !bias.is_contiguous()))
     return {};
   if (V != screen.out || K != screen.in) return {};
+  if (blocked.defined() && (!blocked.device().is_cpu() || blocked.scalar_type() != at::kBool || blocked.dim() != 2 ||
+                            blocked.size(0) != rows || blocked.size(1) != V))
+    return {};
   // The portable int8 loop reads less but computes slower than the fp32 kernel streams.
   if (cpu_isa() == CpuIsa::kPortable || !screen_enabled()) return {};
   const at::Tensor input = x.reshape({rows, K}).contiguous();  // [N, K]
   const at::Tensor approx = int8_linear(input, *screen.int8);  // [N, V]
+  // A blocked output's approximation is -inf: never the start, never a candidate.
+  if (blocked.defined()) approx.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
   const at::Tensor scan_bias = bias.defined() ? bias : torch::zeros({V});  // [V]
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
   int64_t fp32_logits = 0, open = 0;

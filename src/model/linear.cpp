@@ -74,10 +74,11 @@ torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& 
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 
-std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x) {
+std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x,
+                                       const torch::Tensor& blocked) {
   const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
   if (!p || !p->screen) return {};
-  return kernels::try_screened_argmax(*p->screen, x, layer->weight, layer->bias);
+  return kernels::try_screened_argmax(*p->screen, x, layer->weight, layer->bias, blocked);
 }
 
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
@@ -132,8 +133,9 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
                                             : torch::zeros({rows.size(0)}, layer->weight.options()));
   const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
   if (q) part->as<QuantizableLinearImpl>()->input_range = q->input_range;  // same inputs as the whole layer
-  if (q && q->prepared)
-    prepare_linears_for_inference(*part, runs_int8(layer) ? InferencePrecision::kInt8 : InferencePrecision::kFloat);
+  if (q && q->prepared)  // the part screened where the whole layer is (greedy search's columns)
+    prepare_linears_for_inference(*part, runs_int8(layer) ? InferencePrecision::kInt8 : InferencePrecision::kFloat,
+                                  q->prepared->screen ? &part : nullptr);
   return part;
 }
 

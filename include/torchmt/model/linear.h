@@ -80,8 +80,10 @@ class ObserveLinearInputs {
 // For each row of x [N, in]: the index of the largest of apply_linear(layer, x)'s outputs in that
 // row, or -1 where the caller must compute the row in full (the screened projection of
 // src/kernels/primitives.h); empty when the layer has no screen (not prepared with one, int8) or
-// it does not apply (training, other devices or dtypes).
-std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x);
+// it does not apply (training, other devices or dtypes). blocked (optional) [N, out] bool: the
+// outputs each row may not produce.
+std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x,
+                                       const torch::Tensor& blocked = torch::Tensor());
 
 enum class InferencePrecision { kFloat, kInt8 };
 
