@@ -54,12 +54,17 @@ void TransformerDecoder::join(const at::Tensor& src) {
 
 void TransformerDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) {
   restriction_.restrict_last(vocabularies, rows_, model_->fc_out->weight.size(0), device());
-  restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+  restricted_out_ = nullptr;
+  restricted_output();  // prepared here, not at the first step
+}
+
+const torch::nn::Linear& TransformerDecoder::restricted_output() {
+  if (!restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+  return restricted_out_;
 }
 
 at::Tensor TransformerDecoder::restricted_logits(const at::Tensor& hidden) {
-  if (!restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
-  auto logits = apply_linear(restricted_out_, hidden).to(torch::kFloat);  // [N, U]
+  auto logits = apply_linear(restricted_output(), hidden).to(torch::kFloat);  // [N, U]
   return logits.masked_fill_(restriction_.blocked_columns(), -std::numeric_limits<float>::infinity());
 }
 
@@ -87,7 +92,6 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   torch::NoGradGuard no_grad;
   const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
   const bool restricted = restriction_.active();
-  if (restricted && !restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
   // Rows in full: their projection's top-1 (under a shortlist, into its columns), as step() +
   // row_top_k (the logits' argmax is the log-probabilities').
   auto top1 = [&](const at::Tensor& rows) {
@@ -97,7 +101,7 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   auto to_tokens = [&](const at::Tensor& best) {  // [N] indices of the projection's outputs
     return restricted ? restriction_.columns().index_select(0, best) : best;
   };
-  auto tokens = restricted ? try_linear_argmax(restricted_out_, hidden, restriction_.blocked_columns())
+  auto tokens = restricted ? try_linear_argmax(restricted_output(), hidden, restriction_.blocked_columns())
                            : try_linear_argmax(model_->fc_out, hidden);
   if (tokens.empty()) return to_tokens(top1(hidden).view({-1}));
   // Rows the screen left open: computed as step() computes them. Up to kSmallBatchLinearMaxRows

@@ -24,6 +24,7 @@ struct ScreenedProjection {
   std::vector<float> max_error;                   // [out] max_k |w - w^|, rounded up
   std::vector<float> error_l2;                    // [out] |w - w^|_2, rounded up
   std::vector<float> l1;                          // [out] |w^|_1, rounded up
+  std::vector<float> zero_bias;                   // [out] the scans' bias for a layer without one
   float max_of_max_error = 0, max_of_l1 = 0, max_abs_bias = 0;
 };
 
@@ -67,6 +68,7 @@ std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight_
   s->max_error.resize(static_cast<size_t>(s->out));
   s->error_l2.resize(static_cast<size_t>(s->out));
   s->l1.resize(static_cast<size_t>(s->out));
+  s->zero_bias.assign(static_cast<size_t>(s->out), 0.0f);
   for (int64_t v = 0; v < s->out; ++v) {
     const double scale = s->int8->scale[static_cast<size_t>(v)];
     double max_error = 0, squares = 0, l1 = 0;
@@ -253,13 +255,13 @@ std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const
   const at::Tensor approx = int8_linear(input, *screen.int8);  // [N, V]
   // A blocked output's approximation is -inf: never the start, never a candidate.
   if (blocked.defined()) approx.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
-  const at::Tensor scan_bias = bias.defined() ? bias : torch::zeros({V});  // [V]
+  const float* scan_bias = bias.defined() ? bias.data_ptr<float>() : screen.zero_bias.data();  // [V]
   std::vector<int64_t> tokens(static_cast<size_t>(rows));
   int64_t fp32_logits = 0, open = 0;
   for (int64_t m = 0; m < rows; ++m) {
     tokens[static_cast<size_t>(m)] =
         screen_row(screen, input.data_ptr<float>() + m * K, approx.data_ptr<float>() + m * V,
-                   weight.data_ptr<float>(), scan_bias.data_ptr<float>(), bias.defined(), fp32_logits);
+                   weight.data_ptr<float>(), scan_bias, bias.defined(), fp32_logits);
     open += tokens[static_cast<size_t>(m)] < 0 ? 1 : 0;
   }
   screened_rows += rows;

@@ -36,7 +36,8 @@ class TransformerDecoder : public IncrementalDecoder {
   at::Tensor memory_, src_mask_, prefix_;
   int64_t rows_ = 0;
   OutputRestriction restriction_;
-  torch::nn::Linear restricted_out_{nullptr};  // fc_out's rows restriction_.columns()
+  torch::nn::Linear restricted_out_{nullptr};  // fc_out's rows restriction_.columns(), made when first needed
+  const torch::nn::Linear& restricted_output();
   // Hidden states [N, D] -> logits [N, U] over restriction_.columns(), -inf where a row may not go.
   at::Tensor restricted_logits(const at::Tensor& hidden);
 };
