@@ -13,6 +13,8 @@ FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options_) : options(o
 void FeedForwardImpl::reset() {
   linear1 = register_module("linear1", make_linear(options.embed_dim(), options.ff_dim()));
   linear2 = register_module("linear2", make_linear(options.ff_dim(), options.embed_dim()));
+  if (auto* q = dynamic_cast<QuantizableLinearImpl*>(linear2.get()))
+    q->sparse_input = options.activation() == Activation::kReLU;
   dropout = register_module("dropout", Dropout(options.dropout()));
 }
 

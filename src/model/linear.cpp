@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "../kernels/primitives.h"
+#include "torchmt/util/environment.h"
 
 namespace torchmt {
 
@@ -15,6 +16,7 @@ struct PreparedLinear {
   std::shared_ptr<const kernels::Int8LinearWeights> int8;  // kInt8
   kernels::PackedWeights packed;                           // kFloat (gemm kAten: nothing packed)
   std::shared_ptr<const kernels::ScreenedProjection> screen;
+  std::shared_ptr<const kernels::SparseInputWeights> sparse_input;  // kFloat, for a ReLU's output
 };
 
 namespace {
@@ -69,6 +71,10 @@ torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& 
   if (linear_observer) (*linear_observer)(*layer, x);
   const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
   if (p && p->int8) return kernels::int8_linear(x, *p->int8);
+  if (p && p->sparse_input) {
+    auto y = kernels::try_sparse_input_linear(*p->sparse_input, x);
+    if (y.defined()) return y;
+  }
   auto y = kernels::try_small_batch_linear_cpu(x, layer->weight, layer->bias);
   if (!y.defined() && p) y = kernels::try_packed_linear(p->packed, x, layer->bias);
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
@@ -86,6 +92,7 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
   std::vector<QuantizableLinearImpl*> linears;
   for (const auto& child : module.modules(/*include_self=*/true))
     if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linears.push_back(linear);
+  static const bool sparse_input_enabled = env_flag("TORCHMT_SPARSE_INPUT", true);
   // Layers are prepared on all cores at once: packing and quantizing is most of a model's load.
   at::parallel_for(0, static_cast<int64_t>(linears.size()), 1, [&](int64_t begin, int64_t end) {
     torch::NoGradGuard no_grad;
@@ -105,6 +112,7 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
         p->int8 = kernels::quantize_linear_int8(w, b, linear->input_range.amax, linear->input_range.has_negative);
       } else if (fp32_cpu) {
         p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
+        if (linear->sparse_input && sparse_input_enabled) p->sparse_input = kernels::pack_sparse_input_weight(w, b);
         if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
       }
       linear->prepared = std::move(p);

@@ -3,8 +3,10 @@
 // oneDNN's packed weight, each timed in the same run, and which one the rule table picks at the
 // active instruction set. The evidence for the rule table's rows (tools/bench/DECISIONS.md).
 // Beside them the int8 kernel (kernels/int8_linear.cpp, the input quantization included) on the
-// same shapes, and the multiply-accumulates per second of the fastest fp32 path and of int8.
-//   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S]
+// same shapes, and the multiply-accumulates per second of the fastest fp32 path and of int8. With
+// --zeros F the inputs have that share of zeros (a ReLU's output) and the sparse-input kernel
+// (kernels/sparse_input_linear.cpp) is timed beside them where it applies (1-8 rows).
+//   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S] [--zeros F]
 // Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
 // output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
 // an encoder batch (1280).
@@ -51,7 +53,9 @@ int main(int argc, char** argv) {
                                                          "512x512,1024x512,2048x512,512x2048,32000x512,58101x512"))(
       "rows", "rows per call", cxxopts::value<std::string>()->default_value("64,320,1280"))(
       "threads", "intra-op threads", cxxopts::value<int>()->default_value("2"))(
-      "seconds", "time per measurement", cxxopts::value<double>()->default_value("0.5"))("h,help", "this help");
+      "seconds", "time per measurement", cxxopts::value<double>()->default_value("0.5"))(
+      "zeros", "fraction of the inputs that are zeros (a ReLU's output); above 0 the sparse-input kernel is timed too (1-8 rows)",
+      cxxopts::value<double>()->default_value("0"))("h,help", "this help");
   try {
     const auto args = options.parse(argc, argv);
     if (args.count("help")) {
@@ -62,6 +66,8 @@ int main(int argc, char** argv) {
     const double seconds = args["seconds"].as<double>();
     if (threads < 1) throw std::invalid_argument("--threads: must be at least 1");
     if (!(seconds > 0)) throw std::invalid_argument("--seconds: must be positive");
+    const double zeros = args["zeros"].as<double>();
+    if (!(zeros >= 0 && zeros < 1)) throw std::invalid_argument("--zeros: must be in [0, 1)");
     std::vector<std::pair<int64_t, int64_t>> shapes;
     {
       std::stringstream in(args["shapes"].as<std::string>());
@@ -85,15 +91,19 @@ int main(int argc, char** argv) {
     std::printf("%-11s %6s", "weight", "rows");
     for (auto g : gemms) std::printf(" %9s", k::packed_gemm_name(g));
     for (size_t i = 1; i < gemms.size(); ++i) std::printf(" %7s/x", k::packed_gemm_name(gemms[i]));
-    std::printf("  rule    max|diff| %9s %10s %10s\n", "int8", "fp32 GMAC/s", "int8 GMAC/s");
+    std::printf("  rule    max|diff| %9s %10s %10s", "int8", "fp32 GMAC/s", "int8 GMAC/s");
+    if (zeros > 0) std::printf(" %9s %8s %9s", "sparse", "best/x", "max|diff|");
+    std::printf("\n");
     for (const auto& [out, in] : shapes) {
       const auto w = torch::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));  // [out, in]
       const auto b = torch::randn({out}) * 0.1;
       std::vector<k::PackedWeights> packed;
       for (auto g : gemms) packed.push_back(k::pack_weight(w, g));
       const auto int8_weights = k::quantize_linear_int8(w, b, 0.f, false);
+      const auto sparse_weights = zeros > 0 ? k::pack_sparse_input_weight(w, b) : nullptr;
       for (int64_t m : rows) {
-        const auto x = torch::randn({m, in});  // [M, in]
+        auto x = torch::randn({m, in});  // [M, in]
+        if (zeros > 0) x = x.abs() * (torch::rand({m, in}) >= zeros);  // a ReLU's output with that share of zeros
         const auto reference = torch::linear(x, w, b);
         std::vector<double> ms;  // NaN where a path does not apply to this shape
         double max_diff = 0;
@@ -118,8 +128,14 @@ int main(int argc, char** argv) {
         for (double t : ms) std::isnan(t) ? std::printf(" %9s", "-") : std::printf(" %9.3f", t);
         for (size_t i = 1; i < ms.size(); ++i)
           std::isnan(ms[i]) ? std::printf(" %9s", "-") : std::printf(" %8.2fx", ms[0] / ms[i]);
-        std::printf("  %-7s %.1e %9.3f %10.1f %10.1f\n", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
+        std::printf("  %-7s %.1e %9.3f %10.1f %10.1f", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
                     int8_ms, macs / best / 1e6, macs / int8_ms / 1e6);
+        if (sparse_weights && k::try_sparse_input_linear(*sparse_weights, x).defined()) {  // 1-8 rows
+          const double sparse_ms = 1e3 * time_call([&] { return k::try_sparse_input_linear(*sparse_weights, x); }, seconds);
+          const double diff = (k::try_sparse_input_linear(*sparse_weights, x) - reference).abs().max().item<double>();
+          std::printf(" %9.3f %7.2fx %9.1e", sparse_ms, best / sparse_ms, diff);
+        }
+        std::printf("\n");
       }
     }
   } catch (const std::exception& e) {

@@ -39,6 +39,9 @@ class QuantizableLinearImpl : public torch::nn::LinearImpl {
   std::shared_ptr<const PreparedLinear> prepared;
   // Static int8: prepare_linears_for_inference(kInt8) quantizes every input over this range.
   ActivationRange input_range;
+  // Its input is a ReLU's output (a feed-forward layer's second Linear), mostly zeros: fp32 CPU
+  // inference skips them (kernels::try_sparse_input_linear) unless TORCHMT_SPARSE_INPUT=0.
+  bool sparse_input = false;
 };
 
 // While one is alive on this thread, the model's modules allocate their parameters without

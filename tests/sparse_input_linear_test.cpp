@@ -1,0 +1,113 @@
+// The few-row linear kernel for inputs that are mostly zeros (a ReLU feed-forward layer's second
+// Linear), on every instruction set: the dense product's values, one FMA per nonzero input in
+// ascending order (bit for bit where the copy has FMA), NaN inputs kept, and it steps aside where it
+// does not apply; the model marks exactly its ReLU layers' second Linears and translates the same.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "kernel_isa_support.h"
+#include "kernels/primitives.h"
+#include "torchmt/model/feed_forward.h"
+#include "torchmt/model/linear.h"
+
+namespace torchmt {
+namespace {
+
+using namespace kernels;
+
+class SparseInputLinearTest : public test::EveryCpuIsa {};
+TORCHMT_FOR_EVERY_CPU_ISA(SparseInputLinearTest);
+
+// A ReLU's output: about three quarters zeros.
+at::Tensor relu_like(int64_t rows, int64_t in) {
+  return torch::randn({rows, in}).abs() * (torch::rand({rows, in}) >= 0.75);
+}
+
+TEST_P(SparseInputLinearTest, EqualsTheDenseProductWithTheSumsInInputOrder) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  struct Shape {
+    int64_t rows, in, out;
+  };
+  for (const Shape s : {Shape{1, 2048, 512}, Shape{5, 96, 37}, Shape{8, 33, 8}, Shape{3, 7, 3}, Shape{2, 64, 1}})
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.in) + "x" + std::to_string(s.out));
+      auto x = relu_like(s.rows, s.in), w = torch::randn({s.out, s.in});
+      auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
+      const auto packed = pack_sparse_input_weight(w, b);
+      auto y = try_sparse_input_linear(*packed, x);
+      ASSERT_TRUE(y.defined());
+      ASSERT_EQ(y.sizes(), torch::IntArrayRef({s.rows, s.out}));
+      auto exact = torch::linear(x.to(torch::kDouble), w.to(torch::kDouble),
+                                 with_bias ? b.to(torch::kDouble) : torch::Tensor());
+      EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), exact, 1e-5, 1e-4));
+      if (cpu_isa() < CpuIsa::kAvx2) continue;  // the portable copy rounds product and sum apart
+      // The order the kernel promises: the bias, then one fused multiply-add per nonzero input.
+      auto xa = x.accessor<float, 2>();
+      auto wa = w.accessor<float, 2>();
+      auto ya = y.accessor<float, 2>();
+      for (int64_t m = 0; m < s.rows; ++m)
+        for (int64_t n = 0; n < s.out; ++n) {
+          float sum = with_bias ? b[n].item<float>() : 0.0f;
+          for (int64_t k = 0; k < s.in; ++k)
+            if (xa[m][k] != 0.0f) sum = std::fma(xa[m][k], wa[n][k], sum);
+          ASSERT_EQ(ya[m][n], sum) << "row " << m << " output " << n;
+        }
+    }
+}
+
+TEST_P(SparseInputLinearTest, KeepsLeadingDimensionsAndNanInputs) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  auto w = torch::randn({24, 40}), b = torch::randn({24});
+  const auto packed = pack_sparse_input_weight(w, b);
+  auto x = relu_like(4, 40).reshape({2, 2, 40});  // [2, 2, 40]
+  x[1][0][3] = std::numeric_limits<float>::quiet_NaN();
+  auto y = try_sparse_input_linear(*packed, x);
+  ASSERT_EQ(y.sizes(), torch::IntArrayRef({2, 2, 24}));
+  EXPECT_TRUE(torch::isnan(y[1][0]).all().item<bool>()) << "a NaN input reaches every output";
+  EXPECT_FALSE(torch::isnan(y[0]).any().item<bool>());
+  EXPECT_TRUE(torch::allclose(y[1][1], torch::linear(x[1][1], w, b), 1e-5, 1e-4));
+}
+
+TEST_P(SparseInputLinearTest, StepsAsideWhereItDoesNotApply) {
+  torch::NoGradGuard no_grad;
+  const auto packed = pack_sparse_input_weight(torch::randn({16, 32}), torch::randn({16}));
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 31)).defined());
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 32).to(torch::kBFloat16)).defined());
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(0, 32)).defined());
+  torch::GradMode::set_enabled(true);
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 32)).defined());
+  torch::GradMode::set_enabled(false);
+}
+
+// Only a ReLU layer's second Linear takes the kernel; prepared for inference, the layer gives the
+// unprepared layer's outputs (to the summation's rounding) at a few rows and at many.
+TEST(SparseInputFeedForwardTest, ReluLayersOnlyAndTheSameOutputs) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  for (Activation activation : {Activation::kReLU, Activation::kGELU}) {
+    FeedForward ffn(FeedForwardOptions(32, 128).dropout(0.0).activation(activation));
+    ffn->eval();
+    const auto* second = dynamic_cast<const QuantizableLinearImpl*>(ffn->linear2.get());
+    ASSERT_NE(second, nullptr);
+    EXPECT_EQ(second->sparse_input, activation == Activation::kReLU);
+    EXPECT_FALSE(dynamic_cast<const QuantizableLinearImpl*>(ffn->linear1.get())->sparse_input);
+    for (int64_t rows : {1, 3, 40}) {
+      auto x = torch::randn({rows, 1, 32});
+      auto before = ffn->forward(x);
+      prepare_linears_for_inference(*ffn, InferencePrecision::kFloat);
+      auto after = ffn->forward(x);
+      release_inference_preparation(*ffn);
+      EXPECT_TRUE(torch::allclose(after, before, 1e-5, 1e-5)) << rows;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace torchmt
