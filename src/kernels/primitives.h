@@ -113,7 +113,7 @@ at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, c
 // model (74% in modern-base's layers, 79% in modern-small's, beam 5 on test_2016). A decoding step
 // of a few rows streams every weight from memory; a product of zero adds nothing, so each output
 // here is the bias plus the products of the row's nonzero inputs alone, summed in ascending input
-// order with one FMA each, reading only those inputs' rows of W^T (packed once, [in, out]). Rows
+// order (a multiply-add each), reading only those inputs' rows of W^T (packed once, [in, out]). Rows
 // are independent. Sums differ from a dense product's only in their order (the last bits); a
 // non-finite weight meeting a zero input gives 0, where a dense product gives NaN.
 struct SparseInputWeights {
