@@ -4,7 +4,6 @@
 // exactly its ReLU layers' second Linears and translates the same.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <limits>
 
 #include <torch/torch.h>

@@ -16,8 +16,8 @@ namespace {
 // known from the list, scattered over a weight that does not stay in cache between steps.
 constexpr int kPrefetchAhead = 4;
 
-// out[n] = bias[n] + sum over the row's nonzero inputs k, ascending, of x[k] * wt[k, n]: one FMA
-// per nonzero input and output, the output row (a few KB) kept in L1.
+// out[n] = bias[n] + sum over the row's nonzero inputs k, ascending, of x[k] * wt[k, n]: one
+// multiply-add per nonzero input and output, the output row (a few KB) kept in L1.
 TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& w, int32_t* idx, float* out) {
   const int64_t K = w.in, N = w.out;
   int64_t count = 0;
@@ -31,7 +31,8 @@ TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& 
   for (int64_t i = 0; i < count; ++i) {
     if (i + kPrefetchAhead < count) {
       const char* ahead = reinterpret_cast<const char*>(wt + idx[i + kPrefetchAhead] * N);
-      for (int64_t line = 0; line < N * static_cast<int64_t>(sizeof(float)); line += 64) __builtin_prefetch(ahead + line, 0, 1);
+      for (int64_t line = 0; line < N * static_cast<int64_t>(sizeof(float)); line += 64)
+        __builtin_prefetch(ahead + line, 0, 1);
     }
     const float v = x[idx[i]];
     const float* row = wt + idx[i] * N;
