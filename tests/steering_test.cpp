@@ -104,10 +104,30 @@ TEST(Shortlist, ListsCandidatesRoundTripsAndRefusesAnotherVocabulary) {
   expect_error("hello\n", "not a torchmt shortlist");
   std::string other = good;
   other.replace(other.find("source_vocabulary ") + 18, 4, "0000");
+  other.erase(other.rfind("# torchmt-crc32c:"));  // edited by hand: its checksum line deleted
   expect_error(other, "another source vocabulary");
-  expect_error(good + "5\t1 2 999999\n", "outside the vocabulary");
-  expect_error(good + "x\t1\n", "line ");
+  // Lines added by hand (the checksum line deleted, as its error says) before the "end" line.
+  const std::string body = good.substr(0, good.rfind("end "));
+  const std::string end_line = good.substr(body.size(), good.find('\n', body.size()) + 1 - body.size());
+  EXPECT_EQ(end_line.rfind("end ", 0), 0u);
+  expect_error(body + "5\t1 2 999999\n" + end_line, "outside the vocabulary");
+  expect_error(body + "x\t1\n" + end_line, "line ");
   expect_error(good.substr(0, good.find("\nfrequent ") + 1), "missing frequent");
+  // Damage: a truncation anywhere in the lists (a line's tail is a shorter list), a flipped
+  // digit, a list too many for the "end" count, text after it, the format without either.
+  for (const size_t cut : {body.size() - 3, body.size()}) expect_error(good.substr(0, cut), "truncated");
+  expect_error(good.substr(0, good.size() - 10), "checksum line is cut short");
+  std::string flipped = good;
+  flipped[body.size() - 2] = flipped[body.size() - 2] == '1' ? '2' : '1';
+  expect_error(flipped, "checksum mismatch");
+  expect_error(body + "7\t1\n" + end_line, "but the file lists");
+  expect_error(body + end_line + "7\t1\n", "after the 'end' line");
+  std::string old_format = body;
+  old_format.replace(0, old_format.find('\n'), "torchmt-shortlist 1");
+  expect_error(old_format, "rebuild it");
+  test::write_text(dir.file("edited.tsv"), body + end_line);  // no checksum line: loads
+  EXPECT_EQ(Shortlist::load(dir.file("edited.tsv"), test::sample_tokenizer(), test::sample_tokenizer()).candidates(ids),
+            shortlist.candidates(ids));
 }
 
 // A row may produce only its candidates, its log-probabilities are the full model's

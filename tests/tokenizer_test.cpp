@@ -120,6 +120,44 @@ TEST(Tokenizer, MissingOrCorruptModelIsAClearError) {
   EXPECT_THROW(Tokenizer::from_serialized("garbage"), std::runtime_error);
 }
 
+// A model cut where one of its fields ends parses (fewer pieces, no normaliser) and would encode
+// differently without a word: load refuses it.
+TEST(Tokenizer, AModelCutWhereAFieldEndsIsRefused) {
+  const std::string whole = sample_tokenizer().serialized();
+  std::vector<std::pair<int, size_t>> ends;  // (field number, end offset) of each top-level field
+  for (size_t i = 0; i < whole.size();) {
+    const int number = static_cast<uint8_t>(whole[i++]) >> 3;  // keys of fields 1-3: one byte, length-delimited
+    size_t length = 0;
+    for (int shift = 0;; shift += 7) {
+      const auto byte = static_cast<uint8_t>(whole[i++]);
+      length |= static_cast<size_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) break;
+    }
+    i += length;
+    ends.emplace_back(number, i);
+  }
+  ASSERT_EQ(ends.back().second, whole.size());
+  ASSERT_EQ(ends.size(), static_cast<size_t>(test::kSampleVocabSize) + 2);  // the pieces, trainer_spec, normalizer_spec
+  TempDir dir;
+  test::write_text(dir.file("whole.model"), whole);
+  EXPECT_EQ(Tokenizer::load(dir.file("whole.model")).checksum(), sample_tokenizer().checksum());
+  const std::vector<std::pair<size_t, std::string>> cuts = {
+      {ends[test::kSampleVocabSize / 2].second, "trainer_spec"},  // half the pieces
+      {ends[test::kSampleVocabSize].second, "normalizer_spec"},   // the pieces and trainer_spec
+  };
+  for (const auto& [cut, needle] : cuts) {
+    test::write_text(dir.file("cut.model"), whole.substr(0, cut));
+    EXPECT_NO_THROW(Tokenizer::from_serialized(whole.substr(0, cut)));  // SentencePiece takes it
+    try {
+      Tokenizer::load(dir.file("cut.model"));
+      ADD_FAILURE() << "loaded a model cut at byte " << cut;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("cut.model' is incomplete"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Tokenizer, TrainingOnAMissingFileNamesIt) {
   TempDir dir;
   try {

@@ -253,6 +253,13 @@ TEST(DtypeProbe, MeasuresOnceCachesAndLeavesTheRandomStateAlone) {
   const DtypeChoice second = choose_training_dtype(c, batches, torch::kCPU);
   EXPECT_EQ(second.dtype, first.dtype);
   EXPECT_NE(second.reason.find("measured earlier"), std::string::npos) << second.reason;
+  // A damaged value in the cache (a line cut short) is measured again, not read as fp32.
+  std::string text = test::read_text(dir.file("dtype-probe.tsv"));
+  const size_t value = text.find('\t') + 1;
+  text.replace(value, 4, text.compare(value, 4, "bf16") == 0 ? "bf1 " : "fp3 ");
+  test::write_text(dir.file("dtype-probe.tsv"), text);
+  const DtypeChoice third = choose_training_dtype(c, batches, torch::kCPU);
+  EXPECT_NE(third.reason.find("measured now"), std::string::npos) << third.reason;
 }
 
 // A run with the weight average: checkpoint_last.pt carries it, --resume continues it exactly,

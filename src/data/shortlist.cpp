@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -12,11 +11,14 @@
 
 #include "torchmt/data/special_ids.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/integrity.h"
 
 namespace torchmt {
 namespace {
 
-constexpr const char* kMagic = "torchmt-shortlist 1";
+// Format 2 ends with "end N" (the lists' count) and a checksum line, so that a truncated or
+// damaged file is an error instead of fewer candidates.
+constexpr const char* kMagic = "torchmt-shortlist 2";
 
 // The distinct ids of a sentence, sorted.
 std::vector<int64_t> distinct(std::vector<int64_t> ids) {
@@ -99,18 +101,22 @@ void Shortlist::save(const std::string& path) const {
   out << "frequent";
   for (int32_t t : frequent_) out << ' ' << t;
   out << "\n";
+  int64_t written = 0;
   for (size_t x = 0; x < lists_.size(); ++x) {
     if (lists_[x].empty()) continue;
     out << x << '\t';
     for (size_t j = 0; j < lists_[x].size(); ++j) out << (j ? " " : "") << lists_[x][j];
     out << "\n";
+    ++written;
   }
-  atomic_write(path, out.str());
+  out << "end " << written << "\n";
+  atomic_write(path, seal_text(out.str()));
 }
 
 Shortlist Shortlist::load(const std::string& path, const Tokenizer& src_tok, const Tokenizer& tgt_tok) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open shortlist " + path);
+  // The checksum line (a flipped digit would be another candidate); a file without one (edited
+  // by hand, as the mismatch error suggests) still has to reach its "end" line.
+  std::istringstream in(verify_text_seal(read_file(path), "shortlist", path));
   int64_t line_number = 0;
   std::string line;
   auto fail = [&](const std::string& what) -> std::runtime_error {
@@ -121,6 +127,9 @@ Shortlist Shortlist::load(const std::string& path, const Tokenizer& src_tok, con
     if (!std::getline(in, line)) throw fail(std::string("missing ") + what);
   };
   next("header");
+  if (line == "torchmt-shortlist 1")
+    throw std::runtime_error("shortlist " + path +
+                             " is of format 1, which cannot tell a truncated file: rebuild it with `torchmt shortlist`");
   if (line != kMagic) throw std::runtime_error(path + " is not a torchmt shortlist (made by `torchmt shortlist`)");
   Shortlist s;
   s.source_special_ = src_tok.special_ids();
@@ -159,8 +168,21 @@ Shortlist Shortlist::load(const std::string& path, const Tokenizer& src_tok, con
     read_ids(fields, s.frequent_);
   }
   s.lists_.resize(static_cast<size_t>(source_vocab));
+  int64_t listed = 0;
+  bool ended = false;
   while (std::getline(in, line)) {
     ++line_number;
+    if (ended && line.rfind("# torchmt-crc32c", 0) == 0) throw fail("its checksum line is cut short or altered");
+    if (ended) throw fail("text after the 'end' line");
+    if (line.rfind("end ", 0) == 0) {
+      char* end = nullptr;
+      const long long count = std::strtoll(line.c_str() + 4, &end, 10);
+      if (end == line.c_str() + 4 || *end != '\0' || count != listed)
+        throw fail("'" + line.substr(0, 40) + "' but the file lists " + std::to_string(listed) + " source pieces");
+      ended = true;
+      continue;
+    }
+    ++listed;
     const auto tab = line.find('\t');
     char* end = nullptr;
     const long long x = std::strtoll(line.c_str(), &end, 10);
@@ -171,6 +193,8 @@ Shortlist Shortlist::load(const std::string& path, const Tokenizer& src_tok, con
     list.clear();
     read_ids(fields, list);
   }
+  if (!ended)
+    throw DamagedFileError("shortlist " + path + " is truncated: it has no 'end' line (rebuild it with `torchmt shortlist`)");
   return s;
 }
 

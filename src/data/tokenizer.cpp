@@ -3,11 +3,13 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -21,6 +23,62 @@ namespace torchmt {
 
 
 namespace {
+
+// A SentencePiece model cut short at a field boundary still parses (as fewer pieces, or without
+// its normaliser) and would encode differently without a word. SentencePiece writes the pieces,
+// then trainer_spec, then normalizer_spec; a whole model has both specs and, under the trainer's
+// hard vocabulary limit (the default), exactly vocab_size pieces. Returns what is missing, or "".
+std::string missing_model_parts(std::string_view proto) {
+  auto varint = [&](std::string_view b, size_t& i, uint64_t& value) {
+    value = 0;
+    for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
+      const auto byte = static_cast<uint8_t>(b[i++]);
+      value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) return true;
+    }
+    return false;
+  };
+  // Calls field(number, wire_type, varint value or bytes) for each top-level field of `b`.
+  auto walk = [&](std::string_view b, auto&& field) {
+    for (size_t i = 0; i < b.size();) {
+      uint64_t key = 0, value = 0;
+      if (!varint(b, i, key)) return false;
+      std::string_view bytes;
+      switch (key & 7) {
+        case 0: if (!varint(b, i, value)) return false; break;
+        case 1: if (b.size() - i < 8) return false; i += 8; break;
+        case 5: if (b.size() - i < 4) return false; i += 4; break;
+        case 2:
+          if (!varint(b, i, value) || value > b.size() - i) return false;
+          bytes = b.substr(i, value);
+          i += value;
+          break;
+        default: return false;
+      }
+      field(key >> 3, key & 7, value, bytes);
+    }
+    return true;
+  };
+  int64_t pieces = 0;
+  bool has_trainer = false, has_normalizer = false, hard_limit = true;
+  uint64_t vocab_size = 8000;  // TrainerSpec's default
+  const bool parsed = walk(proto, [&](uint64_t number, uint64_t, uint64_t, std::string_view bytes) {
+    if (number == 1) ++pieces;
+    if (number == 3) has_normalizer = true;
+    if (number != 2) return;
+    has_trainer = true;
+    walk(bytes, [&](uint64_t n, uint64_t wire, uint64_t value, std::string_view) {
+      if (n == 4 && wire == 0) vocab_size = value;
+      if (n == 33 && wire == 0) hard_limit = value != 0;
+    });
+  });
+  if (!parsed) return "its fields do not parse";
+  if (!has_trainer) return "it has no trainer_spec";
+  if (!has_normalizer) return "it has no normalizer_spec";
+  if (hard_limit ? static_cast<uint64_t>(pieces) != vocab_size : static_cast<uint64_t>(pieces) > vocab_size)
+    return "it holds " + std::to_string(pieces) + " pieces where its trainer_spec says " + std::to_string(vocab_size);
+  return "";
+}
 
 // Feeds the trainer every line of every input in turn, streaming, so that SentencePiece's own
 // reservoir sampling (input_sentence_size) bounds the memory, and .gz needs no temp file.
@@ -181,7 +239,10 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (!in) throw std::runtime_error("tokenizer model '" + model_path + "' not found or unreadable");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.empty()) throw std::runtime_error("tokenizer model '" + model_path + "' is empty");
-  return Tokenizer(make_impl(bytes, "'" + model_path + "'", true));
+  auto impl = make_impl(bytes, "'" + model_path + "'", true);
+  if (const auto missing = missing_model_parts(bytes); !missing.empty())
+    throw std::runtime_error("tokenizer model '" + model_path + "' is incomplete (truncated?): " + missing);
+  return Tokenizer(std::move(impl));
 }
 
 Tokenizer Tokenizer::from_serialized(const std::string& model_proto) {

@@ -29,7 +29,8 @@ DtypeChoice choose_dtype_by_measuring(const c10::Device& device, const std::stri
   const std::string full_key = ProbeCache::machine_key(torch::get_num_threads()) +
                                (device.is_cuda() ? "|" + ProbeCache::gpu_key() + "|" + device.str() : "") + "|" + key;
   const ProbeCache cache("dtype-probe.tsv");
-  if (auto hit = cache.get(full_key)) {
+  // A value other than the two it writes (a damaged cache line) is measured again.
+  if (auto hit = cache.get(full_key); hit && (hit->value == "bf16" || hit->value == "fp32")) {
     const auto dtype = hit->value == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
     return {dtype, hit->value + ": measured earlier on this machine (" + hit->note + "; " + cache.path() + ")"};
   }
