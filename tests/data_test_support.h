@@ -1,6 +1,8 @@
 #pragma once
 // Shared by the data tests: the bundled sample and a BPE model trained on it once per run.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "test_support.h"
 #include "torchmt/data/text_file.h"
@@ -35,6 +37,25 @@ inline const std::string& sample_spm_path() {
 inline const Tokenizer& sample_tokenizer() {
   static const Tokenizer tok = Tokenizer::load(sample_spm_path());
   return tok;
+}
+
+// Where each top-level field of a serialized SentencePiece model ends (its pieces, trainer_spec,
+// normalizer_spec: one-byte keys, length-delimited), to cut a model where SentencePiece still
+// parses it.
+inline std::vector<size_t> spm_field_ends(const std::string& proto) {
+  std::vector<size_t> ends;
+  for (size_t i = 0; i < proto.size();) {
+    ++i;  // the key
+    size_t length = 0;
+    for (int shift = 0;; shift += 7) {
+      const auto byte = static_cast<uint8_t>(proto[i++]);
+      length |= static_cast<size_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) break;
+    }
+    i += length;
+    ends.push_back(i);
+  }
+  return ends;
 }
 
 // The tiny training run the trainer, integrity and CUDA tests start from: the sample corpus and

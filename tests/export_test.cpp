@@ -1139,6 +1139,10 @@ TEST(MarianFormat, DamagedDirectoriesAreOneLineErrors) {
     test::write_text(d + "/vocab.json", vocab.dump());
   }, "not a distinct integer");
   damaged("spm", [](const std::string& d) { test::write_text(d + "/source.spm", "junk"); }, "not a SentencePiece model");
+  damaged("spm_cut", [](const std::string& d) {  // half its pieces: SentencePiece alone would take it
+    const std::string proto = test::read_text(d + "/target.spm");
+    test::write_text(d + "/target.spm", proto.substr(0, test::spm_field_ends(proto)[test::kSampleVocabSize / 2]));
+  }, "target.spm is incomplete");
 }
 
 // What Marian's format cannot express is refused by name, and nothing is written.

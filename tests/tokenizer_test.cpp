@@ -124,26 +124,15 @@ TEST(Tokenizer, MissingOrCorruptModelIsAClearError) {
 // differently without a word: load refuses it.
 TEST(Tokenizer, AModelCutWhereAFieldEndsIsRefused) {
   const std::string whole = sample_tokenizer().serialized();
-  std::vector<std::pair<int, size_t>> ends;  // (field number, end offset) of each top-level field
-  for (size_t i = 0; i < whole.size();) {
-    const int number = static_cast<uint8_t>(whole[i++]) >> 3;  // keys of fields 1-3: one byte, length-delimited
-    size_t length = 0;
-    for (int shift = 0;; shift += 7) {
-      const auto byte = static_cast<uint8_t>(whole[i++]);
-      length |= static_cast<size_t>(byte & 0x7f) << shift;
-      if (byte < 0x80) break;
-    }
-    i += length;
-    ends.emplace_back(number, i);
-  }
-  ASSERT_EQ(ends.back().second, whole.size());
+  const auto ends = test::spm_field_ends(whole);
+  ASSERT_EQ(ends.back(), whole.size());
   ASSERT_EQ(ends.size(), static_cast<size_t>(test::kSampleVocabSize) + 2);  // the pieces, trainer_spec, normalizer_spec
   TempDir dir;
   test::write_text(dir.file("whole.model"), whole);
   EXPECT_EQ(Tokenizer::load(dir.file("whole.model")).checksum(), sample_tokenizer().checksum());
   const std::vector<std::pair<size_t, std::string>> cuts = {
-      {ends[test::kSampleVocabSize / 2].second, "trainer_spec"},  // half the pieces
-      {ends[test::kSampleVocabSize].second, "normalizer_spec"},   // the pieces and trainer_spec
+      {ends[test::kSampleVocabSize / 2], "trainer_spec"},  // half the pieces
+      {ends[test::kSampleVocabSize], "normalizer_spec"},   // the pieces and trainer_spec
   };
   for (const auto& [cut, needle] : cuts) {
     test::write_text(dir.file("cut.model"), whole.substr(0, cut));

@@ -240,9 +240,13 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.empty()) throw std::runtime_error("tokenizer model '" + model_path + "' is empty");
   auto impl = make_impl(bytes, "'" + model_path + "'", true);
-  if (const auto missing = missing_model_parts(bytes); !missing.empty())
-    throw std::runtime_error("tokenizer model '" + model_path + "' is incomplete (truncated?): " + missing);
+  check_complete(bytes, "tokenizer model '" + model_path + "'");
   return Tokenizer(std::move(impl));
+}
+
+void Tokenizer::check_complete(std::string_view model_proto, const std::string& what) {
+  if (const auto missing = missing_model_parts(model_proto); !missing.empty())
+    throw std::runtime_error(what + " is incomplete (truncated?): " + missing);
 }
 
 Tokenizer Tokenizer::from_serialized(const std::string& model_proto) {

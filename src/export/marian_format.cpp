@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "torchmt/data/tokenizer.h"
 #include "torchmt/io/pickled_state_dict.h"
 #include "torchmt/io/safetensors.h"
 #include "torchmt/model/linear.h"
@@ -245,6 +246,8 @@ LoadedCheckpoint import_marian(const std::string& directory) {
       throw std::runtime_error(directory + ": the tokenizer " + e.what());
     }
   }();
+  Tokenizer::check_complete(meta.src_spm_model, meta.src_spm_path);
+  Tokenizer::check_complete(meta.tgt_spm_model, meta.tgt_spm_path);
   meta.src_spm_checksum = src_tok.checksum();
   meta.tgt_spm_checksum = tgt_tok.checksum();
 

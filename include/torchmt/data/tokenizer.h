@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "torchmt/data/special_ids.h"
@@ -51,6 +52,10 @@ class Tokenizer {
   static Tokenizer load(const std::string& model_path);
   // For models embedded in checkpoints and exports.
   static Tokenizer from_serialized(const std::string& model_proto);
+  // Throws std::runtime_error "WHAT is incomplete (truncated?): ..." when a model that
+  // SentencePiece parses lacks its trainer_spec or normalizer_spec, or pieces its trainer_spec
+  // promised: a file cut where one of its fields ends. load() checks its file with it.
+  static void check_complete(std::string_view model_proto, const std::string& what);
   // Over an explicit vocabulary: SentencePiece only splits and joins pieces; its special ids
   // are not checked (the vocabulary's are used).
   static Tokenizer from_serialized(const std::string& model_proto, Vocabulary vocabulary);
