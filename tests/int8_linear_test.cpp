@@ -3,6 +3,7 @@
 // bit (the same integers, the same float steps), the model with and without int8.
 #include <gtest/gtest.h>
 
+#include <ATen/Version.h>
 #include <torch/torch.h>
 
 #include "data_test_support.h"
@@ -163,6 +164,19 @@ TEST_P(Int8Linear, TheModelUsesItWithoutGradientsOnly) {
   EXPECT_TRUE(torch::allclose(model->forward(src, tgt), float_inference, 1e-5, 1e-5));
   release_inference_preparation(*model);
   EXPECT_TRUE(torch::equal(model->forward(src, tgt), float_inference));
+}
+
+// int8 quantizes what ATen's float kernels return, whose AVX2 and AVX-512 copies round
+// differently: the kernel layer keeps ATen at avx2 wherever AVX2 runs, set before ATen's first
+// kernel (this process's too). Assumes whoever runs the tests did not set ATEN_CPU_CAPABILITY.
+TEST(Int8LinearLevels, AtenRunsOneLevelWhereverAvx2Runs) {
+  const bool avx2 = kernels::cpu_isa() >= kernels::CpuIsa::kAvx2;
+  const char* set = std::getenv("ATEN_CPU_CAPABILITY");
+  ASSERT_NE(set, nullptr);
+  EXPECT_STREQ(set, avx2 ? "avx2" : "default");
+#if defined(__x86_64__)
+  EXPECT_EQ(at::get_cpu_capability(), avx2 ? "AVX2" : "DEFAULT");  // what ATen dispatches to
+#endif
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #   - greedy fp32 on test_2016 and test_2017 with the screened projection and without it
 #     (TORCHMT_SCREENED_ARGMAX=0, the full projection): the lines must be identical;
 #   - greedy and beam 5 in fp32 and int8: lines that differ from the highest level's, seconds.
-# int8 must be identical on every level (the same integers); fp32 may differ where the GEMM
-# libraries round differently (counted, not failed). Prints one summary line per check; exits 1
+# int8 must be identical on avx2 and every level above it (the same integers; ATen's kernels at
+# avx2 on all of them); portable's float kernels (no FMA) and ATen's portable ones round otherwise,
+# so its int8 lines, like fp32's anywhere the GEMM libraries round differently, are counted, not
+# failed. Prints one summary line per check; exits 1
 # when a check that must hold does not. ISA_CHECK_FROM=avx2 starts at a higher level;
 # ISA_CHECK_WORKERS (default 2) decoding workers of 2 threads each.
 set -uo pipefail
@@ -70,7 +72,7 @@ for level in "${levels[@]}"; do
         n=$(diff "$f" "$out/$top.$set.$dtype.$beam.1" | grep -c '^<')
         secs=$(cat "$out/secs.$level.$set.$dtype.$beam" 2>/dev/null || echo "-")
         echo "$level $set $dtype beam $beam: $n lines differ from $top; ${secs} s"
-        [ "$dtype" = int8 ] && [ "$n" -ne 0 ] && status=1
+        [ "$dtype" = int8 ] && [ "$level" != portable ] && [ "$n" -ne 0 ] && status=1
       done
     done
   done
