@@ -1,6 +1,6 @@
-// The few-row linear kernel for inputs that are mostly zeros (a ReLU feed-forward layer's second
-// Linear), on every instruction set: the dense product's values, each row's the same alone as in a
-// batch (bit for bit), NaN inputs kept, and it steps aside where it does not apply; the model marks
+// The linear kernel for inputs that are mostly zeros (a ReLU feed-forward layer's second Linear),
+// on every instruction set: the dense product's values, each row's the same alone as in a batch
+// of a few rows or of many (bit for bit), NaN inputs kept, and it steps aside where it does not apply; the model marks
 // exactly its ReLU layers' second Linears and translates the same.
 #include <gtest/gtest.h>
 
@@ -32,13 +32,21 @@ TEST_P(SparseInputLinearTest, EqualsTheDenseProductAndEachRowAlone) {
   struct Shape {
     int64_t rows, in, out;
   };
-  for (const Shape s : {Shape{1, 2048, 512}, Shape{5, 96, 37}, Shape{8, 33, 8}, Shape{3, 7, 3}, Shape{2, 64, 1}})
+  // Many rows (above kSmallBatchLinearMaxRows) on AVX-512 for outputs in blocks of 256.
+  const bool many_rows = cpu_isa() >= CpuIsa::kAvx512;
+  for (const Shape s : {Shape{1, 2048, 512}, Shape{5, 96, 37}, Shape{8, 33, 8}, Shape{3, 7, 3}, Shape{2, 64, 1},
+                        Shape{40, 1024, 256}, Shape{9, 37, 512}, Shape{33, 2048, 512}})
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.in) + "x" + std::to_string(s.out));
       auto x = relu_like(s.rows, s.in), w = torch::randn({s.out, s.in});
+      x[s.rows - 1].zero_();  // a row without a nonzero input: the bias
       auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
       const auto packed = pack_sparse_input_weight(w, b);
       auto y = try_sparse_input_linear(*packed, x);
+      if (s.rows > kSmallBatchLinearMaxRows && !many_rows) {
+        EXPECT_FALSE(y.defined());
+        continue;
+      }
       ASSERT_TRUE(y.defined());
       ASSERT_EQ(y.sizes(), torch::IntArrayRef({s.rows, s.out}));
       auto exact = torch::linear(x.to(torch::kDouble), w.to(torch::kDouble),
@@ -67,7 +75,10 @@ TEST_P(SparseInputLinearTest, KeepsLeadingDimensionsAndNanInputs) {
 TEST_P(SparseInputLinearTest, StepsAsideWhereItDoesNotApply) {
   torch::NoGradGuard no_grad;
   const auto packed = pack_sparse_input_weight(torch::randn({16, 32}), torch::randn({16}));
-  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());  // 16 outputs
+  const auto wide = pack_sparse_input_weight(torch::randn({256, 32}), torch::Tensor());
+  EXPECT_EQ(try_sparse_input_linear(*wide, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined(),
+            cpu_isa() >= CpuIsa::kAvx512);  // the GEMMs take many rows below AVX-512
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 31)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 32).to(torch::kBFloat16)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(0, 32)).defined());
@@ -81,22 +92,23 @@ TEST_P(SparseInputLinearTest, StepsAsideWhereItDoesNotApply) {
 TEST(SparseInputFeedForwardTest, ReluLayersOnlyAndTheSameOutputs) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
-  for (Activation activation : {Activation::kReLU, Activation::kGELU}) {
-    FeedForward ffn(FeedForwardOptions(32, 128).dropout(0.0).activation(activation));
-    ffn->eval();
-    const auto* second = dynamic_cast<const QuantizableLinearImpl*>(ffn->linear2.get());
-    ASSERT_NE(second, nullptr);
-    EXPECT_EQ(second->sparse_input, activation == Activation::kReLU);
-    EXPECT_FALSE(dynamic_cast<const QuantizableLinearImpl*>(ffn->linear1.get())->sparse_input);
-    for (int64_t rows : {1, 3, 40}) {
-      auto x = torch::randn({rows, 1, 32});
-      auto before = ffn->forward(x);
-      prepare_linears_for_inference(*ffn, InferencePrecision::kFloat);
-      auto after = ffn->forward(x);
-      release_inference_preparation(*ffn);
-      EXPECT_TRUE(torch::allclose(after, before, 1e-5, 1e-5)) << rows;
+  for (Activation activation : {Activation::kReLU, Activation::kGELU})
+    for (int64_t embed : {32, 256}) {  // 256 outputs: many rows through the kernel on AVX-512
+      FeedForward ffn(FeedForwardOptions(embed, 4 * embed).dropout(0.0).activation(activation));
+      ffn->eval();
+      const auto* second = dynamic_cast<const QuantizableLinearImpl*>(ffn->linear2.get());
+      ASSERT_NE(second, nullptr);
+      EXPECT_EQ(second->sparse_input, activation == Activation::kReLU);
+      EXPECT_FALSE(dynamic_cast<const QuantizableLinearImpl*>(ffn->linear1.get())->sparse_input);
+      for (int64_t rows : {1, 3, 40}) {
+        auto x = torch::randn({rows, 1, embed});
+        auto before = ffn->forward(x);
+        prepare_linears_for_inference(*ffn, InferencePrecision::kFloat);
+        auto after = ffn->forward(x);
+        release_inference_preparation(*ffn);
+        EXPECT_TRUE(torch::allclose(after, before, 1e-5, 1e-5)) << rows;
+      }
     }
-  }
 }
 
 }  // namespace

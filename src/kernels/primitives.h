@@ -108,7 +108,7 @@ PackedWeights pack_weight(const at::Tensor& weight, PackedGemm gemm);
 // kSmallBatchLinearMaxRows rows, in inference; undefined when it does not apply.
 at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, const at::Tensor& bias);
 
-// ---- Linear layers: few rows whose inputs are mostly zeros, fp32 ------------------------------
+// ---- Linear layers: inputs that are mostly zeros, fp32 ------------------------------------------
 // A ReLU's output, the input of a feed-forward layer's second Linear, is mostly zeros in a trained
 // model (74% in modern-base's layers, 79% in modern-small's, beam 5 on test_2016). A decoding step
 // of a few rows streams every weight from memory; a product of zero adds nothing, so each output
@@ -122,8 +122,10 @@ struct SparseInputWeights {
   std::vector<float> bias;         // [out], zeros without one
 };
 std::shared_ptr<const SparseInputWeights> pack_sparse_input_weight(const at::Tensor& weight, const at::Tensor& bias);
-// x W^T + b for x [..., in] fp32 on the CPU with at most kSmallBatchLinearMaxRows rows, in
-// inference (no autocast); undefined otherwise.
+// x W^T + b for x [..., in] fp32 on the CPU in inference (no autocast): at most
+// kSmallBatchLinearMaxRows rows, or more on AVX-512 where the outputs are a multiple of 256 (W^T
+// then stays in cache from row to row; each row's outputs accumulate in registers); undefined
+// otherwise. A row's outputs are the same bits in a call of any number of rows.
 at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor& x);
 
 // ---- Greedy decoding's next token: the screened output projection ------------------------------

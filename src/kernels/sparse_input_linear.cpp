@@ -3,6 +3,9 @@
 #include <vector>
 
 #include <ATen/record_function.h>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
 #include <torch/torch.h>
 
 #include "primitives.h"
@@ -49,6 +52,67 @@ TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& 
 TORCHMT_VECTOR_KERNEL(void, sparse_rows, sparse_row,
                       (const float* x, const SparseInputWeights& w, int32_t* idx, float* out), (x, w, idx, out))
 
+// Calls of more rows than that, on AVX-512 (GCC builds), for layers of a multiple of 256 outputs:
+// W^T then stays in cache from row to row, and each row's outputs are accumulated in sixteen 512-bit
+// registers over its nonzero inputs, each weight row read whole. AVX2's 16 registers hold a quarter
+// of that block; measured there only on a Zen 4 (tools/bench/README.md), so AVX2 keeps the GEMMs.
+#if TORCHMT_X86 && !defined(__clang__)
+constexpr bool kManyRowKernel = true;
+constexpr int64_t kManyRowBlock = 256;
+
+// The indices of x's nonzero values (a NaN is nonzero, as above), ascending, 16 inputs at a time
+// compressed in a register (Zen 4's compress to memory is microcoded); returns their count. idx
+// needs 16 entries to spare.
+TORCHMT_TARGET_AVX512 int64_t nonzero_inputs_avx512(const float* x, int64_t K, int32_t* idx) {
+  int64_t count = 0, k = 0;
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (; k + 16 <= K; k += 16) {
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + k), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(nonzero, index));
+    count += __builtin_popcount(nonzero);
+    index = _mm512_add_epi32(index, _mm512_set1_epi32(16));
+  }
+  for (; k < K; ++k) {
+    idx[count] = static_cast<int32_t>(k);
+    count += x[k] != 0.0f;
+  }
+  return count;
+}
+
+// The same sums as sparse_row (bias, then one multiply-add per nonzero input in ascending order),
+// so a row's outputs do not depend on the number of rows in its call.
+TORCHMT_TARGET_AVX512 void sparse_row_many_avx512(const float* x, const SparseInputWeights& w, int32_t* idx,
+                                                  float* out) {
+  constexpr int kVecs = kManyRowBlock / kLanes;
+  const int64_t N = w.out;
+  const int64_t count = nonzero_inputs_avx512(x, w.in, idx);
+  const float* wt = w.transposed.data();
+  for (int64_t n0 = 0; n0 < N; n0 += kManyRowBlock) {
+    f32x16 acc[kVecs];
+#pragma GCC unroll 16
+    for (int j = 0; j < kVecs; ++j) acc[j] = load16(w.bias.data() + n0 + kLanes * j);
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kPrefetchAhead < count) {  // the rows are scattered: no hardware prefetcher finds them
+        const char* ahead = reinterpret_cast<const char*>(wt + idx[i + kPrefetchAhead] * N + n0);
+#pragma GCC unroll 16
+        for (int line = 0; line < kManyRowBlock * static_cast<int>(sizeof(float)); line += 64)
+          __builtin_prefetch(ahead + line, 0, 3);
+      }
+      const f32x16 xv = splat(x[idx[i]]);
+      const float* row = wt + idx[i] * N + n0;
+#pragma GCC unroll 16
+      for (int j = 0; j < kVecs; ++j) acc[j] += xv * load16(row + kLanes * j);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < kVecs; ++j) store16(out + n0 + kLanes * j, acc[j]);
+  }
+}
+#else
+constexpr bool kManyRowKernel = false;
+constexpr int64_t kManyRowBlock = 256;
+void sparse_row_many_avx512(const float*, const SparseInputWeights&, int32_t*, float*) {}
+#endif
+
 }  // namespace
 
 std::shared_ptr<const SparseInputWeights> pack_sparse_input_weight(const at::Tensor& weight, const at::Tensor& bias) {
@@ -71,15 +135,25 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
       x.size(-1) != w.in || w.in == 0 || active_autocast_dtype(x.device()) != at::kFloat)
     return {};
   const int64_t M = x.numel() / w.in;
-  if (M == 0 || M > kSmallBatchLinearMaxRows) return {};
+  const bool many = M > kSmallBatchLinearMaxRows;
+  if (M == 0 || (many && !(kManyRowKernel && cpu_isa() >= CpuIsa::kAvx512 && w.out % kManyRowBlock == 0)))
+    return {};
   RECORD_FUNCTION("torchmt::sparse_input_linear", std::vector<c10::IValue>());
   const auto in = x.contiguous();
   auto out_shape = x.sizes().vec();
   out_shape.back() = w.out;
   auto y = torch::empty(out_shape, x.options());
-  std::vector<int32_t> idx(static_cast<size_t>(w.in));
-  for (int64_t m = 0; m < M; ++m)
-    sparse_rows(in.data_ptr<float>() + m * w.in, w, idx.data(), y.data_ptr<float>() + m * w.out);
+  const float* xp = in.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  if (!many) {
+    std::vector<int32_t> idx(static_cast<size_t>(w.in));
+    for (int64_t m = 0; m < M; ++m) sparse_rows(xp + m * w.in, w, idx.data(), yp + m * w.out);
+    return y;
+  }
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> idx(static_cast<size_t>(w.in + 16));
+    for (int64_t m = begin; m < end; ++m) sparse_row_many_avx512(xp + m * w.in, w, idx.data(), yp + m * w.out);
+  });
   return y;
 }
 

@@ -5,7 +5,8 @@
 // Beside them the int8 kernel (kernels/int8_linear.cpp, the input quantization included) on the
 // same shapes, and the multiply-accumulates per second of the fastest fp32 path and of int8. With
 // --zeros F the inputs have that share of zeros (a ReLU's output) and the sparse-input kernel
-// (kernels/sparse_input_linear.cpp) is timed beside them where it applies (1-8 rows).
+// (kernels/sparse_input_linear.cpp) is timed beside them where it applies (1-8 rows; any number
+// on AVX-512 for outputs in blocks of 256).
 //   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S] [--zeros F]
 // Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
 // output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
