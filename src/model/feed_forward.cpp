@@ -23,7 +23,7 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   switch (options.activation()) {
     case Activation::kGELU: h = torch::gelu(h); break;
     case Activation::kSwish: h = torch::silu(h); break;
-    default: h = torch::relu(h);
+    default: h = torch::GradMode::is_enabled() ? torch::relu(h) : h.relu_();  // in inference: no new tensor
   }
   return apply_linear(linear2, dropout(h));
 }
