@@ -1,7 +1,7 @@
 // The linear kernel for inputs that are mostly zeros (a ReLU feed-forward layer's second Linear),
 // on every instruction set: the dense product's values, each row's the same alone as in a batch
-// of a few rows or of many (bit for bit), NaN inputs kept, and it steps aside where it does not apply; the model marks
-// exactly its ReLU layers' second Linears and translates the same.
+// of a few rows or of many (bit for bit), NaN inputs kept, and it steps aside where it does not
+// apply; the model marks exactly its ReLU layers' second Linears and translates the same.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -75,10 +75,11 @@ TEST_P(SparseInputLinearTest, KeepsLeadingDimensionsAndNanInputs) {
 TEST_P(SparseInputLinearTest, StepsAsideWhereItDoesNotApply) {
   torch::NoGradGuard no_grad;
   const auto packed = pack_sparse_input_weight(torch::randn({16, 32}), torch::randn({16}));
-  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());  // 16 outputs
+  // Many rows: only for outputs in blocks of 256 (this layer has 16), on AVX-512.
+  EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());
   const auto wide = pack_sparse_input_weight(torch::randn({256, 32}), torch::Tensor());
   EXPECT_EQ(try_sparse_input_linear(*wide, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined(),
-            cpu_isa() >= CpuIsa::kAvx512);  // the GEMMs take many rows below AVX-512
+            cpu_isa() >= CpuIsa::kAvx512);
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 31)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 32).to(torch::kBFloat16)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(0, 32)).defined());

@@ -35,17 +35,20 @@ std::string level_list(CpuIsa highest) {
   return list;
 }
 
-// oneDNN's JIT and MKL follow the active level, unless their own variables are set. ATen's own
-// kernels stay at avx2 wherever AVX2 runs: its AVX-512 copies round differently, and int8 quantizes
-// what they return (int8 greedy test_2016 differed on 1 line of 1,000 between ATen's avx2 and
-// avx512 copies, Zen 4), so one level keeps `--dtype int8` output the same on every level.
-void limit_libraries(CpuIsa isa) {
+// Under TORCHMT_CPU_ISA, oneDNN's JIT and MKL follow that level (unless their own variables are
+// set); without it they keep their own choice (AMX included). ATen's own kernels stay at avx2
+// wherever AVX2 runs: its AVX-512 copies round differently, and int8 quantizes what they return
+// (int8 greedy test_2016 differed on 1 line of 1,000 between ATen's avx2 and avx512 copies, Zen 4),
+// so one level keeps `--dtype int8` output the same on every level.
+void limit_libraries(CpuIsa isa, bool chosen) {
   static constexpr const char* kOnednn[] = {"SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"};
   static constexpr const char* kMkl[] = {"SSE4_2", "AVX2", "AVX512", "AVX512", "AVX512"};
   static constexpr const char* kAten[] = {"default", "avx2", "avx2", "avx2", "avx2"};
   const auto i = static_cast<size_t>(isa);
-  setenv("ONEDNN_MAX_CPU_ISA", kOnednn[i], /*overwrite=*/0);
-  setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[i], /*overwrite=*/0);
+  if (chosen) {
+    setenv("ONEDNN_MAX_CPU_ISA", kOnednn[i], /*overwrite=*/0);
+    setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[i], /*overwrite=*/0);
+  }
   setenv("ATEN_CPU_CAPABILITY", kAten[i], /*overwrite=*/0);
 }
 
@@ -68,7 +71,7 @@ CpuIsa from_environment() {
 // reports it where it is first asked (the CLI asks at start-up).
 [[maybe_unused]] const bool libraries_limited = [] {
   try {
-    limit_libraries(from_environment());
+    limit_libraries(from_environment(), env_value("TORCHMT_CPU_ISA").has_value());
   } catch (const std::exception&) {
   }
   return true;
