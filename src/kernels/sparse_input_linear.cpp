@@ -19,15 +19,21 @@ namespace {
 // known from the list, scattered over a weight that does not stay in cache between steps.
 constexpr int kPrefetchAhead = 4;
 
-// out[n] = bias[n] + sum over the row's nonzero inputs k, ascending, of x[k] * wt[k, n]: one
-// multiply-add per nonzero input and output, the output row (a few KB) kept in L1.
-TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& w, int32_t* idx, float* out) {
-  const int64_t K = w.in, N = w.out;
-  int64_t count = 0;
-  for (int64_t k = 0; k < K; ++k) {  // branch-free: every index written, the nonzero ones kept
+// Appends to idx[0, count) the indices of x's nonzero values from k to K, ascending; returns the
+// new count. Branch-free: every index written, the nonzero ones kept.
+TORCHMT_VECTOR_INLINE int64_t list_nonzero_inputs(const float* x, int64_t k, int64_t K, int32_t* idx, int64_t count) {
+  for (; k < K; ++k) {
     idx[count] = static_cast<int32_t>(k);
     count += x[k] != 0.0f;  // a NaN is nonzero: it reaches the outputs as in a dense product
   }
+  return count;
+}
+
+// out[n] = bias[n] + sum over the row's nonzero inputs k, ascending, of x[k] * wt[k, n]: one
+// multiply-add per nonzero input and output, the output row (a few KB) kept in L1.
+TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& w, int32_t* idx, float* out) {
+  const int64_t N = w.out;
+  const int64_t count = list_nonzero_inputs(x, 0, w.in, idx, 0);
   std::copy(w.bias.begin(), w.bias.end(), out);
   const float* wt = w.transposed.data();
   const int64_t vec_end = N - N % 8;
@@ -56,9 +62,9 @@ TORCHMT_VECTOR_KERNEL(void, sparse_rows, sparse_row,
 // W^T then stays in cache from row to row, and each row's outputs are accumulated in sixteen 512-bit
 // registers over its nonzero inputs, each weight row read whole. AVX2's 16 registers hold a quarter
 // of that block; measured there only on a Zen 4 (tools/bench/README.md), so AVX2 keeps the GEMMs.
+constexpr int64_t kManyRowBlock = 256;
 #if TORCHMT_X86 && !defined(__clang__)
 constexpr bool kManyRowKernel = true;
-constexpr int64_t kManyRowBlock = 256;
 
 // The indices of x's nonzero values (a NaN is nonzero, as above), ascending, 16 inputs at a time
 // compressed in a register (Zen 4's compress to memory is microcoded); returns their count. idx
@@ -72,11 +78,7 @@ TORCHMT_TARGET_AVX512 int64_t nonzero_inputs_avx512(const float* x, int64_t K, i
     count += __builtin_popcount(nonzero);
     index = _mm512_add_epi32(index, _mm512_set1_epi32(16));
   }
-  for (; k < K; ++k) {
-    idx[count] = static_cast<int32_t>(k);
-    count += x[k] != 0.0f;
-  }
-  return count;
+  return list_nonzero_inputs(x, k, K, idx, count);
 }
 
 // The same sums as sparse_row (bias, then one multiply-add per nonzero input in ascending order),
@@ -109,7 +111,6 @@ TORCHMT_TARGET_AVX512 void sparse_row_many_avx512(const float* x, const SparseIn
 }
 #else
 constexpr bool kManyRowKernel = false;
-constexpr int64_t kManyRowBlock = 256;
 void sparse_row_many_avx512(const float*, const SparseInputWeights&, int32_t*, float*) {}
 #endif
 
