@@ -32,10 +32,11 @@ TEST_P(SparseInputLinearTest, EqualsTheDenseProductAndEachRowAlone) {
   struct Shape {
     int64_t rows, in, out;
   };
-  // Many rows (above kSmallBatchLinearMaxRows) on AVX-512 for outputs in blocks of 256.
-  const bool many_rows = cpu_isa() >= CpuIsa::kAvx512;
+  // Many rows (above kSmallBatchLinearMaxRows) from AVX2 up for outputs in blocks of 64 (AVX-512
+  // takes blocks of 256 where they fit, 192 outputs its AVX2 copy).
   for (const Shape s : {Shape{1, 2048, 512}, Shape{5, 96, 37}, Shape{8, 33, 8}, Shape{3, 7, 3}, Shape{2, 64, 1},
-                        Shape{40, 1024, 256}, Shape{9, 37, 512}, Shape{33, 2048, 512}})
+                        Shape{40, 1024, 256}, Shape{9, 37, 512}, Shape{33, 2048, 512}, Shape{21, 300, 192},
+                        Shape{12, 50, 100}})
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.in) + "x" + std::to_string(s.out));
       auto x = relu_like(s.rows, s.in), w = torch::randn({s.out, s.in});
@@ -43,6 +44,7 @@ TEST_P(SparseInputLinearTest, EqualsTheDenseProductAndEachRowAlone) {
       auto b = with_bias ? torch::randn({s.out}) : torch::Tensor();
       const auto packed = pack_sparse_input_weight(w, b);
       auto y = try_sparse_input_linear(*packed, x);
+      const bool many_rows = cpu_isa() >= CpuIsa::kAvx2 && s.out % 64 == 0;
       if (s.rows > kSmallBatchLinearMaxRows && !many_rows) {
         EXPECT_FALSE(y.defined());
         continue;
@@ -61,25 +63,39 @@ TEST_P(SparseInputLinearTest, EqualsTheDenseProductAndEachRowAlone) {
 TEST_P(SparseInputLinearTest, KeepsLeadingDimensionsAndNanInputs) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
-  auto w = torch::randn({24, 40}), b = torch::randn({24});
-  const auto packed = pack_sparse_input_weight(w, b);
-  auto x = relu_like(4, 40).reshape({2, 2, 40});  // [2, 2, 40]
-  x[1][0][3] = std::numeric_limits<float>::quiet_NaN();
-  auto y = try_sparse_input_linear(*packed, x);
-  ASSERT_EQ(y.sizes(), torch::IntArrayRef({2, 2, 24}));
-  EXPECT_TRUE(torch::isnan(y[1][0]).all().item<bool>()) << "a NaN input reaches every output";
-  EXPECT_FALSE(torch::isnan(y[0]).any().item<bool>());
-  EXPECT_TRUE(torch::allclose(y[1][1], torch::linear(x[1][1], w, b), 1e-5, 1e-4));
+  // A few rows, and many in blocks of 64 outputs (the many-row kernels' nonzero lists from AVX2 up).
+  for (int64_t rows : {int64_t{2}, 2 * kSmallBatchLinearMaxRows}) {
+    const int64_t out = rows > kSmallBatchLinearMaxRows ? 64 : 24;
+    auto w = torch::randn({out, 40}), b = torch::randn({out});
+    const auto packed = pack_sparse_input_weight(w, b);
+    auto x = relu_like(2 * rows, 40).reshape({2, rows, 40});  // [2, rows, 40]
+    x[1][0][3] = std::numeric_limits<float>::quiet_NaN();
+    x[1][1][39] = std::numeric_limits<float>::quiet_NaN();  // the last input, in the lists' tails
+    auto y = try_sparse_input_linear(*packed, x);
+    if (rows > kSmallBatchLinearMaxRows && cpu_isa() < CpuIsa::kAvx2) {
+      EXPECT_FALSE(y.defined());
+      continue;
+    }
+    ASSERT_TRUE(y.defined()) << rows;
+    ASSERT_EQ(y.sizes(), torch::IntArrayRef({2, rows, out}));
+    EXPECT_TRUE(torch::isnan(y[1][0]).all().item<bool>()) << "a NaN input reaches every output";
+    EXPECT_TRUE(torch::isnan(y[1][1]).all().item<bool>());
+    EXPECT_FALSE(torch::isnan(y[0]).any().item<bool>());
+    EXPECT_FALSE(torch::isnan(y[1].narrow(0, 2, rows - 2)).any().item<bool>());
+    EXPECT_TRUE(torch::allclose(y[0], torch::linear(x[0], w, b), 1e-5, 1e-4));
+  }
 }
 
 TEST_P(SparseInputLinearTest, StepsAsideWhereItDoesNotApply) {
   torch::NoGradGuard no_grad;
   const auto packed = pack_sparse_input_weight(torch::randn({16, 32}), torch::randn({16}));
-  // Many rows: only for outputs in blocks of 256 (this layer has 16), on AVX-512.
+  // Many rows: only for outputs in blocks of 64 (this layer has 16), from AVX2 up.
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined());
-  const auto wide = pack_sparse_input_weight(torch::randn({256, 32}), torch::Tensor());
-  EXPECT_EQ(try_sparse_input_linear(*wide, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined(),
-            cpu_isa() >= CpuIsa::kAvx512);
+  for (int64_t width : {64, 256}) {
+    const auto wide = pack_sparse_input_weight(torch::randn({width, 32}), torch::Tensor());
+    EXPECT_EQ(try_sparse_input_linear(*wide, relu_like(kSmallBatchLinearMaxRows + 1, 32)).defined(),
+              cpu_isa() >= CpuIsa::kAvx2);
+  }
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 31)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(2, 32).to(torch::kBFloat16)).defined());
   EXPECT_FALSE(try_sparse_input_linear(*packed, relu_like(0, 32)).defined());
@@ -94,7 +110,7 @@ TEST(SparseInputFeedForwardTest, ReluLayersOnlyAndTheSameOutputs) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   for (Activation activation : {Activation::kReLU, Activation::kGELU})
-    for (int64_t embed : {32, 256}) {  // 256 outputs: many rows through the kernel on AVX-512
+    for (int64_t embed : {32, 256}) {  // 256 outputs: many rows through the kernel from AVX2 up
       FeedForward ffn(FeedForwardOptions(embed, 4 * embed).dropout(0.0).activation(activation));
       ffn->eval();
       const auto* second = dynamic_cast<const QuantizableLinearImpl*>(ffn->linear2.get());

@@ -123,7 +123,7 @@ struct SparseInputWeights {
 };
 std::shared_ptr<const SparseInputWeights> pack_sparse_input_weight(const at::Tensor& weight, const at::Tensor& bias);
 // x W^T + b for x [..., in] fp32 on the CPU in inference (no autocast): at most
-// kSmallBatchLinearMaxRows rows, or more on AVX-512 where the outputs are a multiple of 256 (W^T
+// kSmallBatchLinearMaxRows rows, or more from AVX2 up where the outputs are a multiple of 64 (W^T
 // then stays in cache from row to row; each row's outputs accumulate in registers); undefined
 // otherwise. A row's outputs are the same bits in a call of any number of rows.
 at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor& x);

@@ -58,13 +58,48 @@ TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& 
 TORCHMT_VECTOR_KERNEL(void, sparse_rows, sparse_row,
                       (const float* x, const SparseInputWeights& w, int32_t* idx, float* out), (x, w, idx, out))
 
-// Calls of more rows than that, on AVX-512 (GCC builds), for layers of a multiple of 256 outputs:
-// W^T then stays in cache from row to row, and each row's outputs are accumulated in sixteen 512-bit
-// registers over its nonzero inputs, each weight row read whole. AVX2's 16 registers hold a quarter
-// of that block; measured there only on a Zen 4 (tools/bench/README.md), so AVX2 keeps the GEMMs.
-constexpr int64_t kManyRowBlock = 256;
+// Calls of more rows than that (x86 GCC builds): W^T then stays in cache from row to row, and each
+// row's outputs are accumulated a block at a time in registers over its nonzero inputs: sixteen of
+// AVX-512's 32 registers (256 outputs), eight of AVX2's 16 (64 outputs); a layer whose width is not
+// a multiple of its block keeps the GEMM.
+constexpr int64_t kManyRowBlockAvx512 = 256;
+constexpr int64_t kManyRowBlockAvx2 = 64;
 #if TORCHMT_X86 && !defined(__clang__)
 constexpr bool kManyRowKernel = true;
+
+// The same sums as sparse_row (bias, then one multiply-add per nonzero input in ascending order),
+// so a row's outputs do not depend on the number of rows in its call. V: the copy's register type.
+template <typename V, int64_t kBlock>
+TORCHMT_VECTOR_INLINE void sparse_row_blocked(const float* x, const SparseInputWeights& w, const int32_t* idx,
+                                              int64_t count, float* out) {
+  constexpr int64_t kWidth = sizeof(V) / sizeof(float);
+  constexpr int kVecs = static_cast<int>(kBlock / kWidth);
+  const int64_t N = w.out;
+  const float* wt = w.transposed.data();
+  for (int64_t n0 = 0; n0 < N; n0 += kBlock) {
+    V acc[kVecs];
+#pragma GCC unroll 16
+    for (int j = 0; j < kVecs; ++j) std::memcpy(&acc[j], w.bias.data() + n0 + kWidth * j, sizeof(V));
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kPrefetchAhead < count) {  // the rows are scattered: no hardware prefetcher finds them
+        const char* ahead = reinterpret_cast<const char*>(wt + idx[i + kPrefetchAhead] * N + n0);
+#pragma GCC unroll 16
+        for (int line = 0; line < kBlock * static_cast<int>(sizeof(float)); line += 64)
+          __builtin_prefetch(ahead + line, 0, 3);
+      }
+      const V xv = V{} + x[idx[i]];
+      const float* row = wt + idx[i] * N + n0;
+#pragma GCC unroll 16
+      for (int j = 0; j < kVecs; ++j) {
+        V wv;
+        std::memcpy(&wv, row + kWidth * j, sizeof(V));
+        acc[j] += xv * wv;
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < kVecs; ++j) std::memcpy(out + n0 + kWidth * j, &acc[j], sizeof(V));
+  }
+}
 
 // The indices of x's nonzero values (a NaN is nonzero, as above), ascending, 16 inputs at a time
 // compressed in a register (Zen 4's compress to memory is microcoded); returns their count. idx
@@ -81,37 +116,47 @@ TORCHMT_TARGET_AVX512 int64_t nonzero_inputs_avx512(const float* x, int64_t K, i
   return list_nonzero_inputs(x, k, K, idx, count);
 }
 
-// The same sums as sparse_row (bias, then one multiply-add per nonzero input in ascending order),
-// so a row's outputs do not depend on the number of rows in its call.
+// For each 8-bit mask, the positions of its set bits packed to the front, and their count: AVX2
+// has no compress, so its nonzero list takes 8 inputs' indices from this table in one store.
+struct LeftPackTable {
+  int32_t lanes[256][8];
+  int8_t count[256];
+};
+constexpr LeftPackTable make_left_pack_table() {
+  LeftPackTable t{};
+  for (int mask = 0; mask < 256; ++mask)
+    for (int lane = 0; lane < 8; ++lane)
+      if (mask >> lane & 1) t.lanes[mask][t.count[mask]++] = lane;
+  return t;
+}
+alignas(64) constexpr LeftPackTable kLeftPack = make_left_pack_table();
+
+// nonzero_inputs_avx512's list, 8 inputs at a time; idx needs 8 entries to spare.
+TORCHMT_TARGET_AVX2 int64_t nonzero_inputs_avx2(const float* x, int64_t K, int32_t* idx) {
+  int64_t count = 0, k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const int nonzero = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    const __m256i lanes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLeftPack.lanes[nonzero]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + count),
+                        _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int32_t>(k))));
+    count += kLeftPack.count[nonzero];
+  }
+  return list_nonzero_inputs(x, k, K, idx, count);
+}
+
 TORCHMT_TARGET_AVX512 void sparse_row_many_avx512(const float* x, const SparseInputWeights& w, int32_t* idx,
                                                   float* out) {
-  constexpr int kVecs = kManyRowBlock / kLanes;
-  const int64_t N = w.out;
-  const int64_t count = nonzero_inputs_avx512(x, w.in, idx);
-  const float* wt = w.transposed.data();
-  for (int64_t n0 = 0; n0 < N; n0 += kManyRowBlock) {
-    f32x16 acc[kVecs];
-#pragma GCC unroll 16
-    for (int j = 0; j < kVecs; ++j) acc[j] = load16(w.bias.data() + n0 + kLanes * j);
-    for (int64_t i = 0; i < count; ++i) {
-      if (i + kPrefetchAhead < count) {  // the rows are scattered: no hardware prefetcher finds them
-        const char* ahead = reinterpret_cast<const char*>(wt + idx[i + kPrefetchAhead] * N + n0);
-#pragma GCC unroll 16
-        for (int line = 0; line < kManyRowBlock * static_cast<int>(sizeof(float)); line += 64)
-          __builtin_prefetch(ahead + line, 0, 3);
-      }
-      const f32x16 xv = splat(x[idx[i]]);
-      const float* row = wt + idx[i] * N + n0;
-#pragma GCC unroll 16
-      for (int j = 0; j < kVecs; ++j) acc[j] += xv * load16(row + kLanes * j);
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < kVecs; ++j) store16(out + n0 + kLanes * j, acc[j]);
-  }
+  sparse_row_blocked<f32x16, kManyRowBlockAvx512>(x, w, idx, nonzero_inputs_avx512(x, w.in, idx), out);
+}
+
+TORCHMT_TARGET_AVX2 void sparse_row_many_avx2(const float* x, const SparseInputWeights& w, int32_t* idx,
+                                              float* out) {
+  sparse_row_blocked<f32x8, kManyRowBlockAvx2>(x, w, idx, nonzero_inputs_avx2(x, w.in, idx), out);
 }
 #else
 constexpr bool kManyRowKernel = false;
 void sparse_row_many_avx512(const float*, const SparseInputWeights&, int32_t*, float*) {}
+void sparse_row_many_avx2(const float*, const SparseInputWeights&, int32_t*, float*) {}
 #endif
 
 }  // namespace
@@ -136,9 +181,18 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
       x.size(-1) != w.in || w.in == 0 || active_autocast_dtype(x.device()) != at::kFloat)
     return {};
   const int64_t M = x.numel() / w.in;
-  const bool many = M > kSmallBatchLinearMaxRows;
-  if (M == 0 || (many && !(kManyRowKernel && cpu_isa() >= CpuIsa::kAvx512 && w.out % kManyRowBlock == 0)))
-    return {};
+  if (M == 0) return {};
+  using RowKernel = void (*)(const float*, const SparseInputWeights&, int32_t*, float*);
+  RowKernel many_rows = nullptr;
+  if (M > kSmallBatchLinearMaxRows) {
+    const CpuIsa isa = cpu_isa();
+    if (kManyRowKernel && isa >= CpuIsa::kAvx512 && w.out % kManyRowBlockAvx512 == 0)
+      many_rows = sparse_row_many_avx512;
+    else if (kManyRowKernel && isa >= CpuIsa::kAvx2 && w.out % kManyRowBlockAvx2 == 0)
+      many_rows = sparse_row_many_avx2;
+    else
+      return {};
+  }
   RECORD_FUNCTION("torchmt::sparse_input_linear", std::vector<c10::IValue>());
   const auto in = x.contiguous();
   auto out_shape = x.sizes().vec();
@@ -146,14 +200,14 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
   auto y = torch::empty(out_shape, x.options());
   const float* xp = in.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  if (!many) {
+  if (!many_rows) {
     std::vector<int32_t> idx(static_cast<size_t>(w.in));
     for (int64_t m = 0; m < M; ++m) sparse_rows(xp + m * w.in, w, idx.data(), yp + m * w.out);
     return y;
   }
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> idx(static_cast<size_t>(w.in + 16));
-    for (int64_t m = begin; m < end; ++m) sparse_row_many_avx512(xp + m * w.in, w, idx.data(), yp + m * w.out);
+    for (int64_t m = begin; m < end; ++m) many_rows(xp + m * w.in, w, idx.data(), yp + m * w.out);
   });
   return y;
 }

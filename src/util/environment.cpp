@@ -27,8 +27,8 @@ const std::vector<EnvVariable>& environment_table() {
       {"TORCHMT_SCREENED_ARGMAX", EnvKind::kFlag, "0|1", "1",
        "0: greedy search without scores computes the whole output projection (same tokens)", kLibrary},
       {"TORCHMT_SPARSE_INPUT", EnvKind::kFlag, "0|1", "1",
-       "0: a ReLU feed-forward layer's second Linear skips no zero inputs (CPU: 1-8 rows, any number on "
-       "AVX-512; A/B)",
+       "0: a ReLU feed-forward layer's second Linear skips no zero inputs (CPU: 1-8 rows, any number from "
+       "AVX2 up; A/B)",
        kLibrary},
       {"TORCHMT_NO_TENSOR_POOL", EnvKind::kFlag, "0|1", "0",
        "1: LibTorch's CPU allocator instead of torchmt's tensor pool", kLibrary},

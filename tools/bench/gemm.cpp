@@ -6,7 +6,7 @@
 // same shapes, and the multiply-accumulates per second of the fastest fp32 path and of int8. With
 // --zeros F the inputs have that share of zeros (a ReLU's output) and the sparse-input kernel
 // (kernels/sparse_input_linear.cpp) is timed beside them where it applies (1-8 rows; any number
-// on AVX-512 for outputs in blocks of 256).
+// from AVX2 up for outputs in blocks of 64).
 //   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S] [--zeros F]
 // Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
 // output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       "rows", "rows per call", cxxopts::value<std::string>()->default_value("64,320,1280"))(
       "threads", "intra-op threads", cxxopts::value<int>()->default_value("2"))(
       "seconds", "time per measurement", cxxopts::value<double>()->default_value("0.5"))(
-      "zeros", "fraction of the inputs that are zeros (a ReLU's output); above 0 the sparse-input kernel is timed too (1-8 rows)",
+      "zeros", "fraction of the inputs that are zeros (a ReLU's output); above 0 the sparse-input kernel is timed too where it applies",
       cxxopts::value<double>()->default_value("0"))("h,help", "this help");
   try {
     const auto args = options.parse(argc, argv);
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
         std::printf("  %-7s %.1e %9.3f %10.1f %10.1f", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
                     int8_ms, macs / best / 1e6, macs / int8_ms / 1e6);
         const auto sparse_y = sparse_weights ? k::try_sparse_input_linear(*sparse_weights, x) : at::Tensor();
-        if (sparse_y.defined()) {  // 1-8 rows
+        if (sparse_y.defined()) {
           const double sparse_ms = 1e3 * time_call([&] { return k::try_sparse_input_linear(*sparse_weights, x); }, seconds);
           const double diff = (sparse_y - reference).abs().max().item<double>();
           std::printf(" %9.3f %7.2fx %9.1e", sparse_ms, best / sparse_ms, diff);
