@@ -178,6 +178,129 @@ TEST_P(ScreenedArgmax, StepsAsideWhereTheFullPathIsAnotherKernel) {
   EXPECT_TRUE(try_screened_argmax(*screen, x.slice(0, 0, 2), w, {}).empty()) << "gradients on";
 }
 
+// Beam search's step: every row the screen decides gets the full log-softmax's best `width`
+// columns in its order, their log-probabilities and the extra columns' to within the normaliser's
+// int8 tail (a few 1e-3 at most here; ~2e-4 on trained models), from few fp32 logits where the
+// logits spread; flat rows (most of the mass in the int8 tail) still come out right.
+TEST_P(ScreenedArgmax, BeamStepGetsTheFullRowsBestColumnsAndTheirLogProbabilities) {
+  if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(21);
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{256, 3000}, {200, 1001}, {37, 500}}) {
+    auto w = torch::randn({out, in}) * 0.05;
+    for (bool with_bias : {true, false}) {
+      auto b = with_bias ? torch::randn({out}) * 0.1 : torch::Tensor();
+      const auto screen = build_screen(w, b);
+      for (double spread : {8.0, 1.0}) {
+        for (int64_t rows : {1, 5, 40}) {
+          for (int64_t width : {1, 10}) {
+            auto x = torch::randn({rows, in}) * spread;
+            const std::vector<int64_t> extra{2, out - 1};
+            at::Tensor values, indices, extra_values;
+            std::vector<int64_t> open;
+            const auto before = screen_stats();
+            ASSERT_TRUE(try_screened_log_softmax_top_k(*screen, x, w, b, width, extra, &values, &indices,
+                                                       &extra_values, &open));
+            const auto after = screen_stats();
+            EXPECT_EQ(after.rows - before.rows, rows);
+            EXPECT_EQ(after.open_rows - before.open_rows, static_cast<int64_t>(open.size()));
+            auto full = torch::log_softmax(torch::linear(x, w, b), -1);  // [N, V]
+            const auto [full_values, full_indices] = row_top_k(full, width);
+            for (int64_t m = 0; m < rows; ++m) {
+              if (std::find(open.begin(), open.end(), m) != open.end()) continue;
+              const std::string where = std::to_string(in) + "x" + std::to_string(out) + " spread " +
+                                        std::to_string(spread) + " row " + std::to_string(m);
+              EXPECT_TRUE(torch::equal(indices[m], full_indices[m])) << where;
+              EXPECT_LT((values[m] - full_values[m]).abs().max().item<float>(), 5e-3) << where;
+              for (size_t e = 0; e < extra.size(); ++e)
+                EXPECT_NEAR(extra_values[m][static_cast<int64_t>(e)].item<float>(),
+                            full[m][extra[e]].item<float>(), 5e-3) << where;
+            }
+            if (spread > 2 && in >= 200) {  // (37 inputs: int8's bounds are too wide to rule out much)
+              EXPECT_LT(static_cast<int64_t>(open.size()), std::max<int64_t>(1, rows / 4)) << in << "x" << out;
+              EXPECT_LT(after.fp32_logits - before.fp32_logits, rows * out / 4) << "too few outputs ruled out";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ScreenedArgmax, BeamStepLeavesNonFiniteRowsOpenAndStepsAsideElsewhere) {
+  torch::manual_seed(22);
+  auto w = torch::randn({100, 32}), x = torch::randn({3, 32}) * 4.0;
+  const auto screen = build_screen(w, {});
+  at::Tensor values, indices, extra;
+  std::vector<int64_t> open;
+  {
+    torch::NoGradGuard no_grad;
+    x[1][3] = std::nan("");
+    EXPECT_EQ(try_screened_log_softmax_top_k(*screen, x, w, {}, 10, {}, &values, &indices, &extra, &open),
+              int8_screen_runs());
+    if (int8_screen_runs()) {
+      EXPECT_EQ(open, std::vector<int64_t>{1});
+    }
+    EXPECT_FALSE(try_screened_log_softmax_top_k(*screen, x, w, {}, 101, {}, &values, &indices, &extra, &open))
+        << "wider than the row";
+    EXPECT_FALSE(try_screened_log_softmax_top_k(*screen, x, w, {}, 5, {100}, &values, &indices, &extra, &open))
+        << "an extra column beyond the row";
+    EXPECT_FALSE(try_screened_log_softmax_top_k(*screen, x.to(torch::kBFloat16), w, {}, 5, {}, &values, &indices,
+                                                &extra, &open));
+  }
+  EXPECT_FALSE(try_screened_log_softmax_top_k(*screen, x, w, {}, 5, {}, &values, &indices, &extra, &open))
+      << "gradients on";
+}
+
+// A real (random, tiny) model with a projection that makes its choices clear: beam search through
+// the screen (the output layer prepared with it) finds the hypotheses the full projection finds,
+// with their scores to within the normaliser's int8 tail, in batches of few rows and of more, and
+// at the length limit (eos forced through the extra column).
+TEST_P(ScreenedArgmax, BeamSearchThroughTheScreenFindsTheFullProjectionsHypotheses) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 300;
+  torch::manual_seed(23);
+  Transformer screened(c), full(c);
+  {
+    torch::NoGradGuard no_grad;
+    screened->fc_out->weight.mul_(6.0);  // (the embedding it is tied to as well)
+    const auto from = screened->named_parameters();
+    for (auto& item : full->named_parameters()) item.value().copy_(from[item.key()]);
+  }
+  screened->eval();
+  full->eval();
+  prepare_linears_for_inference(*screened, InferencePrecision::kFloat, &screened->fc_out);
+  prepare_linears_for_inference(*full, InferencePrecision::kFloat);
+  auto src = torch::randint(4, 300, {12, 9}, torch::kLong);
+  src.index_put_({2, torch::indexing::Slice(5)}, 0);
+  torch::NoGradGuard no_grad;
+  for (int64_t max_len_b : {14, 3}) {
+    SearchOptions o;
+    o.beam_size = 5;
+    o.nbest = 2;
+    o.max_len_a = 0;
+    o.max_len_b = max_len_b;
+    for (int64_t batch : {1, 12}) {
+      for (int64_t start = 0; start + batch <= src.size(0); start += batch) {
+        auto part = src.slice(0, start, start + batch);
+        TransformerDecoder a(screened, true), b(full, true);
+        const auto before = screen_stats();
+        auto got = search(a, part, o);
+        const auto after = screen_stats();
+        auto expected = search(b, part, o);
+        if (int8_screen_runs()) {
+          EXPECT_GT(after.rows, before.rows);
+        }
+        for (int64_t i = 0; i < batch; ++i)
+          for (size_t j = 0; j < expected[i].size(); ++j) {
+            EXPECT_EQ(got[i][j].tokens, expected[i][j].tokens) << "batch " << batch << " sentence " << start + i;
+            EXPECT_NEAR(got[i][j].score, expected[i][j].score, 2e-3) << "batch " << batch << " sentence " << start + i;
+          }
+      }
+    }
+  }
+}
+
 // A real (random, tiny) model: greedy search without scores finds the tokens it finds with
 // them, and its scores are NaN, not a number that looks right; in batches of few rows and of
 // more (a GEMM's), with every output a tie (each projection row twice), where every row is

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 #include <stdexcept>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -31,6 +32,23 @@ at::Tensor IncrementalDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   auto best = kernels::row_top_k(step(last_tokens), 1).second.view({-1});  // [N] columns
   const auto columns = output_columns();
   return columns.defined() ? columns.index_select(0, best) : best;
+}
+
+IncrementalDecoder::TopK IncrementalDecoder::top_k_of(const at::Tensor& lprobs, int64_t width, const std::vector<int64_t>& extra_columns) {
+  IncrementalDecoder::TopK top;
+  top.columns = lprobs.size(1);
+  auto [values, indices] = kernels::row_top_k(lprobs, std::min(width, top.columns));  // [N, w]
+  top.values = values.to(torch::kCPU).contiguous();
+  top.indices = indices.to(torch::kCPU).contiguous();
+  top.extra = lprobs.index_select(1, torch::tensor(extra_columns, torch::kLong).to(lprobs.device()))
+                  .to(torch::kCPU)
+                  .contiguous();  // [N, E]
+  return top;
+}
+
+IncrementalDecoder::TopK IncrementalDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
+                                                        const std::vector<int64_t>& extra_columns) {
+  return top_k_of(step(last_tokens), width, extra_columns);
 }
 
 void IncrementalDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& /*vocabularies*/) {
@@ -236,45 +254,9 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
 
   for (int64_t t = 0; !live.empty(); ++t) {
     const int64_t n_live = static_cast<int64_t>(live.size());
-    auto lprobs = decoder.step(last);  // [N, C], N = n_live * beams
-    const int64_t vocab = lprobs.size(1);  // columns, tokens of output_columns()
     const OutputColumns columns(decoder.output_columns());
     const int64_t eos_column = columns.column(options.eos_id);
     if (eos_column < 0) throw std::logic_error("beam search: the decoder's output has no eos column");
-    // Sentences at their length limit may only end.
-    std::vector<int64_t> forced_rows;
-    for (int64_t s = 0; s < n_live; ++s)
-      if (t + 1 >= limits[live[s]])
-        for (int64_t j = 0; j < beams; ++j) forced_rows.push_back(s * beams + j);
-    if (!forced_rows.empty()) {
-      auto rows = index_tensor(forced_rows, device);
-      auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
-      lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
-      lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, eos_col);
-    }
-    if (constrained) {  // a hypothesis ends only once it holds all its phrases
-      std::vector<int64_t> owing;
-      for (size_t r = 0; r < states.size(); ++r)
-        if (!states[r].complete()) owing.push_back(static_cast<int64_t>(r));
-      if (!owing.empty()) {
-        auto rows = index_tensor(owing, device);
-        lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, -std::numeric_limits<float>::infinity());
-      }
-    }
-    // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
-    // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
-    // single topk over k x V on the CPU (tools/bench/DECISIONS.md).
-    // A row's ranking is its log-probabilities' (its score is one number added to all), so
-    // the score is added to the 2k picked only.
-    const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
-    const int64_t row_width = std::min<int64_t>(width, vocab);
-    auto [row_top, row_index] = kernels::row_top_k(lprobs, row_width);  // [N, row_width]
-    row_top = (row_top.to(torch::kCPU) + torch::tensor(scores, torch::kFloat).unsqueeze(1)).contiguous();
-    row_index = row_index.to(torch::kCPU).contiguous();
-    std::vector<float> sc(static_cast<size_t>(n_live * width));
-    std::vector<int64_t> ix(sc.size());  // flat index beam * V + token, as into [k, V]
-    merge_row_candidates(row_top.data_ptr<float>(), row_index.data_ptr<int64_t>(), n_live, beams, row_width, vocab,
-                         width, sc.data(), ix.data());
     // Sentences inside their prefix: one candidate, the prefix token, from their first beam (the
     // others are dead copies until the prefix ends, so the beam then grows from it).
     std::vector<int64_t> forced_sentence_rows, forced_tokens, forced_columns;
@@ -284,6 +266,59 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
         forced_tokens.push_back(token);
         forced_columns.push_back(std::max<int64_t>(0, columns.column(token)));
       }
+    // Sentences at their length limit may only end.
+    std::vector<int64_t> forced_rows;
+    for (int64_t s = 0; s < n_live; ++s)
+      if (t + 1 >= limits[live[s]])
+        for (int64_t j = 0; j < beams; ++j) forced_rows.push_back(s * beams + j);
+    // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
+    // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
+    // single topk over k x V on the CPU (tools/bench/DECISIONS.md).
+    // A row's ranking is its log-probabilities' (its score is one number added to all), so
+    // the score is added to the 2k picked only.
+    at::Tensor lprobs, row_top, row_index;  // lprobs [N, C] where prefixes or constraints need more
+    int64_t vocab = 0;                      // C, tokens of output_columns()
+    if (constrained || !forced_tokens.empty()) {
+      lprobs = decoder.step(last);  // [N, C], N = n_live * beams
+      vocab = lprobs.size(1);
+      if (!forced_rows.empty()) {
+        auto rows = index_tensor(forced_rows, device);
+        auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
+        lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
+        lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, eos_col);
+      }
+      if (constrained) {  // a hypothesis ends only once it holds all its phrases
+        std::vector<int64_t> owing;
+        for (size_t r = 0; r < states.size(); ++r)
+          if (!states[r].complete()) owing.push_back(static_cast<int64_t>(r));
+        if (!owing.empty()) {
+          auto rows = index_tensor(owing, device);
+          lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, -std::numeric_limits<float>::infinity());
+        }
+      }
+      std::tie(row_top, row_index) = kernels::row_top_k(lprobs, std::min<int64_t>(2 * k, vocab));  // [N, w]
+      row_top = row_top.to(torch::kCPU).contiguous();
+      row_index = row_index.to(torch::kCPU).contiguous();
+    } else {
+      auto top = decoder.step_top_k(last, 2 * k, {eos_column});  // [N, w] and [N, 1], on the host
+      vocab = top.columns;
+      row_top = top.values;
+      row_index = top.indices;
+      // A row at its length limit: eos first, every other candidate impossible.
+      for (const int64_t r : forced_rows) {
+        row_top[r].fill_(-std::numeric_limits<float>::infinity());
+        row_top[r][0] = top.extra[r][0];
+        row_index[r][0] = eos_column;
+      }
+    }
+    if (eos_column >= vocab) throw std::logic_error("beam search: the decoder's output has no eos column");
+    const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
+    const int64_t row_width = row_top.size(1);  // min(width, vocab)
+    row_top = (row_top + torch::tensor(scores, torch::kFloat).unsqueeze(1)).contiguous();
+    std::vector<float> sc(static_cast<size_t>(n_live * width));
+    std::vector<int64_t> ix(sc.size());  // flat index beam * V + token, as into [k, V]
+    merge_row_candidates(row_top.data_ptr<float>(), row_index.data_ptr<int64_t>(), n_live, beams, row_width, vocab,
+                         width, sc.data(), ix.data());
     std::vector<float> forced_lp;
     if (!forced_tokens.empty()) {
       auto lp = lprobs.index({index_tensor(forced_sentence_rows, device), index_tensor(forced_columns, device)})

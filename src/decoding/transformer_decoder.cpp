@@ -120,6 +120,29 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   return to_tokens(torch::tensor(tokens, torch::kLong));  // [N], CPU (the screen runs only there)
 }
 
+IncrementalDecoder::TopK TransformerDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
+                                                        const std::vector<int64_t>& extra_columns) {
+  if (!use_cache_ || restriction_.active()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+  torch::NoGradGuard no_grad;
+  const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
+  auto full = [&](const at::Tensor& rows, int64_t w) {
+    return top_k_of(log_probabilities(apply_linear(model_->fc_out, rows)), w, extra_columns);
+  };
+  const int64_t columns = model_->fc_out->weight.size(0);
+  const int64_t w = std::min(width, columns);
+  auto screened = try_linear_log_softmax_top_k(model_->fc_out, hidden, w, extra_columns);
+  if (!screened) return full(hidden, width);
+  TopK top{screened->values, screened->indices, screened->extra, columns};
+  if (!screened->open.empty()) {
+    const auto open = torch::tensor(screened->open, torch::kLong);  // [n]
+    const auto rows = full(hidden.index_select(0, open.to(hidden.device())), w);
+    top.values.index_copy_(0, open, rows.values);
+    top.indices.index_copy_(0, open, rows.indices);
+    top.extra.index_copy_(0, open, rows.extra);
+  }
+  return top;
+}
+
 void TransformerDecoder::select(const at::Tensor& index) {
   rows_ = index.size(0);
   restriction_.select(index);

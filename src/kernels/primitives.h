@@ -147,6 +147,20 @@ std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight,
 std::vector<int64_t> try_screened_argmax(const ScreenedProjection& screen, const at::Tensor& x,
                                          const at::Tensor& weight, const at::Tensor& bias,
                                          const at::Tensor& blocked = at::Tensor());
+// Beam search's step through the same screen: for each row of x [N, K], the `width` largest
+// entries of log_softmax(x W^T + b) (values [N, width], best first, equal ones in index order;
+// indices [N, width] int64) and the entries of the `extra` columns (extra_values [N, E]). The best
+// `width` are proven as the greedy screen proves its token (their logits in fp32, every other
+// output's bound below the width-th by the near-tie margin); the normaliser takes the fp32 logits
+// of every output within e^-6 of the best and the int8 ones of the rest (with a correction for the
+// input's quantization), so the log-probabilities are ~2e-4 from the full projection's (mean,
+// Multi30k models; at most ~2e-3). Rows listed in `open` are left unset for the caller's
+// full projection (a non-finite value, too many candidates). False where the screen does not apply
+// (nothing computed). TORCHMT_SCREENED_BEAM=0 turns it off.
+bool try_screened_log_softmax_top_k(const ScreenedProjection& screen, const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& bias, int64_t width, const std::vector<int64_t>& extra,
+                                    at::Tensor* values, at::Tensor* indices, at::Tensor* extra_values,
+                                    std::vector<int64_t>* open);
 // What the screens of this process did (every thread): rows screened, rows left to the full
 // projection, logits computed in fp32.
 struct ScreenStats {

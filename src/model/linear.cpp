@@ -87,6 +87,17 @@ std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const tor
   return kernels::try_screened_argmax(*p->screen, x, layer->weight, layer->bias, blocked);
 }
 
+std::optional<LinearTopK> try_linear_log_softmax_top_k(const torch::nn::Linear& layer, const torch::Tensor& x,
+                                                       int64_t width, const std::vector<int64_t>& extra) {
+  const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
+  if (!p || !p->screen) return std::nullopt;
+  LinearTopK top;
+  if (!kernels::try_screened_log_softmax_top_k(*p->screen, x, layer->weight, layer->bias, width, extra, &top.values,
+                                               &top.indices, &top.extra, &top.open))
+    return std::nullopt;
+  return top;
+}
+
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
                                       const torch::nn::Linear* screened) {
   std::vector<QuantizableLinearImpl*> linears;

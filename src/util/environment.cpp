@@ -26,6 +26,9 @@ const std::vector<EnvVariable>& environment_table() {
        "the float GEMM of packed CPU linear layers, forced (aten: nothing packed)", kLibrary},
       {"TORCHMT_SCREENED_ARGMAX", EnvKind::kFlag, "0|1", "1",
        "0: greedy search without scores computes the whole output projection (same tokens)", kLibrary},
+      {"TORCHMT_SCREENED_BEAM", EnvKind::kFlag, "0|1", "1",
+       "0: fp32 beam search on the CPU computes the whole output projection (without it: int8 logits in the normaliser's tail, ~2e-4)",
+       kLibrary},
       {"TORCHMT_SPARSE_INPUT", EnvKind::kFlag, "0|1", "1",
        "0: a ReLU feed-forward layer's second Linear skips no zero inputs (CPU: 1-8 rows, any number from "
        "AVX2 up; A/B)",

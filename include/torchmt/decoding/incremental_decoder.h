@@ -36,6 +36,17 @@ class IncrementalDecoder {
   // int64 on the decoder's device, the token step()'s top-1 (row_top_k) would give. The default
   // is exactly that; a decoder may find it with less work.
   virtual at::Tensor greedy_tokens(const at::Tensor& last_tokens);
+  // Beam search's step: each row's `width` best entries of step() (values and columns [N, w],
+  // w = min(width, C), in row_top_k's order) and the entries of `extra_columns` ([N, E]), all on
+  // the host. The default is exactly that; a decoder may find them with less work (the CPU fp32
+  // Transformer screens its projection: log-probabilities ~2e-4 from step()'s).
+  struct TopK {
+    at::Tensor values, indices, extra;
+    int64_t columns = 0;  // C, step()'s columns
+  };
+  virtual TopK step_top_k(const at::Tensor& last_tokens, int64_t width, const std::vector<int64_t>& extra_columns);
+  // The TopK of log-probabilities [N, C] as step_top_k's default takes it.
+  static TopK top_k_of(const at::Tensor& lprobs, int64_t width, const std::vector<int64_t>& extra_columns);
   // New row i is old row index[i]; index [N'] int64 on the decoder's device.
   virtual void select(const at::Tensor& index) = 0;
   // Each of the `rows` current rows becomes k consecutive rows (the k beams of a sentence

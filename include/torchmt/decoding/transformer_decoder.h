@@ -18,6 +18,9 @@ class TransformerDecoder : public IncrementalDecoder {
   // On the CPU in fp32, the output projection screened (src/kernels/primitives.h): the
   // same tokens as step()'s top-1 without computing most logits in fp32.
   at::Tensor greedy_tokens(const at::Tensor& last_tokens) override;
+  // step()'s best entries through the output projection's screen (CPU, fp32), rows it leaves open
+  // as step() computes them.
+  TopK step_top_k(const at::Tensor& last_tokens, int64_t width, const std::vector<int64_t>& extra_columns) override;
   void select(const at::Tensor& index) override;
   void expand_rows(int64_t rows, int64_t k) override;
   void reorder_within_sentences(const at::Tensor& index) override;

@@ -14,6 +14,7 @@
 // the input is on the CPU.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/nn/modules/linear.h>
@@ -87,6 +88,18 @@ class ObserveLinearInputs {
 // outputs each row may not produce.
 std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x,
                                        const torch::Tensor& blocked = torch::Tensor());
+
+// Beam search's step through the same screen: for each row of x [N, in], the `width` largest
+// entries of log_softmax(apply_linear(layer, x)) (values [N, width], best first, equal ones in
+// index order; indices [N, width] int64) and the entries of the `extra` columns (extra [N, E]),
+// within ~2e-4 of the full computation's (mean); rows listed in `open` are left for the caller to compute
+// in full. Nothing where the layer has no screen or it does not apply.
+struct LinearTopK {
+  torch::Tensor values, indices, extra;
+  std::vector<int64_t> open;
+};
+std::optional<LinearTopK> try_linear_log_softmax_top_k(const torch::nn::Linear& layer, const torch::Tensor& x,
+                                                       int64_t width, const std::vector<int64_t>& extra);
 
 enum class InferencePrecision { kFloat, kInt8 };
 
