@@ -6,7 +6,6 @@
 #include <numeric>
 #include <string>
 #include <stdexcept>
-#include <tuple>
 
 #include <torch/torch.h>
 
@@ -34,8 +33,9 @@ at::Tensor IncrementalDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   return columns.defined() ? columns.index_select(0, best) : best;
 }
 
-IncrementalDecoder::TopK IncrementalDecoder::top_k_of(const at::Tensor& lprobs, int64_t width, const std::vector<int64_t>& extra_columns) {
-  IncrementalDecoder::TopK top;
+IncrementalDecoder::TopK IncrementalDecoder::top_k_of(const at::Tensor& lprobs, int64_t width,
+                                                      const std::vector<int64_t>& extra_columns) {
+  TopK top;
   top.columns = lprobs.size(1);
   auto [values, indices] = kernels::row_top_k(lprobs, std::min(width, top.columns));  // [N, w]
   top.values = values.to(torch::kCPU).contiguous();
@@ -276,11 +276,10 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
     // single topk over k x V on the CPU (tools/bench/DECISIONS.md).
     // A row's ranking is its log-probabilities' (its score is one number added to all), so
     // the score is added to the 2k picked only.
-    at::Tensor lprobs, row_top, row_index;  // lprobs [N, C] where prefixes or constraints need more
-    int64_t vocab = 0;                      // C, tokens of output_columns()
+    at::Tensor lprobs;  // [N, C], where prefixes or constraints need more than each row's best
+    IncrementalDecoder::TopK top;
     if (constrained || !forced_tokens.empty()) {
       lprobs = decoder.step(last);  // [N, C], N = n_live * beams
-      vocab = lprobs.size(1);
       if (!forced_rows.empty()) {
         auto rows = index_tensor(forced_rows, device);
         auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
@@ -296,21 +295,18 @@ SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, con
           lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, -std::numeric_limits<float>::infinity());
         }
       }
-      std::tie(row_top, row_index) = kernels::row_top_k(lprobs, std::min<int64_t>(2 * k, vocab));  // [N, w]
-      row_top = row_top.to(torch::kCPU).contiguous();
-      row_index = row_index.to(torch::kCPU).contiguous();
+      top = IncrementalDecoder::top_k_of(lprobs, 2 * k, {});
     } else {
-      auto top = decoder.step_top_k(last, 2 * k, {eos_column});  // [N, w] and [N, 1], on the host
-      vocab = top.columns;
-      row_top = top.values;
-      row_index = top.indices;
+      top = decoder.step_top_k(last, 2 * k, {eos_column});  // extra: [N, 1]
       // A row at its length limit: eos first, every other candidate impossible.
       for (const int64_t r : forced_rows) {
-        row_top[r].fill_(-std::numeric_limits<float>::infinity());
-        row_top[r][0] = top.extra[r][0];
-        row_index[r][0] = eos_column;
+        top.values[r].fill_(-std::numeric_limits<float>::infinity());
+        top.values[r][0] = top.extra[r][0];
+        top.indices[r][0] = eos_column;
       }
     }
+    const int64_t vocab = top.columns;  // C, tokens of output_columns()
+    auto row_top = top.values, row_index = top.indices;  // [N, min(2k, C)], on the host
     if (eos_column >= vocab) throw std::logic_error("beam search: the decoder's output has no eos column");
     const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
     const int64_t row_width = row_top.size(1);  // min(width, vocab)
