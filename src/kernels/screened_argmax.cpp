@@ -352,7 +352,8 @@ bool screen_top_k_row(const ScreenedProjection& s, const float* x, const float* 
   const double floor = low - near_tie_margin(low) - 2 * b.order;
   const double window = static_cast<double>(top[0]) - kExactWindow;
   const float cutoff = float_cutoff(std::min(floor - b.widest, window));
-  const double ref = static_cast<double>(top[0]) + b.widest * 1.001 + 1e-6 * std::fabs(top[0]);
+  // A float, so the tail's scan and the sums here subtract the same number.
+  const double ref = static_cast<float>(static_cast<double>(top[0]) + b.widest * 1.001 + 1e-6 * std::fabs(top[0]));
   std::vector<int64_t> collected;
   TailSplit split = split_tail(a, V, cutoff, static_cast<float>(ref), &collected);
   if (split.nan || !std::isfinite(split.tail)) return false;
