@@ -113,6 +113,34 @@ TEST_P(Int8Linear, EqualsThePortableLoopBitForBit) {
   }
 }
 
+// AVX2 adds two groups' vpmaddubsw sums in int16 where each lane's four |weights| sum to at most
+// 258: at that bound, with every input at 127, a lane reaches 127 * 258 = 32,766 and the pair is
+// exact; one step past it (259: 32,893 would wrap) the groups are not paired. Both signs.
+TEST_P(Int8Linear, PairsGroupsOnlyWhereTheirInt16SumsCannotOverflow) {
+  for (const int64_t second : {2, 3}) {
+    for (const double sign : {1.0, -1.0}) {
+      SCOPED_TRACE("second group's odd weights " + std::to_string(second) + ", sign " + std::to_string(sign));
+      // 16 outputs (one block) x 8 inputs (two groups): group 0 at 127, group 1 at (2, second).
+      auto row = torch::tensor({127.0, 127.0, 127.0, 127.0, 2.0, static_cast<double>(second), 2.0,
+                                static_cast<double>(second)}) * sign / 127.0;
+      auto w = row.to(torch::kFloat).unsqueeze(0).repeat({16, 1});  // [16, 8]
+      auto b = torch::zeros({16});
+      auto q = quantize_linear_int8(w, b);
+      ASSERT_EQ(q->pair_count.size(), 1u);
+      EXPECT_EQ(q->pair_count[0], second == 2 ? 1 : 0);
+      auto x = torch::ones({3, 8});  // no negative value: 127 steps, every input at 127
+      auto fast = int8_linear(x, *q);
+      at::Tensor portable;
+      {
+        CpuIsaOverride scalar(CpuIsa::kPortable);
+        portable = int8_linear(x, *q);
+      }
+      EXPECT_TRUE(torch::equal(fast, portable)) << (fast - portable).abs().max().item<float>();
+      EXPECT_TRUE(torch::allclose(fast, reference_int8(x, w, b), 1e-5, 1e-5));
+    }
+  }
+}
+
 // Static int8 (export --calibrate): every row over the calibrated range, values beyond it clamped
 // (signed: 63 steps a side; a range without negatives: 127 from zero, negatives to zero), equal
 // to the formula and, bit for bit, to the portable loop.

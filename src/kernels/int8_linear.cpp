@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -362,17 +363,61 @@ TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void store_column(cons
   rows_store<0, Rows, C>(acc, xscale, xzero, wsum, wscale, bias, mask, valid == 8, y + n, out);
 }
 
-// Rows x 16 outputs (one block): 4 multiplies (vpmaddubsw, vpmaddwd) per 64 products, the multiply
-// ports being the limit.
+// acc += two groups' products (wa, wb: 8 outputs' 4 weights each), their vpmaddubsw sums added in
+// int16 (exact for a pair of Int8LinearWeights::group_order) and widened by one vpmaddwd: 3
+// multiplies for 64 products instead of 4. One asm statement for add_one_group's reason.
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void add_two_groups(__m256i& acc, __m256i xa, __m256i xb,
+                                                                             __m256i wa, __m256i wb, __m256i ones) {
+  __m256i t, u;
+  asm("vpmaddubsw %[wa], %[xa], %[t]\n\t"
+      "vpmaddubsw %[wb], %[xb], %[u]\n\t"
+      "vpaddw %[u], %[t], %[t]\n\t"
+      "vpmaddwd %[ones], %[t], %[t]\n\t"
+      "vpaddd %[t], %[acc], %[acc]"
+      : [acc] "+x"(acc), [t] "=&x"(t), [u] "=&x"(u)
+      : [xa] "x"(xa), [xb] "x"(xb), [wa] "x"(wa), [wb] "x"(wb), [ones] "x"(ones));
+}
+
+// The pair's weights are loaded once for all rows (memory operands, one load per row, were slower).
+template <int R, int Rows>
+TORCHMT_AVX2_TARGET __attribute__((always_inline)) inline void rows_two_groups(__m256i (&acc)[Rows][2],
+                                                                              const uint8_t* xa, const uint8_t* xb,
+                                                                              int64_t in_padded, const __m256i (&w)[4],
+                                                                              __m256i ones) {
+  if constexpr (R < Rows) {
+    const __m256i va = _mm256_set1_epi32(four_inputs(xa + R * in_padded));
+    const __m256i vb = _mm256_set1_epi32(four_inputs(xb + R * in_padded));
+    add_two_groups(acc[R][0], va, vb, w[0], w[2], ones);
+    add_two_groups(acc[R][1], va, vb, w[1], w[3], ones);
+    rows_two_groups<R + 1, Rows>(acc, xa, xb, in_padded, w, ones);
+  }
+}
+
+// Rows x 16 outputs (one block), its groups in the block's group_order: pairs, then the rest
+// (4 multiplies, vpmaddubsw and vpmaddwd, per 64 products), the multiply ports being the limit.
 template <int Rows>
 TORCHMT_AVX2_TARGET void tile_avx2(const uint8_t* xq, int64_t in_padded, const float* xscale, const int32_t* xzero,
-                                   const int8_t* block,
+                                   const int8_t* block, const int16_t* order, int64_t pairs, const int8_t* ahead,
                                    int64_t groups, const Int8LinearWeights& w, int64_t n0, float* y, int64_t out) {
   constexpr int64_t kGroupBytes = kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[Rows][2] = {};
-  for (int64_t g = 0; g < groups; ++g)
+  int64_t i = 0;
+  for (; i < 2 * pairs; i += 2) {
+    const int64_t a = order[i], b = order[i + 1];
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + i * kGroupBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + (i + 1) * kGroupBytes), _MM_HINT_T0);
+    const auto* wa = reinterpret_cast<const __m256i*>(block + a * kGroupBytes);
+    const auto* wb = reinterpret_cast<const __m256i*>(block + b * kGroupBytes);
+    const __m256i w[4] = {_mm256_loadu_si256(wa), _mm256_loadu_si256(wa + 1), _mm256_loadu_si256(wb),
+                          _mm256_loadu_si256(wb + 1)};
+    rows_two_groups<0, Rows>(acc, xq + a * kGroupIn, xq + b * kGroupIn, in_padded, w, ones);
+  }
+  for (; i < groups; ++i) {
+    const int64_t g = order[i];
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + i * kGroupBytes), _MM_HINT_T0);
     rows_one_group<0, Rows>(acc, xq + g * kGroupIn, in_padded, block + g * kGroupBytes, ones);
+  }
   store_column<Rows, 0>(acc, xscale, xzero, w, n0, y, out);
   store_column<Rows, 1>(acc, xscale, xzero, w, n0 + 8, y, out);
 }
@@ -386,17 +431,22 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
   const int64_t groups = w.in_padded / kGroupIn;
   for (int64_t b = block_begin; b < block_end; ++b) {
     const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
+    const int16_t* order = w.group_order.data() + b * groups;
+    const int64_t pairs = w.pair_count[static_cast<size_t>(b)];
     const int64_t n0 = b * kBlockOut;
+    // The first row tile brings the next block's lines into L1 (one per group): the pairs' order
+    // jumps within a block, which the hardware's prefetcher does not follow.
+    const int8_t* ahead = b + 1 < block_end ? block + groups * kBlockOut * kGroupIn : block;
     for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
       const uint8_t* xq = q.values.data() + m0 * w.in_padded;
       const float* xs = q.scale.data() + m0;
       const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
       }
     }
   }
@@ -418,6 +468,67 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, 
   quantize_rows_portable(x, rows, in, in_padded, q, range);
 }
 
+// Int8LinearWeights::group_order: in each block, the group with the largest lane first takes the
+// smallest-laned group it fits with (every lane of the two at most kPairLaneLimit), until none is
+// left; groups that fit with none go one by one. A lane is one int16 of vpmaddubsw's output: an
+// output's two weights of a group's two halves.
+constexpr int32_t kPairLaneLimit = 32767 / 127;  // inputs are at most 127
+
+void pair_groups(Int8LinearWeights& q) {
+  constexpr int64_t kLanes = kBlockOut * kGroupIn / 2;
+  using Lanes = std::array<int16_t, kLanes>;
+  const int64_t groups = q.in_padded / kGroupIn, blocks = q.out_padded / kBlockOut;
+  q.group_order.resize(static_cast<size_t>(blocks * groups));
+  q.pair_count.assign(static_cast<size_t>(blocks), 0);
+  std::vector<Lanes> lanes(static_cast<size_t>(groups));
+  std::vector<int16_t> widest(static_cast<size_t>(groups)), narrowest(static_cast<size_t>(groups)), pool, singles;
+  auto fits = [](const Lanes& a, const Lanes& b) {  // a loop the compiler vectorises
+    int16_t worst = 0;
+    for (int64_t l = 0; l < kLanes; ++l)
+      worst = std::max<int16_t>(worst, static_cast<int16_t>(a[static_cast<size_t>(l)] + b[static_cast<size_t>(l)]));
+    return worst <= kPairLaneLimit;
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* block = q.packed.data() + b * groups * kBlockOut * kGroupIn;
+    pool.resize(static_cast<size_t>(groups));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int8_t* w = block + g * kBlockOut * kGroupIn;  // [16 outputs][4 inputs]
+      auto& lane = lanes[static_cast<size_t>(g)];
+      for (int64_t l = 0; l < kLanes; ++l)
+        lane[static_cast<size_t>(l)] = static_cast<int16_t>(std::abs(w[2 * l]) + std::abs(w[2 * l + 1]));
+      widest[static_cast<size_t>(g)] = *std::max_element(lane.begin(), lane.end());
+      narrowest[static_cast<size_t>(g)] = *std::min_element(lane.begin(), lane.end());
+      pool[static_cast<size_t>(g)] = static_cast<int16_t>(g);
+    }
+    // Narrowest first; the widest is taken from the back.
+    std::stable_sort(pool.begin(), pool.end(),
+                     [&](int16_t a, int16_t c) { return widest[static_cast<size_t>(a)] < widest[static_cast<size_t>(c)]; });
+    int16_t* order = q.group_order.data() + b * groups;
+    int64_t pairs = 0;
+    singles.clear();
+    while (!pool.empty()) {
+      const int16_t g = pool.back();
+      pool.pop_back();
+      const auto& lane = lanes[static_cast<size_t>(g)];
+      auto partner = std::find_if(pool.begin(), pool.end(), [&](int16_t h) {
+        const auto i = static_cast<size_t>(h), j = static_cast<size_t>(g);
+        if (widest[j] + widest[i] <= kPairLaneLimit) return true;
+        return widest[j] + narrowest[i] <= kPairLaneLimit && fits(lane, lanes[i]);
+      });
+      if (partner == pool.end()) {
+        singles.push_back(g);
+        continue;
+      }
+      order[2 * pairs] = g;
+      order[2 * pairs + 1] = *partner;
+      ++pairs;
+      pool.erase(partner);
+    }
+    std::copy(singles.begin(), singles.end(), order + 2 * pairs);
+    q.pair_count[static_cast<size_t>(b)] = static_cast<int32_t>(pairs);
+  }
+}
+
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
@@ -434,6 +545,8 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
 
 std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
                                                               float input_amax, bool input_signed) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(1) <= 4 * INT16_MAX, "int8 quantization: at most ", 4 * INT16_MAX,
+              " inputs per layer (group_order is int16)");
   auto [qw, inverse] = quantize_rows_int8(weight);
   auto q = std::make_shared<Int8LinearWeights>();
   q->input_amax = input_amax;
@@ -452,19 +565,21 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
   }
   const int8_t* data = qw.data_ptr<int8_t>();
   const float* inverse_data = inverse.data_ptr<float>();
-  const int64_t groups = q->in_padded / kGroupIn;
+  const int64_t groups = q->in_padded / kGroupIn, in = q->in;
+  int8_t* packed = q->packed.data();  // not q->packed[...] in the loop: its data pointer was reloaded every store
   for (int64_t n = 0; n < q->out; ++n) {
-    const int8_t* row = data + n * q->in;
+    const int8_t* row = data + n * in;
     const int64_t block = n / kBlockOut, lane = n % kBlockOut;
+    int8_t* out = packed + (block * groups * kBlockOut + lane) * kGroupIn;  // [groups][16][4] from this lane
     int32_t sum = 0;
-    for (int64_t k = 0; k < q->in; ++k) {
-      q->packed[static_cast<size_t>(((block * groups + k / kGroupIn) * kBlockOut + lane) * kGroupIn + k % kGroupIn)] =
-          row[k];
+    for (int64_t k = 0; k < in; ++k) {
+      out[(k / kGroupIn) * kBlockOut * kGroupIn + k % kGroupIn] = row[k];
       sum += row[k];
     }
     q->scale[static_cast<size_t>(n)] = 1.f / inverse_data[n];  // an all-zero row's sums are 0 whatever it is
     q->row_sum[static_cast<size_t>(n)] = sum;
   }
+  pair_groups(*q);
   return q;
 }
 

@@ -59,6 +59,11 @@ struct Int8LinearWeights {
   std::vector<float> scale;       // [out_padded]: w ~ qw * scale (0 in the padding)
   std::vector<int32_t> row_sum;   // [out_padded]: sum_k qw[n, k], for the zero point's share
   std::vector<float> bias;        // [out_padded] (zeros when the layer has none)
+  // AVX2's order of each block's input groups: first `pair_count[block]` pairs whose vpmaddubsw
+  // sums it adds in int16 (one vpmaddwd for two groups; exact: every int16 lane's four |weights|
+  // sum to at most 258, and 127 * 258 fits), then the rest one by one.
+  std::vector<int16_t> group_order;  // [out_padded / 16][in_padded / 4]
+  std::vector<int32_t> pair_count;   // [out_padded / 16]
   // Static int8 (export --calibrate): every input row is quantized over this calibrated range
   // (max|x| seen, with 63 steps a side if a negative input was seen, else 127 from zero), values
   // beyond it clamped, instead of over its own range. 0: dynamic, each row its own.
