@@ -7,7 +7,10 @@
 // --zeros F the inputs have that share of zeros (a ReLU's output) and the sparse-input kernel
 // (kernels/sparse_input_linear.cpp) is timed beside them where it applies (1-8 rows; any number
 // from AVX2 up for outputs in blocks of 64).
-//   bench_gemm [--shapes OUTxIN,...] [--rows M,...] [--threads N] [--seconds S] [--zeros F]
+// With --checkpoint PATH the weights are that model's Linear layers (one row each, named), not
+// random ones of --shapes, and a column says which share of each layer's input groups the AVX2
+// int8 kernel adds in pairs (Int8LinearWeights::group_order).
+//   bench_gemm [--shapes OUTxIN,...] [--checkpoint PATH] [--rows M,...] [--threads N] [--seconds S] [--zeros F]
 // Default shapes: the base model's decoder step (512x512, 2048x512, 512x2048, 1024x512) and its
 // output projections (32000x512, 58101x512); rows: a greedy batch (64), a beam-5 batch (320) and
 // an encoder batch (1280).
@@ -24,6 +27,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/primitives.h"
+#include "torchmt/io/checkpoint.h"
 #include "bench_options.h"
 
 namespace {
@@ -56,7 +60,9 @@ int main(int argc, char** argv) {
       "threads", "intra-op threads", cxxopts::value<int>()->default_value("2"))(
       "seconds", "time per measurement", cxxopts::value<double>()->default_value("0.5"))(
       "zeros", "fraction of the inputs that are zeros (a ReLU's output); above 0 the sparse-input kernel is timed too where it applies",
-      cxxopts::value<double>()->default_value("0"))("h,help", "this help");
+      cxxopts::value<double>()->default_value("0"))(
+      "checkpoint", "a torchmt checkpoint: time its Linear weights (each by name) instead of random ones of --shapes",
+      cxxopts::value<std::string>()->default_value(""))("h,help", "this help");
   try {
     const auto args = options.parse(argc, argv);
     if (args.count("help")) {
@@ -85,22 +91,41 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads);
     torch::manual_seed(0);
     torch::NoGradGuard no_grad;
+    // The weights timed: [out, in] each, named by their shape or by the checkpoint's parameter.
+    std::vector<std::pair<std::string, at::Tensor>> weights;
+    if (const auto path = args["checkpoint"].as<std::string>(); !path.empty()) {
+      const auto loaded = torchmt::load_checkpoint(path, torch::kCPU);
+      for (const auto& p : loaded.model->named_parameters())
+        if (p.value().dim() == 2 && p.key().find("weight") != std::string::npos &&
+            p.key().find("emb") == std::string::npos)
+          weights.emplace_back(p.key(), p.value().detach().to(torch::kFloat).contiguous());
+      if (weights.empty()) throw std::invalid_argument("--checkpoint: '" + path + "' has no Linear weights");
+    } else {
+      for (const auto& [out, in] : shapes)
+        weights.emplace_back(std::to_string(out) + "x" + std::to_string(in),
+                             torch::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in))));  // [out, in]
+    }
+    std::size_t name_width = 11;
+    for (const auto& [name, w] : weights) name_width = std::max(name_width, name.size());
     std::vector<k::PackedGemm> gemms{k::PackedGemm::kAten};
     for (auto g : k::available_packed_gemms()) gemms.push_back(g);
     std::printf("instruction set %s, %d threads; ms per call (fastest of repeated calls), ratio = aten / path\n",
                 k::cpu_isa_name(k::cpu_isa()), threads);
-    std::printf("%-11s %6s", "weight", "rows");
+    std::printf("%-*s %6s", static_cast<int>(name_width), "weight", "rows");
     for (auto g : gemms) std::printf(" %9s", k::packed_gemm_name(g));
     for (size_t i = 1; i < gemms.size(); ++i) std::printf(" %7s/x", k::packed_gemm_name(gemms[i]));
-    std::printf("  rule    max|diff| %9s %10s %10s", "int8", "fp32 GMAC/s", "int8 GMAC/s");
+    std::printf("  rule    max|diff| %9s %10s %10s %6s", "int8", "fp32 GMAC/s", "int8 GMAC/s", "pairs");
     if (zeros > 0) std::printf(" %9s %8s %9s", "sparse", "best/x", "max|diff|");
     std::printf("\n");
-    for (const auto& [out, in] : shapes) {
-      const auto w = torch::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));  // [out, in]
+    for (const auto& [name, w] : weights) {
+      const int64_t out = w.size(0), in = w.size(1);
       const auto b = torch::randn({out}) * 0.1;
       std::vector<k::PackedWeights> packed;
       for (auto g : gemms) packed.push_back(k::pack_weight(w, g));
       const auto int8_weights = k::quantize_linear_int8(w, b, 0.f, false);
+      int64_t paired = 0;  // groups added in pairs on AVX2, of blocks x groups
+      for (const int32_t pairs : int8_weights->pair_count) paired += 2 * pairs;
+      const double pair_share = static_cast<double>(paired) / static_cast<double>(int8_weights->group_order.size());
       const auto sparse_weights = zeros > 0 ? k::pack_sparse_input_weight(w, b) : nullptr;
       for (int64_t m : rows) {
         auto x = torch::randn({m, in});  // [M, in]
@@ -125,12 +150,12 @@ int main(int argc, char** argv) {
         double best = ms[0];
         for (double t : ms)
           if (t < best) best = t;  // NaN compares false: skipped
-        std::printf("%5ldx%-5ld %6ld", static_cast<long>(out), static_cast<long>(in), static_cast<long>(m));
+        std::printf("%-*s %6ld", static_cast<int>(name_width), name.c_str(), static_cast<long>(m));
         for (double t : ms) std::isnan(t) ? std::printf(" %9s", "-") : std::printf(" %9.3f", t);
         for (size_t i = 1; i < ms.size(); ++i)
           std::isnan(ms[i]) ? std::printf(" %9s", "-") : std::printf(" %8.2fx", ms[0] / ms[i]);
-        std::printf("  %-7s %.1e %9.3f %10.1f %10.1f", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
-                    int8_ms, macs / best / 1e6, macs / int8_ms / 1e6);
+        std::printf("  %-7s %.1e %9.3f %10.1f %10.1f %5.1f%%", k::packed_gemm_name(k::packed_gemm_for(out, in)), max_diff,
+                    int8_ms, macs / best / 1e6, macs / int8_ms / 1e6, 100 * pair_share);
         const auto sparse_y = sparse_weights ? k::try_sparse_input_linear(*sparse_weights, x) : at::Tensor();
         if (sparse_y.defined()) {
           const double sparse_ms = 1e3 * time_call([&] { return k::try_sparse_input_linear(*sparse_weights, x); }, seconds);
