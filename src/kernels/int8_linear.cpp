@@ -442,11 +442,12 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
       const float* xs = q.scale.data() + m0;
       const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
+      const int8_t* next = m0 == 0 ? ahead : block;  // later tiles: L1 hits, no branch in the loop
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
-        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, order, pairs, m0 == 0 ? ahead : block, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
       }
     }
   }
