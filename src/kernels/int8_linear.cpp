@@ -436,18 +436,18 @@ TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const
     const int64_t n0 = b * kBlockOut;
     // The first row tile brings the next block's lines into L1 (one per group): the pairs' order
     // jumps within a block, which the hardware's prefetcher does not follow.
-    const int8_t* ahead = b + 1 < block_end ? block + groups * kBlockOut * kGroupIn : block;
+    const int8_t* next_block = b + 1 < block_end ? block + groups * kBlockOut * kGroupIn : block;
     for (int64_t m0 = 0; m0 < rows; m0 += kRowTileAvx2) {
       const uint8_t* xq = q.values.data() + m0 * w.in_padded;
       const float* xs = q.scale.data() + m0;
       const int32_t* xz = q.zero.data() + m0;
       float* ym = y + m0 * w.out;
-      const int8_t* next = m0 == 0 ? ahead : block;  // later tiles: L1 hits, no branch in the loop
+      const int8_t* ahead = m0 == 0 ? next_block : block;  // later tiles: L1 hits, no branch in the loop
       switch (std::min<int64_t>(kRowTileAvx2, rows - m0)) {
-        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
-        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
-        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
-        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, order, pairs, next, groups, w, n0, ym, w.out); break;
+        case 1: tile_avx2<1>(xq, w.in_padded, xs, xz, block, order, pairs, ahead, groups, w, n0, ym, w.out); break;
+        case 2: tile_avx2<2>(xq, w.in_padded, xs, xz, block, order, pairs, ahead, groups, w, n0, ym, w.out); break;
+        case 3: tile_avx2<3>(xq, w.in_padded, xs, xz, block, order, pairs, ahead, groups, w, n0, ym, w.out); break;
+        default: tile_avx2<4>(xq, w.in_padded, xs, xz, block, order, pairs, ahead, groups, w, n0, ym, w.out); break;
       }
     }
   }
@@ -546,8 +546,9 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
 
 std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
                                                               float input_amax, bool input_signed) {
-  TORCH_CHECK(weight.dim() == 2 && weight.size(1) <= 4 * INT16_MAX, "int8 quantization: at most ", 4 * INT16_MAX,
-              " inputs per layer (group_order is int16)");
+  // (quantize_rows_int8 refuses a weight that is not 2-D.)
+  TORCH_CHECK(weight.dim() != 2 || weight.size(1) <= 4 * INT16_MAX, "int8 quantization: at most ", 4 * INT16_MAX,
+              " inputs per layer (group_order is int16), the layer has ", weight.size(-1));
   auto [qw, inverse] = quantize_rows_int8(weight);
   auto q = std::make_shared<Int8LinearWeights>();
   q->input_amax = input_amax;
