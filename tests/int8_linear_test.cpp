@@ -141,6 +141,41 @@ TEST_P(Int8Linear, PairsGroupsOnlyWhereTheirInt16SumsCannotOverflow) {
   }
 }
 
+// A shortlist's output rows taken from the packed layer equal the layer quantized from those rows
+// of the float weight: every field (pairs included: they depend on a block's rows), and its output.
+TEST_P(Int8Linear, SelectedRowsAreThoseRowsQuantized) {
+  torch::manual_seed(8);
+  for (const int64_t in : {256, 30}) {
+    auto w = torch::randn({70, in}) * 0.1, b = torch::randn({70});
+    w[3].zero_();
+    w[5] *= 0.01;  // small weights: this row's groups pair
+    const auto whole = quantize_linear_int8(w, b, 2.5f, false);
+    for (const std::vector<int64_t>& rows :
+         {std::vector<int64_t>{5, 0, 69, 3, 5}, std::vector<int64_t>{17}, std::vector<int64_t>{}}) {
+      SCOPED_TRACE(std::to_string(in) + " inputs, " + std::to_string(rows.size()) + " rows");
+      const auto part = select_int8_rows(*whole, rows);
+      const auto index = torch::tensor(rows, torch::kLong);
+      const auto direct = quantize_linear_int8(w.index_select(0, index), b.index_select(0, index), 2.5f, false);
+      EXPECT_EQ(part->in, direct->in);
+      EXPECT_EQ(part->out, direct->out);
+      EXPECT_EQ(part->in_padded, direct->in_padded);
+      EXPECT_EQ(part->out_padded, direct->out_padded);
+      EXPECT_EQ(part->packed, direct->packed);
+      EXPECT_EQ(part->scale, direct->scale);
+      EXPECT_EQ(part->row_sum, direct->row_sum);
+      EXPECT_EQ(part->bias, direct->bias);
+      EXPECT_EQ(part->group_order, direct->group_order);
+      EXPECT_EQ(part->pair_count, direct->pair_count);
+      EXPECT_EQ(part->input_amax, direct->input_amax);
+      EXPECT_EQ(part->input_signed, direct->input_signed);
+      if (rows.empty()) continue;
+      auto x = torch::rand({9, in});
+      EXPECT_TRUE(torch::equal(int8_linear(x, *part), int8_linear(x, *whole).index_select(1, index)));
+    }
+  }
+  EXPECT_THROW(select_int8_rows(*quantize_linear_int8(torch::randn({4, 8}), at::Tensor()), {4}), c10::Error);
+}
+
 // Static int8 (export --calibrate): every row over the calibrated range, values beyond it clamped
 // (signed: 63 steps a side; a range without negatives: 127 from zero, negatives to zero), equal
 // to the formula and, bit for bit, to the portable loop.

@@ -133,6 +133,40 @@ TEST_P(ScreenedArgmax, BlockedOutputsAreNeverTheToken) {
   EXPECT_TRUE(try_screened_argmax(*screen, x, w, b, blocked.narrow(0, 0, rows - 1)).empty()) << "a mask of other rows";
 }
 
+// A shortlist's columns screened from the whole projection's screen: the same tokens, the same
+// fp32 logits computed and the same beam step as a screen built from those rows of the weight.
+TEST_P(ScreenedArgmax, SelectedRowsScreenAsAScreenOfThoseRows) {
+  if (!int8_screen_runs()) GTEST_SKIP() << "the screen needs an int8 kernel other than the portable loop";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(13);
+  const int64_t in = 96, out = 700, rows = 24;
+  auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out}) * 0.1, x = torch::randn({rows, in}) * 2.0;
+  std::vector<int64_t> columns;
+  for (int64_t v = 3; v < out; v += 3) columns.push_back(v);
+  const auto index = torch::tensor(columns, torch::kLong);
+  const auto part_w = w.index_select(0, index), part_b = b.index_select(0, index);
+  const auto selected = select_screen_rows(*build_screen(w, b), columns, part_w, part_b);
+  const auto built = build_screen(part_w, part_b);
+  auto run = [&](const ScreenedProjection& screen) {
+    const auto before = screen_stats();
+    auto tokens = try_screened_argmax(screen, x, part_w, part_b);
+    at::Tensor values, indices, extra;
+    std::vector<int64_t> open;
+    EXPECT_TRUE(try_screened_log_softmax_top_k(screen, x, part_w, part_b, 4, {0, 7}, &values, &indices, &extra, &open));
+    return std::make_tuple(tokens, screen_stats().fp32_logits - before.fp32_logits, values, indices, extra, open);
+  };
+  const auto [tokens, logits, values, indices, extra, open] = run(*selected);
+  const auto [tokens_b, logits_b, values_b, indices_b, extra_b, open_b] = run(*built);
+  EXPECT_EQ(tokens, tokens_b);
+  EXPECT_GT(std::count_if(tokens.begin(), tokens.end(), [](int64_t t) { return t >= 0; }), rows / 2);
+  EXPECT_EQ(logits, logits_b);
+  EXPECT_TRUE(torch::equal(values, values_b));
+  EXPECT_TRUE(torch::equal(indices, indices_b));
+  EXPECT_TRUE(torch::equal(extra, extra_b));
+  EXPECT_EQ(open, open_b);
+  EXPECT_THROW(select_screen_rows(*build_screen(w, b), columns, w, b), c10::Error) << "not the selected rows' weight";
+}
+
 // The screen is made when the layer is prepared; a weight changed in place after that (an
 // optimizer step) is not screened with the old copy, until it is prepared again.
 TEST_P(ScreenedArgmax, AWeightChangedAfterPreparationIsNotScreenedWithTheOldCopy) {

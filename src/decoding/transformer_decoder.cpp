@@ -95,7 +95,10 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
   // Rows in full: their projection's top-1 (under a shortlist, into its columns), as step() +
   // row_top_k (the logits' argmax is the log-probabilities').
   auto top1 = [&](const at::Tensor& rows) {
-    if (restricted) return kernels::row_top_k(restricted_logits(rows), 1).second;  // [N, 1], all rows
+    if (restricted)  // [N, 1], all rows
+      return kernels::row_top_k(apply_linear(restricted_output(), rows).to(torch::kFloat), 1,
+                                restriction_.blocked_columns())
+          .second;
     return kernels::row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
   };
   auto to_tokens = [&](const at::Tensor& best) {  // [N] indices of the projection's outputs

@@ -585,6 +585,37 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
   return q;
 }
 
+std::shared_ptr<const Int8LinearWeights> select_int8_rows(const Int8LinearWeights& w, const std::vector<int64_t>& rows) {
+  auto q = std::make_shared<Int8LinearWeights>();
+  q->input_amax = w.input_amax;
+  q->input_signed = w.input_signed;
+  q->in = w.in;
+  q->in_padded = w.in_padded;
+  q->out = static_cast<int64_t>(rows.size());
+  q->out_padded = (q->out + kBlockOut - 1) / kBlockOut * kBlockOut;
+  q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
+  q->scale.assign(static_cast<size_t>(q->out_padded), 0.f);
+  q->row_sum.assign(static_cast<size_t>(q->out_padded), 0);
+  q->bias.assign(static_cast<size_t>(q->out_padded), 0.f);
+  const int64_t groups = q->in_padded / kGroupIn;
+  const int8_t* from = w.packed.data();
+  int8_t* to = q->packed.data();
+  for (int64_t n = 0; n < q->out; ++n) {
+    const int64_t source = rows[static_cast<size_t>(n)];
+    TORCH_CHECK(source >= 0 && source < w.out, "select_int8_rows: row ", source, " outside the layer's ", w.out);
+    // A lane's 4 bytes of each group, [groups][16][4] from the lane, moved from its block to the new one.
+    const int8_t* in_lane = from + ((source / kBlockOut) * groups * kBlockOut + source % kBlockOut) * kGroupIn;
+    int8_t* out_lane = to + ((n / kBlockOut) * groups * kBlockOut + n % kBlockOut) * kGroupIn;
+    for (int64_t g = 0; g < groups; ++g)
+      std::memcpy(out_lane + g * kBlockOut * kGroupIn, in_lane + g * kBlockOut * kGroupIn, kGroupIn);
+    q->scale[static_cast<size_t>(n)] = w.scale[static_cast<size_t>(source)];
+    q->row_sum[static_cast<size_t>(n)] = w.row_sum[static_cast<size_t>(source)];
+    q->bias[static_cast<size_t>(n)] = w.bias[static_cast<size_t>(source)];
+  }
+  pair_groups(*q);  // a block's pairs depend on the rows it now holds
+  return q;
+}
+
 at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   TORCH_CHECK(x.device().is_cpu(), "int8 linear layers run on the CPU");
   TORCH_CHECK(x.size(-1) == w.in, "int8 linear: input has ", x.size(-1), " features, the layer ", w.in);

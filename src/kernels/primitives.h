@@ -82,6 +82,10 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight);
 std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
                                                               float input_amax = 0.f, bool input_signed = true);
 
+// The layer restricted to its outputs `rows` (in that order), taken from its packed integers:
+// the same as quantize_linear_int8 of those rows of the float weight and bias, without them.
+std::shared_ptr<const Int8LinearWeights> select_int8_rows(const Int8LinearWeights& w, const std::vector<int64_t>& rows);
+
 // x [..., in] (float; other float types are converted) -> [..., out] float32, on the CPU,
 // parallel over output blocks with the calling thread's intra-op threads. Rows are independent:
 // any batch composition gives the same output for a row.
@@ -145,6 +149,11 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
 struct ScreenedProjection;
 // The screen of an fp32 projection weight [V, K] (bias: [V] or undefined).
 std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight, const at::Tensor& bias);
+// The screen of the rows `rows` of the weight it was built from (weight, bias: those rows), as
+// build_screen of them makes it, from its int8 copy and bounds.
+std::shared_ptr<const ScreenedProjection> select_screen_rows(const ScreenedProjection& screen,
+                                                             const std::vector<int64_t>& rows, const at::Tensor& weight,
+                                                             const at::Tensor& bias);
 // For each row of x [N, K] (fp32, inference): the index of its largest x W^T + b as any fp32
 // projection of the row computes them, or -1 where the full projection must decide; empty where
 // the screen does not apply (nothing computed). weight/bias: those the screen was built from.
@@ -199,12 +208,15 @@ bool try_log_softmax_in_place_cpu(at::Tensor& x);
 // ---- Selection -----------------------------------------------------------------------------------
 
 // The k best entries of each row of x [rows, n]: best first; equal values in index order; NaN
-// counts as -inf. values/indices: [rows, k], k <= n. One pass per row that looks at an entry
-// only when it beats the k-th best.
-void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices);
-// The same for a 2-D tensor: float32 on the CPU through the kernel, anything else through
-// torch::topk. Returns {values [rows, k], indices [rows, k] int64} on x's device.
-std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k);
+// counts as -inf, and so does an entry `blocked` [rows, n] marks (null: none; a shortlist's
+// columns, without writing -inf into x first). values/indices: [rows, k], k <= n. One pass per
+// row that looks at an entry only when it beats the k-th best.
+void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices,
+               const bool* blocked = nullptr);
+// The same for a 2-D tensor (blocked: undefined or bool of x's shape): float32 on the CPU through
+// the kernel, anything else through torch::topk. Returns {values [rows, k], indices [rows, k]
+// int64} on x's device.
+std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k, const at::Tensor& blocked = at::Tensor());
 
 // ---- Training -------------------------------------------------------------------------------------
 

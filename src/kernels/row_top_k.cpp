@@ -34,22 +34,27 @@ struct BestK {
   }
 };
 
-// Entries [from, n) of a row into `best` (the first k are in already).
-void scan_portable(const float* x, int64_t from, int64_t n, BestK& best) {
+// Entries [from, n) of a row into `best` (the first k are in already), but those `blocked`
+// marks (null: none).
+void scan_portable(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   for (int64_t j = from; j < n; ++j)
-    if (x[j] > threshold) {  // false for NaN; an equal value comes later, so it stays out
+    if (x[j] > threshold && !(blocked && blocked[j])) {  // false for NaN; an equal value comes later, so it stays out
       best.insert(x[j], j);
       threshold = best.threshold();
     }
 }
 
 #if TORCHMT_X86
-TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, int64_t from, int64_t n, BestK& best) {
+TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 16 <= n; j += 16) {
     __mmask16 above = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), _mm512_set1_ps(threshold), _CMP_GT_OQ);
+    if (blocked && above) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocked + j));  // 16 bools
+      above = static_cast<__mmask16>(above & ~_mm_test_epi8_mask(b, b));
+    }
     while (above) {
       const int64_t at = j + __builtin_ctz(above);
       above = static_cast<__mmask16>(above & (above - 1));
@@ -59,17 +64,21 @@ TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, int64_t from, int64_t n, 
       }
     }
   }
-  scan_portable(x, j, n, best);
+  scan_portable(x, blocked, j, n, best);
 }
 
 // The same scan 8 lanes at a time, for CPUs without AVX-512 (the portable scan's branch per
 // entry was the CPU's, not the vector unit's, work).
-TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, int64_t from, int64_t n, BestK& best) {
+TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 8 <= n; j += 8) {
     unsigned above = static_cast<unsigned>(
         _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(threshold), _CMP_GT_OQ)));
+    if (blocked && above) {  // 8 bools; a zero byte is an open entry
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocked + j));
+      above &= static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(b, _mm_setzero_si128()))) & 0xffu;
+    }
     while (above) {
       const int64_t at = j + __builtin_ctz(above);
       above &= above - 1;
@@ -79,45 +88,54 @@ TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, int64_t from, int64_t n, Best
       }
     }
   }
-  scan_portable(x, j, n, best);
+  scan_portable(x, blocked, j, n, best);
 }
 
 #endif
 
-void scan(const float* x, int64_t from, int64_t n, BestK& best, CpuIsa isa) {
+void scan(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best, CpuIsa isa) {
 #if TORCHMT_X86
-  if (isa >= CpuIsa::kAvx512) return scan_avx512(x, from, n, best);
-  if (isa >= CpuIsa::kAvx2) return scan_avx2(x, from, n, best);
+  if (isa >= CpuIsa::kAvx512) return scan_avx512(x, blocked, from, n, best);
+  if (isa >= CpuIsa::kAvx2) return scan_avx2(x, blocked, from, n, best);
 #endif
-  scan_portable(x, from, n, best);
+  scan_portable(x, blocked, from, n, best);
 }
 
 }  // namespace
 
-void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices) {
+void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices,
+               const bool* blocked) {
   TORCH_CHECK(k >= 1 && k <= n, "row_top_k: k must be in [1, ", n, "], got ", k);
   const CpuIsa isa = cpu_isa();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * n;
+      const bool* row_blocked = blocked ? blocked + r * n : nullptr;
       BestK best{values + r * k, indices + r * k, k};
       for (int64_t j = 0; j < k; ++j)
-        best.insert(std::isnan(row[j]) ? -std::numeric_limits<float>::infinity() : row[j], j);
-      scan(row, k, n, best, isa);
+        best.insert(std::isnan(row[j]) || (row_blocked && row_blocked[j]) ? -std::numeric_limits<float>::infinity()
+                                                                          : row[j],
+                    j);
+      scan(row, row_blocked, k, n, best, isa);
     }
   });
 }
 
-std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k) {
+std::pair<at::Tensor, at::Tensor> row_top_k(const at::Tensor& x, int64_t k, const at::Tensor& blocked) {
   TORCH_CHECK(x.dim() == 2, "row_top_k: expected [rows, n]");
+  TORCH_CHECK(!blocked.defined() || (blocked.sizes() == x.sizes() && blocked.scalar_type() == torch::kBool),
+              "row_top_k: blocked must be bool of the input's shape");
   if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
-    auto [values, indices] = k == 1 ? x.max(-1, /*keepdim=*/true) : x.topk(k, -1);
+    const auto open = blocked.defined() ? x.masked_fill(blocked, -std::numeric_limits<double>::infinity()) : x;
+    auto [values, indices] = k == 1 ? open.max(-1, /*keepdim=*/true) : open.topk(k, -1);
     return {values, indices};
   }
   auto input = x.contiguous();
+  const auto mask = blocked.defined() ? blocked.to(torch::kCPU).contiguous() : at::Tensor();
   auto values = torch::empty({x.size(0), k}, input.options());                   // [rows, k]
   auto indices = torch::empty({x.size(0), k}, input.options().dtype(torch::kLong));  // [rows, k]
-  row_top_k(input.data_ptr<float>(), x.size(0), x.size(1), k, values.data_ptr<float>(), indices.data_ptr<int64_t>());
+  row_top_k(input.data_ptr<float>(), x.size(0), x.size(1), k, values.data_ptr<float>(), indices.data_ptr<int64_t>(),
+            mask.defined() ? mask.data_ptr<bool>() : nullptr);
   return {values, indices};
 }
 

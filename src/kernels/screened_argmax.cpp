@@ -96,6 +96,31 @@ std::shared_ptr<const ScreenedProjection> build_screen(const at::Tensor& weight_
   return s;
 }
 
+std::shared_ptr<const ScreenedProjection> select_screen_rows(const ScreenedProjection& screen,
+                                                             const std::vector<int64_t>& rows, const at::Tensor& weight,
+                                                             const at::Tensor& bias) {
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == static_cast<int64_t>(rows.size()) && weight.size(1) == screen.in &&
+                  weight.scalar_type() == at::kFloat && weight.device().is_cpu(),
+              "select_screen_rows: expected the selected rows' fp32 CPU weight [", rows.size(), ", ", screen.in, "]");
+  auto s = std::make_shared<ScreenedProjection>();
+  if (bias.defined()) s->max_abs_bias = bias.abs().max().item<float>();
+  s->out = static_cast<int64_t>(rows.size());
+  s->in = screen.in;
+  s->int8 = select_int8_rows(*screen.int8, rows);  // checks the rows
+  for (int64_t v : rows) {
+    const auto i = static_cast<size_t>(v);
+    s->max_error.push_back(screen.max_error[i]);
+    s->error_l2.push_back(screen.error_l2[i]);
+    s->l1.push_back(screen.l1[i]);
+    s->max_of_max_error = std::max(s->max_of_max_error, screen.max_error[i]);
+    s->max_of_l1 = std::max(s->max_of_l1, screen.l1[i]);
+  }
+  s->zero_bias.assign(rows.size(), 0.0f);
+  const auto mean = weight.mean(0).contiguous();  // [in]
+  s->mean_row.assign(mean.data_ptr<float>(), mean.data_ptr<float>() + s->in);
+  return s;
+}
+
 namespace {
 
 // The scans of a row's V approximate logits (approx + bias, summed in float), vectorised: at 64

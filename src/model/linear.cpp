@@ -33,6 +33,18 @@ const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const t
                     (!q->bias.defined() || p.bias_version == static_cast<uint32_t>(q->bias._version()));
   return same ? &p : nullptr;
 }
+
+// An empty preparation of the layer's present parameters.
+std::shared_ptr<PreparedLinear> made_from(const QuantizableLinearImpl& linear) {
+  auto p = std::make_shared<PreparedLinear>();
+  p->weight_data = linear.weight.data_ptr();
+  p->weight_version = static_cast<uint32_t>(linear.weight._version());
+  if (linear.bias.defined()) {
+    p->bias_data = linear.bias.data_ptr();
+    p->bias_version = static_cast<uint32_t>(linear.bias._version());
+  }
+  return p;
+}
 }  // namespace
 
 SkipParameterInit::SkipParameterInit() : previous_(skip_parameter_init) { skip_parameter_init = true; }
@@ -109,15 +121,9 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
     torch::NoGradGuard no_grad;
     for (int64_t i = begin; i < end; ++i) {
       QuantizableLinearImpl* linear = linears[static_cast<size_t>(i)];
-      auto p = std::make_shared<PreparedLinear>();
+      auto p = made_from(*linear);
       const torch::Tensor& w = linear->weight;
       const torch::Tensor& b = linear->bias;
-      p->weight_data = w.data_ptr();
-      p->weight_version = static_cast<uint32_t>(w._version());
-      if (b.defined()) {
-        p->bias_data = b.data_ptr();
-        p->bias_version = static_cast<uint32_t>(b._version());
-      }
       const bool fp32_cpu = w.device().is_cpu() && w.scalar_type() == torch::kFloat;
       if (precision == InferencePrecision::kInt8) {
         p->int8 = kernels::quantize_linear_int8(w, b, linear->input_range.amax, linear->input_range.has_negative);
@@ -151,10 +157,24 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
   part->bias.set_data(layer->bias.defined() ? layer->bias.index_select(0, rows)
                                             : torch::zeros({rows.size(0)}, layer->weight.options()));
   const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
-  if (q) part->as<QuantizableLinearImpl>()->input_range = q->input_range;  // same inputs as the whole layer
-  if (q && q->prepared)  // the part screened where the whole layer is (greedy search's columns)
-    prepare_linears_for_inference(*part, runs_int8(layer) ? InferencePrecision::kInt8 : InferencePrecision::kFloat,
-                                  q->prepared->screen ? &part : nullptr);
+  if (!q) return part;
+  auto* p_part = part->as<QuantizableLinearImpl>();
+  p_part->input_range = q->input_range;  // same inputs as the whole layer
+  const auto* whole = usable_preparation(q, layer->weight);
+  if (!whole) return part;
+  // The int8 rows and the screen are taken from the whole layer's (a shortlist restricts the
+  // output projection once per batch: quantizing its rows anew was 3% of int8 greedy decoding).
+  const auto r = rows.to(torch::kCPU, torch::kLong).contiguous();
+  const std::vector<int64_t> list(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+  auto p = made_from(*p_part);
+  if (whole->int8) {
+    p->int8 = kernels::select_int8_rows(*whole->int8, list);
+  } else if (part->weight.device().is_cpu() && part->weight.scalar_type() == torch::kFloat) {
+    p->packed = kernels::pack_weight(part->weight, kernels::packed_gemm_for(part->weight.size(0), part->weight.size(1)));
+    // The part screened where the whole layer is (greedy search's columns).
+    if (whole->screen) p->screen = kernels::select_screen_rows(*whole->screen, list, part->weight, part->bias);
+  }
+  p_part->prepared = std::move(p);
   return part;
 }
 
