@@ -544,23 +544,31 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   return {q, inverse};
 }
 
+namespace {
+// A layer of `out` outputs over `in` inputs with every padded field sized and zero, to be filled.
+std::shared_ptr<Int8LinearWeights> zeroed_int8_layer(int64_t in, int64_t out, float input_amax, bool input_signed) {
+  auto q = std::make_shared<Int8LinearWeights>();
+  q->input_amax = input_amax;
+  q->input_signed = input_signed;
+  q->in = in;
+  q->out = out;
+  q->in_padded = (in + kGroupIn - 1) / kGroupIn * kGroupIn;
+  q->out_padded = (out + kBlockOut - 1) / kBlockOut * kBlockOut;
+  q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
+  q->scale.assign(static_cast<size_t>(q->out_padded), 0.f);
+  q->row_sum.assign(static_cast<size_t>(q->out_padded), 0);
+  q->bias.assign(static_cast<size_t>(q->out_padded), 0.f);
+  return q;
+}
+}  // namespace
+
 std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& weight, const at::Tensor& bias,
                                                               float input_amax, bool input_signed) {
   // (quantize_rows_int8 refuses a weight that is not 2-D.)
   TORCH_CHECK(weight.dim() != 2 || weight.size(1) <= 4 * INT16_MAX, "int8 quantization: at most ", 4 * INT16_MAX,
               " inputs per layer (group_order is int16), the layer has ", weight.size(-1));
   auto [qw, inverse] = quantize_rows_int8(weight);
-  auto q = std::make_shared<Int8LinearWeights>();
-  q->input_amax = input_amax;
-  q->input_signed = input_signed;
-  q->out = qw.size(0);
-  q->in = qw.size(1);
-  q->in_padded = (q->in + kGroupIn - 1) / kGroupIn * kGroupIn;
-  q->out_padded = (q->out + kBlockOut - 1) / kBlockOut * kBlockOut;
-  q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
-  q->scale.assign(static_cast<size_t>(q->out_padded), 0.f);
-  q->row_sum.assign(static_cast<size_t>(q->out_padded), 0);
-  q->bias.assign(static_cast<size_t>(q->out_padded), 0.f);
+  auto q = zeroed_int8_layer(qw.size(1), qw.size(0), input_amax, input_signed);
   if (bias.defined()) {
     auto b = bias.detach().to(torch::kCPU, torch::kFloat).contiguous();
     std::copy(b.data_ptr<float>(), b.data_ptr<float>() + q->out, q->bias.begin());
@@ -586,17 +594,7 @@ std::shared_ptr<const Int8LinearWeights> quantize_linear_int8(const at::Tensor& 
 }
 
 std::shared_ptr<const Int8LinearWeights> select_int8_rows(const Int8LinearWeights& w, const std::vector<int64_t>& rows) {
-  auto q = std::make_shared<Int8LinearWeights>();
-  q->input_amax = w.input_amax;
-  q->input_signed = w.input_signed;
-  q->in = w.in;
-  q->in_padded = w.in_padded;
-  q->out = static_cast<int64_t>(rows.size());
-  q->out_padded = (q->out + kBlockOut - 1) / kBlockOut * kBlockOut;
-  q->packed.assign(static_cast<size_t>(q->out_padded * q->in_padded), 0);
-  q->scale.assign(static_cast<size_t>(q->out_padded), 0.f);
-  q->row_sum.assign(static_cast<size_t>(q->out_padded), 0);
-  q->bias.assign(static_cast<size_t>(q->out_padded), 0.f);
+  auto q = zeroed_int8_layer(w.in, static_cast<int64_t>(rows.size()), w.input_amax, w.input_signed);
   const int64_t groups = q->in_padded / kGroupIn;
   const int8_t* from = w.packed.data();
   int8_t* to = q->packed.data();
