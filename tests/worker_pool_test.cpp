@@ -38,5 +38,45 @@ TEST(WorkerPool, RunsEachTaskOnceOnItsOwnKeptThread) {
   pool.run(0, [&](int64_t) { ADD_FAILURE(); });
 }
 
+// Calls from several threads at once share the threads (a Python program's threads on one
+// Translator): every call gets its tasks run, and calls overlap instead of queueing whole.
+TEST(WorkerPool, CallsFromSeveralThreadsShareItsThreads) {
+  WorkerPool pool;
+  std::atomic<int> inside{0}, most{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int run = 0; run < 5; ++run)
+        pool.run(1, [&](int64_t w) {
+          EXPECT_EQ(w, 0);
+          const int now = ++inside;
+          for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          ++calls;
+          --inside;
+        });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(calls, 20);
+  EXPECT_EQ(most, 1);  // one thread started (each call asks one worker): they run one at a time
+  pool.run(2, [&](int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+  inside = most = 0;
+  callers.clear();
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int run = 0; run < 5; ++run)
+        pool.run(1, [&](int64_t) {
+          const int now = ++inside;
+          for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          --inside;
+        });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(most, 2);  // two threads now: two calls at a time, never more
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -50,6 +50,11 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     "$PYTHON" -m pip install -q sacrebleu==2.6.0 sentencepiece ctranslate2==4.8.5 selenium==4.51.0 transformers==5.24.0 safetensors==0.8.0 \
       onnxruntime==1.32.0 onnx==1.23.2
   fi
+  # The Python package's bindings and its tests (build/python/, tests/python/).
+  if ! "$PYTHON" -c 'import pybind11, pytest' 2>/dev/null; then
+    echo "setup: installing pybind11 and pytest (the Python package and its tests)" >&2
+    "$PYTHON" -m pip install -q 'pybind11>=2.12' pytest
+  fi
 fi
 
 torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -64,4 +69,4 @@ fi
 jobs=${TORCHMT_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # shellcheck disable=SC2086
 cmake --build "$build_dir" ${TORCHMT_TARGETS:+--target $TORCHMT_TARGETS} -- -j "$jobs"
-echo "setup: built $root/$build_dir/torchmt" >&2
+echo "setup: built $root/$build_dir/torchmt (and the Python package in $root/$build_dir/python/)" >&2

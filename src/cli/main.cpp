@@ -41,6 +41,8 @@ void print_help(std::ostream& out) {
 
 int main(int argc, char** argv) {
   using namespace torchmt::cli;
+  // Before LibTorch's libraries first run: they read their instruction-set variables then.
+  torchmt::kernels::limit_library_isas();
   // Over a file size limit (ulimit -f, quotas) a write fails with EFBIG and torchmt reports it
   // naming the file, instead of the process being killed mid-write by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);

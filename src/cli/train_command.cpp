@@ -42,7 +42,9 @@ int run_train(int argc, char** argv) {
     args.insert(args.end(), argv + 1, argv + argc);
     return launch_local_workers(static_cast<int>(train_options->nproc_per_node), args);
   }
-  TrainSummary s = Trainer(*train_options).run();
+  TrainHooks hooks;
+  hooks.stop_on_signals = true;  // SIGINT/SIGTERM: save and exit 0
+  TrainSummary s = Trainer(*train_options).run(hooks);
   if (!s.reporting) return kExitOk;
   std::cerr << (s.interrupted ? "interrupted" : "done") << ": " << s.steps << " steps in this run, "
             << static_cast<int64_t>(s.train_seconds) << " s of training, " << static_cast<int64_t>(s.tokens_per_sec)

@@ -209,9 +209,11 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) const 
 
 void TokenBatcher::count_epoch(int64_t epoch) {
   if (counted_epoch_ == epoch) return;
-  // Windows are independent: built on all cores, which is most of a big corpus's start-up.
+  // Windows are independent: built on all the threads asked (every core by default), which is
+  // most of a big corpus's start-up.
   std::vector<Window> windows(static_cast<size_t>(windows_per_epoch_));
-  const int64_t threads = std::min<int64_t>(windows_per_epoch_, std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t cores = options_.threads > 0 ? options_.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = std::min<int64_t>(windows_per_epoch_, cores);
   std::vector<std::future<void>> workers;
   for (int64_t t = 0; t < threads; ++t)
     workers.push_back(std::async(std::launch::async, [&, t] {

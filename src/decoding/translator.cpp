@@ -17,6 +17,7 @@
 #include "torchmt/model/masks.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/thread_team.h"
 #include "torchmt/util/worker_pool.h"
 
 namespace torchmt {
@@ -81,6 +82,13 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
     return plan;
   }
   const auto jobs = static_cast<int64_t>(std::max<size_t>(1, batches));
+  if (fixed_plan_.workers > 0) {
+    plan.workers = std::min(fixed_plan_.workers, options.workers > 0 ? std::min(options.workers, jobs) : jobs);
+    plan.threads_per_worker = fixed_plan_.threads_per_worker > 0
+                                  ? fixed_plan_.threads_per_worker
+                                  : std::max<int64_t>(1, cpu_threads_ / fixed_plan_.workers);
+    return plan;
+  }
   // Auto: one single-threaded worker per core, as many as there are batches; the cores left
   // over go to the workers' own threads, so a lone batch (one sentence from a terminal) gets
   // every core. A worker per core beat or matched one worker with every core's thread
@@ -90,6 +98,21 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
                                 ? options.threads_per_worker
                                 : std::max<int64_t>(1, cpu_threads_ / plan.workers);
   return plan;
+}
+
+void Translator::set_cpu_threads(int64_t n) {
+  if (n < 1) throw std::invalid_argument("a translator on " + std::to_string(n) + " CPU threads (at least 1)");
+  cpu_threads_ = n;
+}
+
+void Translator::set_thread_plan(int64_t workers, int64_t threads_per_worker) {
+  if (workers < 1 || threads_per_worker < 0)
+    throw std::invalid_argument("a thread plan of " + std::to_string(workers) + " workers x " +
+                                std::to_string(threads_per_worker) + " threads (workers >= 1, threads >= 0)");
+  fixed_plan_ = {workers, threads_per_worker};
+  // Decoders are made by each call; making the first one puts a native model in eval mode,
+  // which must happen before several threads share it.
+  (void)make_decoder_(true);
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& lines,
@@ -162,13 +185,14 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   std::exception_ptr error;
   std::mutex error_mutex;
   // The OpenMP team size is per thread and setting it clears oneDNN's primitive cache, so it is
-  // set only where it changes: here for the calling thread, once per size in a pool thread.
+  // set only where it changes: for the call on the calling thread (then put back), once per size
+  // in a pool thread. Never ATen's global count: the program around us owns it.
   const int team = static_cast<int>(plan.threads_per_worker);
   auto work = [&](IncrementalDecoder& decoder, bool pooled) {
     try {
       thread_local int pool_team = -1;
       if (pooled && pool_team != team) {
-        at::init_num_threads();  // takes the global count set below
+        set_thread_team(team);
         pool_team = team;
       }
       // Grad mode and autocast are per thread too. InferenceMode rather than NoGradGuard: the
@@ -184,14 +208,12 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       failed = true;
     }
   };
-  const int previous_threads = at::get_num_threads();
-  if (team != previous_threads) at::set_num_threads(team);
-  if (plan.workers == 1) {
+  if (plan.workers == 1 && fixed_plan_.workers == 0) {
+    ScopedThreadTeam scoped(team);
     work(*decoders.front(), false);
   } else {
     pool_->run(plan.workers, [&](int64_t w) { work(*decoders[static_cast<size_t>(w)], true); });
   }
-  if (team != previous_threads) at::set_num_threads(previous_threads);
   if (error) std::rethrow_exception(error);
   for (auto& t : out)
     if (t.texts.empty()) finish(t);  // the blank lines

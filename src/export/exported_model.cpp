@@ -210,7 +210,6 @@ Translator load_translator(const TranslatorConfig& config) {
   config.validate();
   if (!config.translation.use_cache && is_torchscript_export(config.model))
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
-  if (config.threads > 0) torch::set_num_threads(static_cast<int>(config.threads));
   // int8: the model's Linear weights quantized per row at load, activations per row at run
   // time (src/kernels/primitives.h); everything else runs in fp32. An int8 export runs so
   // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript. The
@@ -221,6 +220,8 @@ Translator load_translator(const TranslatorConfig& config) {
     throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
   // Prepared (and shortlisted) before `auto` measures fp32 against bf16: it measures what will run.
   auto prepare = [&](Translator& translator, InferencePrecision precision) {
+    // The translator's threads, not the process's: the program around the library owns those.
+    if (config.threads > 0) translator.set_cpu_threads(config.threads);
     prepare_for_cpu_inference(translator, precision);
     if (!config.shortlist.empty())
       translator.set_shortlist(std::make_shared<const Shortlist>(

@@ -66,17 +66,6 @@ CpuIsa from_environment() {
   throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Bf16));
 }
 
-// Each library reads its variable at its first use: set them before main, in every program that
-// links the kernels (a library user's too). A bad TORCHMT_CPU_ISA sets nothing here; cpu_isa()
-// reports it where it is first asked (the CLI asks at start-up).
-[[maybe_unused]] const bool libraries_limited = [] {
-  try {
-    limit_libraries(from_environment(), env_value("TORCHMT_CPU_ISA").has_value());
-  } catch (const std::exception&) {
-  }
-  return true;
-}();
-
 constexpr int kUnread = -1;
 std::atomic<int> configured{kUnread};  // TORCHMT_CPU_ISA or the detected level, once read
 std::atomic<int> overridden{kUnread};  // CpuIsaOverride's level while one is alive
@@ -122,6 +111,13 @@ std::string cpu_isa_summary() {
     s += std::string(" (detected: ") + cpu_isa_name(detected_cpu_isa()) +
          (env_value("TORCHMT_CPU_ISA") ? ", TORCHMT_CPU_ISA=" + *env_value("TORCHMT_CPU_ISA") : std::string()) + ")";
   return s;
+}
+
+void limit_library_isas() {
+  try {
+    limit_libraries(from_environment(), env_value("TORCHMT_CPU_ISA").has_value());
+  } catch (const std::exception&) {
+  }
 }
 
 CpuIsaOverride::CpuIsaOverride(CpuIsa isa) : previous_(overridden.load()) {

@@ -27,6 +27,13 @@ std::vector<CpuIsa> available_cpu_isas();
 CpuIsa cpu_isa();
 // "avx2 (detected: avx512-bf16, TORCHMT_CPU_ISA=avx2)" for logs and `torchmt info`.
 std::string cpu_isa_summary();
+// Points LibTorch's libraries at cpu_isa()'s level through their own variables, where unset:
+// oneDNN and MKL under TORCHMT_CPU_ISA, ATen's kernels at avx2 wherever AVX2 runs (so that
+// `--dtype int8` gives the same lines on every level). Each library reads its variable at its
+// first use, so only a program that owns its process calls it, first thing in main (the CLI,
+// the tests, the benchmarks); the library itself never changes the environment. A bad
+// TORCHMT_CPU_ISA sets nothing (cpu_isa() reports it).
+void limit_library_isas();
 
 // While alive, cpu_isa() returns `isa` on every thread (tests, A/B benchmarks); the level must
 // be one this CPU runs. Not nestable across threads: one at a time.

@@ -11,6 +11,7 @@
 #include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/serving/metrics.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/thread_team.h"
 
 namespace torchmt {
 namespace {
@@ -198,7 +199,7 @@ std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::ad
 void TranslationService::worker_loop(size_t worker) {
   // This thread's team for its operations, set once (setting it per call would clear oneDNN's
   // caches each time; translate() leaves a matching team alone).
-  at::set_num_threads(static_cast<int>(plan_.threads_per_worker));
+  set_thread_team(static_cast<int>(plan_.threads_per_worker));
   // In-flight batching: this worker's running batch and the requests it holds, by slot.
   struct Active {
     std::unique_ptr<Pending> pending;

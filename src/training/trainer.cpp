@@ -39,6 +39,7 @@
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/split_mix.h"
 #include "torchmt/util/stop_signals.h"
+#include "torchmt/util/thread_team.h"
 #include "torchmt/util/strings.h"
 
 namespace fs = std::filesystem;
@@ -108,10 +109,11 @@ ModelConfig init_model_config(const TrainOptions& o, ModelConfig c) {
 class Progress {
  public:
   // `quiet`: a data-parallel worker other than rank 0 (rank 0 reports for the job).
-  Progress(int64_t log_every, bool quiet)
-      : tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), log_every_(log_every) {}
+  Progress(int64_t log_every, bool quiet, std::function<void(int64_t, const std::string&)> observer)
+      : tty_(::isatty(STDERR_FILENO) == 1), quiet_(quiet), log_every_(log_every), observer_(std::move(observer)) {}
   void update(int64_t step, const std::string& text) {
     if (quiet_) return;
+    if (observer_) observer_(step, text);
     if (tty_) {
       std::cerr << "\r\033[K" << text << std::flush;
       dirty_ = true;
@@ -121,6 +123,7 @@ class Progress {
   }
   void line(const std::string& text) {
     if (quiet_) return;
+    if (observer_) observer_(-1, text);
     if (dirty_) std::cerr << "\n";
     dirty_ = false;
     std::cerr << text << "\n";
@@ -129,6 +132,7 @@ class Progress {
  private:
   bool tty_, quiet_;
   int64_t log_every_;
+  std::function<void(int64_t, const std::string&)> observer_;
   bool dirty_ = false;
 };
 
@@ -145,6 +149,7 @@ std::string ensure_tokenizer(const TrainOptions& o, Progress& progress) {
   v.model_prefix = o.out + "/spm";
   v.vocab_size = static_cast<int>(o.vocab_size);
   v.seed = static_cast<uint32_t>(o.seed);
+  v.num_threads = static_cast<int>(o.threads);
   train_bpe_vocab(v);
   return path;
 }
@@ -193,18 +198,20 @@ std::unique_ptr<ProcessGroup> join_process_group(const TrainOptions& o, const Di
   return std::make_unique<ProcessGroup>(env, timeout, resolve_device(o.device, env.local_rank));
 }
 
-// Creates the run directory and applies the thread count; refuses to overwrite a run or to
-// resume nothing (rank 0 decides for a data-parallel job: the others may not share its disk).
-// Returns `o`.
+// The threads of the run's operations: --threads, else this machine's share for a worker of a
+// data-parallel job, else 0 (the calling thread's as they are).
+int training_threads(const TrainOptions& o, const DistributedEnv& env) {
+  if (o.threads > 0) return static_cast<int>(o.threads);
+  if (env.local_world_size <= 1) return 0;
+  // This machine's workers share its cores: each takes its share, as torchrun sets
+  // OMP_NUM_THREADS=1 per worker, rather than every worker spawning a thread per core.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<unsigned>(1, cores / static_cast<unsigned>(env.local_world_size)));
+}
+
+// Creates the run directory; refuses to overwrite a run or to resume nothing (rank 0 decides
+// for a data-parallel job: the others may not share its disk). Returns `o`.
 const TrainOptions& prepare_run_directory(const TrainOptions& o, const DistributedEnv& env) {
-  if (o.threads > 0) {
-    torch::set_num_threads(static_cast<int>(o.threads));
-  } else if (env.local_world_size > 1) {
-    // This machine's workers share its cores: each takes its share, as torchrun sets
-    // OMP_NUM_THREADS=1 per worker, rather than every worker spawning a thread per core.
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    torch::set_num_threads(static_cast<int>(std::max<unsigned>(1, cores / static_cast<unsigned>(env.local_world_size))));
-  }
   if (env.rank != 0) return o;
   fs::create_directories(o.out);
   const std::string last = CheckpointManager(o.out, o.keep_last).last_path();
@@ -239,7 +246,7 @@ struct LossWindow {
 // loop() runs updates until a StopCriteria limit or a signal, validating and saving as due.
 class TrainingRun {
  public:
-  explicit TrainingRun(const TrainOptions& options);
+  TrainingRun(const TrainOptions& options, const TrainHooks& hooks);
   TrainSummary loop();
 
  private:
@@ -288,11 +295,11 @@ class TrainingRun {
   Clock::time_point run_start_ = Clock::now();
 };
 
-TrainingRun::TrainingRun(const TrainOptions& o)
+TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
     : env_(DistributedEnv::from_environment()),
       o_(prepare_run_directory(o, env_)),
       rank0_(env_.rank == 0),
-      progress_(o.log_every, !rank0_),
+      progress_(o.log_every, !rank0_, hooks.on_progress),
       group_(join_process_group(o, env_)),
       device_(resolve_device(o.device, env_.local_rank)),
       // "auto" is measured once the model exists (choose_training_dtype, in the constructor).
@@ -307,6 +314,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   // when they share the disk); datasets are mapped.
   CorpusOptions corpus_options;
   corpus_options.max_sentence_tokens = o.max_sentence_tokens;
+  corpus_options.num_threads = static_cast<int>(o.threads);  // --threads bounds every pool of the run
   const auto t0 = Clock::now();
   if (!rank0_) wait_for_rank0();
   PreprocessOptions preprocess;
@@ -342,6 +350,7 @@ TrainingRun::TrainingRun(const TrainOptions& o)
   batcher_options.seed = o.seed;
   batcher_options.window_pairs = o.shuffle_window;
   batcher_options.special = model_config_.special_ids();
+  batcher_options.threads = o.threads;
   batcher_ = std::make_unique<TokenBatcher>(corpora_->shares(), batcher_options);
   if (o.dtype == "auto") {
     // Rank 0 measures (on the first batches of a batcher of its own) and every rank follows.
@@ -726,9 +735,14 @@ void request_training_stop() { StopSignals::request(); }
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) { options_.validate(); }
 
-TrainSummary Trainer::run() {
-  StopSignals signals;  // from here on SIGINT/SIGTERM end the run with a checkpoint
-  TrainingRun run(options_);
+TrainSummary Trainer::run(const TrainHooks& hooks) {
+  // From here on a stop request (SIGINT/SIGTERM where asked) ends the run with a checkpoint.
+  StopSignals signals(hooks.stop_on_signals);
+  // The calling thread's team for the run, put back after: never the process's count.
+  const int threads = training_threads(options_, DistributedEnv::from_environment());
+  std::optional<ScopedThreadTeam> team;
+  if (threads > 0) team.emplace(threads);
+  TrainingRun run(options_, hooks);
   return run.loop();
 }
 

@@ -16,8 +16,9 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(bool install) : installed_(install) {
   g_stop.store(false);
+  if (!installed_) return;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -26,6 +27,7 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
+  if (!installed_) return;
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
 }

@@ -13,34 +13,26 @@ WorkerPool::~WorkerPool() {
 
 void WorkerPool::run(int64_t workers, const std::function<void(int64_t)>& task) {
   if (workers <= 0) return;
-  std::lock_guard<std::mutex> serial(run_mutex_);
+  Call call{&task, workers, {}};
   std::unique_lock<std::mutex> lock(mutex_);
-  while (static_cast<int64_t>(threads_.size()) < workers) {
-    const auto index = static_cast<int64_t>(threads_.size());
-    threads_.emplace_back([this, index] { loop(index); });
-  }
-  task_ = &task;
-  active_ = workers;
-  remaining_ = workers;
-  ++generation_;
+  while (static_cast<int64_t>(threads_.size()) < workers) threads_.emplace_back([this] { loop(); });
+  for (int64_t w = 0; w < workers; ++w) queue_.push_back({&call, w});
   wake_.notify_all();
-  done_.wait(lock, [this] { return remaining_ == 0; });
-  task_ = nullptr;
+  call.done.wait(lock, [&] { return call.remaining == 0; });
 }
 
-void WorkerPool::loop(int64_t index) {
-  int64_t seen = 0;
+void WorkerPool::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    if (index >= active_) continue;
-    const auto* task = task_;
+    wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to run
+    const Item item = queue_.front();
+    queue_.pop_front();
     lock.unlock();
-    (*task)(index);
+    (*item.call->task)(item.index);
     lock.lock();
-    if (--remaining_ == 0) done_.notify_all();
+    // The caller may return (and drop `call`) once it sees zero: notify under the lock.
+    if (--item.call->remaining == 0) item.call->done.notify_all();
   }
 }
 

@@ -23,6 +23,7 @@
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/strings.h"
+#include "kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;
@@ -51,6 +52,7 @@ std::vector<int64_t> parse_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   cxxopts::Options options("bench_data", "Preprocessing, dataset and batching costs.");
   options.add_options()("data-dir", "Multi30k directory (when no --src/--dataset)",
                         cxxopts::value<std::string>()->default_value("data/multi30k"))(

@@ -29,6 +29,7 @@
 #include "torchmt/data/text_file.h"
 #include "torchmt/export/exported_model.h"
 #include "torchmt/io/checkpoint.h"
+#include "kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;
@@ -193,6 +194,7 @@ static int run(int argc, char** argv) {
 // Bad input (a missing file, a wrong flag, a corrupt checkpoint) ends in one line naming it, not in
 // std::terminate.
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

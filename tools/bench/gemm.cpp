@@ -52,6 +52,7 @@ double time_call(F&& f, double budget) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   namespace k = torchmt::kernels;
   cxxopts::Options options("bench_gemm", "fp32 inference GEMMs: at::linear vs MKL's and oneDNN's packed weights");
   options.add_options()("shapes", "weights OUTxIN", cxxopts::value<std::string>()->default_value(

@@ -47,6 +47,7 @@
 #include "torchmt/training/training_step.h"
 #include "torchmt/training/worker_launcher.h"
 #include "torchmt/util/environment.h"
+#include "kernels/cpu_isa.h"
 
 using namespace torchmt;
 namespace fs = std::filesystem;
@@ -135,6 +136,7 @@ double fingerprint(const std::vector<at::Tensor>& params) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   cxxopts::Options options("bench_grad_reducer", "data-parallel gradient all-reduce: our hooks vs c10d's Reducer");
   options.add_options()("nproc", "local workers to start (without WORLD_SIZE)",
                         cxxopts::value<int>()->default_value("2"))(

@@ -31,6 +31,7 @@
 
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/atomic_file.h"
+#include "kernels/cpu_isa.h"
 
 extern char** environ;
 
@@ -229,6 +230,7 @@ static int run(int argc, char** argv) {
 // Bad input (a missing file, a wrong flag, a corrupt checkpoint) ends in one line naming it, not in
 // std::terminate.
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

@@ -35,6 +35,7 @@
 #include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/util/stopwatch.h"
+#include "kernels/cpu_isa.h"
 
 using namespace torchmt;
 namespace fs = std::filesystem;
@@ -190,6 +191,7 @@ Measured run_python(const std::string& script, const std::string& blob, const st
 }  // namespace
 
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   cxxopts::Options options("bench_train", "Training throughput: torchmt vs the Python reference model.");
   options.add_options()("src", "training source", cxxopts::value<std::string>()->default_value("data/multi30k/train.de.gz"))(
       "tgt", "training target", cxxopts::value<std::string>()->default_value("data/multi30k/train.en.gz"))(

@@ -43,6 +43,7 @@
 #include "torchmt/model/linear.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/heap.h"
+#include "kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;
 using namespace torchmt;
@@ -189,6 +190,7 @@ std::string fmt(double v, int precision) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   cxxopts::Options options("bench_translate",
                            "Decoding speed: greedy / beam, batch sizes, fp32 / bf16, KV cache vs recomputation, "
                            "vs the Python reference model.");

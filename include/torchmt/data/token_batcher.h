@@ -34,6 +34,7 @@ struct BatcherOptions {
   // 0: the whole epoch is one window (a global sort).
   int64_t window_pairs = 1 << 20;
   SpecialIds special = {};  // the model's (pad, start, end)
+  int64_t threads = 0;      // threads building an epoch's windows; 0: hardware concurrency
 };
 
 // A corpus in a mix: `weight` is its share of the pairs drawn (weights are relative); when

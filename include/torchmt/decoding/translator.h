@@ -73,8 +73,17 @@ class Translator {
                                      const std::vector<LineSteering>& steering = {});
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
-  // one worker.
+  // one worker. Under set_thread_plan, at most its workers.
   WorkerPlan plan_workers(const TranslationOptions& options, size_t batches) const;
+  // The CPU threads translate() may use when the options leave it open (at::get_num_threads()
+  // of the thread that made the translator, until set). n >= 1.
+  void set_cpu_threads(int64_t n);
+  // For a translator shared by the threads of another program (CTranslate2's inter_threads x
+  // intra_threads): from now on translate() runs every batch on the translator's own threads,
+  // never on the caller's, at most `workers` batches at a time whoever calls (calls from several
+  // threads share them), each with `threads_per_worker` threads inside its operations (0: the
+  // CPU threads / workers). The caller's thread settings are never touched.
+  void set_thread_plan(int64_t workers, int64_t threads_per_worker);
   // Best hypothesis text per line: the common case.
   std::vector<std::string> translate_text(const std::vector<std::string>& lines, const TranslationOptions& options);
 
@@ -143,6 +152,7 @@ class Translator {
   c10::ScalarType dtype_;
   std::string dtype_reason_;
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
+  WorkerPlan fixed_plan_{0, 0};  // set_thread_plan's (workers 0: none)
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
 };

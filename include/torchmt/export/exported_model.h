@@ -16,7 +16,8 @@
 //   load_translator(path, device, dtype)
 //                       a Translator for a checkpoint or an export, chosen by content
 //   load_translator(TranslatorConfig)
-//                       the same from what a user configured (validated; sets threads);
+//                       the same from what a user configured (validated; the translator's
+//                       threads, not the process's);
 //                       int8 (`--dtype int8`, or an int8 export at `--dtype auto`) runs the
 //                       native model with int8 kernels, for checkpoints and exports alike
 //   seal_model_file(path)
@@ -65,8 +66,8 @@ class ExportedModel {
 Translator make_translator(const ExportedModel& model, c10::ScalarType dtype);
 // A checkpoint or a TorchScript export, by content (not by file name).
 Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
-// Validates `config` (std::invalid_argument naming the flag), applies its thread count and
-// opens config.model on its device in its precision.
+// Validates `config` (std::invalid_argument naming the flag) and opens config.model on its
+// device in its precision, translating on config.threads CPU threads where set.
 Translator load_translator(const TranslatorConfig& config);
 
 // `torchmt seal`: a checkpoint or export written before torchmt sealed its files gets its seal,

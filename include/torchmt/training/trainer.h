@@ -22,18 +22,30 @@ struct TrainSummary {
   bool reporting = true;  // false on data-parallel workers other than rank 0
 };
 
+// What the program around a run asks of it beyond the options.
+struct TrainHooks {
+  // SIGINT/SIGTERM end the run with a checkpoint while it runs (their handlers installed, the
+  // previous ones put back after): for a program that owns its process, as the CLI does. Off,
+  // the process's handlers stay as they are and request_training_stop() ends the run.
+  bool stop_on_signals = false;
+  // Each progress line the run writes to stderr (the update lines with their step, -1 for the
+  // others), called from the thread that runs it.
+  std::function<void(int64_t step, const std::string& line)> on_progress = {};
+};
+
 class Trainer {
  public:
   explicit Trainer(TrainOptions options);
-  // Runs until a limit (steps, epochs, minutes) or a signal. Throws std::runtime_error on
+  // Runs until a limit (steps, epochs, minutes) or a stop request. Throws std::runtime_error on
   // bad input or when training diverges (after max_bad_steps non-finite steps in a row).
-  TrainSummary run();
+  TrainSummary run(const TrainHooks& hooks = {});
 
  private:
   TrainOptions options_;
 };
 
-// Set by SIGINT/SIGTERM while a Trainer runs; the loop saves a checkpoint and returns.
+// Ends the running Trainer's run as SIGINT does under TrainHooks::stop_on_signals: the loop
+// saves a checkpoint and returns (from any thread; a run that starts later clears it).
 void request_training_stop();
 
 }  // namespace torchmt

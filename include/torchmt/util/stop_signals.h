@@ -7,13 +7,18 @@ namespace torchmt {
 
 class StopSignals {
  public:
-  StopSignals();  // clears the flag and installs the handlers
+  // Clears the flag and installs the handlers (`install` false: only clears it, for a library
+  // call inside a program that keeps its own handlers; request() still stops the owner).
+  explicit StopSignals(bool install = true);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
   static bool requested();  // a signal arrived (or request() was called) since construction
   static void request();    // as if a signal had arrived (tests, embedding programs)
+
+ private:
+  bool installed_;
 };
 
 }  // namespace torchmt

@@ -1,0 +1,308 @@
+// torchmt._native: the Python package's bindings (pybind11) over the library's facades:
+// Translator (decoding/), corpus BLEU and chrF (evaluation/), Trainer (training/). Raw values
+// cross here; the classes users see, their docstrings and argument checks are Python
+// (src/python/torchmt/__init__.py). Every long call runs with the GIL released on a thread of
+// its own while the calling thread polls for Ctrl-C, so other Python threads run meanwhile and
+// KeyboardInterrupt stops the call where it can stop cleanly.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include "torchmt/decoding/translation_options.h"
+#include "torchmt/decoding/translator.h"
+#include "torchmt/decoding/word_aligner.h"
+#include "torchmt/evaluation/bleu.h"
+#include "torchmt/evaluation/chrf.h"
+#include "torchmt/export/exported_model.h"
+#include "torchmt/training/train_options.h"
+#include "torchmt/training/train_recipes.h"
+#include "torchmt/training/trainer.h"
+#include "torchmt/util/flat_config.h"
+#include "torchmt/util/strings.h"
+
+namespace py = pybind11;
+
+namespace torchmt::python {
+namespace {
+
+// Thrown inside a call that Ctrl-C asked to stop; never reaches Python (KeyboardInterrupt does).
+struct Cancelled : std::exception {
+  const char* what() const noexcept override { return "cancelled"; }
+};
+
+// Runs work() on a thread of its own with the GIL released; the calling thread checks Python's
+// signals every 50 ms. On Ctrl-C (a pending KeyboardInterrupt) it calls on_interrupt(), waits
+// for work() to end and raises the KeyboardInterrupt; otherwise it returns work()'s result or
+// rethrows its exception.
+template <class Result>
+Result run_interruptible(std::function<Result()> work, const std::function<void()>& on_interrupt) {
+  std::packaged_task<Result()> task(std::move(work));
+  auto result = task.get_future();
+  std::thread runner;
+  {
+    py::gil_scoped_release release;
+    runner = std::thread(std::move(task));
+    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set interrupt;  // takes the pending KeyboardInterrupt
+        on_interrupt();
+        {
+          py::gil_scoped_release wait;
+          result.wait();
+          runner.join();
+        }
+        throw interrupt;
+      }
+    }
+    runner.join();
+  }
+  return result.get();
+}
+
+// One hypothesis as Python receives it: text, pieces, score, log-probability.
+using PyHypothesis = std::tuple<std::string, std::vector<std::string>, double, double>;
+// One line: its hypotheses, each hypothesis's word alignment (when asked), truncated.
+using PyTranslation = std::tuple<std::vector<PyHypothesis>, std::vector<WordAlignment>, bool>;
+
+class NativeTranslator {
+ public:
+  NativeTranslator(const std::string& model, const std::string& device, const std::string& dtype,
+                   int64_t inter_threads, int64_t intra_threads, const std::string& shortlist) {
+    TranslatorConfig config;
+    config.model = model;
+    config.device = device;
+    config.dtype = dtype;
+    config.shortlist = shortlist;
+    translator_ = std::make_unique<Translator>(run_interruptible<Translator>(
+        [config] { return load_translator(config); }, [] {}));
+    translator_->set_thread_plan(inter_threads, intra_threads);
+  }
+
+  std::vector<PyTranslation> translate(const std::vector<std::string>& lines, const py::dict& settings,
+                                       const std::vector<std::string>& prefixes,
+                                       const std::vector<std::vector<std::string>>& constraints, bool alignments) {
+    TranslationOptions options = translation_options(settings);
+    std::vector<LineSteering> steering;
+    if (!prefixes.empty() || !constraints.empty()) {
+      steering.resize(lines.size());
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (!prefixes.empty()) steering[i].target_prefix = prefixes[i];
+        if (!constraints.empty()) steering[i].constraints = constraints[i];
+      }
+    }
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    Translator& translator = *translator_;
+    return run_interruptible<std::vector<PyTranslation>>(
+        [&translator, &lines, options, steering, alignments, cancel] {
+          // Between batches: a Ctrl-C ends the call there.
+          auto done = [cancel](int64_t) {
+            if (cancel->load()) throw Cancelled();
+          };
+          auto translations = translator.translate(lines, options, done, steering);
+          std::vector<PyTranslation> out;
+          out.reserve(translations.size());
+          std::vector<std::string> sources;
+          std::vector<std::vector<int64_t>> targets;
+          for (size_t i = 0; i < translations.size(); ++i) {
+            const Translation& t = translations[i];
+            std::vector<PyHypothesis> hyps;
+            // A blank line: one empty hypothesis (log-probability 0), as CTranslate2 answers.
+            if (t.hypotheses.empty()) hyps.emplace_back("", std::vector<std::string>{}, 0.0, 0.0);
+            for (size_t h = 0; h < t.hypotheses.size(); ++h) {
+              std::vector<std::string> pieces;
+              for (int64_t id : t.hypotheses[h].tokens) pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
+              hyps.emplace_back(t.texts[h], std::move(pieces), t.hypotheses[h].score, t.hypotheses[h].log_prob);
+              if (alignments) {
+                sources.push_back(lines[i]);
+                targets.push_back(t.hypotheses[h].tokens);
+              }
+            }
+            out.emplace_back(std::move(hyps), std::vector<WordAlignment>{}, t.truncated);
+          }
+          if (alignments && !sources.empty()) {
+            if (cancel->load()) throw Cancelled();
+            auto aligned = align_words(translator, sources, targets);
+            size_t next = 0;
+            for (size_t i = 0; i < out.size(); ++i) {
+              // A blank line's placeholder hypothesis was not aligned: it has no words.
+              const size_t hyps = std::get<0>(out[i]).size();
+              for (size_t h = 0; h < hyps; ++h)
+                std::get<1>(out[i]).push_back(translations[i].hypotheses.empty() ? WordAlignment{} : std::move(aligned[next++]));
+            }
+          }
+          return out;
+        },
+        [cancel] { cancel->store(true); });
+  }
+
+  // Pieces of the source vocabulary back to text (token input, CTranslate2's form).
+  std::string detokenize_source(const std::vector<std::string>& pieces) const { return detokenize(translator_->src_tokenizer(), pieces); }
+  std::string detokenize_target(const std::vector<std::string>& pieces) const { return detokenize(translator_->tgt_tokenizer(), pieces); }
+  std::vector<std::string> tokenize_source(const std::string& text) const { return translator_->src_tokenizer().encode_pieces(text); }
+
+  std::string device() const { return translator_->device().str(); }
+  std::string precision() const { return translator_->precision_name(); }
+  int64_t max_positions() const { return translator_->config().max_positions; }
+
+ private:
+  static std::string detokenize(const Tokenizer& tokenizer, const std::vector<std::string>& pieces) {
+    std::vector<int64_t> ids;
+    ids.reserve(pieces.size());
+    for (const auto& p : pieces) ids.push_back(tokenizer.piece_to_id(p));
+    return tokenizer.decode(ids);
+  }
+
+  // The search settings from translate_batch's keywords (already checked for type by Python;
+  // ranges are checked here, where the rules live).
+  static TranslationOptions translation_options(const py::dict& s) {
+    TranslationOptions o;
+    SearchOptions& search = o.search;
+    search.beam_size = s["beam_size"].cast<int64_t>();
+    search.nbest = s["num_hypotheses"].cast<int64_t>();
+    search.length_penalty = s["length_penalty"].cast<double>();
+    search.max_len_a = s["max_len_a"].cast<double>();
+    search.max_len_b = s["max_len_b"].cast<int64_t>();
+    search.max_len_cap = s["max_decoding_length"].cast<int64_t>();
+    search.early_exit = s["early_exit"].cast<bool>();
+    search.scores = s["return_scores"].cast<bool>() || search.beam_size > 1;
+    search.sampling_topk = s["sampling_topk"].cast<int64_t>();
+    search.sampling_topp = s["sampling_topp"].cast<double>();
+    search.sampling_temperature = s["sampling_temperature"].cast<double>();
+    search.seed = s["seed"].cast<int64_t>();
+    o.batch_size = s["max_batch_size"].cast<int64_t>();
+    o.batch_source_tokens = s["batch_source_tokens"].cast<int64_t>();
+    o.first_line = s["first_line"].cast<int64_t>();
+    auto require = [](bool ok, const std::string& message) {
+      if (!ok) throw std::invalid_argument(message);
+    };
+    require(search.beam_size >= 1, "beam_size must be at least 1");
+    require(search.nbest >= 1 && search.nbest <= search.beam_size, "num_hypotheses must be between 1 and beam_size");
+    require(search.length_penalty >= 0, "length_penalty must not be negative");
+    require(search.max_len_a >= 0 && search.max_len_b >= 0, "max_len_a and max_len_b must not be negative");
+    require(search.max_len_cap >= 1, "max_decoding_length must be at least 1");
+    require(o.batch_size >= 1, "max_batch_size must be at least 1");
+    const std::string sampling = sampling_problem(search, false);
+    require(sampling.empty(), sampling);
+    return o;
+  }
+
+  std::unique_ptr<Translator> translator_;
+};
+
+// train(options, on_progress): the train command's options by their config names.
+py::dict train(const std::map<std::string, std::string>& values, const std::map<std::string, std::vector<std::string>>& lists,
+               const py::object& on_progress) {
+  FlatConfig config;
+  for (const auto& [key, value] : values) config.set(key, value);
+  for (const auto& [key, list] : lists) config.set_list(key, list);
+  config = with_recipe(config);
+  TrainOptions options = TrainOptions::from_config(config);
+  options.validate();
+  auto callback_error = std::make_shared<std::exception_ptr>();
+  TrainHooks hooks;
+  if (!on_progress.is_none()) {
+    hooks.on_progress = [on_progress, callback_error](int64_t step, const std::string& line) {
+      py::gil_scoped_acquire acquire;
+      if (*callback_error) return;
+      try {
+        on_progress(step, line);
+      } catch (...) {
+        // The callback's own exception: the run stops with a checkpoint, then it is raised.
+        *callback_error = std::current_exception();
+        request_training_stop();
+      }
+    };
+  }
+  TrainSummary s = run_interruptible<TrainSummary>([options, hooks] { return Trainer(options).run(hooks); },
+                                                   [] { request_training_stop(); });
+  if (*callback_error) std::rethrow_exception(*callback_error);
+  py::dict out;
+  out["steps"] = s.steps;
+  out["epochs_completed"] = s.epochs_completed;
+  out["best_bleu"] = s.best_bleu;
+  out["last_bleu"] = s.last_bleu;
+  out["last_valid_loss"] = s.last_valid_loss;
+  out["last_train_loss"] = s.last_train_loss;
+  out["train_seconds"] = s.train_seconds;
+  out["tokens_per_sec"] = s.tokens_per_sec;
+  out["interrupted"] = s.interrupted;
+  out["best_checkpoint"] = s.best_checkpoint;
+  return out;
+}
+
+py::dict bleu(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
+  evaluation::BleuScore b;
+  {
+    py::gil_scoped_release release;
+    b = evaluation::corpus_bleu(hyps, refs);
+  }
+  py::dict out;
+  out["score"] = b.score;
+  out["precisions"] = std::vector<double>(b.precisions.begin(), b.precisions.end());
+  out["bp"] = b.bp;
+  out["ratio"] = b.ratio;
+  out["sys_len"] = b.hyp_len;
+  out["ref_len"] = b.ref_len;
+  out["text"] = b.format();
+  out["signature"] = b.signature();
+  return out;
+}
+
+py::dict chrf(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
+  evaluation::ChrfScore c;
+  {
+    py::gil_scoped_release release;
+    c = evaluation::corpus_chrf(hyps, refs);
+  }
+  py::dict out;
+  out["score"] = c.score;
+  out["text"] = c.format();
+  out["signature"] = c.signature();
+  return out;
+}
+
+}  // namespace
+}  // namespace torchmt::python
+
+PYBIND11_MODULE(_native, m) {
+  using torchmt::python::NativeTranslator;
+  m.doc() = "torchmt's compiled core; use the torchmt package, not this module";
+  m.attr("version") = TORCHMT_VERSION;
+  m.attr("torch_version") = TORCH_VERSION;  // the LibTorch it was built against
+  // LibTorch's errors: their first line, without the C++ backtrace.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const c10::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError, torchmt::first_line(e.what_without_backtrace()).c_str());
+    }
+  });
+  py::class_<NativeTranslator>(m, "NativeTranslator")
+      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t, const std::string&>())
+      .def("translate", &NativeTranslator::translate)
+      .def("detokenize_source", &NativeTranslator::detokenize_source)
+      .def("detokenize_target", &NativeTranslator::detokenize_target)
+      .def("tokenize_source", &NativeTranslator::tokenize_source)
+      .def_property_readonly("device", &NativeTranslator::device)
+      .def_property_readonly("precision", &NativeTranslator::precision)
+      .def_property_readonly("max_positions", &NativeTranslator::max_positions);
+  m.def("train", &torchmt::python::train);
+  m.def("bleu", &torchmt::python::bleu);
+  m.def("chrf", &torchmt::python::chrf);
+}

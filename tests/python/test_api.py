@@ -1,0 +1,268 @@
+"""The Python package against the CLI and CTranslate2's API shape: agreement, every option,
+threads, interruption, the host's settings and bad input."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import torch
+
+import torchmt
+from conftest import run_python, train_options
+
+
+def cli_translate(binary, model, lines, *flags):
+    r = subprocess.run([binary, "translate", "-m", model, "-q", *flags], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\n")[: len(lines)]
+
+
+def test_train_reports_progress_and_writes_a_checkpoint(trained):
+    path, seen, summary = trained
+    assert os.path.exists(path)
+    assert summary["steps"] == 120 and not summary["interrupted"]
+    assert any(step == 10 for step, _ in seen), seen[:5]  # update lines carry their step
+    assert any(step == -1 and "valid" in line for step, line in seen)
+
+
+@pytest.mark.parametrize("compute_type, dtype", [("float32", "fp32"), ("int8", "int8")])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_agrees_with_the_cli(trained, binary, sample, compute_type, dtype, beam):
+    model = trained[0]
+    lines = sample[0][:80] + ["", "   "]
+    translator = torchmt.Translator(model, compute_type=compute_type, inter_threads=2)
+    assert translator.compute_type == dtype
+    got = [r.hypotheses[0] for r in translator.translate_batch(lines, beam_size=beam, max_batch_size=16)]
+    want = cli_translate(binary, model, lines, "--dtype", dtype, "--beam", str(beam), "--batch-size", "16")
+    assert got == want
+    assert got[-1] == "" and got[-2] == ""  # blank in, blank out
+
+
+def test_token_input_gives_token_output(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    lines = sample[0][:10]
+    tokens = [translator.tokenize(line) for line in lines]
+    assert all(isinstance(t, list) and t for t in tokens)
+    by_tokens = translator.translate_batch(tokens)
+    by_text = translator.translate_batch(lines)
+    for t, s in zip(by_tokens, by_text):
+        assert isinstance(t.hypotheses[0], list)
+        assert "".join(t.hypotheses[0]).replace("\u2581", " ").strip() == s.hypotheses[0]
+
+
+def test_nbest_scores_and_result_shape(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    results = translator.translate_batch(sample[0][:6], beam_size=4, num_hypotheses=3, return_scores=True)
+    for r in results:
+        assert len(r.hypotheses) == 3 and len(r.scores) == 3 and len(r.log_probs) == 3
+        assert r.scores == sorted(r.scores, reverse=True)
+        assert r[0]["text"] == r.hypotheses[0] and r[0]["score"] == r.scores[0]
+    plain = translator.translate_batch(sample[0][:2])
+    assert plain[0].scores == [] and len(plain[0]) == 1
+
+
+def test_prefix_constraints_and_sampling(trained, sample, binary, tmp_path):
+    model = trained[0]
+    translator = torchmt.Translator(model, compute_type="float32")
+    lines = sample[0][:8]
+    prefixed = translator.translate_batch(lines, target_prefix=["A dog"] * 8, beam_size=2)
+    assert all(r.hypotheses[0].startswith("A dog") for r in prefixed)
+    assert translator.translate_batch(lines[:2], target_prefix=[None, "The"])[1].hypotheses[0].startswith("The")
+    constrained = translator.translate_batch(lines, constraints=[["umbrella"]] * 8, beam_size=4)
+    assert all("umbrella" in r.hypotheses[0] for r in constrained)
+    # Sampling: a line's draws depend on the seed and its position only (the CLI's too).
+    a = translator.translate_batch(lines, sampling_topk=0, seed=7, max_batch_size=3)
+    b = translator.translate_batch(lines, sampling_topk=0, seed=7, max_batch_size=8)
+    c = translator.translate_batch(lines, sampling_topk=0, seed=8)
+    assert [r.hypotheses for r in a] == [r.hypotheses for r in b]
+    assert [r.hypotheses for r in a] != [r.hypotheses for r in c]
+    want = cli_translate(binary, model, lines, "--dtype", "fp32", "--sampling-topk", "0", "--seed", "7")
+    assert [r.hypotheses[0] for r in a] == want
+    streamed = list(translator.translate_iterable(iter(lines), buffer_size=3, sampling_topk=0, seed=7))
+    assert [r.hypotheses for r in streamed] == [r.hypotheses for r in a]
+
+
+def test_alignments(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    results = translator.translate_batch(sample[0][:5], return_alignments=True, beam_size=2, num_hypotheses=2)
+    aligned = 0
+    for line, r in zip(sample[0][:5], results):
+        assert len(r.alignments) == 2
+        for (hyp, pairs) in zip(r.hypotheses, r.alignments):
+            assert bool(pairs) == bool(hyp.split()), (hyp, pairs)  # every word of a hypothesis has a link
+            assert all(0 <= s < len(line.split()) and 0 <= t < len(hyp.split()) for s, t in pairs)
+            aligned += bool(pairs)
+    assert aligned >= 5
+    assert translator.translate_batch(["", "Guten Morgen!"], return_alignments=True)[0].alignments == [[]]
+
+
+def test_translate_iterable_is_lazy_and_in_order(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    lines = sample[0][:50]
+    taken = []
+
+    def source():
+        for line in lines:
+            taken.append(line)
+            yield line
+
+    stream = translator.translate_iterable(source(), buffer_size=16, max_batch_size=4)
+    first = next(stream)
+    assert len(taken) == 16  # one buffer read, no more
+    rest = list(stream)
+    whole = translator.translate_batch(lines, max_batch_size=4)
+    assert [r.hypotheses for r in [first] + rest] == [r.hypotheses for r in whole]
+    with pytest.raises(ValueError, match="target_prefix"):
+        list(translator.translate_iterable(lines[:5], target_prefix=["A"] * 4))
+
+
+def test_threads_share_the_translator_and_leave_the_host_alone(trained, sample):
+    torch.set_num_threads(3)
+    environ = dict(os.environ)
+    handler = signal.getsignal(signal.SIGINT)
+    translator = torchmt.Translator(trained[0], compute_type="float32", inter_threads=2, intra_threads=1)
+    lines = sample[0][:40]
+    expected = [r.hypotheses[0] for r in translator.translate_batch(lines, max_batch_size=8)]
+    outputs, errors = {}, []
+
+    def call(i):
+        try:
+            for _ in range(3):
+                outputs[i] = [r.hypotheses[0] for r in translator.translate_batch(lines, max_batch_size=8)]
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    # The GIL is released: this thread keeps running Python while they translate.
+    ticks = 0
+    while any(t.is_alive() for t in threads):
+        ticks += 1
+        time.sleep(0.001)
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(outputs[i] == expected for i in range(4))
+    assert ticks > 0
+    assert torch.get_num_threads() == 3
+    seen_in_new_thread = []
+    t = threading.Thread(target=lambda: seen_in_new_thread.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    assert seen_in_new_thread == [3]
+    assert dict(os.environ) == environ
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+INTERRUPT_TRANSLATION = r"""
+import sys, torchmt
+translator = torchmt.Translator(sys.argv[1], compute_type="float32")
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines()
+def forever():
+    while True:
+        yield from lines
+count = 0
+try:
+    for r in translator.translate_iterable(forever(), buffer_size=64):
+        count += 1
+        if count == 64:
+            print("started", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after", count, flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_interrupts_translation(trained):
+    from conftest import SOURCE_DIR
+
+    p = run_python(INTERRUPT_TRANSLATION, trained[0], os.path.join(SOURCE_DIR, "data", "sample.de"))
+    assert p.stdout.readline().strip() == "started"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, err
+    assert out.startswith("interrupted after"), out
+
+
+INTERRUPT_TRAINING = r"""
+import json, sys, torchmt
+options = json.loads(sys.argv[1])
+def progress(step, line):
+    if step == 20:
+        print("started", flush=True)
+try:
+    torchmt.train(on_progress=progress, **options)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_stops_training_with_a_checkpoint_that_resumes(tmp_path):
+    import json
+
+    out = str(tmp_path / "run")
+    options = train_options(out, max_steps=100000, log_every=1)
+    p = run_python(INTERRUPT_TRAINING, json.dumps(options))
+    assert p.stdout.readline().strip() == "started"
+    p.send_signal(signal.SIGINT)
+    stdout, err = p.communicate(timeout=300)
+    assert p.returncode == 3, err
+    assert "interrupted" in stdout
+    assert os.path.exists(os.path.join(out, "checkpoint_last.pt"))
+    summary = torchmt.train(**train_options(out, max_steps=25, resume=True))
+    assert summary["steps"] >= 0 and not summary["interrupted"]
+
+
+def test_errors_are_python_exceptions(trained, tmp_path):
+    model = trained[0]
+    with pytest.raises(FileNotFoundError, match="no-such.pt"):
+        torchmt.Translator(str(tmp_path / "no-such.pt"))
+    corrupt = tmp_path / "corrupt.pt"
+    data = open(model, "rb").read()
+    corrupt.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RuntimeError, match="corrupt.pt"):
+        torchmt.Translator(str(corrupt))
+    with pytest.raises(ValueError, match="compute_type"):
+        torchmt.Translator(model, compute_type="int3")
+    with pytest.raises(TypeError, match="inter_threads"):
+        torchmt.Translator(model, inter_threads="2")
+    translator = torchmt.Translator(model, compute_type="float32")
+    with pytest.raises(ValueError, match=r"source\[1\].*UTF-8"):
+        translator.translate_batch(["gut", "schlecht \udcff"])
+    with pytest.raises(TypeError, match="beam_size"):
+        translator.translate_batch(["gut"], beam_size="5")
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        translator.translate_batch(["gut"], beam_size=2, num_hypotheses=3)
+    with pytest.raises(ValueError, match="target_prefix.*2.*got 1"):
+        translator.translate_batch(["gut", "schlecht"], target_prefix=["A"])
+    with pytest.raises(ValueError, match="sampling_topk"):
+        translator.translate_batch(["gut"], sampling_topk=5, beam_size=2)
+    with pytest.raises(TypeError, match="source"):
+        translator.translate_batch("ein Satz")
+    with pytest.raises(ValueError, match="no_such_option"):
+        torchmt.train(no_such_option=1, out=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        torchmt.bleu(["a", "b"], ["a"])
+
+
+def test_bleu_and_chrf_are_sacrebleus(sample):
+    sacrebleu = pytest.importorskip("sacrebleu")
+    hyps = [line.lower() for line in sample[1][:200]]
+    refs = sample[1][:200]
+    ours = torchmt.bleu(hyps, refs)
+    theirs = sacrebleu.corpus_bleu(hyps, [refs])
+    assert ours["text"] == str(theirs).split(" = ", 1)[0] + " = " + str(theirs).split(" = ", 1)[1]
+    assert abs(ours["score"] - theirs.score) < 1e-9
+    assert torchmt.chrf(hyps, refs)["text"] == str(sacrebleu.corpus_chrf(hyps, [refs]))
+
+
+def test_documented():
+    assert "inter_threads" in torchmt.Translator.__doc__
+    assert "max_batch_size" in torchmt.Translator.translate_batch.__doc__
+    assert os.path.exists(os.path.join(os.path.dirname(torchmt.__file__), "py.typed"))
