@@ -34,7 +34,7 @@ def train_options(out, **extra):
                    train_tgt=os.path.join(SOURCE_DIR, "data", "sample.en"),
                    valid_src=os.path.join(SOURCE_DIR, "data", "sample.de"),
                    valid_tgt=os.path.join(SOURCE_DIR, "data", "sample.en"),
-                   preset="tiny", vocab_size=400, batch_tokens=1200, warmup=30,
+                   preset="tiny", vocab_size=400, batch_tokens=1000, warmup=100,
                    lr_factor=2.0, dtype="fp32", device="cpu", threads=1, keep_last=0, log_every=10, out=out)
     options.update(extra)
     return {k: v for k, v in options.items() if v is not None}
@@ -42,14 +42,15 @@ def train_options(out, **extra):
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    """A tiny model trained for 120 steps on the bundled sample through torchmt.train: its
-    checkpoint path, the progress lines the callback saw and the run's summary."""
+    """A tiny model trained for 1,000 steps on the bundled sample through torchmt.train (enough
+    for real, varied sentences): its checkpoint path, the progress lines the callback saw and the
+    run's summary."""
     import torchmt
 
     out = str(tmp_path_factory.mktemp("run") / "run")
     seen = []
     summary = torchmt.train(on_progress=lambda step, line: seen.append((step, line)),
-                            **train_options(out, max_steps=120, validate_every=60))
+                            **train_options(out, max_steps=1000, validate_every=500))
     return os.path.join(out, "checkpoint_best.pt"), seen, summary
 
 
