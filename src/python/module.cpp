@@ -13,6 +13,7 @@
 #include <exception>
 #include <future>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,9 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
@@ -33,7 +36,9 @@
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
 #include "torchmt/util/flat_config.h"
+#include "torchmt/util/device.h"
 #include "torchmt/util/strings.h"
+#include "torchmt/util/thread_team.h"
 
 namespace py = pybind11;
 
@@ -156,6 +161,7 @@ class NativeTranslator {
   std::string detokenize_target(const std::vector<std::string>& pieces) const { return detokenize(translator_->tgt_tokenizer(), pieces); }
   std::vector<std::string> tokenize_source(const std::string& text) const { return translator_->src_tokenizer().encode_pieces(text); }
 
+  Translator& translator() { return *translator_; }
   std::string device() const { return translator_->device().str(); }
   std::string precision() const { return translator_->precision_name(); }
   int64_t max_positions() const { return translator_->config().max_positions; }
@@ -170,6 +176,7 @@ class NativeTranslator {
 
   // The search settings from translate_batch's keywords (already checked for type by Python;
   // ranges are checked here, where the rules live).
+ public:
   static TranslationOptions translation_options(const py::dict& s) {
     TranslationOptions o;
     SearchOptions& search = o.search;
@@ -202,7 +209,71 @@ class NativeTranslator {
     return o;
   }
 
+ private:
   std::unique_ptr<Translator> translator_;
+};
+
+// generate_tokens: one sentence's greedy (or sampled) search, a step per next(), each step's
+// token as it comes. One token ahead, so that the last one says it is the last.
+class NativeTokenStream {
+ public:
+  using Step = std::tuple<int64_t, std::string, double, bool>;  // token id, piece, log-prob, last
+
+  NativeTokenStream(NativeTranslator& owner, const std::string& source, const py::dict& settings)
+      : translator_(owner.translator()),
+        options_(NativeTranslator::translation_options(settings)),
+        team_(static_cast<int>(translator_.plan_workers(options_, 1).threads_per_worker)) {
+    if (options_.search.beam_size != 1) throw std::invalid_argument("generate_tokens runs greedy search (beam_size 1)");
+    options_.search.scores = true;
+    const auto ids = translator_.encode_source(source);
+    run([&] {
+      decoder_ = translator_.make_decoder(true);
+      stream_ = std::make_unique<GreedyStream>(*decoder_);
+      const SearchOptions search = translator_.search_options(options_);
+      Steering steering;
+      if (search.sampling()) steering.push_back(translator_.steer(ids, LineSteering{}, options_.first_line));
+      stream_->join(translator_.source_batch({&ids}), {0}, search, steering);
+      ahead_ = advance();
+    });
+  }
+
+  std::optional<Step> next() {
+    if (!ahead_) return std::nullopt;
+    Step current = *ahead_;
+    run([&] { ahead_ = advance(); });
+    std::get<3>(current) = !ahead_.has_value();
+    return current;
+  }
+
+ private:
+  // One decoder step with the GIL released, on this thread's own team and precision.
+  template <class F>
+  void run(F&& work) {
+    py::gil_scoped_release release;
+    ScopedThreadTeam team(team_);
+    c10::InferenceMode inference;
+    AutocastGuard autocast(translator_.device(), translator_.dtype());
+    work();
+  }
+
+  std::optional<Step> advance() {
+    if (stream_->empty()) return std::nullopt;
+    stream_->step();
+    if (stream_->empty()) return std::nullopt;  // it ended (eos or the length limit)
+    const Hypothesis& h = stream_->running(0);
+    const int64_t token = h.tokens.back();
+    const double log_prob = h.log_prob - summed_;
+    summed_ = h.log_prob;
+    return Step{token, translator_.tgt_tokenizer().id_to_piece(token), log_prob, false};
+  }
+
+  Translator& translator_;
+  TranslationOptions options_;
+  int team_;
+  std::unique_ptr<IncrementalDecoder> decoder_;
+  std::unique_ptr<GreedyStream> stream_;
+  std::optional<Step> ahead_;
+  double summed_ = 0;
 };
 
 // train(options, on_progress): the train command's options by their config names.
@@ -302,6 +373,9 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("device", &NativeTranslator::device)
       .def_property_readonly("precision", &NativeTranslator::precision)
       .def_property_readonly("max_positions", &NativeTranslator::max_positions);
+  py::class_<torchmt::python::NativeTokenStream>(m, "NativeTokenStream")
+      .def(py::init<NativeTranslator&, const std::string&, const py::dict&>(), py::keep_alive<1, 2>())
+      .def("next", &torchmt::python::NativeTokenStream::next);
   m.def("train", &torchmt::python::train);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);

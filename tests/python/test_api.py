@@ -98,6 +98,24 @@ def test_prefix_constraints_and_sampling(trained, sample, binary, tmp_path):
     assert [r.hypotheses for r in streamed] == [r.hypotheses for r in a]
 
 
+def test_generate_tokens_streams_translate_batchs_tokens(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    for line in sample[0][:6]:
+        steps = list(translator.generate_tokens(line))
+        best = translator.translate_batch([line], return_scores=True)[0]
+        assert [s.token for s in steps] == translator.translate_batch([translator.tokenize(line)])[0].hypotheses[0]
+        assert [s.step for s in steps] == list(range(len(steps)))
+        assert [s.is_last for s in steps] == [False] * (len(steps) - 1) + [True]
+        assert all(s.log_prob <= 0 for s in steps)
+        # The eos step's log-probability is in the sentence's, not in any token's.
+        assert sum(s.log_prob for s in steps) >= best.log_probs[0] - 1e-4
+    sampled = [s.token for s in translator.generate_tokens(sample[0][0], sampling_topk=0, seed=5)]
+    assert sampled == translator.translate_batch([translator.tokenize(sample[0][0])], sampling_topk=0,
+                                                 seed=5)[0].hypotheses[0]
+    with pytest.raises(TypeError, match="seed"):
+        next(translator.generate_tokens("gut", seed="5"))
+
+
 def test_alignments(trained, sample):
     translator = torchmt.Translator(trained[0], compute_type="float32")
     results = translator.translate_batch(sample[0][:5], return_alignments=True, beam_size=2, num_hypotheses=2)

@@ -26,6 +26,9 @@ class GreedyStream {
   // (tag, hypothesis) of the rows finished since the last call, in the order they ended.
   std::vector<std::pair<int64_t, Hypothesis>> take_finished();
   int64_t live() const { return static_cast<int64_t>(rows_.size()); }
+  // Live row i (rows keep their places while none ends): its tokens so far and their summed
+  // log-probability, for a caller that streams them as they come.
+  const Hypothesis& running(size_t i) const { return rows_.at(i).hypothesis; }
   bool empty() const { return rows_.empty(); }
 
  private:

@@ -23,7 +23,7 @@ import torch as _torch  # loads LibTorch's libraries, which the compiled core li
 
 from . import _native
 
-__all__ = ["Translator", "TranslationResult", "train", "bleu", "chrf", "evaluate", "__version__"]
+__all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate", "__version__"]
 __version__ = _native.version
 
 if _torch.__version__.split("+")[0] != _native.torch_version:
@@ -104,6 +104,20 @@ class TranslationResult:
 
     def __repr__(self) -> str:
         return f"TranslationResult(hypotheses={self.hypotheses!r}, scores={self.scores!r})"
+
+
+class GenerationStepResult:
+    """One step of generate_tokens: the target token decided at ``step`` (its id and piece), its
+    log-probability, and whether it is the last."""
+
+    __slots__ = ("step", "token_id", "token", "log_prob", "is_last")
+
+    def __init__(self, step, token_id, token, log_prob, is_last):
+        self.step, self.token_id, self.token, self.log_prob, self.is_last = step, token_id, token, log_prob, is_last
+
+    def __repr__(self) -> str:
+        return (f"GenerationStepResult(step={self.step}, token_id={self.token_id}, token={self.token!r}, "
+                f"log_prob={self.log_prob:.4f}, is_last={self.is_last})")
 
 
 class Translator:
@@ -219,26 +233,11 @@ class Translator:
                 else:
                     phrases.append([_check_text(f"constraints[{i}][{j}]", p) for j, p in enumerate(c)])
             constraints = phrases
-        if batch_type not in ("examples", "tokens"):
-            raise ValueError(f"batch_type must be 'examples' or 'tokens', got {batch_type!r}")
-        _check_int("max_batch_size", max_batch_size, 1)
-        settings = {
-            "beam_size": _check_int("beam_size", beam_size, 1),
-            "num_hypotheses": _check_int("num_hypotheses", num_hypotheses, 1),
-            "length_penalty": _check_float("length_penalty", length_penalty),
-            "max_decoding_length": _check_int("max_decoding_length", max_decoding_length, 1),
-            "max_len_a": _check_float("max_len_a", max_len_a),
-            "max_len_b": _check_int("max_len_b", max_len_b, 0),
-            "early_exit": bool(early_exit),
-            "return_scores": bool(return_scores),
-            "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
-            "sampling_topp": _check_float("sampling_topp", sampling_topp),
-            "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
-            "seed": _check_int("seed", seed, 0),
-            "max_batch_size": max_batch_size if batch_type == "examples" else 1,
-            "batch_source_tokens": max_batch_size if batch_type == "tokens" else 0,
-            "first_line": _first_line,
-        }
+        settings = self._settings(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,
+                                  max_decoding_length=max_decoding_length, max_len_a=max_len_a, max_len_b=max_len_b,
+                                  early_exit=early_exit, return_scores=return_scores, sampling_topk=sampling_topk,
+                                  sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
+                                  max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line)
         raw = self._native.translate(lines, settings, prefixes or [], constraints or [], bool(return_alignments))
         results = []
         for hyps, aligned, truncated in raw:
@@ -290,9 +289,69 @@ class Translator:
             first += len(chunk)
             yield from results
 
+    def generate_tokens(
+        self,
+        source: Union[str, Sequence[str]],
+        *,
+        max_decoding_length: int = 256,
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        seed: int = 1,
+    ) -> Iterator["GenerationStepResult"]:
+        """Translates one source (text or token list) token by token, as the server streams:
+        yields a GenerationStepResult (``step``, ``token_id``, ``token``, ``log_prob``,
+        ``is_last``) as each target token is decided. Greedy search, or sampling with
+        translate_batch's sampling options; the tokens are translate_batch's for the same options.
+        """
+        tokens_in, lines = self._source_lines([source])
+        settings = self._settings(beam_size=1, num_hypotheses=1, length_penalty=0.0,
+                                  max_decoding_length=max_decoding_length, max_len_a=max_len_a,
+                                  max_len_b=max_len_b, early_exit=False, return_scores=True,
+                                  sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+                                  sampling_temperature=sampling_temperature, seed=seed, max_batch_size=1,
+                                  batch_type="examples", first_line=0)
+        stream = _native.NativeTokenStream(self._native, lines[0], settings)
+        step = 0
+        while True:
+            result = stream.next()
+            if result is None:
+                return
+            token_id, token, log_prob, is_last = result
+            yield GenerationStepResult(step, token_id, token, log_prob, is_last)
+            step += 1
+
     def tokenize(self, text: str) -> List[str]:
         """The source pieces the model reads for ``text``."""
         return self._native.tokenize_source(_check_text("text", text))
+
+    @staticmethod
+    def _settings(*, beam_size, num_hypotheses, length_penalty, max_decoding_length, max_len_a, max_len_b,
+                  early_exit, return_scores, sampling_topk, sampling_topp, sampling_temperature, seed,
+                  max_batch_size, batch_type, first_line):
+        # Types here, in Python's words; ranges in the core, where the rules live.
+        if batch_type not in ("examples", "tokens"):
+            raise ValueError(f"batch_type must be 'examples' or 'tokens', got {batch_type!r}")
+        _check_int("max_batch_size", max_batch_size, 1)
+        return {
+            "beam_size": _check_int("beam_size", beam_size, 1),
+            "num_hypotheses": _check_int("num_hypotheses", num_hypotheses, 1),
+            "length_penalty": _check_float("length_penalty", length_penalty),
+            "max_decoding_length": _check_int("max_decoding_length", max_decoding_length, 1),
+            "max_len_a": _check_float("max_len_a", max_len_a),
+            "max_len_b": _check_int("max_len_b", max_len_b, 0),
+            "early_exit": bool(early_exit),
+            "return_scores": bool(return_scores),
+            "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
+            "sampling_topp": _check_float("sampling_topp", sampling_topp),
+            "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
+            "seed": _check_int("seed", seed, 0),
+            "max_batch_size": max_batch_size if batch_type == "examples" else 1,
+            "batch_source_tokens": max_batch_size if batch_type == "tokens" else 0,
+            "first_line": first_line,
+        }
 
     def _source_lines(self, source):
         if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
