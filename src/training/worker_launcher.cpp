@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -112,27 +113,42 @@ int launch_local_workers(int nproc, const std::vector<std::string>& args) {
       if (p > 0) ::kill(p, sig);
   };
   while (live > 0) {
-    int status = 0;
-    const pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] != done) continue;
-        pids[r] = -1;
-        --live;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !failing) {
-          failing = true;
-          result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-          // One write: the other workers report on the same stderr at this moment.
-          std::string line = "torchmt train: worker rank " + std::to_string(node_rank * nproc + static_cast<int>(r)) +
-                             " (pid " + std::to_string(done) + ") " + describe(status);
-          if (live > 0) line += "; stopping the other " + std::to_string(live) + " worker(s)";
-          std::cerr << line + "\n" << std::flush;
-          signal_live(SIGTERM);
-          // They stop at their next collective (the peer is gone), well within the 10 s below;
-          // one that is stuck (hung, or stopped) is killed.
-          kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    // Every worker that has ended since the last look: when one is killed, its peers fail at
+    // their next collective a moment later, and waitpid may hand either over first.
+    struct Ended {
+      size_t rank;  // local
+      pid_t pid;
+      int status;
+    };
+    std::vector<Ended> ended;
+    for (int status = 0;;) {
+      const pid_t done = ::waitpid(-1, &status, WNOHANG);
+      if (done <= 0) break;
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (pids[r] == done) {
+          ended.push_back({r, done, status});
+          pids[r] = -1;
+          --live;
         }
+    }
+    if (!ended.empty()) {
+      // The cause first: a worker killed by a signal, else the first that failed.
+      std::stable_sort(ended.begin(), ended.end(),
+                       [](const Ended& a, const Ended& b) { return WIFSIGNALED(a.status) && !WIFSIGNALED(b.status); });
+      for (const Ended& e : ended) {
+        const bool ok = WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0;
+        if (ok || failing) continue;
+        failing = true;
+        result = WIFEXITED(e.status) ? WEXITSTATUS(e.status) : 1;
+        // One write: the other workers report on the same stderr at this moment.
+        std::string line = "torchmt train: worker rank " + std::to_string(node_rank * nproc + static_cast<int>(e.rank)) +
+                           " (pid " + std::to_string(e.pid) + ") " + describe(e.status);
+        if (live > 0) line += "; stopping the other " + std::to_string(live) + " worker(s)";
+        std::cerr << line + "\n" << std::flush;
+        signal_live(SIGTERM);
+        // They stop at their next collective (the peer is gone), well within the 10 s below;
+        // one that is stuck (hung, or stopped) is killed.
+        kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       }
       continue;
     }
