@@ -25,6 +25,7 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include "kernels/cpu_isa.h"
 #include "torchmt/decoding/greedy_stream.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
@@ -37,6 +38,7 @@
 #include "torchmt/training/trainer.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/util/device.h"
+#include "torchmt/util/heap.h"
 #include "torchmt/util/strings.h"
 #include "torchmt/util/thread_team.h"
 
@@ -101,7 +103,8 @@ class NativeTranslator {
 
   std::vector<PyTranslation> translate(const std::vector<std::string>& lines, const py::dict& settings,
                                        const std::vector<std::string>& prefixes,
-                                       const std::vector<std::vector<std::string>>& constraints, bool alignments) {
+                                       const std::vector<std::vector<std::string>>& constraints, bool alignments,
+                                       bool pieces) {
     TranslationOptions options = translation_options(settings);
     std::vector<LineSteering> steering;
     if (!prefixes.empty() || !constraints.empty()) {
@@ -114,7 +117,7 @@ class NativeTranslator {
     auto cancel = std::make_shared<std::atomic<bool>>(false);
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyTranslation>>(
-        [&translator, &lines, options, steering, alignments, cancel] {
+        [&translator, &lines, options, steering, alignments, pieces, cancel] {
           // Between batches: a Ctrl-C ends the call there.
           auto done = [cancel](int64_t) {
             if (cancel->load()) throw Cancelled();
@@ -130,9 +133,10 @@ class NativeTranslator {
             // A blank line: one empty hypothesis (log-probability 0), as CTranslate2 answers.
             if (t.hypotheses.empty()) hyps.emplace_back("", std::vector<std::string>{}, 0.0, 0.0);
             for (size_t h = 0; h < t.hypotheses.size(); ++h) {
-              std::vector<std::string> pieces;
-              for (int64_t id : t.hypotheses[h].tokens) pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
-              hyps.emplace_back(t.texts[h], std::move(pieces), t.hypotheses[h].score, t.hypotheses[h].log_prob);
+              std::vector<std::string> target_pieces;  // only for token input: text input gets text
+              if (pieces)
+                for (int64_t id : t.hypotheses[h].tokens) target_pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
+              hyps.emplace_back(t.texts[h], std::move(target_pieces), t.hypotheses[h].score, t.hypotheses[h].log_prob);
               if (alignments) {
                 sources.push_back(lines[i]);
                 targets.push_back(t.hypotheses[h].tokens);
@@ -376,6 +380,8 @@ PYBIND11_MODULE(_native, m) {
   py::class_<torchmt::python::NativeTokenStream>(m, "NativeTokenStream")
       .def(py::init<NativeTranslator&, const std::string&, const py::dict&>(), py::keep_alive<1, 2>())
       .def("next", &torchmt::python::NativeTokenStream::next);
+  m.def("limit_library_isas", &torchmt::kernels::limit_library_isas);
+  m.def("use_cpu_tensor_pool", &torchmt::use_cpu_tensor_pool);
   m.def("train", &torchmt::python::train);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);

@@ -10,6 +10,14 @@ import pytest
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def pytest_configure(config):
+    # The test program asks for the CLI's kernels (before any tensor operation), as a program
+    # that compares its lines with the CLI's would.
+    import torchmt
+
+    torchmt.limit_library_isas()
+
+
 def pytest_addoption(parser):
     parser.addoption("--torchmt-binary", default=os.path.join(SOURCE_DIR, "build", "torchmt"),
                      help="the torchmt command-line tool to agree with")

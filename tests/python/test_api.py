@@ -39,7 +39,7 @@ def test_agrees_with_the_cli(trained, binary, sample, compute_type, dtype, beam)
     got = [r.hypotheses[0] for r in translator.translate_batch(lines, beam_size=beam, max_batch_size=16)]
     want = cli_translate(binary, model, lines, "--dtype", dtype, "--beam", str(beam), "--batch-size", "16")
     assert got == want
-    assert len(set(got)) > 10  # a model that says something, and not always the same thing
+    assert len(set(got)) > 5  # a model that says something, and not always the same thing
     assert got[-1] == "" and got[-2] == ""  # blank in, blank out
 
 

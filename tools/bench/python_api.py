@@ -24,7 +24,10 @@ import tempfile
 PY_TORCHMT = r"""
 import json, resource, sys, time
 import torchmt
+torchmt.limit_library_isas()  # the CLI's kernels, so that int8 lines can be compared
 a = json.loads(sys.argv[1])
+if a["pool"]:
+    torchmt.use_cpu_tensor_pool()  # the CLI's allocator
 lines = open(a["src"], encoding="utf-8").read().split("\n")[:-1]
 compute = {"fp32": "float32", "int8": "int8"}[a["dtype"]]
 t = torchmt.Translator(a["model"], compute_type=compute, inter_threads=a["workers"], intra_threads=a["threads"])
@@ -92,6 +95,8 @@ def main():
     p.add_argument("--batch-sizes", default="64,1")
     p.add_argument("--dtypes", default="fp32,int8")
     p.add_argument("--settings", default="2x1,1x2", help="WORKERSxTHREADS,...: each engine gets its best")
+    p.add_argument("--no-pool", action="store_true",
+                   help="the Python API on LibTorch's allocator (default: torchmt.use_cpu_tensor_pool(), as the CLI)")
     a = p.parse_args()
     for path, what in ((a.model, "--model"), (a.src, "--src"), (a.binary, "--binary")):
         if not os.path.exists(path):
@@ -119,7 +124,8 @@ def main():
                 outs = {}
                 for _ in range(a.rounds):
                     for workers, threads in settings:
-                        job = dict(src=src, dtype=dtype, beam=beam, batch=batch, workers=workers, threads=threads)
+                        job = dict(src=src, dtype=dtype, beam=beam, batch=batch, workers=workers, threads=threads,
+                                   pool=not a.no_pool)
                         for engine in ("py", "cli", "ct2"):
                             out = os.path.join(tmp, f"{engine}.txt")
                             if engine == "py":

@@ -1,0 +1,467 @@
+"""The package's API (torchmt/__init__.py exports it on first use)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+import torch as _torch  # loads LibTorch's libraries, which the compiled core links
+
+from . import _native
+
+__all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
+           "limit_library_isas", "use_cpu_tensor_pool", "__version__"]
+__version__ = _native.version
+
+if _torch.__version__.split("+")[0] != _native.torch_version:
+    raise ImportError(
+        f"torchmt was built against torch {_native.torch_version} but torch {_torch.__version__} is installed: "
+        f"install torch=={_native.torch_version}, or build torchmt again against this torch (pip install . in its repository)"
+    )
+
+_COMPUTE_TYPES = {
+    "auto": "auto",
+    "default": "auto",
+    "float32": "fp32",
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "int8": "int8",
+    "int8_float32": "int8",
+}
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _check_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    return float(value)
+
+
+def _check_text(what: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid UTF-8 text (character {e.start}: {value[e.start]!r})") from None
+    return value
+
+
+def _existing_file(path: Any, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a path, not {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, f"{what} not found", path)
+    return path
+
+
+class TranslationResult:
+    """The translation of one source: ``hypotheses`` best first (strings for string input, token
+    lists for token input), ``scores`` (length-normalised log-probabilities, when asked), and
+    ``alignments`` (per hypothesis, ``(source_word, target_word)`` pairs, when asked)."""
+
+    __slots__ = ("hypotheses", "scores", "log_probs", "alignments", "truncated")
+
+    def __init__(self, hypotheses, scores, log_probs, alignments, truncated):
+        self.hypotheses = hypotheses
+        self.scores = scores
+        self.log_probs = log_probs
+        self.alignments = alignments
+        self.truncated = truncated
+
+    def __getitem__(self, i: int) -> Dict[str, Any]:
+        # CTranslate2's older dict form: result[0]["tokens"], result[0]["score"].
+        hyp = self.hypotheses[i]
+        out = {"tokens": hyp} if isinstance(hyp, list) else {"text": hyp}
+        if self.scores:
+            out["score"] = self.scores[i]
+        return out
+
+    def __len__(self) -> int:
+        return len(self.hypotheses)
+
+    def __repr__(self) -> str:
+        return f"TranslationResult(hypotheses={self.hypotheses!r}, scores={self.scores!r})"
+
+
+class GenerationStepResult:
+    """One step of generate_tokens: the target token decided at ``step`` (its id and piece), its
+    log-probability, and whether it is the last."""
+
+    __slots__ = ("step", "token_id", "token", "log_prob", "is_last")
+
+    def __init__(self, step, token_id, token, log_prob, is_last):
+        self.step, self.token_id, self.token, self.log_prob, self.is_last = step, token_id, token, log_prob, is_last
+
+    def __repr__(self) -> str:
+        return (f"GenerationStepResult(step={self.step}, token_id={self.token_id}, token={self.token!r}, "
+                f"log_prob={self.log_prob:.4f}, is_last={self.is_last})")
+
+
+class Translator:
+    """A translation model loaded for decoding (CTranslate2's ``Translator``).
+
+    Args:
+        model_path: a torchmt checkpoint (``checkpoint_best.pt``) or a TorchScript export.
+        device: ``"cpu"``, ``"cuda"`` (``"cuda:1"``), or ``"auto"`` (a GPU when there is one).
+        compute_type: ``"auto"`` (measures fp32 against bf16 on this machine and keeps the
+            faster; an int8 export runs int8), ``"float32"``, ``"bfloat16"``, ``"float16"``
+            (CUDA), ``"int8"`` (CPU: int8 weights and kernels).
+        inter_threads: batches decoded at once, whoever calls (several Python threads share
+            them).
+        intra_threads: threads inside each batch's operations; 0: the cores / inter_threads.
+        shortlist: a ``torchmt shortlist`` table restricting each sentence's output vocabulary.
+
+    The program's own settings (``torch.set_num_threads``, environment, allocator, signal
+    handlers) are never changed.
+    """
+
+    def __init__(
+        self,
+        model_path: Union[str, os.PathLike],
+        device: str = "cpu",
+        compute_type: str = "auto",
+        inter_threads: int = 1,
+        intra_threads: int = 0,
+        device_index: int = 0,
+        shortlist: Optional[Union[str, os.PathLike]] = None,
+    ):
+        path = _existing_file(model_path, "model")
+        if not isinstance(device, str) or not (device in ("cpu", "auto") or device.startswith("cuda")):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
+        if compute_type not in _COMPUTE_TYPES:
+            raise ValueError(f"compute_type must be one of {', '.join(_COMPUTE_TYPES)}; got {compute_type!r}")
+        _check_int("inter_threads", inter_threads, 1)
+        _check_int("intra_threads", intra_threads, 0)
+        _check_int("device_index", device_index, 0)
+        if device == "cuda" and device_index:
+            device = f"cuda:{device_index}"
+        table = _existing_file(shortlist, "shortlist") if shortlist is not None else ""
+        self._native = _native.NativeTranslator(path, device, _COMPUTE_TYPES[compute_type], inter_threads,
+                                                intra_threads, table)
+        self.model_path = path
+
+    @property
+    def device(self) -> str:
+        """Where the model runs (``"cpu"``, ``"cuda:0"``)."""
+        return self._native.device
+
+    @property
+    def compute_type(self) -> str:
+        """The precision decoding runs in: ``"fp32"``, ``"bf16"``, ``"fp16"`` or ``"int8"``."""
+        return self._native.precision
+
+    def translate_batch(
+        self,
+        source: Sequence[Union[str, Sequence[str]]],
+        target_prefix: Optional[Sequence[Optional[Union[str, Sequence[str]]]]] = None,
+        *,
+        max_batch_size: int = 64,
+        batch_type: str = "examples",
+        beam_size: int = 1,
+        num_hypotheses: int = 1,
+        length_penalty: float = 0.6,
+        max_decoding_length: int = 256,
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+        early_exit: bool = False,
+        return_scores: bool = False,
+        return_alignments: bool = False,
+        constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        seed: int = 1,
+        _first_line: int = 0,
+    ) -> List[TranslationResult]:
+        """Translates a batch of sources; one TranslationResult per source, in order.
+
+        Args:
+            source: strings (raw text), or token lists (SentencePiece pieces of the model's
+                source vocabulary, as CTranslate2 takes them; results are then token lists).
+            target_prefix: per source, text (or pieces) the translation must start with, or None.
+            max_batch_size: sentences per batch (``batch_type="examples"``), or source tokens per
+                batch, padding included (``batch_type="tokens"``); sources are sorted by length and
+                cut into batches as ``torchmt translate`` does, so the outputs are the CLI's.
+            beam_size: 1 = greedy search. num_hypotheses: hypotheses per source (<= beam_size).
+            length_penalty: GNMT's alpha (score / ((5 + len) / 6) ** alpha), torchmt's default.
+            max_decoding_length: at most this many target tokens, and at most
+                ``max_len_a * source length + max_len_b``.
+            early_exit: beam search ends a sentence once its best candidate is finished.
+            return_scores: fill ``scores`` (and ``log_probs``). return_alignments: fill
+                ``alignments`` from the model's cross-attention (checkpoints only).
+            constraints: per source, target phrases the translation must contain (terminology;
+                lexically constrained beam search), or None.
+            sampling_topk, sampling_topp, sampling_temperature, seed: sample instead of searching
+                (topk 0 = the whole vocabulary); each source's draws depend only on the seed and
+                its position, not on batching or threads.
+        """
+        tokens_in, lines = self._source_lines(source)
+        n = len(lines)
+        prefixes = self._per_source("target_prefix", target_prefix, n, tokens_in)
+        if constraints is not None:
+            if isinstance(constraints, (str, bytes)) or len(constraints) != n:
+                raise ValueError(f"constraints must hold one list per source ({n}), got {_length(constraints)}")
+            phrases = []
+            for i, c in enumerate(constraints):
+                if c is None:
+                    phrases.append([])
+                elif isinstance(c, (str, bytes)):
+                    raise TypeError(f"constraints[{i}] must be a list of phrases, not a {type(c).__name__}")
+                else:
+                    phrases.append([_check_text(f"constraints[{i}][{j}]", p) for j, p in enumerate(c)])
+            constraints = phrases
+        settings = self._settings(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,
+                                  max_decoding_length=max_decoding_length, max_len_a=max_len_a, max_len_b=max_len_b,
+                                  early_exit=early_exit, return_scores=return_scores, sampling_topk=sampling_topk,
+                                  sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
+                                  max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line)
+        raw = self._native.translate(lines, settings, prefixes or [], constraints or [], bool(return_alignments),
+                                     tokens_in)
+        results = []
+        for hyps, aligned, truncated in raw:
+            results.append(
+                TranslationResult(
+                    hypotheses=[pieces if tokens_in else text for text, pieces, _, _ in hyps],
+                    scores=[score for _, _, score, _ in hyps] if return_scores else [],
+                    log_probs=[log_prob for _, _, _, log_prob in hyps] if return_scores else [],
+                    alignments=[list(a) for a in aligned] if return_alignments else [],
+                    truncated=truncated,
+                )
+            )
+        return results
+
+    def translate_iterable(
+        self,
+        source: Iterable[Union[str, Sequence[str]]],
+        target_prefix: Optional[Iterable[Optional[Union[str, Sequence[str]]]]] = None,
+        *,
+        max_batch_size: int = 64,
+        batch_type: str = "examples",
+        buffer_size: int = 1024,
+        **options: Any,
+    ) -> Iterator[TranslationResult]:
+        """Translates an iterable of sources lazily, yielding one TranslationResult per source in
+        input order: ``buffer_size`` sources are read, sorted and translated at a time (as
+        ``torchmt translate`` streams a file), so memory stays bounded however long the input.
+        A string's trailing newline is dropped, so an open file can be passed as it is. Takes
+        translate_batch's options."""
+        _check_int("buffer_size", buffer_size, 1)
+        sources = iter(source)
+        prefixes = iter(target_prefix) if target_prefix is not None else None
+        first = 0
+        while True:
+            chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s
+                     for s in itertools.islice(sources, buffer_size)]
+            if not chunk:
+                if prefixes is not None and next(prefixes, None) is not None:
+                    raise ValueError(f"target_prefix holds more entries than the {first} sources")
+                return
+            chunk_prefixes = None
+            if prefixes is not None:
+                chunk_prefixes = list(itertools.islice(prefixes, len(chunk)))
+                if len(chunk_prefixes) != len(chunk):
+                    raise ValueError(f"target_prefix ended after {first + len(chunk_prefixes)} entries, "
+                                     f"before the sources")
+            results = self.translate_batch(chunk, chunk_prefixes, max_batch_size=max_batch_size,
+                                           batch_type=batch_type, _first_line=first, **options)
+            first += len(chunk)
+            yield from results
+
+    def generate_tokens(
+        self,
+        source: Union[str, Sequence[str]],
+        *,
+        max_decoding_length: int = 256,
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+        sampling_topk: int = 1,
+        sampling_topp: float = 1.0,
+        sampling_temperature: float = 1.0,
+        seed: int = 1,
+    ) -> Iterator["GenerationStepResult"]:
+        """Translates one source (text or token list) token by token, as the server streams:
+        yields a GenerationStepResult (``step``, ``token_id``, ``token``, ``log_prob``,
+        ``is_last``) as each target token is decided. Greedy search, or sampling with
+        translate_batch's sampling options; the tokens are translate_batch's for the same options.
+        """
+        tokens_in, lines = self._source_lines([source])
+        settings = self._settings(beam_size=1, num_hypotheses=1, length_penalty=0.0,
+                                  max_decoding_length=max_decoding_length, max_len_a=max_len_a,
+                                  max_len_b=max_len_b, early_exit=False, return_scores=True,
+                                  sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+                                  sampling_temperature=sampling_temperature, seed=seed, max_batch_size=1,
+                                  batch_type="examples", first_line=0)
+        stream = _native.NativeTokenStream(self._native, lines[0], settings)
+        step = 0
+        while True:
+            result = stream.next()
+            if result is None:
+                return
+            token_id, token, log_prob, is_last = result
+            yield GenerationStepResult(step, token_id, token, log_prob, is_last)
+            step += 1
+
+    def tokenize(self, text: str) -> List[str]:
+        """The source pieces the model reads for ``text``."""
+        return self._native.tokenize_source(_check_text("text", text))
+
+    @staticmethod
+    def _settings(*, beam_size, num_hypotheses, length_penalty, max_decoding_length, max_len_a, max_len_b,
+                  early_exit, return_scores, sampling_topk, sampling_topp, sampling_temperature, seed,
+                  max_batch_size, batch_type, first_line):
+        # Types here, in Python's words; ranges in the core, where the rules live.
+        if batch_type not in ("examples", "tokens"):
+            raise ValueError(f"batch_type must be 'examples' or 'tokens', got {batch_type!r}")
+        _check_int("max_batch_size", max_batch_size, 1)
+        return {
+            "beam_size": _check_int("beam_size", beam_size, 1),
+            "num_hypotheses": _check_int("num_hypotheses", num_hypotheses, 1),
+            "length_penalty": _check_float("length_penalty", length_penalty),
+            "max_decoding_length": _check_int("max_decoding_length", max_decoding_length, 1),
+            "max_len_a": _check_float("max_len_a", max_len_a),
+            "max_len_b": _check_int("max_len_b", max_len_b, 0),
+            "early_exit": bool(early_exit),
+            "return_scores": bool(return_scores),
+            "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
+            "sampling_topp": _check_float("sampling_topp", sampling_topp),
+            "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
+            "seed": _check_int("seed", seed, 0),
+            "max_batch_size": max_batch_size if batch_type == "examples" else 1,
+            "batch_source_tokens": max_batch_size if batch_type == "tokens" else 0,
+            "first_line": first_line,
+        }
+
+    def _source_lines(self, source):
+        if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
+            raise TypeError(f"source must be a list of strings or of token lists, not {type(source).__name__}")
+        if not source:
+            return False, []
+        tokens_in = not isinstance(source[0], str)
+        lines = []
+        for i, s in enumerate(source):
+            if tokens_in:
+                if isinstance(s, (str, bytes)) or not isinstance(s, Sequence):
+                    raise TypeError(f"source[{i}] must be a token list like source[0], not {type(s).__name__}")
+                lines.append(self._native.detokenize_source([_check_text(f"source[{i}] token", t) for t in s]))
+            else:
+                lines.append(_check_text(f"source[{i}]", s))
+        return tokens_in, lines
+
+    def _per_source(self, name, values, n, tokens_in):
+        if values is None:
+            return None
+        if isinstance(values, (str, bytes)) or len(values) != n:
+            raise ValueError(f"{name} must hold one entry per source ({n}), got {_length(values)}")
+        out = []
+        for i, v in enumerate(values):
+            if v is None:
+                out.append("")
+            elif isinstance(v, str):
+                out.append(_check_text(f"{name}[{i}]", v))
+            else:
+                out.append(self._native.detokenize_target([_check_text(f"{name}[{i}] token", t) for t in v]))
+        return out
+
+
+def _length(value) -> str:
+    try:
+        return str(len(value))
+    except TypeError:
+        return f"a {type(value).__name__}"
+
+
+def limit_library_isas() -> None:
+    """Points LibTorch's own kernels at the instruction sets the ``torchmt`` command uses, so that
+    ``compute_type="int8"`` gives the command's lines exactly (ATen's AVX-512 copies round some
+    operations differently: 4 of 1,000 test_2016 lines differed on an AVX-512 CPU). It sets
+    ``ATEN_CPU_CAPABILITY`` (and, under ``TORCHMT_CPU_ISA``, oneDNN's and MKL's variables) where
+    they are unset, so it acts only when called before the process's first tensor operation.
+    torchmt never calls it itself: the environment is the program's."""
+    _native.limit_library_isas()
+
+
+def use_cpu_tensor_pool() -> None:
+    """Makes LibTorch allocate CPU tensors of 64 KiB and more from torchmt's pool of mapped
+    blocks, as the ``torchmt`` command does (util/heap.h: freed blocks are reused, so the C heap
+    does not fragment). It replaces the process's CPU allocator, for every tensor of the program
+    from then on, so torchmt never calls it itself; ``TORCHMT_NO_TENSOR_POOL=1`` makes it do nothing."""
+    _native.use_cpu_tensor_pool()
+
+
+def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Trains a model as ``torchmt train`` does; the options are its flags with ``_`` for ``-``::
+
+        torchmt.train(train_src="train.de", train_tgt="train.en", valid_src="val.de",
+                      valid_tgt="val.en", recipe="multi30k-15min", out="runs/deen")
+
+    ``on_progress(step, line)`` receives each progress line (step -1 for the others). Ctrl-C
+    stops the run with a checkpoint (``resume=True`` continues it), then raises
+    KeyboardInterrupt. Returns the run's summary (steps, best_bleu, best_checkpoint, ...).
+    """
+    values, lists = {}, {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            values[key] = "true" if value else "false"
+        elif isinstance(value, (int, float, str, os.PathLike)):
+            values[key] = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+        elif isinstance(value, (list, tuple)):
+            lists[key] = [os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value]
+        else:
+            raise TypeError(f"train option {key} must be a number, a string, a bool or a list, "
+                            f"not {type(value).__name__}")
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError("on_progress must be callable")
+    return _native.train(values, lists, on_progress)
+
+
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]):
+    if isinstance(hypotheses, str) or isinstance(references, str):
+        raise TypeError("hypotheses and references must be lists of strings")
+    hyps = [_check_text(f"hypotheses[{i}]", h) for i, h in enumerate(hypotheses)]
+    refs = [_check_text(f"references[{i}]", r) for i, r in enumerate(references)]
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    return hyps, refs
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, Any]:
+    """Corpus BLEU exactly as sacreBLEU 2.6.0 computes it by default (13a, one reference each):
+    ``score``, ``precisions``, ``bp``, ``ratio``, ``sys_len``, ``ref_len``, ``text`` (sacreBLEU's
+    line) and ``signature``."""
+    return _native.bleu(*_check_pairs(hypotheses, references))
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, Any]:
+    """Corpus chrF2 exactly as sacreBLEU 2.6.0 computes it by default: ``score``, ``text``,
+    ``signature``."""
+    return _native.chrf(*_check_pairs(hypotheses, references))
+
+
+def evaluate(translator: Translator, sources: Sequence[str], references: Sequence[str],
+             **options: Any) -> Dict[str, Any]:
+    """Translates ``sources`` (translate_batch's options) and scores them against ``references``
+    as ``torchmt evaluate`` does: ``{"bleu": ..., "chrf": ..., "hypotheses": [...]}``."""
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    hyps = [r.hypotheses[0] for r in translator.translate_batch(list(sources), **options)]
+    return {"bleu": bleu(hyps, references), "chrf": chrf(hyps, references), "hypotheses": hyps}
+
+
+# What help() and repr() name: the package, not this module.
+for _public in (Translator, TranslationResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
+                use_cpu_tensor_pool):
+    _public.__module__ = "torchmt"
+del _public
