@@ -21,11 +21,11 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Runs task(0) ... task(workers - 1) on the pool's threads (at least `workers` of them, started
-  // when first needed) and returns when all have returned. Several threads may call it at once
-  // (a Python program's threads sharing one Translator): their tasks queue in call order and
-  // share the threads, so at most as many tasks run at a time as the pool has threads. `task`
-  // must not throw (catch inside it).
+  // Runs task(0) ... task(workers - 1), each on a thread of its own among the pool's (at least
+  // `workers` of them, started when first needed), and returns when all have returned. Several
+  // threads may call it at once (a Python program's threads sharing one Translator): their tasks
+  // queue in call order and share the threads, so at most as many tasks run at a time as the pool
+  // has threads. `task` must not throw (catch inside it).
   void run(int64_t workers, const std::function<void(int64_t)>& task);
 
  private:
@@ -33,12 +33,13 @@ class WorkerPool {
     const std::function<void(int64_t)>* task;
     int64_t remaining;
     std::condition_variable done;
+    std::vector<size_t> threads;  // the pool threads that took one of its tasks
   };
   struct Item {
     Call* call;
     int64_t index;
   };
-  void loop();
+  void loop(size_t thread);
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Item> queue_;
