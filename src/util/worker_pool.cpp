@@ -37,8 +37,9 @@ void WorkerPool::loop(size_t thread) {
   };
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    auto it = queue_.end();
-    wake_.wait(lock, [&] { return stop_ || (it = next()) != queue_.end(); });
+    wake_.wait(lock, [&] { return stop_ || next() != queue_.end(); });
+    // Found again here: an iterator kept from an earlier look may be stale (the queue changed).
+    const auto it = next();
     if (it == queue_.end()) return;  // stopping, and nothing left this thread may run
     const Item item = *it;
     queue_.erase(it);
