@@ -30,15 +30,16 @@ int set_counts(int openmp, int mkl) {
   return MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(mkl) : 0;
 }
 
-}  // namespace
-
-void set_thread_team(int n) {
+int checked_team(int n) {
   if (n < 1) throw std::invalid_argument("a thread team of " + std::to_string(n) + " threads (at least 1)");
-  set_counts(n, n);
+  return n;
 }
 
-ScopedThreadTeam::ScopedThreadTeam(int n) : previous_(thread_team()), changed_(previous_ != n) {
-  if (n < 1) throw std::invalid_argument("a thread team of " + std::to_string(n) + " threads (at least 1)");
+}  // namespace
+
+void set_thread_team(int n) { set_counts(checked_team(n), n); }
+
+ScopedThreadTeam::ScopedThreadTeam(int n) : previous_(thread_team()), changed_(previous_ != checked_team(n)) {
   if (changed_) previous_mkl_ = set_counts(n, n);
 }
 
