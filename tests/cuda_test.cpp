@@ -9,6 +9,7 @@
 #include <map>
 
 #include "data_test_support.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/data/token_batcher.h"
@@ -269,7 +270,7 @@ TEST(Cuda, TrainerTrainsResumesAndItsCheckpointTranslatesOnTheCpu) {
   EXPECT_EQ(second.steps, 20);
   EXPECT_TRUE(std::isfinite(second.last_train_loss));
   EXPECT_LT(second.last_train_loss, 12.0);
-  auto translator = Translator::from_checkpoint(dir.file("run") + "/checkpoint_last.pt", torch::kCPU, torch::kFloat);
+  auto translator = load_translator(dir.file("run") + "/checkpoint_last.pt", torch::kCPU, torch::kFloat);
   TranslationOptions t;
   EXPECT_EQ(translator.translate_text(test::sample_lines(3), t).size(), 3u);
 }

@@ -29,9 +29,9 @@
 #include "torchmt/export/marian_format.h"
 #include "torchmt/export/calibration.h"
 #include "torchmt/export/onnx_exporter.h"
-#include "torchmt/export/script_call.h"
+#include "torchmt/loading/script_call.h"
 #include "torchmt/data/text_file.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/export/torchscript_exporter.h"
@@ -560,10 +560,41 @@ TEST(ExportTorchScript, EmbedsSentencePieceModelAndConfig) {
   EXPECT_EQ(ModelConfig::from_json(extra["config.json"]).to_json(), f.native.meta.model.to_json());
   EXPECT_NE(extra["torchmt.json"].find(kTorchScriptFormat), std::string::npos) << extra["torchmt.json"];
   EXPECT_TRUE(extra["tgt_spm.model"].empty());  // joint vocabulary: stored once
-  EXPECT_TRUE(is_torchscript_export(f.exported));
-  EXPECT_FALSE(is_torchscript_export(f.checkpoint));  // a zip too, but no marker
-  EXPECT_FALSE(is_torchscript_export(test::sample_de()));
-  EXPECT_FALSE(is_torchscript_export(f.dir.file("missing.ts")));
+}
+
+// The loading room tells a model file's format from its content, after its seal, whatever its name.
+TEST(ModelFile, TellsTheFormatFromTheContentOnceTheSealIsVerified) {
+  auto& f = fixture();
+  EXPECT_EQ(ModelFile::read(f.exported).format(), ModelFormat::kTorchScriptExport);
+  EXPECT_EQ(ModelFile::read(f.checkpoint).format(), ModelFormat::kCheckpoint);  // a zip too, but no marker
+  const std::string renamed = f.dir.file("export_named.pt");
+  atomic_write(renamed, read_file(f.exported));
+  EXPECT_EQ(ModelFile::read(renamed).format(), ModelFormat::kTorchScriptExport);
+  const auto message = [](const std::string& path) {
+    try {
+      ModelFile::read(path);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  EXPECT_EQ(message(test::sample_de()), "model " + test::sample_de() + " is not a torchmt model (not a zip archive)");
+  EXPECT_EQ(message(f.dir.file("missing.ts")), "model not found: " + f.dir.file("missing.ts"));
+  EXPECT_EQ(message(f.dir.path().string()), "model " + f.dir.path().string() + " is a directory");
+  // One byte changed inside the archive: refused by the checksum before LibTorch's zip reader reads it.
+  std::string bytes = read_file(f.exported);
+  bytes[bytes.size() / 2] ^= 0x20;
+  const std::string damaged = f.dir.file("damaged.ts");
+  atomic_write(damaged, bytes);
+  EXPECT_NE(message(damaged).find("model " + damaged + " is damaged: checksum mismatch"), std::string::npos)
+      << message(damaged);
+  // Each reader refuses the other's format by name.
+  try {
+    load_checkpoint(f.exported, torch::kCPU);
+    ADD_FAILURE() << "an export loaded as a checkpoint";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), f.exported + " is a TorchScript export, not a torchmt checkpoint");
+  }
 }
 
 TEST(ExportTorchScript, FrozenExportKeepsMethodsAndMatches) {

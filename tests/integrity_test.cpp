@@ -6,7 +6,7 @@
 #include <random>
 
 #include "data_test_support.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/training/trainer.h"
 #include "torchmt/util/atomic_file.h"

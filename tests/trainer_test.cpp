@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "data_test_support.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/io/checkpoint.h"
@@ -35,7 +36,7 @@ TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
   o.batch_tokens = 2000;  // the whole corpus in one batch
   auto summary = Trainer(o).run();
   EXPECT_LT(summary.last_train_loss, 0.1);
-  auto translator = Translator::from_checkpoint(dir.file("run/checkpoint_last.pt"), torch::kCPU, torch::kFloat);
+  auto translator = load_translator(dir.file("run/checkpoint_last.pt"), torch::kCPU, torch::kFloat);
   TranslationOptions greedy;
   auto out = translator.translate_text(de, greedy);
   for (size_t i = 0; i < de.size(); ++i) EXPECT_EQ(out[i], en[i]) << "pair " << i << ": " << de[i];

@@ -10,7 +10,7 @@
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/progress.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 
 namespace torchmt::cli {
 

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 
 namespace torchmt::cli {
 namespace {

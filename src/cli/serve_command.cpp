@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "cli_options.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/serving/http_server.h"
 #include "torchmt/serving/metrics.h"
 #include "torchmt/serving/translation_service.h"

@@ -6,7 +6,7 @@
 #include "cli_options.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/shortlist.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {

@@ -22,7 +22,7 @@
 #include "input_lines.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 
 namespace torchmt::cli {
 namespace {

@@ -15,7 +15,6 @@
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
-#include "torchmt/io/checkpoint.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/thread_team.h"
 #include "torchmt/util/worker_pool.h"
@@ -50,18 +49,6 @@ Translator::Translator(DecoderFactory make_decoder, ModelConfig config, Tokenize
       dtype_(dtype),
       cpu_threads_(at::get_num_threads()),
       pool_(std::make_shared<WorkerPool>()) {}
-
-Translator Translator::from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
-  auto loaded = load_checkpoint(path, device);
-  const auto tokenizers = [&] {
-    try {
-      return checkpoint_tokenizers(loaded.meta);
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error("checkpoint " + path + " " + e.what());
-    }
-  }();
-  return Translator(loaded.model, tokenizers.first, tokenizers.second, device, dtype);
-}
 
 std::vector<int64_t> Translator::encode_source(const std::string& line, bool* truncated) const {
   auto ids = src_tok_.encode(line);

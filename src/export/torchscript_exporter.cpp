@@ -22,7 +22,7 @@
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
-#include "torchmt/export/script_call.h"
+#include "torchmt/loading/script_call.h"
 #include "torchscript_source.h"
 #include "torchmt/util/strings.h"
 
@@ -312,6 +312,8 @@ const std::vector<std::string> kPreservedMethods = {"encode", "translate", "tran
                                                    "select", "reorder"};
 
 }  // namespace
+
+void define_archive_search(torch::jit::Module& module) { module.define(ts_source::kSearch); }
 
 void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions& options,
                                 const std::string& path) {

@@ -1,7 +1,5 @@
 #include "torchmt/io/checkpoint.h"
 
-#include "bounded_reader.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +18,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "torchmt/io/model_file.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/util/atomic_file.h"
 #include "torchmt/util/integrity.h"
@@ -38,18 +37,19 @@ using Dict = c10::impl::GenericDict;
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
 // torch::pickle_load with the bounded reader: the same archive layout ("data.pkl" + "data/N").
-c10::IValue pickle_load_bounded(const std::string& bytes) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+c10::IValue pickle_load_bounded(const ModelFile& file) {
+  caffe2::serialize::PyTorchStreamReader reader(file.reader());
   return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", /*type_resolver=*/{},
                                            /*obj_loader=*/{}, /*device=*/{}, reader);
 }
 
-Dict read_checkpoint_dict(const std::string& path) {
-  const std::string content = read_file(path);
-  check_zip_seal(content, "checkpoint", path);
+Dict read_checkpoint_dict(const ModelFile& file) {
+  const std::string& path = file.path();
+  if (file.format() != ModelFormat::kCheckpoint)
+    throw std::runtime_error(path + " is a " + model_format_name(file.format()) + ", not a torchmt checkpoint");
   c10::IValue value;
   try {
-    value = pickle_load_bounded(content);
+    value = pickle_load_bounded(file);
   } catch (const std::exception& e) {
     throw DamagedFileError("checkpoint " + path + " is corrupt or truncated (" +
                              first_line(e.what()) + ")");
@@ -258,8 +258,12 @@ auto reading(const std::string& path, F&& f) -> decltype(f()) {
 }  // namespace
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device) {
-  if (!std::filesystem::exists(path)) throw std::runtime_error("checkpoint not found: " + path);
-  Dict dict = read_checkpoint_dict(path);
+  return load_checkpoint(ModelFile::read(path, "checkpoint"), device);
+}
+
+LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device) {
+  const std::string& path = file.path();
+  Dict dict = read_checkpoint_dict(file);
   return reading(path, [&] {
     LoadedCheckpoint out;
     out.meta = read_meta(dict, path);
@@ -294,7 +298,7 @@ LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
 }
 
 CheckpointMeta restore_training_state(const std::string& path, Transformer& model, OptimizerState& optimizer) {
-  Dict dict = read_checkpoint_dict(path);
+  Dict dict = read_checkpoint_dict(ModelFile::read(path, "checkpoint"));
   return reading(path, [&] {
     CheckpointMeta meta = read_meta(dict, path);
     if (meta.model.to_json() != model->config().to_json()) {

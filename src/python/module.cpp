@@ -32,7 +32,7 @@
 #include "torchmt/decoding/word_aligner.h"
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/evaluation/chrf.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/training/train_options.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"

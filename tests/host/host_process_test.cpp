@@ -21,6 +21,7 @@
 #include <torch/version.h>
 
 #include "../data_test_support.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/serving/translation_service.h"
 #include "torchmt/training/trainer.h"
 
@@ -141,7 +142,7 @@ void translate_from_four_threads(const std::function<std::vector<std::string>(co
 
 TEST_F(HostProcess, TranslatorFromFourThreadsLeavesTheHostAlone) {
   const HostSettings before = HostSettings::now();
-  Translator translator = Translator::from_checkpoint(test::tiny_checkpoint(), torch::kCPU, torch::kFloat);
+  Translator translator = load_translator(test::tiny_checkpoint(), torch::kCPU, torch::kFloat);
   TranslationOptions options;
   options.batch_size = 5;  // several batches per call
   const auto expected = translator.translate_text(lines(), options);
@@ -159,7 +160,7 @@ TEST_F(HostProcess, TranslatorFromFourThreadsLeavesTheHostAlone) {
 
 TEST_F(HostProcess, TranslationServiceFromFourThreadsLeavesTheHostAlone) {
   const HostSettings before = HostSettings::now();
-  Translator translator = Translator::from_checkpoint(test::tiny_checkpoint(), torch::kCPU, torch::kFloat);
+  Translator translator = load_translator(test::tiny_checkpoint(), torch::kCPU, torch::kFloat);
   const auto expected = translator.translate_text(lines(), TranslationOptions{});
   {
     ServiceOptions service_options;

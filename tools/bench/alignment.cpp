@@ -25,6 +25,7 @@
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/data/document.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/decoding/document_translator.h"
@@ -346,7 +347,7 @@ int main(int argc, char** argv) {
       return args.count("help") ? 0 : 2;
     }
     torch::set_num_threads(2);
-    auto translator = Translator::from_checkpoint(args["model"].as<std::string>(), torch::kCPU, torch::kFloat);
+    auto translator = load_translator(args["model"].as<std::string>(), torch::kCPU, torch::kFloat);
     const AlignmentOptions chosen{args["layer"].as<int64_t>(), args["head"].as<int64_t>(), args["shift"].as<bool>()};
     std::cout << "model " << args["model"].as<std::string>() << " (" << translator.config().num_decoder_layers
               << " decoder layers, " << translator.config().num_heads << " heads), fp32 on the CPU\n";

@@ -27,7 +27,7 @@
 #include "torchmt/decoding/translator.h"
 #include "torchmt/export/exporter.h"
 #include "torchmt/data/text_file.h"
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/io/checkpoint.h"
 #include "kernels/cpu_isa.h"
 
@@ -145,7 +145,7 @@ static int run(int argc, char** argv) {
   std::vector<std::string> lines = read_lines(args["source"].as<std::string>());
   if (static_cast<int>(lines.size()) > args["sentences"].as<int>()) lines.resize(args["sentences"].as<int>());
   if (!lines.empty()) {
-    Translator native = Translator::from_checkpoint(checkpoint, torch::kCPU, torch::kFloat);
+    Translator native = load_translator(checkpoint, torch::kCPU, torch::kFloat);
     ExportedModel exported(fp32, torch::kCPU);
     Translator scripted = make_translator(exported, torch::kFloat);
     for (int64_t beam : {1, 5}) {

@@ -32,6 +32,7 @@
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/data/shortlist.h"
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/atomic_file.h"
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
     if (lines.empty()) throw std::runtime_error("'" + src_path + "' has no lines");
 
     const auto load_start = Clock::now();
-    Translator fp32 = Translator::from_checkpoint(model_path, device, torch::kFloat);
+    Translator fp32 = load_translator(model_path, device, torch::kFloat);
     // Prepared as `translate` prepares it (load_translator): packed weights, the greedy screen.
     if (device.is_cpu())
       prepare_linears_for_inference(*fp32.model(), InferencePrecision::kFloat, &fp32.model()->fc_out);
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
     Translator fp16(fp32.model(), fp32.src_tokenizer(), fp32.tgt_tokenizer(), device, torch::kHalf);
     std::optional<Translator> int8;  // its own copy of the model: the int8 weights live in its layers
     if (std::count(dtypes.begin(), dtypes.end(), "int8")) {
-      int8.emplace(Translator::from_checkpoint(model_path, device, torch::kFloat));
+      int8.emplace(load_translator(model_path, device, torch::kFloat));
       prepare_linears_for_inference(*int8->model(), InferencePrecision::kInt8);
     }
     // As `torchmt translate` runs (translate_command.cpp): after the load, large tensor buffers

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <torchmt/decoding/translator.h>
-#include <torchmt/export/exported_model.h>
+#include <torchmt/loading/model_loader.h>
 
 int main(int argc, char** argv) {
   if (argc < 3) {

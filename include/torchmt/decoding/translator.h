@@ -5,9 +5,9 @@
 // detokenizes and restores input order. An empty line translates to an empty line.
 //
 // One Translator and one search for every model format: a format provides an
-// IncrementalDecoder (TransformerDecoder for a native model, torchmt/export's decoder over
-// an exported module's step methods) and the ModelConfig; see load_translator() in
-// torchmt/export/exported_model.h for opening a file of either format.
+// IncrementalDecoder (TransformerDecoder for a native model, torchmt/loading's decoder over
+// an exported module's step methods) and the ModelConfig; load_translator() in
+// torchmt/loading/model_loader.h opens a file of either format.
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,9 +60,6 @@ class Translator {
   // Any model behind the decoder interface; `config` gives max_positions and pad_id.
   Translator(DecoderFactory make_decoder, ModelConfig config, Tokenizer src_tokenizer, Tokenizer tgt_tokenizer,
              c10::Device device, c10::ScalarType dtype);
-  // Loads a checkpoint (with its embedded tokenizer) onto `device`.
-  static Translator from_checkpoint(const std::string& path, const c10::Device& device, c10::ScalarType dtype);
-
   // Output in input order, whatever the number of workers (options.workers; 0 = plan_workers).
   // Several threads may call it at once with options.workers 1 (a server's workers), once the
   // model is in eval mode (it is after the first call).

@@ -7,7 +7,7 @@
 //   exporter->write(load_checkpoint(ckpt, torch::kCPU), ExportOptions{}, "model.ts");
 //
 // Formats today: "torchscript" (TorchScriptExporter, torchmt/export/torchscript_exporter.h;
-// read back with ExportedModel / load_translator, torchmt/export/exported_model.h) and
+// read back with ExportedModel / load_translator, torchmt/loading/model_loader.h) and
 // "ctranslate2" (CTranslate2Exporter, torchmt/export/ctranslate2_exporter.h: a directory for
 // CTranslate2's own runtime), "marian" (a Hugging Face MarianMT directory) and "onnx"
 // (OnnxExporter, torchmt/export/onnx_exporter.h: encoder and decoder-step graphs for ONNX Runtime).

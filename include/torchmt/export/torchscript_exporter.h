@@ -22,12 +22,18 @@
 #include <string>
 
 #include "torchmt/export/exporter.h"
+#include "torchmt/loading/exported_model.h"  // the format's name and version, which the reader checks
+
+namespace torch::jit {
+struct Module;
+}
 
 namespace torchmt {
 
-constexpr const char* kTorchScriptFormat = "torchmt-torchscript";
-// 2: the decoder interface (start / step / select / reorder) and the fixed search.
-constexpr int64_t kTorchScriptFormatVersion = 2;
+// Adds the in-archive search (greedy, beam_search, translate, translate_with_scores; the
+// TorchScript twin of torchmt::search) to `module`, which must have the decoder interface
+// (loading/script_call.h) and the int attributes pad_id, bos_id, eos_id and max_positions.
+void define_archive_search(torch::jit::Module& module);
 
 class TorchScriptExporter : public ModelExporter {
  public:

@@ -58,6 +58,8 @@ struct LoadedCheckpoint {
   Transformer model{nullptr};  // built from meta.model, weights loaded, on `device`, eval mode
 };
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device);
+class ModelFile;
+LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device);  // io/model_file.h
 
 // Parameter averaging (Vaswani et al. average the last 5 or 20 checkpoints): the mean of
 // every parameter over `paths`, on the CPU, with the first checkpoint's metadata. Throws

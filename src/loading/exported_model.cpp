@@ -1,40 +1,20 @@
-#include "torchmt/export/exported_model.h"
+#include "torchmt/loading/exported_model.h"
 
-#include "torchmt/data/shortlist.h"
-#include "torchmt/decoding/translation_dtype.h"
 #include "torchmt/io/checkpoint.h"
 
-#include <filesystem>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
-#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 #include <torch/torch.h>
 
-#include "torchmt/export/script_call.h"
+#include "torchmt/loading/script_call.h"
 #include "torchmt/model/linear.h"
-#include "torchmt/export/torchscript_exporter.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/device.h"
-#include "torchmt/util/integrity.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {
-
-bool is_torchscript_export(const std::string& path) {
-  try {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return false;
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    return reader.hasRecord("extra/torchmt.json");
-  } catch (...) {
-    return false;
-  }
-}
 
 struct ExportedModel::Impl {
   torch::jit::Module module;
@@ -47,22 +27,19 @@ struct ExportedModel::Impl {
   std::map<std::string, ActivationRange> activation_ranges;  // static int8 (export --calibrate)
 };
 
-ExportedModel::ExportedModel(const std::string& path, const c10::Device& device) {
-  if (!std::filesystem::exists(path)) throw std::runtime_error("model not found: " + path);
-  std::istringstream archive;
-  {
-    std::string content = read_file(path);
-    check_zip_seal(content, "export", path);  // before anything reads the archive
-    archive.str(std::move(content));
-  }
-  if (!is_torchscript_export(path))
+ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
+    : ExportedModel(ModelFile::read(path, "export"), device) {}
+
+ExportedModel::ExportedModel(const ModelFile& file, const c10::Device& device) {
+  const std::string& path = file.path();
+  if (file.format() != ModelFormat::kTorchScriptExport)
     throw std::runtime_error(path + " is not a torchmt export (no torchmt.json in a TorchScript archive; " +
                              "write one with `torchmt export`)");
   torch::jit::ExtraFilesMap extra{{"torchmt.json", ""},  {"config.json", ""},      {"spm.model", ""},
                                   {"tgt_spm.model", ""}, {"vocabulary.json", ""}, {"activation_ranges.json", ""}};
   torch::jit::Module module;
   try {
-    module = torch::jit::load(archive, device, extra);
+    module = torch::jit::load(file.reader(), device, extra);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot load TorchScript export " + path + ": " + first_line(e.what()));
   }
@@ -160,96 +137,6 @@ Transformer ExportedModel::native_model() const {
         linear->input_range = it->second;
   model->eval();
   return model;
-}
-
-Translator make_translator(const ExportedModel& model, c10::ScalarType dtype) {
-  DecoderFactory factory = [model](bool use_cache) {
-    if (!use_cache) throw std::invalid_argument("--no-cache is not available for TorchScript exports");
-    return model.decoder();
-  };
-  return Translator(std::move(factory), model.config(), model.tokenizer(), model.target_tokenizer(), model.device(),
-                    dtype);
-}
-
-Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
-  if (is_torchscript_export(path)) return make_translator(ExportedModel(path, device), dtype);
-  return Translator::from_checkpoint(path, device, dtype);
-}
-
-SealOutcome seal_model_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw std::runtime_error("model not found: " + path);
-  const std::string content = read_file(path);
-  if (verify_zip_seal(content, "model file", path) == Seal::kVerified) return SealOutcome::kAlreadySealed;
-  // The sealed bytes go through the ordinary loader from a file beside the original; only when
-  // that loads does the original become them.
-  const std::string sealed = seal_zip(content), trial = path + ".seal-check";
-  atomic_write(trial, sealed);
-  try {
-    load_translator(trial, c10::Device(c10::kCPU), c10::kFloat);
-  } catch (const std::exception& e) {
-    remove_tree(trial);
-    std::string message = first_line(e.what());
-    for (size_t at = message.find(trial); at != std::string::npos; at = message.find(trial, at + path.size()))
-      message.replace(at, trial.size(), path);
-    throw std::runtime_error("not sealed: " + message);
-  }
-  remove_tree(trial);
-  atomic_write(path, sealed);
-  return SealOutcome::kSealed;
-}
-
-namespace {
-// Packed, quantized and screened once at load (the kernels' preparation), on the CPU.
-void prepare_for_cpu_inference(Translator& translator, InferencePrecision precision) {
-  if (translator.model() && translator.device().is_cpu())
-    prepare_linears_for_inference(*translator.model(), precision, &translator.model()->fc_out);
-}
-}  // namespace
-
-Translator load_translator(const TranslatorConfig& config) {
-  config.validate();
-  if (!config.translation.use_cache && is_torchscript_export(config.model))
-    throw std::invalid_argument("--no-cache is not available for TorchScript exports");
-  // int8: the model's Linear weights quantized per row at load, activations per row at run
-  // time (src/kernels/primitives.h); everything else runs in fp32. An int8 export runs so
-  // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript. The
-  // int8 kernels are CPU kernels: --device auto means the CPU for them, even beside a GPU.
-  const c10::Device device = config.dtype == "int8" && config.device == "auto" ? c10::Device(c10::kCPU)
-                                                                               : resolve_device(config.device);
-  if (config.dtype == "int8" && !device.is_cpu())
-    throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
-  // Prepared (and shortlisted) before `auto` measures fp32 against bf16: it measures what will run.
-  auto prepare = [&](Translator& translator, InferencePrecision precision) {
-    // The translator's threads, not the process's: the program around the library owns those.
-    if (config.threads > 0) translator.set_cpu_threads(config.threads);
-    prepare_for_cpu_inference(translator, precision);
-    if (!config.shortlist.empty())
-      translator.set_shortlist(std::make_shared<const Shortlist>(
-          Shortlist::load(config.shortlist, translator.src_tokenizer(), translator.tgt_tokenizer())));
-  };
-  if (is_torchscript_export(config.model)) {
-    ExportedModel exported(config.model, device);
-    if (config.dtype == "int8" || (config.dtype == "auto" && exported.dtype() == "int8" && device.is_cpu())) {
-      Translator translator(exported.native_model(), exported.tokenizer(), exported.target_tokenizer(), device,
-                            c10::ScalarType::Float);
-      prepare(translator, InferencePrecision::kInt8);
-      return translator;
-    }
-    Translator translator = make_translator(exported, resolve_dtype(config.dtype, device));
-    prepare(translator, InferencePrecision::kFloat);
-    if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
-    return translator;
-  }
-  if (config.dtype != "int8") {
-    Translator translator = Translator::from_checkpoint(config.model, device, resolve_dtype(config.dtype, device));
-    prepare(translator, InferencePrecision::kFloat);
-    // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
-    if (config.dtype == "auto") choose_translation_dtype(translator, config.translation);
-    return translator;
-  }
-  auto translator = Translator::from_checkpoint(config.model, device, c10::ScalarType::Float);
-  prepare(translator, InferencePrecision::kInt8);
-  return translator;
 }
 
 }  // namespace torchmt

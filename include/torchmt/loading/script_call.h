@@ -34,11 +34,6 @@ c10::IValue run_script_method(const torch::jit::Module& module, const std::strin
 std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module module, const c10::Device& device,
                                                         int64_t vocab);
 
-// Adds the in-archive search (greedy, beam_search, translate, translate_with_scores; the
-// TorchScript twin of torchmt::search) to `module`, which must have the decoder interface
-// above and the int attributes pad_id, bos_id, eos_id and max_positions.
-void define_archive_search(torch::jit::Module& module);
-
 // `module`'s translate_with_scores on src [B, S]: one hypothesis (tokens, score) per row.
 // Uses beam_size, length_penalty, max_len_a, max_len_b and max_len_cap of `options`.
 SearchResult run_archive_search(const torch::jit::Module& module, const at::Tensor& src, const SearchOptions& options);

@@ -1,4 +1,4 @@
-#include "torchmt/export/script_call.h"
+#include "torchmt/loading/script_call.h"
 
 #include <stdexcept>
 
@@ -7,7 +7,6 @@
 
 #include "torchmt/decoding/output_restriction.h"
 #include "torchmt/util/strings.h"
-#include "torchscript_source.h"
 
 namespace torchmt {
 namespace {
@@ -86,8 +85,6 @@ std::unique_ptr<IncrementalDecoder> make_script_decoder(torch::jit::Module modul
                                                         int64_t vocab) {
   return std::make_unique<ScriptDecoder>(std::move(module), device, vocab);
 }
-
-void define_archive_search(torch::jit::Module& module) { module.define(ts_source::kSearch); }
 
 SearchResult run_archive_search(const torch::jit::Module& module, const at::Tensor& src, const SearchOptions& options) {
   torch::NoGradGuard no_grad;
