@@ -88,8 +88,11 @@ struct GemmRule {
 };
 constexpr GemmRule kGemmRules[] = {
     // oneDNN's JIT uses AVX-512 where MKL takes a generic path on AMD's AVX-512 cores ([64 x 256] x
-    // [256 x 8000]: 3.05 vs 5.18 ms, 1 thread, AVX512-BF16 EPYC).
-    {CpuIsa::kAvx512, 0, 0, PackedGemm::kOnednn},
+    // [256 x 8000]: 3.05 vs 5.18 ms, 1 thread, AVX512-BF16 EPYC); below the vocabulary projection
+    // ATen is as fast in whole runs, without oneDNN's per-shape primitives and packed copies
+    // (modern-small fp32: 282 vs 411 MiB peak).
+    {CpuIsa::kAvx512, 4096, 0, PackedGemm::kOnednn},
+    {CpuIsa::kAvx512, 0, 0, PackedGemm::kAten},
     // AVX2 (Zen 3, bench_gemm): oneDNN from 512 outputs ([64 x 512] x [512 x 58101]: 40.8 vs
     // 103.0 ms; [64 x 256] x [256 x 8000]: 2.95 vs 4.34 ms), MKL below ([320 x 256] x [256 x 256]:
     // 0.27 vs 0.33 ms).
