@@ -97,7 +97,8 @@ TEST(TranslateCommand, StreamsWindowByWindowAndLineByLine) {
   auto whole = test::run_command("(" + base + "--buffer-size 1000 --workers 1 -i " + dir.file("in.de") + " 2>/dev/null)");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   EXPECT_EQ(count_lines(whole.output), 7u);
-  for (const std::string flags : {"--buffer-size 2 --workers 2 --threads-per-worker 1", "--buffer-size 3", "--unbuffered"}) {
+  for (const std::string flags : {"--buffer-size 2 --workers 2 --threads-per-worker 1", "--buffer-size 3", "--unbuffered",
+                                  "--buffer-size 2 --tensor-pool"}) {
     auto piped = test::run_command("(" + base + flags + " < " + dir.file("in.de") + " 2>/dev/null)");
     EXPECT_EQ(piped.output, whole.output) << flags;
     auto r = test::run_command(base + flags + " -i " + dir.file("in.de") + " -o " + dir.file("out.en"));

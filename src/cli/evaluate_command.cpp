@@ -11,6 +11,7 @@
 #include "torchmt/util/progress.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
+#include "torchmt/util/heap.h"
 
 namespace torchmt::cli {
 
@@ -43,6 +44,7 @@ int run_evaluate(int argc, char** argv) {
                          "--hyp file, or translate --src with -m MODEL first.",
                          argc, argv, code);
   if (!o) return code;
+  use_one_heap_arena();  // this process is ours: before the load and the workers start (heap.h)
   if (o->ref.empty()) return usage_error(argv[0], "missing required option --ref");
   const bool translate_first = !o->translator.model.empty();
   if (translate_first == !o->hyp.empty())

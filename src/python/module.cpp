@@ -382,6 +382,7 @@ PYBIND11_MODULE(_native, m) {
       .def("next", &torchmt::python::NativeTokenStream::next);
   m.def("limit_library_isas", &torchmt::kernels::limit_library_isas);
   m.def("use_cpu_tensor_pool", &torchmt::use_cpu_tensor_pool);
+  m.def("use_one_heap_arena", &torchmt::use_one_heap_arena);
   m.def("train", &torchmt::python::train);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);

@@ -169,6 +169,12 @@ void use_cpu_tensor_pool() {
   });
 }
 
+void use_one_heap_arena() {
+#if defined(__GLIBC__)
+  mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 void return_free_heap_memory() {
   if (auto* p = pool.load(std::memory_order_acquire)) p->release_cached();
 #if defined(__GLIBC__)

@@ -26,8 +26,9 @@ import json, resource, sys, time
 import torchmt
 torchmt.limit_library_isas()  # the CLI's kernels, so that int8 lines can be compared
 a = json.loads(sys.argv[1])
+torchmt.use_one_heap_arena()  # the CLI's heap policy
 if a["pool"]:
-    torchmt.use_cpu_tensor_pool()  # the CLI's allocator
+    torchmt.use_cpu_tensor_pool()  # as translate --tensor-pool
 lines = open(a["src"], encoding="utf-8").read().split("\n")[:-1]
 compute = {"fp32": "float32", "int8": "int8"}[a["dtype"]]
 t = torchmt.Translator(a["model"], compute_type=compute, inter_threads=a["workers"], intra_threads=a["threads"])
@@ -95,8 +96,8 @@ def main():
     p.add_argument("--batch-sizes", default="64,1")
     p.add_argument("--dtypes", default="fp32,int8")
     p.add_argument("--settings", default="2x1,1x2", help="WORKERSxTHREADS,...: each engine gets its best")
-    p.add_argument("--no-pool", action="store_true",
-                   help="the Python API on LibTorch's allocator (default: torchmt.use_cpu_tensor_pool(), as the CLI)")
+    p.add_argument("--pool", action="store_true",
+                   help="torchmt's tensor pool in the Python API (use_cpu_tensor_pool()) and the CLI (--tensor-pool)")
     a = p.parse_args()
     for path, what in ((a.model, "--model"), (a.src, "--src"), (a.binary, "--binary")):
         if not os.path.exists(path):
@@ -125,7 +126,7 @@ def main():
                 for _ in range(a.rounds):
                     for workers, threads in settings:
                         job = dict(src=src, dtype=dtype, beam=beam, batch=batch, workers=workers, threads=threads,
-                                   pool=not a.no_pool)
+                                   pool=a.pool)
                         for engine in ("py", "cli", "ct2"):
                             out = os.path.join(tmp, f"{engine}.txt")
                             if engine == "py":
@@ -135,7 +136,7 @@ def main():
                             else:
                                 cmd = [a.binary, "translate", "-m", a.model, "-q", "--dtype", dtype, "--beam", str(beam),
                                        "--batch-size", str(batch), "--workers", str(workers), "--threads-per-worker",
-                                       str(threads), "-i", src, "-o", out]
+                                       str(threads), "-i", src, "-o", out] + (["--tensor-pool"] if a.pool else [])
                             stdout, stderr, mib = peak_mib(cmd)
                             if engine == "cli":
                                 # "translated N lines in S s (...)": decoding, loading excluded, as the others.

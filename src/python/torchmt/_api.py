@@ -11,7 +11,7 @@ import torch as _torch  # loads LibTorch's libraries, which the compiled core li
 from . import _native
 
 __all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
-           "limit_library_isas", "use_cpu_tensor_pool", "__version__"]
+           "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "__version__"]
 __version__ = _native.version
 
 if _torch.__version__.split("+")[0] != _native.torch_version:
@@ -393,10 +393,20 @@ def limit_library_isas() -> None:
 
 def use_cpu_tensor_pool() -> None:
     """Makes LibTorch allocate CPU tensors of 64 KiB and more from torchmt's pool of mapped
-    blocks, as the ``torchmt`` command does (util/heap.h: freed blocks are reused, so the C heap
-    does not fragment). It replaces the process's CPU allocator, for every tensor of the program
-    from then on, so torchmt never calls it itself; ``TORCHMT_NO_TENSOR_POOL=1`` makes it do nothing."""
+    blocks, as ``torchmt translate --tensor-pool`` does (util/heap.h: freed blocks are reused, so
+    the peak stays flat over an endless stream, at 30-90 MiB more on a short one). It replaces the
+    process's CPU allocator, for every tensor of the program from then on, so torchmt never calls
+    it itself; ``TORCHMT_NO_TENSOR_POOL=1`` makes it do nothing."""
     _native.use_cpu_tensor_pool()
+
+
+def use_one_heap_arena() -> None:
+    """Puts the process's C heap in one arena (glibc's ``M_ARENA_MAX=1``), as ``torchmt
+    translate`` does: worker threads then share their free pages instead of each keeping its own
+    (modern-small, 1,000 lines: 40-90 MiB lower peak at the same speed). It changes the whole
+    process's allocator policy, so torchmt never calls it itself; call it before threads start.
+    No effect outside glibc."""
+    _native.use_one_heap_arena()
 
 
 def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
@@ -462,6 +472,6 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 # What help() and repr() name: the package, not this module.
 for _public in (Translator, TranslationResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
-                use_cpu_tensor_pool):
+                use_cpu_tensor_pool, use_one_heap_arena):
     _public.__module__ = "torchmt"
 del _public
