@@ -688,8 +688,8 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
     return load_translator(config).translate_text(f.sentences, TranslationOptions{});
   };
   auto by_default = translate(int8, "auto");
-  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}, {}}).model()) << "expected the native model";
-  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}, {}}).model()) << "expected the TorchScript";
+  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}, {}, {}}).model()) << "expected the native model";
+  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}, {}, {}}).model()) << "expected the TorchScript";
   EXPECT_EQ(by_default, translate(int8, "fp32"));
   EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));

@@ -1,5 +1,8 @@
 #include "cli_options.h"
 
+#include "torchmt/decoding/translation_options.h"
+#include "torchmt/util/heap.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -114,6 +117,11 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
   }
   line.dump_config = r.count("dump-config") > 0;
   return line;
+}
+
+void use_heap_policy(const TranslationOptions& options) {
+  const bool large = options.batch_source_tokens > 0 ? options.batch_source_tokens >= 512 : options.batch_size >= 32;
+  if (large) use_one_heap_arena();
 }
 
 }  // namespace torchmt::cli

@@ -14,6 +14,10 @@
 #include "commands.h"
 #include "torchmt/util/option_table.h"
 
+namespace torchmt {
+struct TranslationOptions;
+}
+
 namespace torchmt::cli {
 
 // What a command line says: the parsed flags, and the configuration that --config FILE and
@@ -32,6 +36,12 @@ struct CommandLine {
 std::optional<CommandLine> parse_command_line(const std::string& description, const std::vector<OptionRow>& rows,
                                               int argc, char** argv, int& exit_code,
                                               const std::string& positional = "");
+
+// The heap policy of a translating command (util/heap.h: process policy, the CLI's to set):
+// one C heap arena when batches are large (>= 32 sentences, or >= 512 source tokens), where
+// the workers' own arenas held 40-90 MiB more at about the same speed; smaller batches allocate
+// at a high rate and wait on one arena's lock (int8 batch 1: 1.27x the time, batch 16: 1.18x).
+void use_heap_policy(const TranslationOptions& options);
 
 // Prints "PROGRAM: MESSAGE (see --help)" and returns kExitUsage.
 int usage_error(const char* program, const std::string& message);

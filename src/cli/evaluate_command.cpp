@@ -44,7 +44,7 @@ int run_evaluate(int argc, char** argv) {
                          "--hyp file, or translate --src with -m MODEL first.",
                          argc, argv, code);
   if (!o) return code;
-  use_one_heap_arena();  // this process is ours: before the load and the workers start (heap.h)
+  use_heap_policy(o->translator.translation);  // before the load and the workers start
   if (o->ref.empty()) return usage_error(argv[0], "missing required option --ref");
   const bool translate_first = !o->translator.model.empty();
   if (translate_first == !o->hyp.empty())
@@ -55,7 +55,11 @@ int run_evaluate(int argc, char** argv) {
   const std::string ref_path = o->ref;
   std::unique_ptr<Translator> translator;
   if (translate_first &&
-      !check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
+      !check_usage(
+          [&] {
+            o->translator.runtime = Runtime::from_environment();  // the CLI's kernels: the environment table's
+            translator = std::make_unique<Translator>(load_translator(o->translator));
+          }, argv[0]))
     return kExitUsage;
   if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 

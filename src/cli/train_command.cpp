@@ -44,6 +44,7 @@ int run_train(int argc, char** argv) {
   }
   TrainHooks hooks;
   hooks.stop_on_signals = true;  // SIGINT/SIGTERM: save and exit 0
+  if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;
   TrainSummary s = Trainer(*train_options).run(hooks);
   if (!s.reporting) return kExitOk;
   std::cerr << (s.interrupted ? "interrupted" : "done") << ": " << s.steps << " steps in this run, "

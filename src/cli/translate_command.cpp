@@ -148,7 +148,7 @@ int run_translate(int argc, char** argv) {
                          "Translate sentences with a trained model (checkpoint or TorchScript export).",
                          argc, argv, code);
   if (!o) return code;
-  use_one_heap_arena();  // this process is ours: before the load and the workers start (heap.h)
+  use_heap_policy(o->translator.translation);  // before the load and the workers start
   if (o->buffer_size < 1) {
     std::cerr << argv[0] << ": --buffer-size must be at least 1\n";
     return kExitUsage;
@@ -182,7 +182,11 @@ int run_translate(int argc, char** argv) {
   // Scores are printed only in the n-best format (and `--dtype auto` measures this search).
   o->translator.translation.search.scores = o->translator.translation.search.nbest > 1;
   std::unique_ptr<Translator> translator;
-  if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->translator)); }, argv[0]))
+  if (!check_usage(
+          [&] {
+            o->translator.runtime = Runtime::from_environment();  // the CLI's kernels: the environment table's
+            translator = std::make_unique<Translator>(load_translator(o->translator));
+          }, argv[0]))
     return kExitUsage;
   if (!o->attention_svg.empty() && !translator->model()) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";

@@ -60,6 +60,7 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
 }
 
 void TranslatorConfig::validate() const {
+  if (runtime) runtime->validate();
   const SearchOptions& s = translation.search;
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument(message);

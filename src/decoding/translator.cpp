@@ -5,6 +5,7 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include <ATen/Parallel.h>
 
@@ -90,6 +91,11 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
 void Translator::set_cpu_threads(int64_t n) {
   if (n < 1) throw std::invalid_argument("a translator on " + std::to_string(n) + " CPU threads (at least 1)");
   cpu_threads_ = n;
+}
+
+void Translator::set_runtime(const Runtime& runtime) {
+  runtime.validate();
+  runtime_ = runtime;
 }
 
 void Translator::set_thread_plan(int64_t workers, int64_t threads_per_worker) {
@@ -188,6 +194,8 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       // this worker's call.
       c10::InferenceMode inference;
       AutocastGuard autocast(device_, dtype_);
+      std::optional<RuntimeScope> kernels;
+      if (runtime_) kernels.emplace(*runtime_);
       for (size_t b; !failed && (b = next++) < batches.size();) run_batch(decoder, batches[b]);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
@@ -284,6 +292,8 @@ std::vector<std::string> Translator::translate_text(const std::vector<std::strin
 std::vector<at::Tensor> Translator::cross_attention_weights(const std::vector<const std::vector<int64_t>*>& sources,
                                                             const std::vector<const std::vector<int64_t>*>& targets) {
   if (!model_) throw std::runtime_error("cross-attention weights need a checkpoint (not available for this model format)");
+  std::optional<RuntimeScope> kernels;
+  if (runtime_) kernels.emplace(*runtime_);
   if (sources.size() != targets.size() || sources.empty())
     throw std::invalid_argument("cross-attention: " + std::to_string(sources.size()) + " sources for " +
                                 std::to_string(targets.size()) + " targets");

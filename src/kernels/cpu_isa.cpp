@@ -66,6 +66,8 @@ CpuIsa from_environment() {
   throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Bf16));
 }
 
+thread_local const KernelSettings* thread_settings = nullptr;  // a RuntimeScope's
+
 constexpr int kUnread = -1;
 std::atomic<int> configured{kUnread};  // TORCHMT_CPU_ISA or the detected level, once read
 std::atomic<int> overridden{kUnread};  // CpuIsaOverride's level while one is alive
@@ -94,7 +96,11 @@ std::vector<CpuIsa> available_cpu_isas() {
   return out;
 }
 
+const KernelSettings* thread_kernel_settings() { return thread_settings; }
+void set_thread_kernel_settings(const KernelSettings* settings) { thread_settings = settings; }
+
 CpuIsa cpu_isa() {
+  if (const KernelSettings* s = thread_settings) return s->isa;
   if (const int o = overridden.load(std::memory_order_relaxed); o != kUnread) return static_cast<CpuIsa>(o);
   int level = configured.load(std::memory_order_relaxed);
   if (level == kUnread) {

@@ -22,8 +22,9 @@ const char* cpu_isa_name(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512-
 CpuIsa detected_cpu_isa();
 // Every level up to detected_cpu_isa(), lowest first: what a test runs each kernel on.
 std::vector<CpuIsa> available_cpu_isas();
-// The level the kernels use: TORCHMT_CPU_ISA when set (a level above the detected one is a
-// one-line std::invalid_argument naming the variable), else the detected one. Read once.
+// The level the kernels use: the calling thread's RuntimeScope's, else CpuIsaOverride's, else
+// TORCHMT_CPU_ISA when set (a level above the detected one is a one-line std::invalid_argument
+// naming the variable), else the detected one.
 CpuIsa cpu_isa();
 // "avx2 (detected: avx512-bf16, TORCHMT_CPU_ISA=avx2)" for logs and `torchmt info`.
 std::string cpu_isa_summary();
@@ -35,8 +36,23 @@ std::string cpu_isa_summary();
 // TORCHMT_CPU_ISA sets nothing (cpu_isa() reports it).
 void limit_library_isas();
 
-// While alive, cpu_isa() returns `isa` on every thread (tests, A/B benchmarks); the level must
-// be one this CPU runs. Not nestable across threads: one at a time.
+// What the kernels are told to do, from a Runtime (include/torchmt/kernels/runtime.h): the
+// calling thread's under a RuntimeScope (and its parallel loops' helper threads: parallel.h),
+// else the process's, which are the environment table's (read once; a bad value throws
+// std::invalid_argument naming the variable, every time it is asked).
+struct KernelSettings {
+  CpuIsa isa = CpuIsa::kPortable;
+  int packed_gemm = -1;  // a PackedGemm (primitives.h) forced, or -1: the rule table
+  bool screened_argmax = true, screened_beam = true, sparse_input = true;
+};
+const KernelSettings& kernel_settings();
+// The calling thread's own settings (null: none, the process's apply) and setting them; what
+// RuntimeScope and parallel_for (parallel.h) do.
+const KernelSettings* thread_kernel_settings();
+void set_thread_kernel_settings(const KernelSettings* settings);
+
+// While alive, cpu_isa() returns `isa` on every thread without a RuntimeScope of its own (tests,
+// A/B benchmarks); the level must be one this CPU runs. Not nestable across threads: one at a time.
 class CpuIsaOverride {
  public:
   explicit CpuIsaOverride(CpuIsa isa);

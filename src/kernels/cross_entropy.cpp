@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "vector.h"
+#include "parallel.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -123,7 +124,7 @@ TORCHMT_VECTOR_KERNEL(RowResult, row_bf16, row_bf16_body, (const uint16_t* row, 
 template <typename scalar_t, typename RowFn>
 void rows_kernel(const scalar_t* logits, const int64_t* target, scalar_t* grad, int64_t rows, RowParams p,
                  int64_t pad_id, double* row_loss_out, double* row_nll_out, RowFn row_fn) {
-  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
     std::vector<float> x(static_cast<size_t>(p.vocab));
     for (int64_t r = begin; r < end; ++r) {
       scalar_t* g = p.want_grad ? grad + r * p.vocab : nullptr;

@@ -8,6 +8,7 @@
 
 #include "primitives.h"
 #include "vector.h"
+#include "parallel.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -82,7 +83,7 @@ at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, in.scalar_type(), "hashed_dropout", [&] {
     const scalar_t* src = in.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();
-    at::parallel_for(0, in.numel(), 32768, [&](int64_t begin, int64_t end) { mask_range(src, dst, begin, end, params); });
+    parallel_for(0, in.numel(), 32768, [&](int64_t begin, int64_t end) { mask_range(src, dst, begin, end, params); });
   });
   return out;
 }

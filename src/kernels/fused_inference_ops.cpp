@@ -10,6 +10,7 @@
 
 #include "vector.h"
 #include "torchmt/util/device.h"
+#include "parallel.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -204,12 +205,12 @@ at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const a
   const int64_t rows = v.sizes[0] * v.sizes[1] * v.sizes[2];
   const int64_t grain = std::max<int64_t>(1, 16384 / v.dim);  // fork only for ~16k values per thread
   if (dtype == at::kFloat) {
-    at::parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+    parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
       rotary_rows_fp32(x.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<float>(), v,
                        b, e);
     });
   } else {
-    at::parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+    parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
       rotary_rows_bf16(bf16_bits(x), bf16_bits(cos), bf16_bits(sin), bf16_bits_mut(out), v, b, e);
     });
   }
@@ -234,7 +235,7 @@ std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, co
   const int64_t rows = x.numel() / dim;
   const int64_t grain = std::max<int64_t>(1, 16384 / dim);
   const auto e = static_cast<float>(eps);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<size_t>(dim));
     if (x.scalar_type() == at::kFloat)
       add_norm_rows_fp32(x.data_ptr<float>(), y.data_ptr<float>(), weight.data_ptr<float>(), bias.data_ptr<float>(),
@@ -253,7 +254,7 @@ bool try_log_softmax_in_place_cpu(at::Tensor& x) {
   RECORD_FUNCTION("torchmt::log_softmax_in_place", std::vector<c10::IValue>());
   const int64_t rows = x.size(0), n = x.size(1);
   float* data = x.data_ptr<float>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, 65536 / n),
+  parallel_for(0, rows, std::max<int64_t>(1, 65536 / n),
                    [&](int64_t begin, int64_t end) { log_softmax_rows_fp32(data, n, begin, end); });
   return true;
 }

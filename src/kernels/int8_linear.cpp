@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "primitives.h"
+#include "parallel.h"
 
 #if TORCHMT_X86
 #include <immintrin.h>
@@ -636,18 +637,18 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
     // Threads take whole panels; grain: enough work per thread that a fork is worth it.
     const int64_t panels = (blocks + kPanelBlocks - 1) / kPanelBlocks;
     const int64_t grain = std::max<int64_t>(1, 16 / std::max<int64_t>(1, rows));
-    at::parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
+    parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
       blocks_vnni(q, rows, w, out, begin * kPanelBlocks, std::min(blocks, end * kPanelBlocks));
     });
     return y;
   }
   if (isa >= CpuIsa::kAvx2) {
-    at::parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
+    parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
                      [&](int64_t begin, int64_t end) { blocks_avx2(q, rows, w, out, begin, end); });
     return y;
   }
 #endif
-  at::parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
+  parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
                    [&](int64_t begin, int64_t end) { blocks_portable(q, rows, w, out, begin, end); });
   return y;
 }

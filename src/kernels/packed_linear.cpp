@@ -9,7 +9,6 @@
 #include <torch/torch.h>
 
 #include "primitives.h"
-#include "torchmt/util/environment.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -65,14 +64,6 @@ const OnednnOps& onednn() {
 // The number of rows the weight is packed for: a hint to the libraries' blocking, not a limit
 // (any number of rows is computed against it).
 constexpr int kPackRowsHint = 64;
-
-std::optional<PackedGemm> forced_by_environment() {
-  const auto v = env_value("TORCHMT_PACKED_GEMM");  // one of the table's choices, or unset
-  if (!v) return std::nullopt;
-  for (PackedGemm g : {PackedGemm::kAten, PackedGemm::kMkl, PackedGemm::kOnednn})
-    if (*v == packed_gemm_name(g)) return g;
-  return std::nullopt;
-}
 
 bool gemm_available(PackedGemm g) {
   return g == PackedGemm::kAten || (g == PackedGemm::kMkl && mkl().ok()) || (g == PackedGemm::kOnednn && onednn().ok());
@@ -148,8 +139,8 @@ std::vector<PackedGemm> available_packed_gemms() {
 }
 
 PackedGemm packed_gemm_for(int64_t out, int64_t in) {
-  static const std::optional<PackedGemm> forced = forced_by_environment();
-  if (forced) return gemm_available(*forced) ? *forced : PackedGemm::kAten;
+  if (const int forced = kernel_settings().packed_gemm; forced >= 0)  // TORCHMT_PACKED_GEMM, or a Runtime's
+    return gemm_available(static_cast<PackedGemm>(forced)) ? static_cast<PackedGemm>(forced) : PackedGemm::kAten;
   const CpuIsa isa = cpu_isa();
   for (const GemmRule& rule : kGemmRules)
     if (isa >= rule.min_isa && out >= rule.min_out && in >= rule.min_in)

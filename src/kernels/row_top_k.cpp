@@ -1,4 +1,5 @@
 #include "primitives.h"
+#include "parallel.h"
 
 #include <cmath>
 #include <limits>
@@ -107,7 +108,7 @@ void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values
                const bool* blocked) {
   TORCH_CHECK(k >= 1 && k <= n, "row_top_k: k must be in [1, ", n, "], got ", k);
   const CpuIsa isa = cpu_isa();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * n;
       const bool* row_blocked = blocked ? blocked + r * n : nullptr;

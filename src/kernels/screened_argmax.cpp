@@ -10,7 +10,6 @@
 #include "primitives.h"
 #include "vector.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/environment.h"
 
 namespace torchmt::kernels {
 
@@ -33,16 +32,11 @@ namespace {
 
 std::atomic<int64_t> screened_rows{0}, open_rows{0}, screened_fp32_logits{0};
 
-// TORCHMT_SCREENED_ARGMAX=0 turns the screen off (A/B measurements; the same tokens either way).
-bool screen_enabled() {
-  static const bool enabled = env_flag("TORCHMT_SCREENED_ARGMAX", true);
-  return enabled;
-}
+// TORCHMT_SCREENED_ARGMAX=0 (or a Runtime's screened_argmax) turns the screen off (A/B
+// measurements; the same tokens either way).
+bool screen_enabled() { return kernel_settings().screened_argmax; }
 // TORCHMT_SCREENED_BEAM=0: beam search computes the whole projection (A/B measurements).
-bool beam_screen_enabled() {
-  static const bool enabled = env_flag("TORCHMT_SCREENED_BEAM", true);
-  return enabled;
-}
+bool beam_screen_enabled() { return kernel_settings().screened_beam; }
 
 // A row that leaves more candidates than this is cheaper through the full projection.
 constexpr size_t kMaxCandidates = 512;

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "vector.h"
+#include "parallel.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -206,13 +207,13 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
   // Fork only when each thread gets ~64k multiply-adds.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (2 * keys * dim));
   if (dtype == at::kFloat) {
-    at::parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
+    parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
       attend_heads_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), mp, s, b0, b1,
                         out.data_ptr<float>());
     });
   } else {
     const auto bits = [](const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
-    at::parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
+    parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
       attend_heads_bf16(bits(q), bits(k), bits(v), mp, s, b0, b1,
                         reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()));
     });

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "primitives.h"
+#include "parallel.h"
 #include "torchmt/util/device.h"
 #include "vector.h"
 
@@ -334,7 +335,7 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
     const float* wp = w.data_ptr<float>();
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     float* op = out.data_ptr<float>();
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
+    parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
   } else {
     const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
     const auto* bp = b.defined() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
@@ -342,7 +343,7 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
 #if TORCHMT_X86
     if (isa >= CpuIsa::kAvx512Bf16) {
       const auto* xp = reinterpret_cast<const uint16_t*>(x_rows.data_ptr<at::BFloat16>());
-      at::parallel_for(0, N, grain,
+      parallel_for(0, N, grain,
                        [&](int64_t n0, int64_t n1) { linear_columns_bf16_pairs(xp, rows, wp, bp, K, N, n0, n1, op); });
       return out.view(out_sizes);
     }
@@ -350,7 +351,7 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
     const LinearColumns<uint16_t> columns = linear_columns_for<uint16_t>(isa);
     const at::Tensor x_fp32 = x_rows.to(at::kFloat);
     const float* xp = x_fp32.data_ptr<float>();
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
+    parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { columns(xp, rows, wp, bp, K, N, n0, n1, op); });
   }
   return out.view(out_sizes);
 }

@@ -11,6 +11,7 @@
 #include "primitives.h"
 #include "torchmt/util/device.h"
 #include "vector.h"
+#include "parallel.h"
 
 namespace torchmt::kernels {
 namespace {
@@ -205,7 +206,7 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
     for (int64_t m = 0; m < M; ++m) sparse_rows(xp + m * w.in, w, idx.data(), yp + m * w.out);
     return y;
   }
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> idx(static_cast<size_t>(w.in + 16));
     for (int64_t m = begin; m < end; ++m) many_rows(xp + m * w.in, w, idx.data(), yp + m * w.out);
   });

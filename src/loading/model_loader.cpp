@@ -71,6 +71,12 @@ Translator load_translator(const TranslatorConfig& config) {
   auto prepare = [&](Translator& translator, InferencePrecision precision) {
     // The translator's threads, not the process's: the program around the library owns those.
     if (config.threads > 0) translator.set_cpu_threads(config.threads);
+    // Packed for the kernels this translator will run (its instruction set and GEMM).
+    std::optional<RuntimeScope> kernels;
+    if (config.runtime) {
+      translator.set_runtime(*config.runtime);
+      kernels.emplace(*config.runtime);
+    }
     prepare_for_cpu_inference(translator, precision);
     if (!config.shortlist.empty())
       translator.set_shortlist(std::make_shared<const Shortlist>(

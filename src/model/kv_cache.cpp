@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+#include "../kernels/parallel.h"
 
 namespace torchmt {
 
@@ -180,7 +181,7 @@ at::Tensor append_positions(const at::Tensor& past, const at::Tensor& rows, cons
   const auto* src = static_cast<const char*>(past.data_ptr());
   auto* dst = static_cast<char*>(out.data_ptr());
   const size_t block = static_cast<size_t>(t * d) * elem;
-  at::parallel_for(0, n * groups, 16, [&](int64_t begin, int64_t end) {
+  kernels::parallel_for(0, n * groups, 16, [&](int64_t begin, int64_t end) {
     for (int64_t bg = begin; bg < end; ++bg) {
       const int64_t b = bg / groups, g = bg % groups;
       const int64_t from = idx ? idx[b] : b;

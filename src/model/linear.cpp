@@ -3,8 +3,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "../kernels/parallel.h"
 #include "../kernels/primitives.h"
-#include "torchmt/util/environment.h"
 
 namespace torchmt {
 
@@ -115,9 +115,9 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
   std::vector<QuantizableLinearImpl*> linears;
   for (const auto& child : module.modules(/*include_self=*/true))
     if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linears.push_back(linear);
-  static const bool sparse_input_enabled = env_flag("TORCHMT_SPARSE_INPUT", true);
+  const bool sparse_input_enabled = kernels::kernel_settings().sparse_input;
   // Layers are prepared on all cores at once: packing and quantizing is most of a model's load.
-  at::parallel_for(0, static_cast<int64_t>(linears.size()), 1, [&](int64_t begin, int64_t end) {
+  kernels::parallel_for(0, static_cast<int64_t>(linears.size()), 1, [&](int64_t begin, int64_t end) {
     torch::NoGradGuard no_grad;
     for (int64_t i = begin; i < end; ++i) {
       QuantizableLinearImpl* linear = linears[static_cast<size_t>(i)];

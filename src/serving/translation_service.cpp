@@ -200,6 +200,8 @@ void TranslationService::worker_loop(size_t worker) {
   // This thread's team for its operations, set once (setting it per call would clear oneDNN's
   // caches each time; translate() leaves a matching team alone).
   set_thread_team(static_cast<int>(plan_.threads_per_worker));
+  std::optional<RuntimeScope> kernels;  // the translator's kernel settings, for the steps run here
+  if (translator_.runtime()) kernels.emplace(*translator_.runtime());
   // In-flight batching: this worker's running batch and the requests it holds, by slot.
   struct Active {
     std::unique_ptr<Pending> pending;

@@ -275,6 +275,7 @@ class TrainingRun {
   const Tokenizer& tgt_tokenizer_ = tokenizers_.second;
   std::unique_ptr<TrainingCorpora> corpora_;
   std::optional<Validator> validator_;
+  std::optional<Runtime> runtime_;  // TrainHooks::runtime
   ModelConfig model_config_;
   Transformer model_{nullptr};
   std::unique_ptr<AdamOptimizer> optimizer_;
@@ -307,6 +308,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
       checkpoints_(o.out, o.keep_last),
       init_(o.init_from.empty() ? std::nullopt : std::optional<LoadedCheckpoint>(load_checkpoint(o.init_from, torch::kCPU))),
       tokenizers_(init_ ? init_tokenizers(o, *init_, spm_path_) : same_tokenizer(shared_tokenizer(o, progress_, group_.get(), spm_path_))) {
+  runtime_ = hooks.runtime;
   if (rank0_) run_lock_.emplace(o.out + "/train.lock", "run directory " + o.out);
   if (group_) progress_.line("data parallel: " + std::to_string(group_->size()) + " workers (c10d " + group_->backend() + ", " +
                              env_.master_addr + ":" + std::to_string(env_.master_port) + ")");
@@ -491,11 +493,11 @@ void TrainingRun::validate_and_save(bool validate) {
   Candidate winner = kWeights;
   std::vector<at::Tensor> best_average;  // the --average-best weights, when they win
   if (validate && validator_) {
-    const ValidationScores scores = validator_->run(model_);
+    const ValidationScores scores = validator_->run(model_, runtime_);
     std::optional<ValidationScores> ema_scores, top_scores;
     if (ema_) {
       ScopedWeights swap(ema_->params(), ema_->average());
-      ema_scores = validator_->run(model_);
+      ema_scores = validator_->run(model_, runtime_);
     }
     std::vector<at::Tensor> top_average;
     if (o_.average_best > 1 && checkpoints_.offer_top(model_, meta_, scores.bleu, o_.average_best) &&
@@ -503,7 +505,7 @@ void TrainingRun::validate_and_save(bool validate) {
       LoadedCheckpoint averaged = average_checkpoints(checkpoints_.top_paths());
       for (auto& t : unique_parameters(*averaged.model)) top_average.push_back(t.to(device_));
       ScopedWeights swap(unique_parameters(*model_), top_average);
-      top_scores = validator_->run(model_);
+      top_scores = validator_->run(model_, runtime_);
     }
     const ValidationScores* chosen = &scores;
     for (auto [candidate, s] : {std::pair{kMovingAverage, &ema_scores}, std::pair{kBestAverage, &top_scores}}) {
@@ -742,6 +744,8 @@ TrainSummary Trainer::run(const TrainHooks& hooks) {
   const int threads = training_threads(options_, DistributedEnv::from_environment());
   std::optional<ScopedThreadTeam> team;
   if (threads > 0) team.emplace(threads);
+  std::optional<RuntimeScope> kernels;  // this thread's kernels (and its parallel loops')
+  if (hooks.runtime) kernels.emplace(*hooks.runtime);
   TrainingRun run(options_, hooks);
   return run.loop();
 }

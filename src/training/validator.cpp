@@ -34,12 +34,13 @@ Validator::Validator(const std::string& src_path, const std::string& tgt_path, c
   for (int64_t i = 0; i < batcher.batches_per_epoch(); ++i) batches_.push_back(batcher.next(device));
 }
 
-ValidationScores Validator::run(Transformer& model) const {
+ValidationScores Validator::run(Transformer& model, const std::optional<Runtime>& runtime) const {
   const auto start = std::chrono::steady_clock::now();
   ValidationScores s;
   s.loss = evaluate_nll(model, batches_, device_, dtype_);
   s.ppl = std::exp(s.loss);
   Translator translator(model, src_tokenizer_, tgt_tokenizer_, device_, dtype_);
+  if (runtime) translator.set_runtime(*runtime);
   TranslationOptions options;
   options.batch_size = translate_batch_size_;
   options.search.scores = false;  // BLEU reads the texts only

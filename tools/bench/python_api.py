@@ -26,7 +26,8 @@ import json, resource, sys, time
 import torchmt
 torchmt.limit_library_isas()  # the CLI's kernels, so that int8 lines can be compared
 a = json.loads(sys.argv[1])
-torchmt.use_one_heap_arena()  # the CLI's heap policy
+if a["batch"] >= 32:
+    torchmt.use_one_heap_arena()  # the CLI's heap policy (cli_options.h)
 if a["pool"]:
     torchmt.use_cpu_tensor_pool()  # as translate --tensor-pool
 lines = open(a["src"], encoding="utf-8").read().split("\n")[:-1]

@@ -4,8 +4,10 @@
 // table gives the flags, the help, and the YAML/JSON of all of them. Light header: no
 // LibTorch, so option handling compiles fast.
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "torchmt/kernels/runtime.h"
 #include "torchmt/util/option_table.h"
 
 namespace torchmt {
@@ -64,6 +66,9 @@ struct TranslatorConfig {
   bool greedy = false;  // explicit greedy search (conflicts with beam > 1)
   TranslationOptions translation;
   std::string shortlist;  // `torchmt shortlist` table: restricts the output vocabulary per sentence
+  // The kernels' settings for this translator (kernels/runtime.h); unset: the process's (the
+  // environment table's). The CLI sets Runtime::from_environment().
+  std::optional<Runtime> runtime;
   // Throws std::invalid_argument naming the flag.
   void validate() const;
 };

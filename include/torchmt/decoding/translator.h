@@ -10,6 +10,7 @@
 // torchmt/loading/model_loader.h opens a file of either format.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,12 @@ class Translator {
   // threads share them), each with `threads_per_worker` threads inside its operations (0: the
   // CPU threads / workers). The caller's thread settings are never touched.
   void set_thread_plan(int64_t workers, int64_t threads_per_worker);
+  // The kernels' settings (instruction set, switches) of everything this translator runs, on
+  // whichever thread: its batches, its alignments, the server's steps (TranslationService),
+  // weights prepared after it is set. Unset: the process's (kernels/runtime.h). Validates
+  // (std::invalid_argument).
+  void set_runtime(const Runtime& runtime);
+  const std::optional<Runtime>& runtime() const { return runtime_; }
   // Best hypothesis text per line: the common case.
   std::vector<std::string> translate_text(const std::vector<std::string>& lines, const TranslationOptions& options);
 
@@ -150,6 +157,7 @@ class Translator {
   std::string dtype_reason_;
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
   WorkerPlan fixed_plan_{0, 0};  // set_thread_plan's (workers 0: none)
+  std::optional<Runtime> runtime_;
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
 };

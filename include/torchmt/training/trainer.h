@@ -4,8 +4,10 @@
 // inverse-square-root schedule under bf16 autocast, validates (loss + greedy BLEU), writes
 // metrics.csv / curves.svg and crash-safe checkpoints, and resumes exactly.
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "torchmt/kernels/runtime.h"
 #include "torchmt/training/train_options.h"
 
 namespace torchmt {
@@ -31,6 +33,9 @@ struct TrainHooks {
   // Each progress line the run writes to stderr (the update lines with their step, -1 for the
   // others), called from the thread that runs it.
   std::function<void(int64_t step, const std::string& line)> on_progress = {};
+  // The kernels' settings for the run's own threads and its validation (kernels/runtime.h);
+  // unset: the process's. The CLI sets Runtime::from_environment().
+  std::optional<Runtime> runtime = {};
 };
 
 class Trainer {

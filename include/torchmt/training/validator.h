@@ -2,12 +2,14 @@
 // Validation during training (fairseq's validate + BLEU scoring): the model's loss on the
 // validation pairs, and the corpus BLEU of its greedy translations of the validation
 // sources against the raw references, as `torchmt evaluate` would score them.
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "torchmt/kernels/runtime.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
@@ -32,8 +34,9 @@ class Validator {
             CorpusOptions corpus_options, int64_t batch_tokens, int64_t translate_batch_size, c10::Device device,
             c10::ScalarType dtype);
   std::string summary() const { return corpus_.stats.summary(); }
-  // Leaves `model` in train mode.
-  ValidationScores run(Transformer& model) const;
+  // Leaves `model` in train mode. `runtime`: the kernels' settings of its translation (unset:
+  // the process's).
+  ValidationScores run(Transformer& model, const std::optional<Runtime>& runtime = {}) const;
   // Higher BLEU is better; equal BLEU is broken by lower loss.
   static bool improves(const ValidationScores& scores, double best_bleu, double best_loss);
 

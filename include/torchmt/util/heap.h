@@ -20,10 +20,11 @@ void use_cpu_tensor_pool();
 
 // Puts the C heap in one arena (glibc's M_ARENA_MAX = 1) instead of one per thread that met
 // contention: a translate run's worker and OpenMP threads each kept their own arena's free pages
-// and holes (modern-small, 1,000 lines, 2 workers: int8 greedy batch 64 228 vs 271 MiB peak,
-// beam 5 261 vs 355 MiB, with the tensor pool off, at the same speed: tools/bench/DECISIONS.md).
-// Process policy: for a program that owns its process (the CLI's translate and evaluate), never
-// called by the library. Call it before threads start. No effect outside glibc.
+// and holes (modern-small, 1,000 lines, 2 workers, batch 64: int8 greedy 228 vs 271 MiB peak,
+// beam 5 261 vs 355 MiB, at about the same speed), but threads that allocate at a high rate
+// then wait on its lock (batch 1: 1.27x the time): the CLI does it for large batches only
+// (cli/cli_options.h, tools/bench/DECISIONS.md). Process policy: for a program that owns its
+// process, never called by the library. Call it before threads start. No effect outside glibc.
 void use_one_heap_arena();
 
 // Returns the pool's cached blocks (not those in use) and the free pages inside the C heap to

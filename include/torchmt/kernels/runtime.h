@@ -1,0 +1,61 @@
+#pragma once
+// What used to be process policy, as an object a program builds and hands to the library: the
+// instruction set of torchmt's CPU kernels and their switches (the environment table's
+// TORCHMT_CPU_ISA, TORCHMT_PACKED_GEMM, TORCHMT_SCREENED_ARGMAX, TORCHMT_SCREENED_BEAM,
+// TORCHMT_SPARSE_INPUT). The CLI builds one from the environment table (from_environment) and
+// hands it to the Translator (TranslatorConfig::runtime, Translator::set_runtime), and so to the
+// server, and to the trainer; a program that embeds torchmt builds its own, one per translator
+// if it likes. The thread plan is the translator's (Translator::set_thread_plan) and the
+// allocator the program's (util/heap.h): both are set where they are used.
+//
+//   Runtime rt;                     // the detected instruction set, every kernel switch on
+//   rt.cpu_isa = "avx2";
+//   translator.set_runtime(rt);     // its batches, its preparation and the server's steps run
+//                                   // under rt, on whichever thread runs them
+//
+// How it reaches the kernels: a RuntimeScope on a thread makes that thread's kernels, and the
+// helper threads of torchmt's parallel loops it starts, use it; a thread without one uses the
+// process's defaults, which are the environment table's values (read, never written).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace torchmt {
+
+struct Runtime {
+  // The kernels' instruction set: "" = the detected one; portable | avx2 | avx512 | avx512-vnni |
+  // avx512-bf16, at most what this CPU runs.
+  std::string cpu_isa;
+  // The float GEMM of packed CPU linear layers: "" = the rule table (src/kernels/packed_linear.cpp);
+  // aten (nothing packed) | mkl | onednn.
+  std::string packed_gemm;
+  // Greedy search without scores screens the output projection with an int8 copy (same tokens).
+  bool screened_argmax = true;
+  // fp32 beam search on the CPU screens the output projection (int8 logits in the tail, ~2e-4).
+  bool screened_beam = true;
+  // A ReLU feed-forward layer's second Linear skips zero inputs.
+  bool sparse_input = true;
+
+  // The environment table's values (std::invalid_argument naming the variable on a bad one).
+  static Runtime from_environment();
+  // std::invalid_argument naming the field on a value it cannot run.
+  void validate() const;
+  bool operator==(const Runtime& other) const;
+  bool operator!=(const Runtime& other) const { return !(*this == other); }
+};
+
+// While alive, the calling thread's kernels (and the helper threads of torchmt's parallel loops
+// it starts) run under `runtime`. Nestable per thread; validates (std::invalid_argument).
+class RuntimeScope {
+ public:
+  explicit RuntimeScope(const Runtime& runtime);
+  ~RuntimeScope();
+  RuntimeScope(const RuntimeScope&) = delete;
+  RuntimeScope& operator=(const RuntimeScope&) = delete;
+
+ private:
+  std::shared_ptr<const void> settings_;
+  const void* previous_;
+};
+
+}  // namespace torchmt
