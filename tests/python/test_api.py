@@ -219,6 +219,22 @@ def test_ctrl_c_interrupts_translation(trained):
     assert out.startswith("interrupted after"), out
 
 
+WITHOUT_TORCH_MODULE = r"""
+import sys, torchmt
+t = torchmt.Translator(sys.argv[1])
+print(t.translate_batch(["Ein Hund läuft."])[0].hypotheses[0])
+print("torch imported" if "torch" in sys.modules else "torch not imported", flush=True)
+"""
+
+
+def test_translates_without_importing_torchs_python_module(trained):
+    # LibTorch's libraries come with the extension; torch's Python module would cost ~100 MiB more.
+    p = run_python(WITHOUT_TORCH_MODULE, trained[0])
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert out.splitlines()[-1] == "torch not imported", out
+
+
 INTERRUPT_TRAINING = r"""
 import json, sys, torchmt
 options = json.loads(sys.argv[1])

@@ -6,17 +6,24 @@ import itertools
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-import torch as _torch  # loads LibTorch's libraries, which the compiled core links
+import importlib.metadata as _metadata
 
+try:
+    _TORCH = _metadata.version("torch")
+except _metadata.PackageNotFoundError:
+    raise ImportError("torchmt needs torch: pip install torch (the version torchmt was built against)") from None
+
+# The compiled core finds LibTorch's libraries in the installed torch (its RPATH): torch's own
+# Python module is not imported, which would cost a process about 100 MiB more.
 from . import _native
 
 __all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "__version__"]
 __version__ = _native.version
 
-if _torch.__version__.split("+")[0] != _native.torch_version:
+if _TORCH.split("+")[0] != _native.torch_version:
     raise ImportError(
-        f"torchmt was built against torch {_native.torch_version} but torch {_torch.__version__} is installed: "
+        f"torchmt was built against torch {_native.torch_version} but torch {_TORCH} is installed: "
         f"install torch=={_native.torch_version}, or build torchmt again against this torch (pip install . in its repository)"
     )
 
