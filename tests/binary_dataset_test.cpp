@@ -20,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::sample_tokenizer;
+using test::error_of;
 using test::TempDir;
 
 std::vector<int64_t> ids_of(const PairSource& s, int64_t i, bool src) {
@@ -47,15 +48,6 @@ void write_corpus(const TempDir& dir) {
   en[7] = "Stra\xdf" "e";
   write_lines(dir.file("c.de"), de);
   write_lines(dir.file("c.en"), en);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(BinaryDataset, EqualsTheInMemoryEncodingAtAnyChunkSize) {

@@ -3,7 +3,6 @@
 // of it leaks to the caller's thread or to other translators.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -20,15 +19,7 @@ namespace torchmt {
 namespace {
 
 using kernels::CpuIsa;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Runtime, ValuesItCannotRunAreOneLineErrorsNamingTheFieldOrVariable) {
   Runtime r;

@@ -1,6 +1,7 @@
 #include "cli_options.h"
 
 #include "torchmt/decoding/translation_options.h"
+#include "torchmt/loading/model_loader.h"
 #include "torchmt/util/heap.h"
 
 #include <algorithm>
@@ -117,6 +118,11 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
   }
   line.dump_config = r.count("dump-config") > 0;
   return line;
+}
+
+Translator load_cli_translator(TranslatorConfig& config) {
+  config.runtime = Runtime::from_environment();
+  return load_translator(config);
 }
 
 void use_heap_policy(const TranslationOptions& options) {

@@ -15,7 +15,9 @@
 #include "torchmt/util/option_table.h"
 
 namespace torchmt {
+class Translator;
 struct TranslationOptions;
+struct TranslatorConfig;
 }
 
 namespace torchmt::cli {
@@ -42,6 +44,10 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
 // the workers' own arenas held 40-90 MiB more at about the same speed; smaller batches allocate
 // at a high rate and wait on one arena's lock (int8 batch 1: 1.27x the time, batch 16: 1.18x).
 void use_heap_policy(const TranslationOptions& options);
+
+// load_translator(config) with the CLI's kernel settings: a Runtime from the environment table
+// (kernels/runtime.h). Throws as load_translator does (std::invalid_argument: a usage error).
+Translator load_cli_translator(TranslatorConfig& config);
 
 // Prints "PROGRAM: MESSAGE (see --help)" and returns kExitUsage.
 int usage_error(const char* program, const std::string& message);

@@ -55,11 +55,7 @@ int run_evaluate(int argc, char** argv) {
   const std::string ref_path = o->ref;
   std::unique_ptr<Translator> translator;
   if (translate_first &&
-      !check_usage(
-          [&] {
-            o->translator.runtime = Runtime::from_environment();  // the CLI's kernels: the environment table's
-            translator = std::make_unique<Translator>(load_translator(o->translator));
-          }, argv[0]))
+      !check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
     return kExitUsage;
   if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 

@@ -98,11 +98,7 @@ int run_serve(int argc, char** argv) {
     return kExitFailure;
   }
   std::unique_ptr<Translator> translator;
-  if (!check_usage(
-          [&] {
-            o->translator.runtime = Runtime::from_environment();  // the CLI's kernels: the environment table's
-            translator = std::make_unique<Translator>(load_translator(o->translator));
-          }, argv[0]))
+  if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
     return kExitUsage;
 
   ServiceMetrics metrics;

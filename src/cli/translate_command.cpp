@@ -182,11 +182,7 @@ int run_translate(int argc, char** argv) {
   // Scores are printed only in the n-best format (and `--dtype auto` measures this search).
   o->translator.translation.search.scores = o->translator.translation.search.nbest > 1;
   std::unique_ptr<Translator> translator;
-  if (!check_usage(
-          [&] {
-            o->translator.runtime = Runtime::from_environment();  // the CLI's kernels: the environment table's
-            translator = std::make_unique<Translator>(load_translator(o->translator));
-          }, argv[0]))
+  if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
     return kExitUsage;
   if (!o->attention_svg.empty() && !translator->model()) {
     std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
