@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 
 #include "../kernels/cpu_isa.h"
+#include "torchmt/util/device.h"
 #include "commands.h"
 #include "torchmt/util/environment.h"
 #include "torchmt/util/strings.h"
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     std::cerr << "torchmt: error: " << torchmt::escape_control(e.what()) << "\n";
     return kExitUsage;
   }
+  torchmt::use_shape_free_cuda_attention();  // the CLI owns its process (util/device.h)
   for (const auto& c : all_commands()) {
     if (c.name != name) continue;
     std::string program = "torchmt " + name;

@@ -89,13 +89,26 @@ using PyTranslation = std::tuple<std::vector<PyHypothesis>, std::vector<WordAlig
 
 class NativeTranslator {
  public:
+  // `runtime`: the kernels' settings that differ from the environment table's (checked for
+  // names and types by Python; values by Runtime::validate, a ValueError).
   NativeTranslator(const std::string& model, const std::string& device, const std::string& dtype,
-                   int64_t inter_threads, int64_t intra_threads, const std::string& shortlist) {
+                   int64_t inter_threads, int64_t intra_threads, const std::string& shortlist,
+                   const py::dict& runtime) {
     TranslatorConfig config;
     config.model = model;
     config.device = device;
     config.dtype = dtype;
     config.shortlist = shortlist;
+    if (!runtime.empty()) {
+      Runtime rt = Runtime::from_environment();
+      if (runtime.contains("cpu_isa")) rt.cpu_isa = runtime["cpu_isa"].cast<std::string>();
+      if (runtime.contains("packed_gemm")) rt.packed_gemm = runtime["packed_gemm"].cast<std::string>();
+      if (runtime.contains("screened_argmax")) rt.screened_argmax = runtime["screened_argmax"].cast<bool>();
+      if (runtime.contains("screened_beam")) rt.screened_beam = runtime["screened_beam"].cast<bool>();
+      if (runtime.contains("sparse_input")) rt.sparse_input = runtime["sparse_input"].cast<bool>();
+      rt.validate();
+      config.runtime = rt;
+    }
     translator_ = std::make_unique<Translator>(run_interruptible<Translator>(
         [config] { return load_translator(config); }, [] {}));
     translator_->set_thread_plan(inter_threads, intra_threads);
@@ -369,7 +382,8 @@ PYBIND11_MODULE(_native, m) {
     }
   });
   py::class_<NativeTranslator>(m, "NativeTranslator")
-      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t, const std::string&>())
+      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t, const std::string&,
+                    const py::dict&>())
       .def("translate", &NativeTranslator::translate)
       .def("detokenize_source", &NativeTranslator::detokenize_source)
       .def("detokenize_target", &NativeTranslator::detokenize_target)
@@ -383,6 +397,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("limit_library_isas", &torchmt::kernels::limit_library_isas);
   m.def("use_cpu_tensor_pool", &torchmt::use_cpu_tensor_pool);
   m.def("use_one_heap_arena", &torchmt::use_one_heap_arena);
+  m.def("use_shape_free_cuda_attention", &torchmt::use_shape_free_cuda_attention);
   m.def("train", &torchmt::python::train);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);

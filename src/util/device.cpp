@@ -16,19 +16,14 @@
 
 namespace torchmt {
 
-namespace {
-
 // SDPA's cuDNN backend builds an execution plan for every new shape. Decoding steps change
 // shape every step (the key length grows, finished rows leave the batch), and so does
 // training on length-bucketed batches: the plans cost more than the attention itself.
-// TORCHMT_CUDNN_SDPA=1 keeps it (to compare); flash / memory-efficient kernels remain.
-void prefer_shape_free_attention_kernels() {
+void use_shape_free_cuda_attention() {
 #if TORCHMT_HAS_CUDNN_SDPA
   if (!env_flag("TORCHMT_CUDNN_SDPA", false)) at::globalContext().setSDPUseCuDNN(false);
 #endif
 }
-
-}  // namespace
 
 c10::Device resolve_device(const std::string& spec, int default_index) {
   c10::Device device(c10::kCPU);
@@ -45,7 +40,6 @@ c10::Device resolve_device(const std::string& spec, int default_index) {
     if (index >= static_cast<int64_t>(torch::cuda::device_count()))
       throw std::runtime_error("device '" + spec + "' does not exist (" + std::to_string(torch::cuda::device_count()) +
                                " CUDA devices)");
-    prefer_shape_free_attention_kernels();
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   if (!device.is_cpu()) throw std::invalid_argument("unsupported device '" + spec + "'");

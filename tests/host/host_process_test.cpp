@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
@@ -24,8 +25,11 @@
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/serving/translation_service.h"
 #include "torchmt/training/trainer.h"
+#include "torchmt/util/device.h"
 
 extern char** environ;
+
+#define TORCHMT_HOST_HAS_CUDNN_SDPA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 
 namespace torchmt {
 namespace {
@@ -70,6 +74,7 @@ struct HostSettings {
   std::map<std::string, std::string> env;
   c10::Allocator* allocator;
   void (*sigint)(int);
+  bool cudnn_attention = false;  // LibTorch's global choice of SDPA backends (2.4+)
   static HostSettings now() {
     HostSettings s;
     s.threads = at::get_num_threads();
@@ -79,6 +84,9 @@ struct HostSettings {
     struct sigaction sa {};
     sigaction(SIGINT, nullptr, &sa);
     s.sigint = sa.sa_handler;
+#if TORCHMT_HOST_HAS_CUDNN_SDPA
+    s.cudnn_attention = at::globalContext().userEnabledCuDNNSDP();
+#endif
     return s;
   }
 };
@@ -89,6 +97,7 @@ void expect_same(const HostSettings& before, const HostSettings& after) {
   EXPECT_EQ(after.env, before.env) << "the environment changed";
   EXPECT_EQ(after.allocator, before.allocator) << "the CPU allocator changed";
   EXPECT_EQ(after.sigint, before.sigint) << "the SIGINT handler changed";
+  EXPECT_EQ(after.cudnn_attention, before.cudnn_attention) << "LibTorch's attention backends changed";
 }
 
 // The environment the process started with (the kernel's copy, which setenv does not touch).
@@ -106,6 +115,16 @@ std::map<std::string, std::string> initial_environment() {
 TEST(HostProcessStart, TheEnvironmentIsTheOneTheProgramStartedWith) {
   ASSERT_TRUE(std::ifstream("/proc/self/environ").good()) << "no /proc";
   EXPECT_EQ(environment(), initial_environment());
+}
+
+// The CLI turns cuDNN's attention off for its process (util/device.h); the library, resolving a
+// GPU for a translator or a training run, leaves the program's choice alone.
+TEST(HostProcessStart, ResolvingAGpuLeavesLibTorchsAttentionBackends) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const HostSettings before = HostSettings::now();
+  EXPECT_TRUE(resolve_device("cuda").is_cuda());
+  EXPECT_TRUE(resolve_device("auto").is_cuda());
+  expect_same(before, HostSettings::now());
 }
 
 class HostProcess : public ::testing::Test {

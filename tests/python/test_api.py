@@ -189,6 +189,26 @@ def test_threads_share_the_translator_and_leave_the_host_alone(trained, sample):
     assert signal.getsignal(signal.SIGINT) is handler
 
 
+def test_each_translator_runs_under_its_own_runtime(trained, sample):
+    model, lines = trained[0], sample[0][:30]
+    default = torchmt.Translator(model, compute_type="float32")
+    # The screen and the sparse input change the arithmetic, never the tokens (kernels/runtime.h).
+    plain = torchmt.Translator(model, compute_type="float32",
+                               runtime={"screened_argmax": False, "sparse_input": False, "packed_gemm": "aten"})
+    expected = [r.hypotheses[0] for r in default.translate_batch(lines, max_batch_size=8)]
+    assert [r.hypotheses[0] for r in plain.translate_batch(lines, max_batch_size=8)] == expected
+    portable = torchmt.Translator(model, compute_type="float32", runtime={"cpu_isa": "portable"})
+    assert len(portable.translate_batch(lines[:3])) == 3
+    with pytest.raises(ValueError, match="no setting 'threads'"):
+        torchmt.Translator(model, runtime={"threads": 2})
+    with pytest.raises(TypeError, match="screened_beam.*bool"):
+        torchmt.Translator(model, runtime={"screened_beam": "no"})
+    with pytest.raises(ValueError, match="avx9"):
+        torchmt.Translator(model, runtime={"cpu_isa": "avx9"})
+    with pytest.raises(ValueError, match="packed_gemm"):
+        torchmt.Translator(model, runtime={"packed_gemm": "blas"})
+
+
 INTERRUPT_TRANSLATION = r"""
 import sys, torchmt
 translator = torchmt.Translator(sys.argv[1], compute_type="float32")

@@ -31,6 +31,7 @@
 #include "torchmt/decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
+#include "torchmt/util/device.h"
 #include "kernels/cpu_isa.h"
 
 using namespace torchmt;
@@ -330,6 +331,7 @@ void paragraphs_report(Translator& translator, const std::vector<std::string>& l
 
 int main(int argc, char** argv) {
   torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
+  torchmt::use_shape_free_cuda_attention();
   cxxopts::Options options("bench_alignment", "word alignments, tag placement and paragraphs, measured");
   options.add_options()("m,model", "checkpoint", cxxopts::value<std::string>())(
       "gold", "hand alignments: source TAB reference TAB pairs", cxxopts::value<std::string>()->default_value(""))(

@@ -29,6 +29,7 @@
 #include "torchmt/data/text_file.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/io/checkpoint.h"
+#include "torchmt/util/device.h"
 #include "kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;
@@ -195,6 +196,7 @@ static int run(int argc, char** argv) {
 // std::terminate.
 int main(int argc, char** argv) {
   torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
+  torchmt::use_shape_free_cuda_attention();
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

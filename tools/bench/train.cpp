@@ -192,6 +192,7 @@ Measured run_python(const std::string& script, const std::string& blob, const st
 
 int main(int argc, char** argv) {
   torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
+  torchmt::use_shape_free_cuda_attention();
   cxxopts::Options options("bench_train", "Training throughput: torchmt vs the Python reference model.");
   options.add_options()("src", "training source", cxxopts::value<std::string>()->default_value("data/multi30k/train.de.gz"))(
       "tgt", "training target", cxxopts::value<std::string>()->default_value("data/multi30k/train.en.gz"))(

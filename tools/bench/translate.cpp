@@ -192,6 +192,7 @@ std::string fmt(double v, int precision) {
 
 int main(int argc, char** argv) {
   torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
+  torchmt::use_shape_free_cuda_attention();
   cxxopts::Options options("bench_translate",
                            "Decoding speed: greedy / beam, batch sizes, fp32 / bf16, KV cache vs recomputation, "
                            "vs the Python reference model.");

@@ -5,8 +5,9 @@
 // TORCHMT_SPARSE_INPUT). The CLI builds one from the environment table (from_environment) and
 // hands it to the Translator (TranslatorConfig::runtime, Translator::set_runtime), and so to the
 // server, and to the trainer; a program that embeds torchmt builds its own, one per translator
-// if it likes. The thread plan is the translator's (Translator::set_thread_plan) and the
-// allocator the program's (util/heap.h): both are set where they are used.
+// if it likes. The thread plan is the translator's (Translator::set_thread_plan); what can only
+// be process-wide is the program's to ask for: the allocator (util/heap.h), LibTorch's GPU
+// attention backends (use_shape_free_cuda_attention, util/device.h) and ISAs (limit_library_isas).
 //
 //   Runtime rt;                     // the detected instruction set, every kernel switch on
 //   rt.cpu_isa = "avx2";

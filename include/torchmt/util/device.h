@@ -11,8 +11,12 @@ namespace torchmt {
 // for a malformed spec or a CUDA device that this machine does not have.
 // `default_index`: the GPU that "auto" and "cuda" (no index) mean: a data-parallel worker's
 // LOCAL_RANK, one GPU per worker.
-// Resolving a CUDA device also turns off SDPA's cuDNN backend (per-shape plans: device.cpp).
 c10::Device resolve_device(const std::string& spec, int default_index = 0);
+
+// Process policy for the program that owns the process (the CLI calls it first thing; the
+// library never does, so an embedding program keeps its own ATen setting): turns off SDPA's
+// cuDNN backend on GPUs, whose per-shape plans make decoding slow, unless TORCHMT_CUDNN_SDPA=1.
+void use_shape_free_cuda_attention();
 
 // "fp32", "bf16", "fp16" or "auto" (bf16 where the device computes it natively: CUDA, or
 // a CPU with AMX / AVX512-BF16; fp32 otherwise). This is only the starting guess: the

@@ -18,7 +18,8 @@ except _metadata.PackageNotFoundError:
 from . import _native
 
 __all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
-           "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "__version__"]
+           "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
+           "__version__"]
 __version__ = _native.version
 
 if _TORCH.split("+")[0] != _native.torch_version:
@@ -128,6 +129,11 @@ class Translator:
             them).
         intra_threads: threads inside each batch's operations; 0: the cores / inter_threads.
         shortlist: a ``torchmt shortlist`` table restricting each sentence's output vocabulary.
+        runtime: this translator's CPU kernel settings where they differ from the environment
+            table's (``TORCHMT_CPU_ISA`` ...): ``cpu_isa`` (``"portable"``, ``"avx2"``,
+            ``"avx512"``, ``"avx512-vnni"``, ``"avx512-bf16"``), ``packed_gemm`` (``"aten"``,
+            ``"mkl"``, ``"onednn"``), ``screened_argmax``, ``screened_beam``, ``sparse_input``
+            (bools). Each translator runs under its own, on whichever thread calls it.
 
     The program's own settings (``torch.set_num_threads``, environment, allocator, signal
     handlers) are never changed.
@@ -142,6 +148,7 @@ class Translator:
         intra_threads: int = 0,
         device_index: int = 0,
         shortlist: Optional[Union[str, os.PathLike]] = None,
+        runtime: Optional[Dict[str, Union[str, bool]]] = None,
     ):
         path = _existing_file(model_path, "model")
         if not isinstance(device, str) or not (device in ("cpu", "auto") or device.startswith("cuda")):
@@ -155,7 +162,7 @@ class Translator:
             device = f"cuda:{device_index}"
         table = _existing_file(shortlist, "shortlist") if shortlist is not None else ""
         self._native = _native.NativeTranslator(path, device, _COMPUTE_TYPES[compute_type], inter_threads,
-                                                intra_threads, table)
+                                                intra_threads, table, _runtime_settings(runtime))
         self.model_path = path
 
     @property
@@ -381,6 +388,24 @@ class Translator:
         return out
 
 
+_RUNTIME_FIELDS = {"cpu_isa": str, "packed_gemm": str, "screened_argmax": bool, "screened_beam": bool,
+                   "sparse_input": bool}
+
+
+def _runtime_settings(runtime) -> Dict[str, Union[str, bool]]:
+    if runtime is None:
+        return {}
+    if not isinstance(runtime, dict):
+        raise TypeError(f"runtime must be a dict of kernel settings, not {type(runtime).__name__}")
+    for key, value in runtime.items():
+        if key not in _RUNTIME_FIELDS:
+            raise ValueError(f"runtime has no setting {key!r} (settings: {', '.join(_RUNTIME_FIELDS)})")
+        if not isinstance(value, _RUNTIME_FIELDS[key]):
+            raise TypeError(f"runtime[{key!r}] must be a {_RUNTIME_FIELDS[key].__name__}, "
+                            f"not {type(value).__name__}")
+    return dict(runtime)
+
+
 def _length(value) -> str:
     try:
         return str(len(value))
@@ -415,6 +440,14 @@ def use_one_heap_arena() -> None:
     changes the whole process's allocator policy, so torchmt never calls it itself; call it before
     threads start. No effect outside glibc."""
     _native.use_one_heap_arena()
+
+
+def use_shape_free_cuda_attention() -> None:
+    """Turns off the cuDNN backend of LibTorch's attention on GPUs, as the ``torchmt`` command
+    does: it plans every new shape anew, and decoding changes shape every step (flash and
+    memory-efficient attention remain). It changes the process's LibTorch setting, so torchmt never
+    calls it itself; ``TORCHMT_CUDNN_SDPA=1`` makes it do nothing."""
+    _native.use_shape_free_cuda_attention()
 
 
 def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
@@ -480,6 +513,6 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 # What help() and repr() name: the package, not this module.
 for _public in (Translator, TranslationResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
-                use_cpu_tensor_pool, use_one_heap_arena):
+                use_cpu_tensor_pool, use_one_heap_arena, use_shape_free_cuda_attention):
     _public.__module__ = "torchmt"
 del _public
