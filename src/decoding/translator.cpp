@@ -13,6 +13,7 @@
 
 #include "torchmt/data/shortlist.h"
 #include "torchmt/data/special_ids.h"
+#include "torchmt/decoding/forced_decoding.h"
 #include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/model/linear.h"
 #include "torchmt/model/masks.h"
@@ -123,29 +124,11 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     sources[i] = encode_source(lines[i], &out[i].truncated);
     order.push_back(i);
   }
-  // Longest first: similar lengths share a batch, memory peaks early, and the workers take the
-  // slowest batches first, so none is left alone with a long one at the end.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
-  std::vector<std::pair<size_t, size_t>> batches;  // [begin, end) ranges of `order`
-  for (size_t begin = 0; begin < order.size();) {
-    const int64_t longest = static_cast<int64_t>(sources[order[begin]].size());
-    size_t end = begin;
-    while (end < order.size()) {
-      const auto rows = static_cast<int64_t>(end - begin + 1);
-      if (options.batch_source_tokens > 0 ? rows * longest > options.batch_source_tokens && end > begin
-                                          : rows > std::max<int64_t>(1, options.batch_size))
-        break;
-      ++end;
-    }
-    batches.emplace_back(begin, end);
-    begin = end;
-  }
-
+  const auto batches = make_batches(sources, order, options);
   if (done && order.size() < lines.size()) done(static_cast<int64_t>(lines.size() - order.size()));  // blank lines
   const SearchOptions search = search_options(options);
-  auto run_batch = [&](IncrementalDecoder& decoder, const std::pair<size_t, size_t>& batch) {
-    const auto [begin, end] = batch;
+  run_batches(options, batches.size(), [&](IncrementalDecoder& decoder, size_t b) {
+    const auto [begin, end] = batches[b];
     std::vector<const std::vector<int64_t>*> rows;
     Steering steer_rows;
     const bool steered = !steering.empty() || shortlist_ || search.sampling();
@@ -164,9 +147,39 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       finish(t);
     }
     if (done) done(static_cast<int64_t>(end - begin));
-  };
+  });
+  for (auto& t : out)
+    if (t.texts.empty()) finish(t);  // the blank lines
+  return out;
+}
 
-  const WorkerPlan plan = plan_workers(options, batches.size());
+std::vector<std::pair<size_t, size_t>> Translator::make_batches(const std::vector<std::vector<int64_t>>& sources,
+                                                                std::vector<size_t>& order,
+                                                                const TranslationOptions& options) {
+  // Longest first: similar lengths share a batch, memory peaks early, and the workers take the
+  // slowest batches first, so none is left alone with a long one at the end.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
+  std::vector<std::pair<size_t, size_t>> batches;  // [begin, end) ranges of `order`
+  for (size_t begin = 0; begin < order.size();) {
+    const int64_t longest = static_cast<int64_t>(sources[order[begin]].size());
+    size_t end = begin;
+    while (end < order.size()) {
+      const auto rows = static_cast<int64_t>(end - begin + 1);
+      if (options.batch_source_tokens > 0 ? rows * longest > options.batch_source_tokens && end > begin
+                                          : rows > std::max<int64_t>(1, options.batch_size))
+        break;
+      ++end;
+    }
+    batches.emplace_back(begin, end);
+    begin = end;
+  }
+  return batches;
+}
+
+void Translator::run_batches(const TranslationOptions& options, size_t batches,
+                             const std::function<void(IncrementalDecoder&, size_t)>& run_batch) {
+  const WorkerPlan plan = plan_workers(options, batches);
   // Decoders are made here, one per worker, not in the workers: making one may touch the
   // shared model (eval() of a model in training mode), which must not happen from two threads
   // at once.
@@ -196,7 +209,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       AutocastGuard autocast(device_, dtype_);
       std::optional<RuntimeScope> kernels;
       if (runtime_) kernels.emplace(*runtime_);
-      for (size_t b; !failed && (b = next++) < batches.size();) run_batch(decoder, batches[b]);
+      for (size_t b; !failed && (b = next++) < batches;) run_batch(decoder, b);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
@@ -210,8 +223,61 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     pool_->run(plan.workers, [&](int64_t w) { work(*decoders[static_cast<size_t>(w)], true); });
   }
   if (error) std::rethrow_exception(error);
-  for (auto& t : out)
-    if (t.texts.empty()) finish(t);  // the blank lines
+}
+
+std::vector<PairScore> Translator::score(const std::vector<std::string>& sources,
+                                         const std::vector<std::string>& targets, const TranslationOptions& options,
+                                         const std::function<void(int64_t)>& done) {
+  std::vector<std::vector<int64_t>> ids;
+  ids.reserve(targets.size());
+  for (const auto& t : targets) ids.push_back(tgt_tok_.encode(t));
+  return score_tokens(sources, std::move(ids), options, done);
+}
+
+std::vector<PairScore> Translator::score_tokens(const std::vector<std::string>& sources_text,
+                                                std::vector<std::vector<int64_t>> targets,
+                                                const TranslationOptions& options,
+                                                const std::function<void(int64_t)>& done) {
+  if (sources_text.size() != targets.size())
+    throw std::invalid_argument("score: " + std::to_string(sources_text.size()) + " sources for " +
+                                std::to_string(targets.size()) + " targets");
+  std::vector<PairScore> out(sources_text.size());
+  std::vector<std::vector<int64_t>> sources(sources_text.size());
+  std::vector<size_t> order(sources_text.size());
+  for (size_t i = 0; i < sources_text.size(); ++i) {
+    sources[i] = encode_source(sources_text[i], &out[i].truncated);
+    PairScore& p = out[i];
+    p.tokens = std::move(targets[i]);
+    for (int64_t id : p.tokens)
+      if (id < 0 || id >= config_.tgt_vocab_size || id == config_.eos_id || id == config_.bos_id || id == config_.pad_id)
+        throw std::invalid_argument("score: target " + std::to_string(i) + " holds token " + std::to_string(id) +
+                                    ", not a piece of the model's " + std::to_string(config_.tgt_vocab_size) +
+                                    "-piece target vocabulary");
+    // The model's output holds at most max_positions - 1 tokens before its eos.
+    if (static_cast<int64_t>(p.tokens.size()) >= config_.max_positions) {
+      p.tokens.resize(static_cast<size_t>(config_.max_positions - 1));
+      p.truncated = true;
+    }
+    order[i] = i;
+  }
+  const auto batches = make_batches(sources, order, options);
+  const SearchOptions search = search_options(options);
+  run_batches(options, batches.size(), [&](IncrementalDecoder& decoder, size_t b) {
+    const auto [begin, end] = batches[b];
+    std::vector<const std::vector<int64_t>*> rows, targets;
+    for (size_t r = begin; r < end; ++r) {
+      rows.push_back(&sources[order[r]]);
+      targets.push_back(&out[order[r]].tokens);
+    }
+    auto scored = force_decode(decoder, source_batch(rows), targets, search.bos_id, search.eos_id);
+    for (size_t r = begin; r < end; ++r) {
+      PairScore& p = out[order[r]];
+      p.log_probs = std::move(scored[r - begin]);
+      p.log_prob = sum_log_probs(p.log_probs);
+      p.score = p.log_prob / length_penalty(static_cast<int64_t>(p.log_probs.size()), search.length_penalty);
+    }
+    if (done) done(static_cast<int64_t>(end - begin));
+  });
   return out;
 }
 

@@ -173,6 +173,35 @@ class NativeTranslator {
         [cancel] { cancel->store(true); });
   }
 
+  // Forced decoding of (source, target) texts: per pair its pieces (then "</s>"), their
+  // log-probabilities, the sum, the length-normalised score and whether it was cut.
+  using PyScore = std::tuple<std::vector<std::string>, std::vector<float>, double, double, bool>;
+  std::vector<PyScore> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                             const py::dict& settings) {
+    TranslationOptions options;
+    options.search.length_penalty = settings["length_penalty"].cast<double>();
+    options.batch_size = settings["max_batch_size"].cast<int64_t>();
+    options.batch_source_tokens = settings["batch_source_tokens"].cast<int64_t>();
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    Translator& translator = *translator_;
+    return run_interruptible<std::vector<PyScore>>(
+        [&translator, &sources, &targets, options, cancel] {
+          auto scores = translator.score(sources, targets, options, [cancel](int64_t) {
+            if (cancel->load()) throw Cancelled();
+          });
+          std::vector<PyScore> out;
+          out.reserve(scores.size());
+          for (auto& s : scores) {
+            std::vector<std::string> pieces;
+            for (int64_t id : s.tokens) pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
+            pieces.emplace_back("</s>");
+            out.emplace_back(std::move(pieces), std::move(s.log_probs), s.log_prob, s.score, s.truncated);
+          }
+          return out;
+        },
+        [cancel] { cancel->store(true); });
+  }
+
   // Pieces of the source vocabulary back to text (token input, CTranslate2's form).
   std::string detokenize_source(const std::vector<std::string>& pieces) const { return detokenize(translator_->src_tokenizer(), pieces); }
   std::string detokenize_target(const std::vector<std::string>& pieces) const { return detokenize(translator_->tgt_tokenizer(), pieces); }
@@ -385,6 +414,7 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t, const std::string&,
                     const py::dict&>())
       .def("translate", &NativeTranslator::translate)
+      .def("score", &NativeTranslator::score)
       .def("detokenize_source", &NativeTranslator::detokenize_source)
       .def("detokenize_target", &NativeTranslator::detokenize_target)
       .def("tokenize_source", &NativeTranslator::tokenize_source)

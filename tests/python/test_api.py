@@ -116,6 +116,38 @@ def test_generate_tokens_streams_translate_batchs_tokens(trained, sample):
         next(translator.generate_tokens("gut", seed="5"))
 
 
+def test_score_batch_scores_translations_as_translate_batch_scored_them(trained, binary, sample, tmp_path):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    lines = sample[0][:20]
+    results = translator.translate_batch(lines, beam_size=3, num_hypotheses=3, return_scores=True)
+    sources = [line for line, r in zip(lines, results) for _ in r.hypotheses]
+    targets = [h for r in results for h in r.hypotheses]
+    scores = [s for r in results for s in r.scores]
+    scored = translator.score_batch(sources, targets, max_batch_size=7)
+    assert len(scored) == len(targets)
+    # A text that tokenizes back to its hypothesis's pieces scores as the search scored it.
+    close = sum(abs(s.score - want) <= 1e-4 * (1 + abs(want)) for s, want in zip(scored, scores))
+    assert close >= len(scores) * 0.9
+    for s in scored:
+        assert s.tokens[-1] == "</s>" and len(s.tokens) == len(s.log_probs)
+        assert abs(sum(s.log_probs) - s.log_prob) < 1e-3 and not s.truncated
+    # Token lists in (CTranslate2's form), and the CLI's TSV: the same scores.
+    pieces = translator.score_batch([translator.tokenize(x) for x in sources[:6]],
+                                    [s.tokens[:-1] for s in scored[:6]])
+    assert all(abs(p.score - s.score) < 1e-4 for p, s in zip(pieces, scored[:6]))
+    (tmp_path / "src.de").write_text("".join(x + "\n" for x in sources), encoding="utf-8")
+    (tmp_path / "tgt.en").write_text("".join(x + "\n" for x in targets), encoding="utf-8")
+    out = subprocess.run([binary, "score", "-m", trained[0], "--dtype", "fp32", "-q", "--src", str(tmp_path / "src.de"),
+                          "--tgt", str(tmp_path / "tgt.en")], capture_output=True, text=True, check=True).stdout
+    cli = [float(row.split("\t")[0]) for row in out.splitlines()]
+    same_batches = translator.score_batch(sources, targets)  # the command's batch size
+    assert len(cli) == len(scored) and all(abs(c - s.score) < 2e-6 for c, s in zip(cli, same_batches))
+    with pytest.raises(ValueError, match="one entry per source"):
+        translator.score_batch(sources[:2], targets[:1])
+    with pytest.raises(ValueError, match=r"target\[0\].*UTF-8"):
+        translator.score_batch(["gut"], ["bad \udcff"])
+
+
 def test_alignments(trained, sample):
     translator = torchmt.Translator(trained[0], compute_type="float32")
     results = translator.translate_batch(sample[0][:5], return_alignments=True, beam_size=2, num_hypotheses=2)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -42,6 +43,15 @@ struct Translation {
   bool truncated = false;              // source longer than the model accepts
 };
 
+// A given target's log-probability under the model (Translator::score).
+struct PairScore {
+  std::vector<int64_t> tokens;  // the target's pieces (ids), without eos
+  std::vector<float> log_probs;  // one per token, then eos's
+  double log_prob = 0.0;         // their sum, as beam search sums a hypothesis's
+  double score = 0.0;            // log_prob / the search's length penalty, as translate() scores
+  bool truncated = false;        // source or target longer than the model accepts (cut)
+};
+
 // How translate() runs its batches: `workers` threads each decode whole batches (each with
 // its own decoder and cache), each with `threads_per_worker` threads inside its operations
 // (CTranslate2's inter_threads x intra_threads).
@@ -69,6 +79,18 @@ class Translator {
   std::vector<Translation> translate(const std::vector<std::string>& lines, const TranslationOptions& options,
                                      const std::function<void(int64_t)>& done = {},
                                      const std::vector<LineSteering>& steering = {});
+  // Forced decoding of given pairs (CTranslate2's score_batch, fairseq's --score-reference):
+  // line i's target scored as a translation of source line i, batched and on the workers as
+  // translate() runs; options.search.length_penalty normalises `score`. The score of a
+  // hypothesis translate() found equals the score it reported. std::invalid_argument when the
+  // counts differ.
+  std::vector<PairScore> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+                               const TranslationOptions& options, const std::function<void(int64_t)>& done = {});
+  // The same for targets given as ids of the target vocabulary (without bos or eos): a
+  // hypothesis's own pieces, which its text may not tokenize back to.
+  std::vector<PairScore> score_tokens(const std::vector<std::string>& sources,
+                                      std::vector<std::vector<int64_t>> targets, const TranslationOptions& options,
+                                      const std::function<void(int64_t)>& done = {});
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
   // one worker. Under set_thread_plan, at most its workers.
@@ -148,6 +170,16 @@ class Translator {
   std::string precision_name() const;
 
  private:
+  // Lines sorted longest source first (`order`, sorted here) and cut into batches of
+  // options.batch_size lines or batch_source_tokens: [begin, end) ranges of `order`.
+  static std::vector<std::pair<size_t, size_t>> make_batches(const std::vector<std::vector<int64_t>>& sources,
+                                                             std::vector<size_t>& order,
+                                                             const TranslationOptions& options);
+  // run_batch(decoder, b) for every b < batches, on the plan's workers (each its own decoder),
+  // under the translator's runtime, dtype and inference mode; the first error is rethrown.
+  void run_batches(const TranslationOptions& options, size_t batches,
+                   const std::function<void(IncrementalDecoder&, size_t)>& run_batch);
+
   Transformer model_{nullptr};
   DecoderFactory make_decoder_;
   ModelConfig config_;

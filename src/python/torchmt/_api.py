@@ -17,7 +17,7 @@ except _metadata.PackageNotFoundError:
 # Python module is not imported, which would cost a process about 100 MiB more.
 from . import _native
 
-__all__ = ["Translator", "TranslationResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
+__all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
            "__version__"]
 __version__ = _native.version
@@ -100,6 +100,22 @@ class TranslationResult:
 
     def __repr__(self) -> str:
         return f"TranslationResult(hypotheses={self.hypotheses!r}, scores={self.scores!r})"
+
+
+class ScoringResult:
+    """The score of one (source, target) pair (CTranslate2's ``ScoringResult``): the target's
+    ``tokens`` (its pieces, then ``"</s>"``) with one log-probability each in ``log_probs``, their
+    sum ``log_prob``, ``score`` (length-normalised as translate_batch scores a hypothesis), and
+    ``truncated`` (a side longer than the model accepts, cut before scoring)."""
+
+    __slots__ = ("tokens", "log_probs", "log_prob", "score", "truncated")
+
+    def __init__(self, tokens, log_probs, log_prob, score, truncated):
+        self.tokens, self.log_probs, self.log_prob, self.score, self.truncated = (
+            tokens, log_probs, log_prob, score, truncated)
+
+    def __repr__(self) -> str:
+        return f"ScoringResult(tokens={self.tokens!r}, log_probs={self.log_probs!r}, score={self.score:.4f})"
 
 
 class GenerationStepResult:
@@ -254,6 +270,33 @@ class Translator:
                 )
             )
         return results
+
+    def score_batch(
+        self,
+        source: Sequence[Union[str, Sequence[str]]],
+        target: Sequence[Union[str, Sequence[str]]],
+        *,
+        max_batch_size: int = 64,
+        batch_type: str = "examples",
+        length_penalty: float = 0.6,
+    ) -> List[ScoringResult]:
+        """Scores given translations (forced decoding, CTranslate2's ``score_batch``): how
+        probable the model finds ``target[i]`` as the translation of ``source[i]``; one
+        ScoringResult per pair, in order. Sources and targets are strings or token lists (pieces,
+        joined and tokenized again by the model's vocabulary). A hypothesis that translate_batch
+        returned scores as it scored it (``score``, with the same ``length_penalty``), as
+        ``torchmt score`` does. Batched as translate_batch (``max_batch_size``, ``batch_type``)."""
+        tokens_in, lines = self._source_lines(source)
+        if isinstance(target, (str, bytes)) or not isinstance(target, Sequence):
+            raise TypeError(f"target must be a list of strings or of token lists, not {type(target).__name__}")
+        targets = self._per_source("target", target, len(lines), tokens_in)
+        if targets is None or any(t is None for t in target):
+            raise ValueError("target must hold one translation per source (no None)")
+        settings = self._settings(beam_size=1, num_hypotheses=1, length_penalty=length_penalty, max_decoding_length=1,
+                                  max_len_a=0.0, max_len_b=0, early_exit=False, return_scores=True, sampling_topk=1,
+                                  sampling_topp=1.0, sampling_temperature=1.0, seed=1, max_batch_size=max_batch_size,
+                                  batch_type=batch_type, first_line=0)
+        return [ScoringResult(*s) for s in self._native.score(lines, targets, settings)]
 
     def translate_iterable(
         self,
@@ -512,7 +555,7 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 
 # What help() and repr() name: the package, not this module.
-for _public in (Translator, TranslationResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
+for _public in (Translator, TranslationResult, ScoringResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
                 use_cpu_tensor_pool, use_one_heap_arena, use_shape_free_cuda_attention):
     _public.__module__ = "torchmt"
 del _public
