@@ -537,11 +537,24 @@ std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
   constexpr float range = 127.f;
   auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
-  auto amax = w.abs().amax(1);                                             // [out]
-  amax.masked_fill_(amax == 0, range);
-  amax.clamp_min_(range / FLT_MAX);
-  auto inverse = torch::full_like(amax, range) / amax;
-  auto q = (w * inverse.unsqueeze(1)).round().to(torch::kChar);  // round: half to even, as rint
+  const int64_t out = w.size(0), in = w.size(1);
+  auto q = torch::empty({out, in}, torch::kChar);
+  auto inverse = torch::empty({out}, torch::kFloat);
+  // Row by row, no whole-weight temporaries: a vocabulary projection's four fp32 copies (33 MB
+  // each at 16,000 x 512) stayed in a helper thread's heap arena after the load.
+  const float* wd = w.data_ptr<float>();
+  int8_t* qd = q.data_ptr<int8_t>();
+  float* inv = inverse.data_ptr<float>();
+  for (int64_t r = 0; r < out; ++r) {
+    const float* row = wd + r * in;
+    float amax = 0.f;
+    for (int64_t k = 0; k < in; ++k) amax = std::max(amax, std::fabs(row[k]));
+    if (amax == 0.f) amax = range;
+    amax = std::max(amax, range / FLT_MAX);
+    inv[r] = range / amax;
+    for (int64_t k = 0; k < in; ++k)
+      qd[r * in + k] = static_cast<int8_t>(std::nearbyint(row[k] * inv[r]));  // half to even, as ATen's round
+  }
   return {q, inverse};
 }
 

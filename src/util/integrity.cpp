@@ -137,7 +137,8 @@ std::string seal_zip(std::string archive) {
   return archive + seal;
 }
 
-Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path) {
+Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path,
+                     const std::function<void(std::string_view)>& checked) {
   const auto damaged = [&](const std::string& reason) {
     return DamagedFileError(what + " " + path + " is damaged: " + reason);
   };
@@ -149,7 +150,15 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
       read_u16(archive, end + 20) == kSealLength && archive.substr(end + kEndRecord, sizeof(kSealPrefix) - 1) ==
       kSealPrefix) {
     const std::string stored(archive.substr(end + kEndRecord));
-    const std::string computed = seal_of(crc32c(archive.substr(0, end + 20)));
+    uint32_t crc = 0;
+    const std::string_view sealed = archive.substr(0, end + 20);
+    constexpr size_t kChunk = size_t{4} << 20;
+    for (size_t at = 0; at < sealed.size(); at += kChunk) {
+      const std::string_view chunk = sealed.substr(at, kChunk);
+      crc = crc32c(chunk, crc);
+      if (checked) checked(chunk);
+    }
+    const std::string computed = seal_of(crc);
     if (stored != computed)
       throw damaged("checksum mismatch (stored " + escape_control(stored.substr(sizeof(kSealPrefix) - 1)) + ", computed " +
                     computed.substr(sizeof(kSealPrefix) - 1) + ")");
@@ -169,8 +178,9 @@ Seal verify_zip_seal(std::string_view archive, const std::string& what, const st
   throw damaged("corrupt or truncated (no end of archive)");
 }
 
-void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path) {
-  if (verify_zip_seal(archive, what, path) == Seal::kAbsent)
+void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path,
+                    const std::function<void(std::string_view)>& checked) {
+  if (verify_zip_seal(archive, what, path, checked) == Seal::kAbsent)
     throw std::runtime_error(what + " " + path + " carries no checksum (written by torchmt 0.2 or earlier): " +
                              "`torchmt seal " + path + "` checks that it loads and adds one");
 }

@@ -5,7 +5,12 @@ processes of its own, alternated round by round.
 
     python3 tools/bench/python_api.py -m runs/quickstart/checkpoint_best.pt \
         [--src data/multi30k/test_2016_flickr.de.gz] [--binary build/torchmt] [--rounds 2] \
-        [--beams 1,5] [--batch-sizes 64,1] [--dtypes fp32,int8] [--settings 2x1,1x2]
+        [--beams 1,5] [--batch-sizes 64,1] [--dtypes fp32,int8] [--settings 2x1,1x2] \
+        [--sentences N] [--fixed-length L] [--engines py,cli,ct2]
+
+--fixed-length L decodes every sentence up to L tokens in every engine (no a * source + b limit),
+as bench_translate --fixed-length does: an undertrained model's looping lines then cost all
+engines alike (the base-size memory rows).
 
 For every row (search x batch x precision) it prints each engine's decoding seconds (loading
 excluded; the best worker setting of the best round), its whole process's peak RSS, the ratios
@@ -19,6 +24,7 @@ import os
 import platform
 import subprocess
 import sys
+import shutil
 import tempfile
 
 PY_TORCHMT = r"""
@@ -34,6 +40,8 @@ lines = open(a["src"], encoding="utf-8").read().split("\n")[:-1]
 compute = {"fp32": "float32", "int8": "int8"}[a["dtype"]]
 t = torchmt.Translator(a["model"], compute_type=compute, inter_threads=a["workers"], intra_threads=a["threads"])
 options = dict(beam_size=a["beam"], max_batch_size=a["batch"], length_penalty=0.6)
+if a["fixed_length"]:
+    options.update(max_len_a=0.0, max_len_b=a["fixed_length"], max_decoding_length=a["fixed_length"])
 t.translate_batch(lines[:4], **options)  # warm-up
 start = time.perf_counter()
 results = t.translate_batch(lines, **options)
@@ -53,7 +61,7 @@ compute = {"fp32": "float32", "int8": "int8_float32"}[a["dtype"]]
 t = ctranslate2.Translator(a["model"], device="cpu", compute_type=compute, inter_threads=a["workers"],
                            intra_threads=a["threads"])
 options = dict(beam_size=a["beam"], max_batch_size=a["batch"], batch_type="examples", length_penalty=0.6,
-               max_decoding_length=256)
+               max_decoding_length=a["fixed_length"] or 256)
 t.translate_batch([sp.encode(l, out_type=str) for l in lines[:4]], **options)  # warm-up
 start = time.perf_counter()
 results = t.translate_batch([sp.encode(l, out_type=str) for l in lines], **options)
@@ -97,6 +105,9 @@ def main():
     p.add_argument("--batch-sizes", default="64,1")
     p.add_argument("--dtypes", default="fp32,int8")
     p.add_argument("--settings", default="2x1,1x2", help="WORKERSxTHREADS,...: each engine gets its best")
+    p.add_argument("--sentences", type=int, default=0, help="the first N sentences of --src (0: all)")
+    p.add_argument("--fixed-length", type=int, default=0, help="every engine decodes up to L tokens (0: natural limits)")
+    p.add_argument("--engines", default="py,cli,ct2", help="a subset of py,cli,ct2")
     p.add_argument("--pool", action="store_true",
                    help="torchmt's tensor pool in the Python API (use_cpu_tensor_pool()) and the CLI (--tensor-pool)")
     a = p.parse_args()
@@ -104,11 +115,24 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"python_api: {what} {path}: no such file")
     settings = [tuple(int(x) for x in s.split("x")) for s in a.settings.split(",")]
+    engines = a.engines.split(",")
+    if not engines or any(e not in ("py", "cli", "ct2") for e in engines):
+        sys.exit(f"python_api: --engines {a.engines}: expected a subset of py,cli,ct2")
     tmp = tempfile.mkdtemp(prefix="python_api.")
+    try:
+        run(a, settings, engines, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(a, settings, engines, tmp):
     src = os.path.join(tmp, "src.txt")
     opener = gzip.open if a.src.endswith(".gz") else open
     with opener(a.src, "rt", encoding="utf-8") as f, open(src, "w", encoding="utf-8") as out:
-        out.write(f.read())
+        text = f.read()
+        if a.sentences > 0:
+            text = "".join(line + "\n" for line in text.split("\n")[:a.sentences])
+        out.write(text)
     ct2 = a.ct2
     if not ct2:
         ct2 = os.path.join(tmp, "ct2")
@@ -121,14 +145,14 @@ def main():
     for dtype in a.dtypes.split(","):
         for beam in map(int, a.beams.split(",")):
             for batch in map(int, a.batch_sizes.split(",")):
-                best = {"py": None, "cli": None, "ct2": None}
+                best = {"py": float("nan"), "cli": float("nan"), "ct2": float("nan")}
                 rss = {"py": 0.0, "cli": 0.0, "ct2": 0.0}
                 outs = {}
                 for _ in range(a.rounds):
                     for workers, threads in settings:
                         job = dict(src=src, dtype=dtype, beam=beam, batch=batch, workers=workers, threads=threads,
-                                   pool=a.pool)
-                        for engine in ("py", "cli", "ct2"):
+                                   pool=a.pool, fixed_length=a.fixed_length)
+                        for engine in engines:
                             out = os.path.join(tmp, f"{engine}.txt")
                             if engine == "py":
                                 cmd = [sys.executable, "-c", PY_TORCHMT, json.dumps(dict(job, model=a.model, out=out))]
@@ -138,6 +162,8 @@ def main():
                                 cmd = [a.binary, "translate", "-m", a.model, "-q", "--dtype", dtype, "--beam", str(beam),
                                        "--batch-size", str(batch), "--workers", str(workers), "--threads-per-worker",
                                        str(threads), "-i", src, "-o", out] + (["--tensor-pool"] if a.pool else [])
+                                if a.fixed_length:
+                                    cmd += ["--max-len-a", "0", "--max-len-b", str(a.fixed_length)]
                             stdout, stderr, mib = peak_mib(cmd)
                             if engine == "cli":
                                 # "translated N lines in S s (...)": decoding, loading excluded, as the others.
@@ -145,15 +171,15 @@ def main():
                                 seconds = float(line.split(" in ")[1].split(" s")[0])
                             else:
                                 seconds = json.loads(stdout.strip().splitlines()[-1])["seconds"]
-                            if best[engine] is None or seconds < best[engine]:
+                            if not seconds >= best[engine]:  # NaN: none yet
                                 best[engine] = seconds
                             rss[engine] = max(rss[engine], mib)
                             outs[engine] = open(out, encoding="utf-8").read()
-                same = outs["py"] == outs["cli"]
+                same = outs["py"] == outs["cli"] if "py" in outs and "cli" in outs else None
                 py, cli, c2 = best["py"], best["cli"], best["ct2"]
                 print(f"| {'greedy' if beam == 1 else f'beam {beam}'} batch {batch} {dtype} | {py:.2f} | {cli:.2f} | "
                       f"{c2:.2f} | {c2 / py:.2f}x | {py / cli:.3f} | {rss['py']:.0f} | {rss['cli']:.0f} | "
-                      f"{rss['ct2']:.0f} | {'yes' if same else 'NO'} |", flush=True)
+                      f"{rss['ct2']:.0f} | {'-' if same is None else 'yes' if same else 'NO'} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 // error naming it, never a silently different model.
 #include <cstdint>
 #include <stdexcept>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -33,11 +34,15 @@ enum class Seal { kVerified, kAbsent };
 // "WHAT PATH is damaged: REASON" when the checksum differs, bytes follow the archive, or its
 // end is missing (truncation); std::runtime_error "WHAT PATH is not a torchmt WHAT" when the
 // file is no zip archive at all.
-Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
+// `checked`, if given, receives the archive's bytes in order, chunk by chunk, as the checksum
+// has read them (a caller holding the file mapped releases their pages: io/model_file.cpp).
+Seal verify_zip_seal(std::string_view archive, const std::string& what, const std::string& path,
+                     const std::function<void(std::string_view)>& checked = {});
 // verify_zip_seal, refusing an unsealed (older) file too: LibTorch's zip reader and unpickler are
 // not made for damaged input (the checkpoint fuzzer made them read past a buffer and allocate
 // gigabytes), so only bytes that verify reach them. `torchmt seal` adds the seal to an old file.
-void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path);
+void check_zip_seal(std::string_view archive, const std::string& what, const std::string& path,
+                    const std::function<void(std::string_view)>& checked = {});
 
 // Text files torchmt writes and reads back (a run's config.yaml) end with the line
 // "# torchmt-crc32c:XXXXXXXX" (a YAML comment), the CRC-32C of every byte before it.
