@@ -229,6 +229,52 @@ TEST_P(Int8Linear, TheModelUsesItWithoutGradientsOnly) {
   EXPECT_TRUE(torch::equal(model->forward(src, tgt), float_inference));
 }
 
+// An int8 translator's layers keep no fp32 copy: the same outputs after the release, the weight's
+// storage one element, the output projection kept, and a call outside int8 inference an error.
+TEST(Int8LinearRelease, AnInt8OnlyModelTranslatesWithoutItsFloatWeights) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 50;
+  torch::manual_seed(6);
+  Transformer model(c);
+  model->eval();
+  auto src = torch::randint(4, 50, {3, 7}), tgt = torch::randint(4, 50, {3, 5});
+  prepare_linears_for_inference(*model, InferencePrecision::kInt8);
+  torch::Tensor before;
+  {
+    torch::NoGradGuard no_grad;
+    before = model->forward(src, tgt);
+  }
+  const auto fc_bytes = model->fc_out->weight.storage().nbytes();
+  const int64_t freed = release_float_weights(*model, &model->fc_out);
+  int64_t expected = 0;
+  for (const auto& p : model->named_parameters()) {
+    if (p.value().dim() == 2 && p.key().find("embedding") == std::string::npos && p.key() != "fc_out.weight") {
+      expected += static_cast<int64_t>(p.value().numel() * 4);  // shapes are kept
+    }
+  }
+  EXPECT_EQ(freed, expected);
+  EXPECT_GT(freed, 0);
+  for (const auto& p : model->named_parameters()) {
+    if (p.value().dim() == 2 && p.key().find("embedding") == std::string::npos && p.key() != "fc_out.weight") {
+      EXPECT_EQ(p.value().storage().nbytes(), 4u) << p.key();
+    }
+  }
+  EXPECT_EQ(model->fc_out->weight.storage().nbytes(), fc_bytes);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(model->forward(src, tgt), before));
+  }
+  EXPECT_THROW(model->forward(src, tgt), std::logic_error);  // gradients on: no int8
+  // Released as each layer is quantized (load_translator): the same model.
+  torch::manual_seed(6);
+  Transformer again(c);
+  again->eval();
+  prepare_linears_for_inference(*again, InferencePrecision::kInt8, nullptr, &again->fc_out);
+  EXPECT_EQ(release_float_weights(*again, &again->fc_out), 0);  // nothing left to release
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(again->forward(src, tgt), before));
+}
+
 // int8 quantizes what ATen's float kernels return, whose AVX2 and AVX-512 copies round
 // differently: the kernel layer keeps ATen at avx2 wherever AVX2 runs, set before ATen's first
 // kernel (this process's too). Assumes whoever runs the tests did not set ATEN_CPU_CAPABILITY.

@@ -30,10 +30,15 @@ Translator checkpoint_translator(const ModelFile& file, const c10::Device& devic
   return Translator(loaded.model, tokenizers.first, tokenizers.second, device, dtype);
 }
 
-// Packed, quantized and screened once at load (the kernels' preparation), on the CPU.
+// Packed, quantized and screened once at load (the kernels' preparation), on the CPU. The
+// translator only translates: its int8 layers keep no fp32 copy beside the int8 one (a base-size
+// model: 158 MB), but the output projection (shortlists slice it; embeddings may share it).
 void prepare_for_cpu_inference(Translator& translator, InferencePrecision precision) {
-  if (translator.model() && translator.device().is_cpu())
-    prepare_linears_for_inference(*translator.model(), precision, &translator.model()->fc_out);
+  if (translator.model() && translator.device().is_cpu()) {
+    const torch::nn::Linear& fc_out = translator.model()->fc_out;
+    prepare_linears_for_inference(*translator.model(), precision, &fc_out,
+                                  precision == InferencePrecision::kInt8 ? &fc_out : nullptr);
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "torchmt/model/linear.h"
 
+#include <stdexcept>
+
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -17,6 +19,7 @@ struct PreparedLinear {
   kernels::PackedWeights packed;                           // kFloat (gemm kAten: nothing packed)
   std::shared_ptr<const kernels::ScreenedProjection> screen;
   std::shared_ptr<const kernels::SparseInputWeights> sparse_input;  // kFloat, for a ReLU's output
+  bool float_released = false;  // release_float_weights: int8 is all the layer has
 };
 
 namespace {
@@ -27,6 +30,7 @@ thread_local const ObserveLinearInputs::Observer* linear_observer = nullptr;
 const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const torch::Tensor& x) {
   if (!q || !q->prepared || torch::GradMode::is_enabled() || !x.device().is_cpu()) return nullptr;
   const PreparedLinear& p = *q->prepared;
+  if (p.float_released) return &p;
   const bool same = p.weight_data == q->weight.data_ptr() &&
                     p.weight_version == static_cast<uint32_t>(q->weight._version()) &&
                     p.bias_data == (q->bias.defined() ? q->bias.data_ptr() : nullptr) &&
@@ -35,6 +39,20 @@ const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const t
 }
 
 // An empty preparation of the layer's present parameters.
+// The fp32 weight of an int8-prepared layer replaced by a one-element stand-in of its shape;
+// the bytes freed (0 when the layer has no int8 preparation or was released already).
+int64_t release_float_weight(QuantizableLinearImpl& linear) {
+  if (!linear.prepared || !linear.prepared->int8 || linear.prepared->float_released) return 0;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& w = linear.weight;
+  const auto freed = static_cast<int64_t>(w.nbytes());
+  w.set_data(torch::zeros({1}, w.options()).expand(w.sizes()));  // [out, in], one element stored
+  auto p = std::make_shared<PreparedLinear>(*linear.prepared);
+  p->float_released = true;
+  linear.prepared = std::move(p);
+  return freed;
+}
+
 std::shared_ptr<PreparedLinear> made_from(const QuantizableLinearImpl& linear) {
   auto p = std::make_shared<PreparedLinear>();
   p->weight_data = linear.weight.data_ptr();
@@ -81,7 +99,11 @@ ObserveLinearInputs::~ObserveLinearInputs() { linear_observer = previous_; }
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   if (linear_observer) (*linear_observer)(*layer, x);
-  const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  const auto* p = usable_preparation(q, x);
+  if (!p && q && q->prepared && q->prepared->float_released)
+    throw std::logic_error(std::string("a Linear loaded for int8 inference only (its fp32 weights released) was called ") +
+                           (torch::GradMode::is_enabled() ? "with gradients on" : "on " + x.device().str()));
   if (p && p->int8) return kernels::int8_linear(x, *p->int8);
   if (p && p->sparse_input) {
     auto y = kernels::try_sparse_input_linear(*p->sparse_input, x);
@@ -111,7 +133,7 @@ std::optional<LinearTopK> try_linear_log_softmax_top_k(const torch::nn::Linear& 
 }
 
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
-                                      const torch::nn::Linear* screened) {
+                                      const torch::nn::Linear* screened, const torch::nn::Linear* release_all_but) {
   std::vector<QuantizableLinearImpl*> linears;
   for (const auto& child : module.modules(/*include_self=*/true))
     if (auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get())) linears.push_back(linear);
@@ -133,6 +155,8 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
         if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
       }
       linear->prepared = std::move(p);
+      // Layer by layer: the load's peak holds one layer's two copies, not the model's.
+      if (release_all_but && release_all_but->get() != linear) release_float_weight(*linear);
     }
   });
   return static_cast<int64_t>(linears.size());
@@ -176,6 +200,15 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
   }
   p_part->prepared = std::move(p);
   return part;
+}
+
+int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear* keep) {
+  int64_t freed = 0;
+  for (const auto& child : module.modules(/*include_self=*/true)) {
+    auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get());
+    if (linear && !(keep && keep->get() == linear)) freed += release_float_weight(*linear);
+  }
+  return freed;
 }
 
 void release_inference_preparation(torch::nn::Module& module) {
