@@ -188,6 +188,31 @@ TEST(ScoreCommand, ScoresTheNBestAsTranslatePrintedThem) {
   EXPECT_GT(round_trips, 0u);
 }
 
+// A TorchScript export scores as its checkpoint (the same steps through the export's decoder).
+TEST(ScoreCommand, AnExportScoresAsItsCheckpoint) {
+  test::TempDir dir;
+  std::ofstream(dir.file("src.de")) << "Ein Hund läuft.\nZwei Katzen schlafen auf dem Sofa.\n\n";
+  std::ofstream(dir.file("tgt.en")) << "A dog runs.\ntwo cats\nnothing\n";
+  auto r = test::run_command(tm() + " export -m " + tiny_checkpoint() + " -o " + dir.file("model.ts"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::vector<std::string>> rows[2];
+  const std::string models[2] = {tiny_checkpoint(), dir.file("model.ts")};
+  for (int m = 0; m < 2; ++m) {
+    r = test::run_command("(" + tm() + " score -m " + models[m] + " --dtype fp32 -q --piece-scores --src " +
+                          dir.file("src.de") + " --tgt " + dir.file("tgt.en") + " 2>/dev/null)");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const auto& line : split(r.output, '\n')) rows[m].push_back(split(line, '\t'));
+  }
+  ASSERT_EQ(rows[0].size(), 3u);
+  ASSERT_EQ(rows[1].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(rows[0][i].size(), 4u);
+    ASSERT_EQ(rows[1][i].size(), 4u);
+    EXPECT_EQ(rows[0][i][2], rows[1][i][2]);  // the same pieces
+    EXPECT_NEAR(std::stod(rows[0][i][1]), std::stod(rows[1][i][1]), 1e-3) << i;
+  }
+}
+
 TEST(ScoreCommand, BadInputIsOneLineAndNoOutput) {
   test::TempDir dir;
   std::ofstream(dir.file("two.de")) << "Ein Hund.\nZwei Katzen.\n";
