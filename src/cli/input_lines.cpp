@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/atomic_file.h"
 #include "torchmt/util/utf8.h"
 
 namespace torchmt::cli {
@@ -17,6 +18,25 @@ InputLines::InputLines(const std::string& path, bool strict)
 }
 
 InputLines::~InputLines() = default;
+
+OutputText::OutputText(const std::string& path) {
+  if (path != "-") file_ = std::make_unique<AtomicFileWriter>(path);
+}
+
+OutputText::~OutputText() = default;
+
+void OutputText::write(const std::string& text) {
+  if (file_) {
+    file_->write(text);
+  } else {
+    std::cout << text << std::flush;
+    if (!std::cout) throw std::runtime_error("cannot write standard output");
+  }
+}
+
+void OutputText::commit() {
+  if (file_) file_->commit();
+}
 
 int64_t count_lines(const std::string& path) {
   std::error_code ec;

@@ -1,5 +1,5 @@
 #pragma once
-// Input lines for `translate` and `evaluate`: a file (plain or .gz) or standard input, read
+// Input lines for `translate`, `evaluate` and `score`: a file (plain or .gz) or standard input, read
 // whole or in windows (`translate` streams: memory is bounded by the window, not the input).
 //
 // Invalid UTF-8: with `strict`, an error naming the source, the line and the byte; otherwise
@@ -11,6 +11,7 @@
 #include <vector>
 
 namespace torchmt {
+class AtomicFileWriter;
 class LineReader;
 }
 
@@ -30,6 +31,20 @@ class InputLines {
   bool strict_;
   std::unique_ptr<LineReader> file_;
   int64_t line_number_ = 0;
+};
+
+// Where `translate` and `score` write, window by window: -o FILE (appears whole at commit(),
+// never half: util/atomic_file.h) or standard output ("-", flushed after every window).
+class OutputText {
+ public:
+  explicit OutputText(const std::string& path);
+  ~OutputText();
+  void write(const std::string& text);  // throws "cannot write ..." naming the file or stdout
+  void commit();                        // the file takes its name; nothing for stdout
+  bool to_file() const { return file_ != nullptr; }
+
+ private:
+  std::unique_ptr<AtomicFileWriter> file_;
 };
 
 // The lines of a regular file (plain or .gz), read once ahead for a progress total; -1 for

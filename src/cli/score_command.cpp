@@ -13,7 +13,6 @@
 #include "torchmt/decoding/forced_decoding.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/atomic_file.h"
 #include "torchmt/util/heap.h"
 #include "torchmt/util/progress.h"
 
@@ -88,9 +87,8 @@ int run_score(int argc, char** argv) {
     return kExitUsage;
   if (!translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
-  std::unique_ptr<AtomicFileWriter> file;  // -o FILE: appears whole at the end, never half
-  if (o->output != "-") file = std::make_unique<AtomicFileWriter>(o->output);
-  const bool show_progress = !o->quiet && (file || ::isatty(STDOUT_FILENO) != 1);
+  OutputText output(o->output);
+  const bool show_progress = !o->quiet && (output.to_file() || ::isatty(STDOUT_FILENO) != 1);
   Progress progress("score", "pairs", show_progress ? src_lines : -1,
                     show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
   const auto window = static_cast<size_t>(o->buffer_size);
@@ -105,7 +103,7 @@ int run_score(int argc, char** argv) {
       std::cerr << argv[0] << ": line counts differ: " << (src.size() < tgt.size() ? o->src : o->tgt)
                 << " ends before " << (src.size() < tgt.size() ? o->tgt : o->src) << " (after "
                 << count + static_cast<int64_t>(std::min(src.size(), tgt.size())) << " lines)\n";
-      return kExitFailure;  // the output file is not written (AtomicFileWriter)
+      return kExitFailure;  // the output file is not written (OutputText commits only at the end)
     }
     if (!more_src && !more_tgt) break;
     const auto start = std::chrono::steady_clock::now();
@@ -148,14 +146,9 @@ int run_score(int argc, char** argv) {
     }
     count += static_cast<int64_t>(scores.size());
     return_free_heap_memory();
-    if (file) {
-      file->write(text);
-    } else {
-      std::cout << text << std::flush;
-      if (!std::cout) throw std::runtime_error("cannot write standard output");
-    }
+    output.write(text);
   }
-  if (file) file->commit();
+  output.commit();
   progress.finish();
   if (truncated > 0)
     std::cerr << argv[0] << ": warning: " << truncated

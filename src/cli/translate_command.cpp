@@ -209,11 +209,10 @@ int run_translate(int argc, char** argv) {
   const size_t window = format == DocumentFormat::kHtml ? std::numeric_limits<size_t>::max()
                         : o->unbuffered || input.is_terminal() ? 1
                                                                : static_cast<size_t>(o->buffer_size);
-  std::unique_ptr<AtomicFileWriter> file;  // -o FILE: appears whole at the end, never half
-  if (o->output != "-") file = std::make_unique<AtomicFileWriter>(o->output);
+  OutputText output(o->output);
   const bool nbest = o->translator.translation.search.nbest > 1;
   // Translations written to the terminal are their own progress, and a person typing needs none.
-  const bool to_terminal = !file && ::isatty(STDOUT_FILENO) == 1;
+  const bool to_terminal = !output.to_file() && ::isatty(STDOUT_FILENO) == 1;
   const bool show_progress = !o->quiet && !to_terminal && !input.is_terminal();
   Progress progress("translate", "lines", show_progress ? count_lines(o->input) : -1,
                     show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
@@ -287,16 +286,11 @@ int run_translate(int argc, char** argv) {
     // Each window's tensors are gone by now; their memory goes back, so the next window
     // starts from the same footprint (heap.h).
     return_free_heap_memory();
-    if (file) {
-      file->write(text);
-    } else {
-      std::cout << text << std::flush;
-      if (!std::cout) throw std::runtime_error("cannot write standard output");
-    }
+    output.write(text);
   }
   if (prefixes) prefixes->check_ended();
   if (constraints) constraints->check_ended();
-  if (file) file->commit();
+  output.commit();
   progress.finish();
   if (truncated > 0)
     std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
