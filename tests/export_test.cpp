@@ -682,14 +682,14 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
   // --dtype fp32; a float export at --dtype int8 translates exactly as its checkpoint does.
   auto translate = [&](const std::string& model, const std::string& dtype) {
     TranslatorConfig config;
-    config.model = model;
+    config.models = {model};
     config.device = "cpu";
     config.dtype = dtype;
     return load_translator(config).translate_text(f.sentences, TranslationOptions{});
   };
   auto by_default = translate(int8, "auto");
-  EXPECT_TRUE(load_translator(TranslatorConfig{int8, "cpu", "auto", 0, false, {}, {}, {}}).model()) << "expected the native model";
-  EXPECT_FALSE(load_translator(TranslatorConfig{int8, "cpu", "fp32", 0, false, {}, {}, {}}).model()) << "expected the TorchScript";
+  EXPECT_TRUE(load_translator(TranslatorConfig{{int8}, "", "cpu", "auto", 0, false, {}, {}, {}}).model()) << "expected the native model";
+  EXPECT_FALSE(load_translator(TranslatorConfig{{int8}, "", "cpu", "fp32", 0, false, {}, {}, {}}).model()) << "expected the TorchScript";
   EXPECT_EQ(by_default, translate(int8, "fp32"));
   EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));
@@ -1013,9 +1013,9 @@ TEST(ExportOnnx, StaticInt8CalibratesEveryLinearAndTranslates) {
   }
   TranslatorConfig config;
   config.dtype = "int8";
-  config.model = ts;
+  config.models = {ts};
   const auto static_int8 = load_translator(config).translate_text(held_out, TranslationOptions{});
-  config.model = f.checkpoint;
+  config.models = {f.checkpoint};
   const auto dynamic_int8 = load_translator(config).translate_text(held_out, TranslationOptions{});
   const auto fp32 = load_translator(f.checkpoint, torch::kCPU, torch::kFloat).translate_text(held_out, TranslationOptions{});
   size_t static_equal = 0, dynamic_equal = 0;

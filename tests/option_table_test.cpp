@@ -149,7 +149,7 @@ TEST(OptionTable, TranslatorConfigValidationNamesTheFlag) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("--model"), std::string::npos);
   }
-  c.model = "m.pt";
+  c.models = {"m.pt"};
   c.translation.search.beam_size = 2;
   c.translation.search.nbest = 3;
   EXPECT_THROW(c.validate(), std::invalid_argument);

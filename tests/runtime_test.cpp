@@ -84,7 +84,7 @@ TEST(Runtime, EachTranslatorRunsItsBatchesUnderItsOwnRuntime) {
   if (kernels::detected_cpu_isa() == CpuIsa::kPortable) GTEST_SKIP() << "no vector instruction set: no screen";
   auto make = [](std::optional<Runtime> runtime) {
     TranslatorConfig c;
-    c.model = test::tiny_checkpoint();
+    c.models = {test::tiny_checkpoint()};
     c.device = "cpu";
     c.dtype = "fp32";
     c.runtime = runtime;

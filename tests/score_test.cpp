@@ -32,7 +32,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 TEST(Score, AHypothesisScoresAsTheSearchScoredIt) {
   for (const std::string dtype : {"fp32", "int8"}) {
     TranslatorConfig config;
-    config.model = tiny_checkpoint();
+    config.models = {tiny_checkpoint()};
     config.device = "cpu";
     config.dtype = dtype;
     Translator translator = load_translator(config);
@@ -156,7 +156,7 @@ TEST(ScoreCommand, ScoresTheNBestAsTranslatePrintedThem) {
 
   // The same translations in the library: their pieces, to know which texts tokenize back.
   TranslatorConfig config;
-  config.model = tiny_checkpoint();
+  config.models = {tiny_checkpoint()};
   config.device = "cpu";
   config.dtype = "fp32";
   Translator translator = load_translator(config);

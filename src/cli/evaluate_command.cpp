@@ -46,7 +46,7 @@ int run_evaluate(int argc, char** argv) {
   if (!o) return code;
   use_heap_policy(o->translator.translation);  // before the load and the workers start
   if (o->ref.empty()) return usage_error(argv[0], "missing required option --ref");
-  const bool translate_first = !o->translator.model.empty();
+  const bool translate_first = !o->translator.models.empty();
   if (translate_first == !o->hyp.empty())
     return usage_error(argv[0], "give either --hyp FILE, or -m MODEL with --src FILE");
   if (translate_first && o->src.empty()) return usage_error(argv[0], "missing required option --src");

@@ -70,7 +70,7 @@ int run_score(int argc, char** argv) {
                          "log-probabilities. Invalid UTF-8 is an error.",
                          argc, argv, code);
   if (!o) return code;
-  if (o->translator.model.empty()) return usage_error(argv[0], "missing required option -m/--model");
+  if (o->translator.models.empty()) return usage_error(argv[0], "missing required option -m/--model");
   if (o->src.empty()) return usage_error(argv[0], "missing required option --src");
   if (o->tgt.empty()) return usage_error(argv[0], "missing required option --tgt");
   if (o->buffer_size < 1) return usage_error(argv[0], "--buffer-size must be at least 1");

@@ -108,7 +108,9 @@ int run_serve(int argc, char** argv) {
   TranslationService service(*translator, service_options, &metrics);
   ServerOptions server_options = o->server;
   server_options.translation = o->translator.translation;
-  server_options.model_name = o->translator.model;
+  std::string model_names;  // an ensemble: its models' paths, joined by '+'
+  for (const auto& m : o->translator.models) model_names += (model_names.empty() ? "" : "+") + m;
+  server_options.model_name = model_names;
   HttpServer server(*translator, service, metrics, server_options);
   const int port = server.bind();
 
@@ -118,7 +120,7 @@ int run_serve(int argc, char** argv) {
     server.run();
     finished = true;
   });
-  std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << o->translator.model
+  std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << model_names
             << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ", "
             << service.plan().workers << " workers x " << service.plan().threads_per_worker << " threads)" << std::endl;
   if (!translator->dtype_reason().empty())

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "torchmt/decoding/ensemble_decoder.h"
+
 namespace torchmt {
 
 const OptionTable<TranslatorConfig>& translator_option_table() {
@@ -9,7 +11,12 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
   const OptionExtra decoding{"", "decoding", {}};
   const OptionExtra runtime{"", "runtime", {}};
   static const auto table = OptionTable<C>("translation")
-      .add("model", &C::model, "checkpoint (.pt) or TorchScript export (.ts)", {"m", "decoding", {}})
+      .add("model", &C::models,
+           "checkpoint (.pt) or TorchScript export (.ts); repeated (-m a.pt -m b.pt): an ensemble, the models' "
+           "log-probabilities averaged at every step (they must share the vocabulary)",
+           {"m", "decoding", {}})
+      .add("ensemble_weights", &C::ensemble_weights,
+           "an ensemble's weights, one per -m, comma-separated (e.g. 0.6,0.4; default: equal)", decoding)
       .add("beam", [](C& c) -> int64_t& { return c.translation.search.beam_size; }, "beam size (1 = greedy)",
            decoding)
       .add("greedy", &C::greedy, "greedy search (the default; same as --beam 1)", decoding)
@@ -65,7 +72,9 @@ void TranslatorConfig::validate() const {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument(message);
   };
-  require(!model.empty(), "missing required option -m/--model");
+  require(!models.empty(), "missing required option -m/--model");
+  for (const auto& m : models) require(!m.empty(), "-m/--model: an empty path");
+  if (!ensemble_weights.empty()) (void)parse_ensemble_weights(ensemble_weights, models.size());
   require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
   require(s.beam_size >= 1, "--beam must be at least 1");
   require(s.nbest >= 1 && s.nbest <= s.beam_size, "--nbest must be between 1 and --beam");

@@ -402,6 +402,7 @@ at::Tensor Translator::cross_attention(const std::string& source, const std::vec
 }
 
 std::string Translator::precision_name() const {
+  if (!precision_name_.empty()) return precision_name_;
   if (model_ && runs_int8(model_->fc_out)) return "int8";
   return dtype_name(dtype_);
 }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "torchmt/data/shortlist.h"
+#include "torchmt/decoding/ensemble_decoder.h"
 #include "torchmt/decoding/translation_dtype.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/io/model_file.h"
@@ -58,8 +59,10 @@ Translator load_translator(const std::string& path, const c10::Device& device, c
   return checkpoint_translator(file, device, dtype);
 }
 
-Translator load_translator(const TranslatorConfig& config) {
-  config.validate();
+namespace {
+
+// One model of config.models (`path`), as load_translator(config) describes.
+Translator load_one(const TranslatorConfig& config, const std::string& path) {
   // int8: the model's Linear weights quantized per row at load, activations per row at run
   // time (src/kernels/primitives.h); everything else runs in fp32. An int8 export runs so
   // by default on the CPU; elsewhere, or at another --dtype, through its own TorchScript. The
@@ -68,7 +71,7 @@ Translator load_translator(const TranslatorConfig& config) {
                                                                                : resolve_device(config.device);
   if (config.dtype == "int8" && !device.is_cpu())
     throw std::invalid_argument("--dtype int8 runs on the CPU (use fp32 or bf16 on " + device.str() + ")");
-  std::optional<ModelFile> file = ModelFile::read(config.model);
+  std::optional<ModelFile> file = ModelFile::read(path);
   const bool exported = file->format() == ModelFormat::kTorchScriptExport;
   if (!config.translation.use_cache && exported)
     throw std::invalid_argument("--no-cache is not available for TorchScript exports");
@@ -110,6 +113,26 @@ Translator load_translator(const TranslatorConfig& config) {
   if (precision == InferencePrecision::kFloat && config.dtype == "auto")
     choose_translation_dtype(*translator, config.translation);
   return std::move(*translator);
+}
+
+}  // namespace
+
+Translator load_translator(const TranslatorConfig& config) {
+  config.validate();
+  if (config.models.size() == 1) return load_one(config, config.models.front());
+  // An ensemble: each model loaded and prepared as a single one (its own precision measured for
+  // `auto`), the shortlist applied once, to the ensemble.
+  TranslatorConfig member = config;
+  member.shortlist.clear();
+  std::vector<Translator> members;
+  for (const auto& path : config.models) members.push_back(load_one(member, path));
+  Translator ensemble = make_ensemble_translator(
+      std::move(members), parse_ensemble_weights(config.ensemble_weights, config.models.size()), config.models);
+  if (config.threads > 0) ensemble.set_cpu_threads(config.threads);
+  if (!config.shortlist.empty())
+    ensemble.set_shortlist(std::make_shared<const Shortlist>(
+        Shortlist::load(config.shortlist, ensemble.src_tokenizer(), ensemble.tgt_tokenizer())));
+  return ensemble;
 }
 
 SealOutcome seal_model_file(const std::string& path) {

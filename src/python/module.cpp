@@ -91,11 +91,13 @@ class NativeTranslator {
  public:
   // `runtime`: the kernels' settings that differ from the environment table's (checked for
   // names and types by Python; values by Runtime::validate, a ValueError).
-  NativeTranslator(const std::string& model, const std::string& device, const std::string& dtype,
+  NativeTranslator(const std::vector<std::string>& models, const std::string& ensemble_weights,
+                   const std::string& device, const std::string& dtype,
                    int64_t inter_threads, int64_t intra_threads, const std::string& shortlist,
                    const py::dict& runtime) {
     TranslatorConfig config;
-    config.model = model;
+    config.models = models;
+    config.ensemble_weights = ensemble_weights;
     config.device = device;
     config.dtype = dtype;
     config.shortlist = shortlist;
@@ -411,8 +413,8 @@ PYBIND11_MODULE(_native, m) {
     }
   });
   py::class_<NativeTranslator>(m, "NativeTranslator")
-      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, int64_t, const std::string&,
-                    const py::dict&>())
+      .def(py::init<const std::vector<std::string>&, const std::string&, const std::string&, const std::string&,
+                    int64_t, int64_t, const std::string&, const py::dict&>())
       .def("translate", &NativeTranslator::translate)
       .def("score", &NativeTranslator::score)
       .def("detokenize_source", &NativeTranslator::detokenize_source)

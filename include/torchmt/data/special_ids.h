@@ -14,6 +14,8 @@ constexpr int64_t kEosId = 3;
 // A model's special ids: torchmt's own above, or an imported model's (ModelConfig::special_ids).
 struct SpecialIds {
   int64_t pad = kPadId, unk = kUnkId, bos = kBosId, eos = kEosId;
+  bool operator==(const SpecialIds& o) const { return pad == o.pad && unk == o.unk && bos == o.bos && eos == o.eos; }
+  bool operator!=(const SpecialIds& o) const { return !(*this == o); }
 };
 
 }  // namespace torchmt

@@ -59,7 +59,9 @@ struct TranslationOptions {
 
 // A translator as a user configures it.
 struct TranslatorConfig {
-  std::string model;  // checkpoint (.pt) or TorchScript export (.ts)
+  // Checkpoints (.pt) or TorchScript exports (.ts); several: an ensemble (decoding/ensemble_decoder.h).
+  std::vector<std::string> models;
+  std::string ensemble_weights;  // "0.5,0.5": one positive weight per model; empty: equal
   std::string device = "auto";
   std::string dtype = "auto";
   int64_t threads = 0;  // 0 = all cores

@@ -168,6 +168,8 @@ class Translator {
   // What the commands report: "int8" when the model's Linear layers run int8
   // (prepare_linears_for_inference; the rest then runs in dtype()), else dtype()'s name.
   std::string precision_name() const;
+  // For a translator over other translators (an ensemble): what precision_name() reports.
+  void set_precision_name(std::string name) { precision_name_ = std::move(name); }
 
  private:
   // Lines sorted longest source first (`order`, sorted here) and cut into batches of
@@ -187,6 +189,7 @@ class Translator {
   c10::Device device_;
   c10::ScalarType dtype_;
   std::string dtype_reason_;
+  std::string precision_name_;  // set_precision_name's; empty: from the model and dtype
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
   WorkerPlan fixed_plan_{0, 0};  // set_thread_plan's (workers 0: none)
   std::optional<Runtime> runtime_;

@@ -136,7 +136,9 @@ class Translator:
     """A translation model loaded for decoding (CTranslate2's ``Translator``).
 
     Args:
-        model_path: a torchmt checkpoint (``checkpoint_best.pt``) or a TorchScript export.
+        model_path: a torchmt checkpoint (``checkpoint_best.pt``) or a TorchScript export; a list
+            of them: an ensemble (the models' log-probabilities averaged at every step; they
+            must share the vocabulary).
         device: ``"cpu"``, ``"cuda"`` (``"cuda:1"``), or ``"auto"`` (a GPU when there is one).
         compute_type: ``"auto"`` (measures fp32 against bf16 on this machine and keeps the
             faster; an int8 export runs int8), ``"float32"``, ``"bfloat16"``, ``"float16"``
@@ -145,6 +147,7 @@ class Translator:
             them).
         intra_threads: threads inside each batch's operations; 0: the cores / inter_threads.
         shortlist: a ``torchmt shortlist`` table restricting each sentence's output vocabulary.
+        ensemble_weights: an ensemble's weights, one positive number per model (default: equal).
         runtime: this translator's CPU kernel settings where they differ from the environment
             table's (``TORCHMT_CPU_ISA`` ...): ``cpu_isa`` (``"portable"``, ``"avx2"``,
             ``"avx512"``, ``"avx512-vnni"``, ``"avx512-bf16"``), ``packed_gemm`` (``"aten"``,
@@ -157,7 +160,7 @@ class Translator:
 
     def __init__(
         self,
-        model_path: Union[str, os.PathLike],
+        model_path: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
         device: str = "cpu",
         compute_type: str = "auto",
         inter_threads: int = 1,
@@ -165,8 +168,22 @@ class Translator:
         device_index: int = 0,
         shortlist: Optional[Union[str, os.PathLike]] = None,
         runtime: Optional[Dict[str, Union[str, bool]]] = None,
+        ensemble_weights: Optional[Sequence[float]] = None,
     ):
-        path = _existing_file(model_path, "model")
+        if isinstance(model_path, (str, os.PathLike)):
+            paths = [_existing_file(model_path, "model")]
+        elif isinstance(model_path, (list, tuple)) and model_path:
+            paths = [_existing_file(p, "model") for p in model_path]
+        else:
+            raise TypeError("model_path must be a path or a non-empty list of paths")
+        weights = ""
+        if ensemble_weights is not None:
+            if not isinstance(ensemble_weights, (list, tuple)) or len(ensemble_weights) != len(paths):
+                raise ValueError(f"ensemble_weights must give one weight per model ({len(paths)})")
+            for w in ensemble_weights:
+                if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w == float("inf"):
+                    raise ValueError(f"ensemble_weights must be positive numbers, got {w!r}")
+            weights = ",".join(repr(float(w)) for w in ensemble_weights)
         if not isinstance(device, str) or not (device in ("cpu", "auto") or device.startswith("cuda")):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
         if compute_type not in _COMPUTE_TYPES:
@@ -177,9 +194,9 @@ class Translator:
         if device == "cuda" and device_index:
             device = f"cuda:{device_index}"
         table = _existing_file(shortlist, "shortlist") if shortlist is not None else ""
-        self._native = _native.NativeTranslator(path, device, _COMPUTE_TYPES[compute_type], inter_threads,
-                                                intra_threads, table, _runtime_settings(runtime))
-        self.model_path = path
+        self._native = _native.NativeTranslator(paths, weights, device, _COMPUTE_TYPES[compute_type],
+                                                inter_threads, intra_threads, table, _runtime_settings(runtime))
+        self.model_path = paths[0] if len(paths) == 1 else paths
 
     @property
     def device(self) -> str:

@@ -1,0 +1,127 @@
+#include "torchmt/decoding/ensemble_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "torchmt/decoding/translator.h"
+
+namespace torchmt {
+
+EnsembleDecoder::EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members,
+                                 std::vector<double> weights)
+    : members_(std::move(members)), weights_(std::move(weights)) {
+  if (members_.empty() || weights_.size() != members_.size())
+    throw std::invalid_argument("an ensemble of " + std::to_string(members_.size()) + " models with " +
+                                std::to_string(weights_.size()) + " weights");
+  double total = 0.0;
+  for (double w : weights_) total += w;
+  for (double& w : weights_) w /= total;
+}
+
+void EnsembleDecoder::start(const at::Tensor& src) {
+  for (auto& m : members_) m->start(src);
+}
+
+at::Tensor EnsembleDecoder::step(const at::Tensor& last_tokens) {
+  at::Tensor mixed;  // [N, C]: the weighted mean of the members' log-probabilities
+  for (size_t i = 0; i < members_.size(); ++i) {
+    at::Tensor lp = members_[i]->step(last_tokens);  // [N, C] float32
+    if (i == 0) mixed = lp.mul(weights_[0]);
+    else mixed.add_(lp, weights_[i]);
+  }
+  // Renormalised, so that scores stay log-probabilities (n-best, scoring, confidence). Columns a
+  // shortlist closes are -inf in every member and stay so.
+  return at::log_softmax(mixed, -1);
+}
+
+void EnsembleDecoder::select(const at::Tensor& index) {
+  for (auto& m : members_) m->select(index);
+}
+
+void EnsembleDecoder::expand_rows(int64_t rows, int64_t k) {
+  for (auto& m : members_) m->expand_rows(rows, k);
+}
+
+void EnsembleDecoder::reorder_within_sentences(const at::Tensor& index) {
+  for (auto& m : members_) m->reorder_within_sentences(index);
+}
+
+bool EnsembleDecoder::can_join() const {
+  return std::all_of(members_.begin(), members_.end(), [](const auto& m) { return m->can_join(); });
+}
+
+void EnsembleDecoder::join(const at::Tensor& src) {
+  for (auto& m : members_) m->join(src);
+}
+
+void EnsembleDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) {
+  for (auto& m : members_) m->restrict_output(vocabularies);
+}
+
+std::vector<double> parse_ensemble_weights(const std::string& text, size_t members) {
+  if (text.empty()) return std::vector<double>(members, 1.0);
+  std::vector<double> weights;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    double w = 0.0;
+    try {
+      w = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || !(w > 0.0) || !std::isfinite(w))
+      throw std::invalid_argument("--ensemble-weights: '" + item + "' is not a positive number");
+    weights.push_back(w);
+  }
+  if (weights.size() != members)
+    throw std::invalid_argument("--ensemble-weights gives " + std::to_string(weights.size()) + " weights for " +
+                                std::to_string(members) + " models (-m)");
+  return weights;
+}
+
+Translator make_ensemble_translator(std::vector<Translator> members, std::vector<double> weights,
+                                    const std::vector<std::string>& names) {
+  if (members.empty() || names.size() != members.size() || weights.size() != members.size())
+    throw std::invalid_argument("an ensemble of " + std::to_string(members.size()) + " models, " +
+                                std::to_string(names.size()) + " names and " + std::to_string(weights.size()) +
+                                " weights");
+  if (members.size() == 1) return std::move(members.front());
+  const Translator& first = members.front();
+  ModelConfig config = first.config();
+  for (size_t i = 1; i < members.size(); ++i) {
+    const Translator& m = members[i];
+    auto refuse = [&](const std::string& what) {
+      throw std::invalid_argument("ensemble: " + names[i] + " has another " + what + " than " + names[0] +
+                                  " (the models of an ensemble must share their vocabularies)");
+    };
+    if (m.src_tokenizer().checksum() != first.src_tokenizer().checksum()) refuse("source vocabulary");
+    if (m.tgt_tokenizer().checksum() != first.tgt_tokenizer().checksum()) refuse("target vocabulary");
+    const ModelConfig& c = m.config();
+    if (c.tgt_vocab_size != config.tgt_vocab_size || c.src_vocab_size != config.src_vocab_size)
+      refuse("vocabulary size");
+    if (c.special_ids() != config.special_ids()) refuse("set of special ids");
+    if (m.device() != first.device())
+      throw std::invalid_argument("ensemble: " + names[i] + " is on " + m.device().str() + ", " + names[0] +
+                                  " on " + first.device().str());
+    config.max_positions = std::min(config.max_positions, c.max_positions);
+  }
+  auto shared = std::make_shared<const std::vector<Translator>>(std::move(members));
+  DecoderFactory factory = [shared, weights](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {
+    std::vector<std::unique_ptr<IncrementalDecoder>> decoders;
+    for (const Translator& m : *shared) decoders.push_back(m.make_decoder(use_cache));
+    return std::make_unique<EnsembleDecoder>(std::move(decoders), weights);
+  };
+  const Translator& lead = shared->front();
+  Translator ensemble(std::move(factory), config, lead.src_tokenizer(), lead.tgt_tokenizer(), lead.device(),
+                      lead.dtype());
+  if (lead.runtime()) ensemble.set_runtime(*lead.runtime());
+  if (lead.precision_name() == "int8") ensemble.set_precision_name("int8");  // the members' Linear layers
+  return ensemble;
+}
+
+}  // namespace torchmt
