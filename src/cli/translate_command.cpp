@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "cli_options.h"
+#include "torchmt/decoding/confidence.h"
 #include "torchmt/data/document.h"
 #include "torchmt/decoding/attention_svg.h"
 #include "torchmt/decoding/document_translator.h"
@@ -68,6 +69,58 @@ std::vector<std::string> constraint_phrases(const std::string& line) {
   }
 }
 
+// The confidence of each line's best translation (blank lines: none, an empty estimate).
+std::vector<SentenceConfidence> rate_translations(Translator& translator, const std::vector<std::string>& lines,
+                                                  const std::vector<Translation>& translations,
+                                                  const TranslationOptions& options, const ConfidenceModel& model) {
+  std::vector<std::string> sources;
+  std::vector<std::vector<int64_t>> targets;
+  std::vector<size_t> rated;
+  for (size_t i = 0; i < translations.size(); ++i) {
+    if (translations[i].hypotheses.empty()) continue;
+    sources.push_back(lines[i]);
+    targets.push_back(translations[i].hypotheses.front().tokens);
+    rated.push_back(i);
+  }
+  std::vector<SentenceConfidence> out(translations.size());
+  auto estimates = estimate_confidence(translator, sources, std::move(targets), options, model);
+  for (size_t k = 0; k < rated.size(); ++k) out[rated[k]] = std::move(estimates[k]);
+  return out;
+}
+
+void append_fixed(std::string& text, double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", value);
+  text += buf;
+}
+
+// One output line of --confidence: tsv (translation, sentence, words, their confidences) or text
+// (the words below `threshold` marked [[so]], then ' ||| ' and the sentence's confidence).
+void append_confidence(std::string& text, const std::string& translation, const SentenceConfidence* c, bool tsv,
+                       double threshold) {
+  if (tsv) {
+    text += translation;
+    text += '\t';
+    if (c) append_fixed(text, c->confidence);
+    text += '\t';
+    for (size_t w = 0; c && w < c->words.size(); ++w) (text += w ? " " : "") += c->words[w].score.word;
+    text += '\t';
+    for (size_t w = 0; c && w < c->words.size(); ++w) {
+      if (w) text += ' ';
+      append_fixed(text, c->words[w].confidence);
+    }
+  } else if (c) {
+    for (size_t w = 0; w < c->words.size(); ++w) {
+      if (w) text += ' ';
+      const bool doubtful = c->words[w].confidence < threshold;
+      text += doubtful ? "[[" + c->words[w].score.word + "]]" : c->words[w].score.word;
+    }
+    text += " ||| ";
+    append_fixed(text, c->confidence);
+  }
+  text += '\n';
+}
+
 struct TranslateCommandOptions {
   TranslatorConfig translator;
   std::string input = "-", output = "-";
@@ -79,6 +132,8 @@ struct TranslateCommandOptions {
   bool split_sentences = false;
   std::string source_language = "de";
   bool alignments = false;
+  std::string confidence, confidence_model;
+  double confidence_threshold = 0.5;
   int64_t alignment_layer = AlignmentOptions{}.layer, alignment_head = AlignmentOptions{}.head;
   bool strict_utf8 = false;
   int64_t buffer_size = 1024;
@@ -120,6 +175,16 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
            "append ' ||| ' and the word alignment (Pharaoh pairs source-target, 0-based, of whitespace-separated "
            "words) to each output line, from the model's cross-attention",
            {"", "io", {}})
+      .add("confidence", &O::confidence,
+           "text: append ' ||| ' and the sentence's confidence to each line, words below "
+           "--confidence-threshold marked [[so]]; tsv: translation, sentence confidence, words, word "
+           "confidences (tab-separated); from the model's probabilities, or --confidence-model's calibration",
+           {"", "io", {}})
+      .add("confidence_model", &O::confidence_model,
+           "a calibration from `torchmt confidence --fit` (default: the raw estimate, exp(mean piece log-probability))",
+           {"", "io", {}})
+      .add("confidence_threshold", &O::confidence_threshold, "--confidence text marks the words below it",
+           {"", "io", {}})
       .add("alignment_layer", &O::alignment_layer, "decoder layer the alignments read (negative: from the top)",
            {"", "io", {}})
       .add("alignment_head", &O::alignment_head, "attention head the alignments read (-1 = mean over heads)",
@@ -155,6 +220,7 @@ int run_translate(int argc, char** argv) {
   }
   DocumentFormat format = DocumentFormat::kText;
   std::unique_ptr<SentenceSplitter> splitter;
+  ConfidenceModel confidence_model;
   if (!check_usage(
           [&] {
             format = parse_document_format(o->format);
@@ -164,6 +230,17 @@ int run_translate(int argc, char** argv) {
             const bool documents = format == DocumentFormat::kHtml || o->split_sentences;
             if (documents && o->translator.translation.search.nbest > 1)
               throw std::invalid_argument("--nbest needs one sentence per line (not --split-sentences or --format html)");
+            if (!o->confidence.empty() && o->confidence != "text" && o->confidence != "tsv")
+              throw std::invalid_argument("--confidence must be text or tsv, got '" + o->confidence + "'");
+            if (!o->confidence.empty() && (documents || o->alignments || o->translator.translation.search.nbest > 1))
+              throw std::invalid_argument(
+                  "--confidence rates one translation per line (not with --nbest, --alignments, --split-sentences "
+                  "or --format html)");
+            if (!o->confidence_model.empty() && o->confidence.empty())
+              throw std::invalid_argument("--confidence-model needs --confidence text or tsv");
+            if (!(o->confidence_threshold >= 0.0 && o->confidence_threshold <= 1.0))
+              throw std::invalid_argument("--confidence-threshold must be between 0 and 1");
+            if (!o->confidence_model.empty()) confidence_model = ConfidenceModel::load(o->confidence_model);
             if (o->alignments && o->translator.translation.search.nbest > 1)
               throw std::invalid_argument("--alignments prints the best translation's: it cannot go with --nbest");
             if (documents && (!o->target_prefix.empty() || !o->constraints.empty()))
@@ -260,11 +337,18 @@ int run_translate(int argc, char** argv) {
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } else {
       auto translations = translator->translate(lines, options, line_done, steering);
+      std::vector<SentenceConfidence> confidences;
+      if (!o->confidence.empty()) confidences = rate_translations(*translator, lines, translations, options, confidence_model);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       for (size_t i = 0; i < translations.size(); ++i, ++count) {
         const auto& t = translations[i];
         for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
         truncated += t.truncated ? 1 : 0;
+        if (!confidences.empty()) {
+          append_confidence(text, t.texts.front(), t.hypotheses.empty() ? nullptr : &confidences[i],
+                            o->confidence == "tsv", o->confidence_threshold);
+          continue;
+        }
         if (!nbest) {
           text += t.texts.front();
           text += '\n';

@@ -97,7 +97,9 @@ std::vector<WordScore> word_scores(const Tokenizer& tokenizer, const std::vector
     if (words.empty() || piece.rfind(kWordStart, 0) == 0) {
       close();
       words.emplace_back();
+      words.back().min_log_prob = log_probs[i];
     }
+    words.back().min_log_prob = std::min<double>(words.back().min_log_prob, log_probs[i]);
     ids.push_back(tokens[i]);
     words.back().log_prob += log_probs[i];
     ++words.back().pieces;

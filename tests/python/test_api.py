@@ -364,3 +364,20 @@ def test_documented():
     assert "inter_threads" in torchmt.Translator.__doc__
     assert "max_batch_size" in torchmt.Translator.translate_batch.__doc__
     assert os.path.exists(os.path.join(os.path.dirname(torchmt.__file__), "py.typed"))
+
+
+def test_an_ensemble_of_paths_translates_and_refuses_wrong_weights(trained, sample):
+    lines = sample[0][:8]
+    single = torchmt.Translator(trained[0], compute_type="float32")
+    ensemble = torchmt.Translator([trained[0], trained[0]], compute_type="float32", ensemble_weights=[0.3, 0.7])
+    assert ensemble.model_path == [trained[0], trained[0]]
+    # A model with itself is the model (the mean of one distribution, renormalised).
+    one = single.score_batch(lines, [r.hypotheses[0] for r in single.translate_batch(lines)])
+    two = ensemble.score_batch(lines, [r.hypotheses[0] for r in single.translate_batch(lines)])
+    assert all(abs(a.log_prob - b.log_prob) < 1e-3 for a, b in zip(one, two))
+    with pytest.raises(ValueError, match="one weight per model"):
+        torchmt.Translator([trained[0], trained[0]], ensemble_weights=[1.0])
+    with pytest.raises(ValueError, match="positive"):
+        torchmt.Translator([trained[0], trained[0]], ensemble_weights=[1.0, 0.0])
+    with pytest.raises(TypeError):
+        torchmt.Translator([])

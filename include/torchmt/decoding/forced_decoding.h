@@ -32,6 +32,7 @@ struct WordScore {
   std::string word;
   double log_prob = 0.0;       // sum over its pieces
   double mean_log_prob = 0.0;  // per piece (Bergamot's word confidence)
+  double min_log_prob = 0.0;   // its least likely piece's
   int64_t pieces = 0;
 };
 std::vector<WordScore> word_scores(const Tokenizer& tokenizer, const std::vector<int64_t>& tokens,
