@@ -124,6 +124,14 @@ def main():
         status, answer = post_json(port, "/translate", {"q": paragraph})
         check(status == 200 and [answer["translatedText"]] == split
               and split[0] == greedy[2] + " " + greedy[3] + "  " + greedy[4], f"/translate paragraph: {answer} {split}")
+        status, answer = post_json(port, "/v1/translate", {"q": sentences[:2], "confidence": True})
+        rated = [s["confidence"] for t in answer["translations"] for s in t["sentences"]]
+        check(status == 200 and len(rated) == 2 and all(0 <= r["sentence"] <= 1 and r["words"] for r in rated),
+              f"/v1 confidence: {answer}")
+        status, answer = post_json(port, "/translate", {"q": sentences[:2], "source": "de", "target": "en",
+                                                        "confidence": True})
+        check(status == 200 and len(answer["confidence"]) == 2 and answer["confidence"][0]["words"][0]["word"],
+              f"LibreTranslate confidence: {answer}")
         status, answer = post_json(port, "/v1/translate", {"q": sentences[:2], "alignments": True})
         got = [t["text"] + " ||| " + t["sentences"][0]["alignment"] for t in answer["translations"]]
         check(status == 200 and got == aligned, f"/v1 alignments: {got} vs {aligned}")

@@ -404,6 +404,29 @@ TEST(TranslationService, AlignmentsOfEachSentence) {
   EXPECT_EQ(result.alignments, align_words(translator, job.sentences, targets));
 }
 
+TEST(TranslationService, ConfidenceOfEachSentenceAsTranslateRatesIt) {
+  auto translator = random_translator();
+  TranslationService service(translator, ServiceOptions{});
+  ServiceJob job{{"Guten Morgen!", "", "Wie geht es dir?"}, TranslationOptions{}};
+  job.confidence = true;
+  auto result = service.submit(job).get();
+  ASSERT_EQ(result.confidence.size(), 3u);
+  EXPECT_TRUE(result.confidence[1].words.empty());  // the empty line
+  const auto expected = estimate_confidence(translator, {job.sentences[0], job.sentences[2]},
+                                            {result.translations[0].hypotheses[0].tokens,
+                                             result.translations[2].hypotheses[0].tokens},
+                                            TranslationOptions{}, ConfidenceModel());
+  EXPECT_NEAR(result.confidence[0].confidence, expected[0].confidence, 1e-6);
+  EXPECT_NEAR(result.confidence[2].confidence, expected[1].confidence, 1e-6);
+  ASSERT_EQ(result.confidence[2].words.size(), expected[1].words.size());
+  EXPECT_GT(result.confidence[2].words.size(), 0u);
+  // Over HTTP's request parsers: /v1 takes it through its table, LibreTranslate as an extension.
+  EXPECT_TRUE(parse_v1_request("application/json", R"({"q": "Ja.", "confidence": true})", ApiSettings{}).options.confidence);
+  EXPECT_TRUE(parse_libretranslate_request("application/json", R"({"q": "Ja.", "source": "de", "target": "en", "confidence": true})",
+                                           ApiSettings{}).options.confidence);
+  EXPECT_THROW(parse_libretranslate_request("application/json", R"({"q": "Ja.", "confidence": 3})", ApiSettings{}), ApiError);
+}
+
 // The binary end to end (HTTP, both APIs against `torchmt translate`, concurrency, caps,
 // malformed bodies, SIGTERM with requests in flight), from Python's standard library.
 TEST(ServeCommand, EndToEndOverHttp) {

@@ -21,6 +21,7 @@ struct ServeCommandOptions {
   TranslatorConfig translator;
   ServerOptions server;
   ServiceOptions service;
+  std::string confidence_model;
 };
 
 const OptionTable<ServeCommandOptions>& serve_option_table() {
@@ -60,7 +61,10 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
           .add("source_language", [](O& o) -> std::string& { return o.server.api.source_language; },
                "the model's source language code for LibreTranslate clients (empty = accept any)", http)
           .add("target_language", [](O& o) -> std::string& { return o.server.api.target_language; },
-               "the model's target language code", http);
+               "the model's target language code", http)
+          .add("confidence_model", &O::confidence_model,
+               "the calibration (torchmt confidence --fit) of the confidence requests ask for (default: the raw "
+               "estimate)", http);
   return table;
 }
 
@@ -92,6 +96,11 @@ int run_serve(int argc, char** argv) {
                          argc, argv, code);
   if (!o) return code;
   if (!check_usage([&] { validate(*o); }, argv[0])) return kExitUsage;
+  std::shared_ptr<const ConfidenceModel> confidence_model;
+  if (!o->confidence_model.empty() &&
+      !check_usage([&] { confidence_model = std::make_shared<const ConfidenceModel>(ConfidenceModel::load(o->confidence_model)); },
+                   argv[0]))
+    return kExitUsage;
   if (!HttpServer::available()) {
     std::cerr << argv[0] << ": this torchmt was built without cpp-httplib (Debian: libcpp-httplib-dev; "
                             "tools/setup.sh installs it)\n";
@@ -111,6 +120,7 @@ int run_serve(int argc, char** argv) {
   std::string model_names;  // an ensemble: its models' paths, joined by '+'
   for (const auto& m : o->translator.models) model_names += (model_names.empty() ? "" : "+") + m;
   server_options.model_name = model_names;
+  server_options.confidence_model = confidence_model;
   HttpServer server(*translator, service, metrics, server_options);
   const int port = server.bind();
 

@@ -139,6 +139,7 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
     throw ApiError(400, "attention_layer or attention_head out of range");
   if (o.format != "text" && o.format != "html")
     throw ApiError(400, "format '" + escape_control(o.format) + "' is not supported (text or html)");
+  if (o.format == "html" && o.confidence) throw ApiError(400, "confidence is for format text");
   if (o.format == "html" && (o.search.nbest > 1 || o.alignments || o.attention))
     throw ApiError(400, "format html answers one translation of each document: no alternatives, nbest, "
                         "alignments or attention");
@@ -204,6 +205,9 @@ const OptionTable<RequestOptions>& request_option_table() {
           .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)")
           .add("alignments", &R::alignments,
                "answer each sentence's word alignment (Pharaoh pairs source-target of whitespace-separated words)")
+          .add("confidence", &R::confidence,
+               "answer each sentence's confidence and its words' (0..1; the model's probabilities, or the server's "
+               "--confidence-model calibration)")
           .add("format", &R::format,
                "text, or html: each text is an HTML document (tags kept, inline tags placed by the alignments)")
           .add("split_sentences", &R::split_sentences,
@@ -267,6 +271,13 @@ ApiRequest parse_libretranslate_request(const std::string& content_type, const s
       throw ApiError(400, "alternatives must be between 0 and " + std::to_string(settings.limits.max_beam - 1));
     request.options.search.nbest = n + 1;
     request.options.search.beam_size = std::max(request.options.search.beam_size, n + 1);
+  }
+  // An extension: LibreTranslate has no confidence; asked for, the answer carries it.
+  if (doc.contains("confidence") && !doc["confidence"].is_null()) {
+    const auto& c = doc["confidence"];
+    if (c.is_boolean()) request.options.confidence = c.get<bool>();
+    else if (c.is_string() && (c == "true" || c == "false")) request.options.confidence = c == "true";
+    else throw ApiError(400, "Invalid request: confidence must be true or false");
   }
   check_options(request.options, settings.limits);
   const SentenceSplitter splitter = splitter_for(text_field("source"), settings);

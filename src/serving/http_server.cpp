@@ -216,6 +216,8 @@ struct HttpServer::Impl {
       job.attention_layer = request.options.attention_layer;
       job.attention_head = request.options.attention_head;
       job.alignments = request.options.alignments || (markup && translator.model());
+      job.confidence = request.options.confidence;
+      job.confidence_model = options.confidence_model;
       ServiceResult result;
       if (!job.sentences.empty()) {  // a blank document has nothing to translate
         auto future = service.submit(std::move(job));
@@ -241,6 +243,20 @@ struct HttpServer::Impl {
     metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());
   }
 
+  // {"sentence": c, "words": [{"word": w, "confidence": c}, ...]} of one sentence, or of a text's
+  // sentences together (its confidence their pieces' geometric mean probability, as one sentence's).
+  static json confidence_json(const std::vector<const SentenceConfidence*>& sentences) {
+    json words = json::array();
+    double pieces = 0, weighted = 0, confidence = 1.0;
+    for (const auto* s : sentences) {
+      for (const auto& w : s->words) words.push_back({{"word", w.score.word}, {"confidence", w.confidence}});
+      pieces += static_cast<double>(s->pieces);
+      weighted += static_cast<double>(s->pieces) * s->confidence;
+    }
+    if (pieces > 0) confidence = weighted / pieces;
+    return json{{"sentence", confidence}, {"words", std::move(words)}};
+  }
+
   json libretranslate_answer(const ApiRequest& request, const ServiceResult& result) {
     std::vector<std::string> best;
     for (const auto& t : result.translations) best.push_back(t.texts.front());
@@ -258,6 +274,16 @@ struct HttpServer::Impl {
         for (size_t i = 0; i < joined.size(); ++i) alts[i].push_back(joined[i]);
       }
       out["alternatives"] = request.list ? json(alts) : json(alts.front());
+    }
+    if (request.options.confidence) {
+      json per_text = json::array();
+      size_t line = 0;
+      for (size_t lines : request.lines_per_text) {
+        std::vector<const SentenceConfidence*> sentences;
+        for (size_t i = 0; i < lines; ++i, ++line) sentences.push_back(&result.confidence[line]);
+        per_text.push_back(confidence_json(sentences));
+      }
+      out["confidence"] = request.list ? per_text : per_text.front();
     }
     return out;
   }
@@ -283,6 +309,7 @@ struct HttpServer::Impl {
         }
         if (request.options.attention) sentence["attention"] = attention_json(result.attention[line]);
         if (request.options.alignments) sentence["alignment"] = to_pharaoh(result.alignments[line]);
+        if (request.options.confidence) sentence["confidence"] = confidence_json({&result.confidence[line]});
         sentences.push_back(std::move(sentence));
       }
       translations.push_back({{"text", text}, {"sentences", std::move(sentences)}});

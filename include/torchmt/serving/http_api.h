@@ -56,6 +56,7 @@ struct RequestOptions {
   int64_t attention_layer = -1; // -1 = last
   int64_t attention_head = -1;  // -1 = mean over heads
   bool alignments = false;      // each sentence's word alignment (Pharaoh pairs)
+  bool confidence = false;      // each sentence's and word's confidence (decoding/confidence.h)
   std::string format = "text";  // or "html"
   bool split_sentences = false; // split each line into sentences (always for html)
 };

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/serving/http_api.h"
 
@@ -35,6 +36,7 @@ struct ServerOptions {
   TranslationOptions translation;       // batching and workers; translation.search = the defaults
   ApiSettings api;                      // caps and languages (api.search is set from translation.search)
   std::string model_name;               // shown by /health
+  std::shared_ptr<const ConfidenceModel> confidence_model;  // requests' confidence: this calibration (null: raw)
 };
 
 class HttpServer {

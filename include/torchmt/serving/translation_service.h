@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "torchmt/decoding/attention_svg.h"
+#include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
 
@@ -58,12 +59,15 @@ struct ServiceJob {
   AlignmentOptions alignment_options = {};
   std::vector<std::string> target_prefixes = {};  // one per sentence, or none
   std::vector<std::vector<std::string>> constraints = {};  // each sentence's target phrases, or none
+  bool confidence = false;  // also each sentence's confidence
+  std::shared_ptr<const ConfidenceModel> confidence_model = {};  // its calibration; null: the raw estimate
 };
 
 struct ServiceResult {
   std::vector<Translation> translations;  // one per sentence, in order
   std::vector<AttentionMap> attention;    // one per sentence when asked (empty map for an empty line)
   std::vector<WordAlignment> alignments;  // one per sentence when asked
+  std::vector<SentenceConfidence> confidence;  // one per sentence when asked (no words for an empty line)
 };
 
 // The service cannot take a job now (queue full, shutting down): the server's 503.
