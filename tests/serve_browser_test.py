@@ -81,6 +81,13 @@ def main():
             size = driver.execute_script(
                 "const i = document.getElementById('heatmap-image'); return [i.naturalWidth, i.clientWidth];")
             check(size[0] > 50 and size[1] > 0, f"{name}: heatmap size {size}")
+            # Every word carries its confidence; a random model's words are all doubtful, and marked.
+            rated = driver.execute_script(
+                "const s = document.querySelectorAll('#target span');"
+                "return [s.length, document.querySelectorAll('#target span.doubt').length,"
+                "        s.length ? s[0].title : ''];")
+            check(rated[0] == len(want.split()) and rated[1] == rated[0] and rated[2].startswith("confidence "),
+                  f"{name}: words with their confidence: {rated}")
             links = driver.execute_script("return document.getElementById('alignment').rows.length;")
             check(links > 0, f"{name}: no word alignment beside the heatmap")
             # Nothing wider than the screen on a phone: the page scrolls only vertically.

@@ -35,6 +35,7 @@ const std::string& web_page_html() {
   #heatmap img { max-width: 100%; height: auto; background: #fff; }
   #alignment { font-size: .9rem; border-collapse: collapse; }
   #alignment td { padding: .1rem .4rem; border-bottom: 1px solid #8883; }
+  .doubt { text-decoration: underline wavy #d35400; text-underline-offset: .2em; }
 </style>
 </head>
 <body>
@@ -101,6 +102,27 @@ function drawHeatmap() {
   heatmap.appendChild(img);
 }
 
+// The translation, each word titled with its confidence and the doubtful ones (below 0.5) marked.
+function showTarget(translation) {
+  const text = translation.text;
+  target.textContent = "";
+  let at = 0;
+  for (const s of translation.sentences || []) {
+    for (const w of (s.confidence ? s.confidence.words : [])) {
+      const i = text.indexOf(w.word, at);
+      if (w.word === "" || i < 0) continue;
+      if (i > at) target.appendChild(document.createTextNode(text.slice(at, i)));
+      const span = document.createElement("span");
+      span.textContent = w.word;
+      span.title = "confidence " + w.confidence.toFixed(2);
+      if (w.confidence < 0.5) span.className = "doubt";
+      target.appendChild(span);
+      at = i + w.word.length;
+    }
+  }
+  if (at < text.length) target.appendChild(document.createTextNode(text.slice(at)));
+}
+
 function fillLines(count) {
   const keep = lineSelect.value;
   lineSelect.textContent = "";
@@ -126,13 +148,14 @@ async function translateNow() {
       method: "POST", headers: {"Content-Type": "application/json"},
       body: JSON.stringify(htmlInput.checked
           ? {q: text, beam: Number(beam.value), format: "html"}
-          : {q: text, beam: Number(beam.value), attention: true, alignments: true, split_sentences: true})});
+          : {q: text, beam: Number(beam.value), attention: true, alignments: true, split_sentences: true,
+             confidence: true})});
     const answer = await response.json();
     if (id < shown) return;  // an answer to older text came late
     shown = id;
     if (!response.ok) { setStatus(answer.error || ("error " + response.status), true); return; }
     last = answer;
-    target.textContent = answer.translations[0].text;
+    showTarget(answer.translations[0]);
     fillLines(Math.max(1, answer.translations[0].sentences.length));
     drawHeatmap();
     setStatus("translated in " + Math.round(performance.now() - started) + " ms", false);
