@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
@@ -36,6 +37,12 @@ void OutputText::write(const std::string& text) {
 
 void OutputText::commit() {
   if (file_) file_->commit();
+}
+
+void append_number(std::string& out, double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  out += buffer;
 }
 
 int64_t count_lines(const std::string& path) {

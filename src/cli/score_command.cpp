@@ -44,13 +44,6 @@ const OptionTable<ScoreCommandOptions>& score_option_table() {
   return table;
 }
 
-// Numbers as printf's %.6f: fixed, locale-free, enough for a log-probability.
-void append_number(std::string& out, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.6f", value);
-  out += buffer;
-}
-
 // Space-separated; a space or tab inside an item (a word of an unusual vocabulary) becomes
 // SentencePiece's U+2581, so the columns stay countable.
 void append_item(std::string& out, const std::string& item) {

@@ -88,12 +88,6 @@ std::vector<SentenceConfidence> rate_translations(Translator& translator, const 
   return out;
 }
 
-void append_fixed(std::string& text, double value) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f", value);
-  text += buf;
-}
-
 // One output line of --confidence: tsv (translation, sentence, words, their confidences) or text
 // (the words below `threshold` marked [[so]], then ' ||| ' and the sentence's confidence).
 void append_confidence(std::string& text, const std::string& translation, const SentenceConfidence* c, bool tsv,
@@ -101,13 +95,13 @@ void append_confidence(std::string& text, const std::string& translation, const 
   if (tsv) {
     text += translation;
     text += '\t';
-    if (c) append_fixed(text, c->confidence);
+    if (c) append_number(text, c->confidence, 3);
     text += '\t';
     for (size_t w = 0; c && w < c->words.size(); ++w) (text += w ? " " : "") += c->words[w].score.word;
     text += '\t';
     for (size_t w = 0; c && w < c->words.size(); ++w) {
       if (w) text += ' ';
-      append_fixed(text, c->words[w].confidence);
+      append_number(text, c->words[w].confidence, 3);
     }
   } else if (c) {
     for (size_t w = 0; w < c->words.size(); ++w) {
@@ -116,7 +110,7 @@ void append_confidence(std::string& text, const std::string& translation, const 
       text += doubtful ? "[[" + c->words[w].score.word + "]]" : c->words[w].score.word;
     }
     text += " ||| ";
-    append_fixed(text, c->confidence);
+    append_number(text, c->confidence, 3);
   }
   text += '\n';
 }

@@ -1,0 +1,157 @@
+// Corpus cleaning (torchmt filter): the dual conditional cross-entropy is the paper's formula over
+// forced decoding both ways, the command drops the pairs two models find improbable and reports
+// the ones it cannot score, and models in the wrong roles are refused in one line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "data_test_support.h"
+#include "test_support.h"
+#include "torchmt/data/text_file.h"
+#include "torchmt/evaluation/dual_cross_entropy.h"
+#include "torchmt/loading/model_loader.h"
+#include "torchmt/training/trainer.h"
+
+namespace torchmt {
+namespace {
+
+constexpr size_t kPairs = 40;
+
+// Every line of a file (a name of its own: the unity build joins this file with others).
+std::vector<std::string> file_lines(const std::string& path) {
+  LineReader reader(path);
+  std::vector<std::string> lines;
+  for (std::string line; reader.next(line);) lines.push_back(line);
+  return lines;
+}
+
+// Tiny models that know the first kPairs sample pairs by heart, one each way.
+struct Memorised {
+  test::TempDir dir;
+  std::string de, en, deen, ende;
+  Memorised() {
+    auto de_lines = file_lines(test::sample_de()), en_lines = file_lines(test::sample_en());
+    de_lines.resize(kPairs);
+    en_lines.resize(kPairs);
+    de = dir.file("s.de");
+    en = dir.file("s.en");
+    write_lines(de, de_lines);
+    write_lines(en, en_lines);
+    for (auto [src, tgt, out] : {std::make_tuple(de, en, "deen"), std::make_tuple(en, de, "ende")}) {
+      TrainOptions o = test::tiny_run(dir.file(out), src, tgt);
+      o.label_smoothing = 0.0;
+      o.max_steps = 200;
+      o.dropout = 0.0;
+      o.batch_tokens = 3000;  // the whole corpus in one batch
+      Trainer(o).run();
+    }
+    deen = dir.file("deen/checkpoint_last.pt");
+    ende = dir.file("ende/checkpoint_last.pt");
+  }
+};
+
+const Memorised& memorised() {
+  static const Memorised m;
+  return m;
+}
+
+TEST(Filter, DualCrossEntropyIsThePapersFormula) {
+  const auto& m = memorised();
+  Translator f = load_translator(m.deen, torch::kCPU, torch::kFloat), b = load_translator(m.ende, torch::kCPU, torch::kFloat);
+  auto de = file_lines(m.de), en = file_lines(m.en);
+  de.resize(6);
+  en.resize(6);
+  std::rotate(en.begin() + 3, en.begin() + 4, en.end());  // pairs 3..5 wrong
+  const auto dual = dual_cross_entropy(f, b, de, en, TranslationOptions{});
+  const auto fs = f.score(de, en, TranslationOptions{}), bs = b.score(en, de, TranslationOptions{});
+  for (size_t i = 0; i < de.size(); ++i) {
+    const double hf = -fs[i].log_prob / static_cast<double>(fs[i].log_probs.size());
+    const double hb = -bs[i].log_prob / static_cast<double>(bs[i].log_probs.size());
+    EXPECT_NEAR(dual[i].forward, hf, 1e-9);
+    EXPECT_NEAR(dual[i].backward, hb, 1e-9);
+    EXPECT_NEAR(dual[i].score, std::fabs(hf - hb) + (hf + hb) / 2, 1e-9);
+  }
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 3; j < 6; ++j) EXPECT_LT(dual[i].score, dual[j].score) << "clean " << i << " vs wrong " << j;
+  const auto along = check_direction(f, de, en, TranslationOptions{});
+  EXPECT_TRUE(along.agrees()) << along.along << " vs " << along.against;
+  EXPECT_FALSE(check_direction(b, de, en, TranslationOptions{}).agrees());
+}
+
+TEST(Filter, CommandKeepsTheCleanPairsAndReportsTheRest) {
+  const auto& m = memorised();
+  test::TempDir dir;
+  auto de = file_lines(m.de), en = file_lines(m.en);
+  // 8 targets of other sentences, one empty target, one source of invalid UTF-8.
+  for (size_t i = 0; i < 8; ++i) {
+    de.push_back(de[i]);
+    en.push_back(en[(i + 3) % kPairs]);
+  }
+  de.push_back(de[9]);
+  en.push_back("");
+  de.push_back("Ein \xff Hund");
+  en.push_back(en[10]);
+  write_lines(dir.file("c.de"), de);
+  write_lines(dir.file("c.en"), en);
+  const std::string base = test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " +
+                           m.ende + " --src " + dir.file("c.de") + " --tgt " + dir.file("c.en") + " --kept-src " +
+                           dir.file("k.de") + " --kept-tgt " + dir.file("k.en");
+  auto r = test::run_command(base + " --max-score 1.0 --dropped " + dir.file("d.tsv") + " --scores " +
+                             dir.file("s.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not be scored"),
+            std::string::npos)
+      << r.output;
+  const auto kept_de = file_lines(dir.file("k.de")), kept_en = file_lines(dir.file("k.en"));
+  EXPECT_EQ(kept_de, std::vector<std::string>(de.begin(), de.begin() + kPairs));
+  EXPECT_EQ(kept_en, std::vector<std::string>(en.begin(), en.begin() + kPairs));
+  const auto dropped = file_lines(dir.file("d.tsv"));
+  ASSERT_EQ(dropped.size(), 10u);
+  EXPECT_EQ(dropped[0].rfind("41\t", 0), 0u) << dropped[0];
+  EXPECT_NE(dropped[0].find("\tscore\t"), std::string::npos) << dropped[0];
+  EXPECT_EQ(dropped[8].rfind("49\t\t\t\tempty\t", 0), 0u) << dropped[8];
+  EXPECT_EQ(dropped[9].rfind("50\t\t\t\tinvalid UTF-8\tEin \xef\xbf\xbd Hund\t", 0), 0u) << dropped[9];
+  EXPECT_EQ(file_lines(dir.file("s.tsv")).size(), 50u);
+  // The best half of the 48 scored pairs.
+  r = test::run_command(base + " --keep-fraction 0.5 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(file_lines(dir.file("k.de")).size(), 24u);
+}
+
+TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
+  const auto& m = memorised();
+  test::TempDir dir;
+  auto de = file_lines(m.de);
+  de.pop_back();
+  write_lines(dir.file("short.de"), de);
+  const std::string tm = test::torchmt_binary() + " filter -q --threads 1 ";
+  const std::string kept = " --kept-src " + dir.file("k.de") + " --kept-tgt " + dir.file("k.en");
+  struct Case {
+    std::string args, expected;
+    int code;
+  };
+  const std::vector<Case> cases = {
+      {"-m " + m.ende + " --backward-model " + m.deen + " --src " + m.de + " --tgt " + m.en + kept + " --max-score 2",
+       "-m " + m.ende + " does not translate --src into --tgt", 2},
+      {"-m " + m.deen + " --backward-model " + m.deen + " --src " + m.de + " --tgt " + m.en + kept + " --max-score 2",
+       "--backward-model " + m.deen + " does not translate --tgt into --src", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + dir.file("short.de") + " --tgt " + m.en + kept +
+           " --max-score 2",
+       "line counts differ", 1},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept,
+       "give one of --max-score S (> 0) and --keep-fraction F", 2},
+      {"-m " + m.deen + " --src " + m.de + " --tgt " + m.en + kept + " --max-score 2",
+       "missing required option --backward-model", 2},
+  };
+  for (const auto& c : cases) {
+    const auto r = test::run_command(tm + c.args + " 2>&1");
+    EXPECT_EQ(r.exit_code, c.code) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("k.de"))) << "nothing written on an error";
+}
+
+}  // namespace
+}  // namespace torchmt
