@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Corpus cleaning (issue 76 part 4): Multi30k train with 20% of its pairs corrupted (their targets
+shuffled among each other; half of those then truncated to their first half or replaced by the
+pair's own source-language text), filtered by `torchmt filter`; prints the share of corrupted
+pairs removed (goal >= 90%) and of clean pairs dropped (goal <= 5%).
+
+Two thresholds: --max-score at the 99th percentile of the dual scores of the clean validation set
+(no knowledge of the noise), and --keep-fraction 0.8 (an oracle that knows the noise rate).
+
+  tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR]
+"""
+import argparse
+import gzip
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+
+def lines(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def write(path, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(r + "\n" for r in rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("deen")
+    ap.add_argument("ende")
+    ap.add_argument("--data", default="data/multi30k")
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--keep", help="keep the corrupted corpus and the filtered one here")
+    args = ap.parse_args()
+    tm = os.path.join(args.build, "torchmt")
+    de, en = lines(f"{args.data}/train.de.gz"), lines(f"{args.data}/train.en.gz")
+    rng = random.Random(76)
+    n = len(de)
+    bad = sorted(rng.sample(range(n), n // 5))
+    shuffled = bad[1:] + bad[:1]  # a derangement: every chosen pair gets another's target
+    noisy_en = list(en)
+    for i, j in zip(bad, shuffled):
+        noisy_en[i] = en[j]
+    kinds = {i: "shuffled" for i in bad}
+    for k, i in enumerate(rng.sample(bad, len(bad) // 2)):
+        if k % 2 == 0:
+            words = noisy_en[i].split()
+            noisy_en[i] = " ".join(words[: max(1, len(words) // 2)])
+            kinds[i] = "shuffled+truncated"
+        else:
+            noisy_en[i] = de[i]
+            kinds[i] = "source copy"
+    work = args.keep or tempfile.mkdtemp()
+    os.makedirs(work, exist_ok=True)
+    write(f"{work}/noisy.de", de)
+    write(f"{work}/noisy.en", noisy_en)
+    write(f"{work}/noisy.labels", ["clean" if i not in kinds else kinds[i] for i in range(n)])
+    common = [tm, "filter", "-m", args.deen, "--backward-model", args.ende, "-q", "--dtype", "fp32"]
+
+    # The threshold from clean held-out pairs: the 99th percentile of the validation set's scores.
+    vde, ven = f"{work}/val.de", f"{work}/val.en"
+    write(vde, lines(f"{args.data}/val.de.gz"))
+    write(ven, lines(f"{args.data}/val.en.gz"))
+    subprocess.run(common + ["--src", vde, "--tgt", ven, "--kept-src", f"{work}/v.kept.de", "--kept-tgt",
+                             f"{work}/v.kept.en", "--keep-fraction", "1", "--scores", f"{work}/val.scores"],
+                   check=True)
+    val_scores = sorted(float(r.split("\t")[0]) for r in open(f"{work}/val.scores") if r.split("\t")[0])
+    threshold = val_scores[int(0.99 * (len(val_scores) - 1))]
+
+    for name, rule in ((f"--max-score {threshold:.4f} (val p99)", ["--max-score", f"{threshold:.6f}"]),
+                       ("--keep-fraction 0.8 (oracle)", ["--keep-fraction", "0.8"])):
+        tag = "p99" if "max-score" in name else "oracle"
+        proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
+                                        f"{work}/{tag}.de", "--kept-tgt", f"{work}/{tag}.en", "--scores",
+                                        f"{work}/{tag}.scores"] + rule, check=True, capture_output=True, text=True)
+        scores = [r.rstrip("\n").split("\t")[0] for r in open(f"{work}/{tag}.scores")]
+        cut = threshold if tag == "p99" else None
+        if cut is None:
+            s = sorted(float(x) for x in scores if x)
+            cut = s[int(0.8 * len(s)) - 1]
+        kept = [x != "" and float(x) <= cut for x in scores]
+        removed = {}
+        for i in range(n):
+            kind = kinds.get(i, "clean")
+            total, gone = removed.get(kind, (0, 0))
+            removed[kind] = (total + 1, gone + (0 if kept[i] else 1))
+        corrupt_total = sum(t for k, (t, g) in removed.items() if k != "clean")
+        corrupt_gone = sum(g for k, (t, g) in removed.items() if k != "clean")
+        clean_total, clean_gone = removed["clean"]
+        print(f"{name}: {proc.stderr.strip().splitlines()[-1]}")
+        print(f"  corrupted removed {corrupt_gone}/{corrupt_total} = {100 * corrupt_gone / corrupt_total:.1f}%"
+              f" (goal >= 90%); clean dropped {clean_gone}/{clean_total} = {100 * clean_gone / clean_total:.2f}%"
+              f" (goal <= 5%)")
+        for kind in ("shuffled", "shuffled+truncated", "source copy"):
+            t, g = removed[kind]
+            print(f"  {kind}: removed {g}/{t} = {100 * g / t:.1f}%")
+    print(f"files: {work}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
