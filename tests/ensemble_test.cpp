@@ -15,6 +15,7 @@
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/io/checkpoint.h"
 #include "torchmt/loading/model_loader.h"
+#include "torchmt/model/linear.h"
 
 namespace torchmt {
 namespace {
@@ -53,15 +54,18 @@ TranslatorConfig unscreened(std::vector<std::string> models) {
   return config;
 }
 
+// Members as load_translator prepares them (packed, the output projection screened): the generic
+// mean of the members' steps and the stacked projection (one layer over their hidden states) give
+// the same distribution; its greedy token is the step's argmax, its beam entries the step's.
 TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
-  c10::InferenceMode inference;
-  Translator a = load_translator(tiny_checkpoint(), torch::kCPU, torch::kFloat);
-  Translator b = load_translator(other_checkpoint(), torch::kCPU, torch::kFloat);
-  auto da = a.make_decoder(true), db = b.make_decoder(true);
-  std::vector<std::unique_ptr<IncrementalDecoder>> members;
-  members.push_back(a.make_decoder(true));
-  members.push_back(b.make_decoder(true));
-  EnsembleDecoder ensemble(std::move(members), {3.0, 1.0});
+  TranslatorConfig config;
+  config.device = "cpu";
+  config.dtype = "fp32";
+  config.models = {tiny_checkpoint()};
+  Translator a = load_translator(config);
+  config.models = {other_checkpoint()};
+  Translator b = load_translator(config);
+  c10::InferenceMode inference;  // as a search runs (the models were loaded outside it)
   const auto lines = test::sample_lines(3);
   std::vector<std::vector<int64_t>> ids;
   for (const auto& l : lines) ids.push_back(a.encode_source(l));
@@ -71,27 +75,52 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
   for (int64_t t = 3; t < 40; ++t) few.push_back(t);
   for (int64_t t = 3; t < 120; t += 2) more.push_back(t);
   const std::vector<int64_t> any;
-  for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)}) {
-    d->start(src);
-    d->restrict_output({&few, &any, &more});
-    d->expand_rows(3, 2);  // [6] rows: two beams per sentence
-  }
-  ASSERT_TRUE(torch::equal(ensemble.output_columns(), da->output_columns()));
-  auto tokens = torch::full({6}, a.config().bos_id, torch::kLong);
-  for (int step = 0; step < 4; ++step) {
-    const auto expected = torch::log_softmax(0.75 * da->step(tokens) + 0.25 * db->step(tokens), -1);  // [6, V]
-    const auto got = ensemble.step(tokens);
-    ASSERT_EQ(got.sizes(), expected.sizes());
-    EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "step " << step;
-    EXPECT_NEAR(got.exp().sum(-1).min().item<double>(), 1.0, 1e-4) << "a distribution";
-    // Beam reordering within sentences, a sentence leaving the batch, reordering again.
-    const std::vector<at::Tensor> indices = {torch::tensor({1, 0, 3, 3, 4, 5}), torch::tensor({0, 1, 4, 5}),
-                                             torch::tensor({1, 1, 2, 3}), torch::tensor({0, 1, 3, 2})};
-    const auto& index = indices[static_cast<size_t>(step)];
-    for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)})
-      step % 2 == 0 ? d->reorder_within_sentences(index) : d->select(index);
-    tokens = std::get<1>(got.max(-1)).index_select(0, index);
-  }
+  for (bool stacked : {false, true})
+    for (bool shortlist : {false, true}) {
+      const std::string where = std::string(stacked ? "stacked" : "generic") + (shortlist ? ", shortlist" : "");
+      auto da = a.make_decoder(true), db = b.make_decoder(true);
+      std::vector<std::unique_ptr<IncrementalDecoder>> members;
+      members.push_back(a.make_decoder(true));
+      members.push_back(b.make_decoder(true));
+      EnsembleDecoder ensemble(std::move(members), {3.0, 1.0},
+                               stacked ? stack_linear_inputs({a.model()->fc_out, b.model()->fc_out}, {0.75, 0.25})
+                                       : nullptr);
+      for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)}) {
+        d->start(src);
+        if (shortlist) d->restrict_output({&few, &any, &more});
+        d->expand_rows(3, 2);  // [6] rows: two beams per sentence
+      }
+      if (shortlist) ASSERT_TRUE(torch::equal(ensemble.output_columns(), da->output_columns()));
+      auto tokens = torch::full({6}, a.config().bos_id, torch::kLong);
+      for (int step = 0; step < 4; ++step) {
+        const auto expected = torch::log_softmax(0.75 * da->step(tokens) + 0.25 * db->step(tokens), -1);  // [6, V]
+        at::Tensor got;
+        if (step == 1 && !shortlist) {
+          // The search's own steps: greedy's token and beam's entries, as the step would give them.
+          const auto greedy = ensemble.greedy_tokens(tokens);
+          EXPECT_TRUE(torch::equal(greedy, std::get<1>(expected.max(-1)))) << where;
+          got = expected;
+        } else if (step == 2 && !shortlist) {
+          const auto top = ensemble.step_top_k(tokens, 3, {5, 7});
+          const auto want = IncrementalDecoder::top_k_of(expected, 3, {5, 7});
+          EXPECT_TRUE(torch::allclose(top.values, want.values, 1e-3, 1e-3)) << where;
+          EXPECT_TRUE(torch::allclose(top.extra, want.extra, 1e-3, 1e-3)) << where;
+          got = expected;
+        } else {
+          got = ensemble.step(tokens);
+          ASSERT_EQ(got.sizes(), expected.sizes());
+          EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << where << ", step " << step;
+          EXPECT_NEAR(got.exp().sum(-1).min().item<double>(), 1.0, 1e-4) << "a distribution";
+        }
+        // Beam reordering within sentences, a sentence leaving the batch, reordering again.
+        const std::vector<at::Tensor> indices = {torch::tensor({1, 0, 3, 3, 4, 5}), torch::tensor({0, 1, 4, 5}),
+                                                 torch::tensor({1, 1, 2, 3}), torch::tensor({0, 1, 3, 2})};
+        const auto& index = indices[static_cast<size_t>(step)];
+        for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)})
+          step % 2 == 0 ? d->reorder_within_sentences(index) : d->select(index);
+        tokens = std::get<1>(got.max(-1)).index_select(0, index);
+      }
+    }
 }
 
 TEST(Ensemble, AModelWithItselfTranslatesAsTheModel) {

@@ -7,13 +7,21 @@
 
 #include <ATen/ATen.h>
 
+#include "torchmt/decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
+#include "torchmt/model/linear.h"
 
 namespace torchmt {
 
 EnsembleDecoder::EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members,
-                                 std::vector<double> weights)
-    : members_(std::move(members)), weights_(std::move(weights)) {
+                                 std::vector<double> weights, torch::nn::Linear stacked)
+    : members_(std::move(members)), weights_(std::move(weights)), stacked_(std::move(stacked)) {
+  if (!stacked_.is_empty())
+    for (const auto& m : members_) {
+      const auto* t = dynamic_cast<const TransformerDecoder*>(m.get());
+      if (!t || !t->can_join())
+        throw std::invalid_argument("a stacked output projection needs cached TransformerDecoder members");
+    }
   if (members_.empty() || weights_.size() != members_.size())
     throw std::invalid_argument("an ensemble of " + std::to_string(members_.size()) + " models with " +
                                 std::to_string(weights_.size()) + " weights");
@@ -23,10 +31,31 @@ EnsembleDecoder::EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>
 }
 
 void EnsembleDecoder::start(const at::Tensor& src) {
+  restricted_ = false;
   for (auto& m : members_) m->start(src);
 }
 
+at::Tensor EnsembleDecoder::stacked_hidden(const at::Tensor& last_tokens) {
+  std::vector<at::Tensor> hidden;
+  for (auto& m : members_) hidden.push_back(static_cast<TransformerDecoder&>(*m).step_hidden(last_tokens));  // [N, D_i]
+  return at::cat(hidden, 1);  // [N, sum D_i]
+}
+
+at::Tensor EnsembleDecoder::greedy_tokens(const at::Tensor& last_tokens) {
+  if (!stacked_step()) return IncrementalDecoder::greedy_tokens(last_tokens);
+  return projection_greedy_tokens(stacked_, stacked_hidden(last_tokens));
+}
+
+IncrementalDecoder::TopK EnsembleDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
+                                                     const std::vector<int64_t>& extra_columns) {
+  if (!stacked_step()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+  return projection_top_k(stacked_, stacked_hidden(last_tokens), width, extra_columns);
+}
+
 at::Tensor EnsembleDecoder::step(const at::Tensor& last_tokens) {
+  // log_softmax(sum w_i log_softmax(z_i)) = log_softmax(sum w_i z_i): each member's normaliser is a
+  // per-row constant, so the stacked layer's logits give the same distribution.
+  if (stacked_step()) return projection_log_probs(stacked_, stacked_hidden(last_tokens));
   at::Tensor mixed;  // [N, C]: the weighted mean of the members' log-probabilities
   for (size_t i = 0; i < members_.size(); ++i) {
     at::Tensor lp = members_[i]->step(last_tokens);  // [N, C] float32
@@ -60,6 +89,7 @@ void EnsembleDecoder::join(const at::Tensor& src) {
 
 void EnsembleDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) {
   for (auto& m : members_) m->restrict_output(vocabularies);
+  for (const auto* v : vocabularies) restricted_ = restricted_ || (v && !v->empty());
 }
 
 std::vector<double> parse_ensemble_weights(const std::string& text, size_t members) {
@@ -110,11 +140,24 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
                                   " on " + first.device().str());
     config.max_positions = std::min(config.max_positions, c.max_positions);
   }
+  // Native models: their output projections stacked once, here (packed and screened as theirs).
+  torch::nn::Linear stacked = nullptr;
+  if (std::all_of(members.begin(), members.end(), [](Translator& m) { return static_cast<bool>(m.model()); })) {
+    double total = 0.0;
+    for (double w : weights) total += w;
+    std::vector<torch::nn::Linear> outputs;
+    std::vector<double> scales;
+    for (size_t i = 0; i < members.size(); ++i) {
+      outputs.push_back(members[i].model()->fc_out);
+      scales.push_back(weights[i] / total);
+    }
+    stacked = stack_linear_inputs(outputs, scales);
+  }
   auto shared = std::make_shared<const std::vector<Translator>>(std::move(members));
-  DecoderFactory factory = [shared, weights](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {
+  DecoderFactory factory = [shared, weights, stacked](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {
     std::vector<std::unique_ptr<IncrementalDecoder>> decoders;
     for (const Translator& m : *shared) decoders.push_back(m.make_decoder(use_cache));
-    return std::make_unique<EnsembleDecoder>(std::move(decoders), weights);
+    return std::make_unique<EnsembleDecoder>(std::move(decoders), weights, use_cache ? stacked : nullptr);
   };
   const Translator& lead = shared->front();
   Translator ensemble(std::move(factory), config, lead.src_tokenizer(), lead.tgt_tokenizer(), lead.device(),

@@ -87,26 +87,29 @@ at::Tensor TransformerDecoder::output_columns() const {
   return use_cache_ && restriction_.active() ? restriction_.columns() : at::Tensor();
 }
 
-at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
-  if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
+at::Tensor TransformerDecoder::step_hidden(const at::Tensor& last_tokens) {
+  if (!use_cache_) throw std::logic_error("step_hidden needs the decoder's cache");
   torch::NoGradGuard no_grad;
-  const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
-  const bool restricted = restriction_.active();
-  // Rows in full: their projection's top-1 (under a shortlist, into its columns), as step() +
+  return model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
+}
+
+at::Tensor projection_log_probs(const torch::nn::Linear& out, const at::Tensor& hidden) {
+  torch::NoGradGuard no_grad;
+  return log_probabilities(apply_linear(out, hidden));  // [N, V]
+}
+
+at::Tensor projection_greedy_tokens(const torch::nn::Linear& out, const at::Tensor& hidden, const at::Tensor& blocked) {
+  torch::NoGradGuard no_grad;
+  const bool restricted = blocked.defined();
+  // Rows in full: their projection's top-1 (under a shortlist, into its open columns), as step() +
   // row_top_k (the logits' argmax is the log-probabilities').
   auto top1 = [&](const at::Tensor& rows) {
     if (restricted)  // [N, 1], all rows
-      return kernels::row_top_k(apply_linear(restricted_output(), rows).to(torch::kFloat), 1,
-                                restriction_.blocked_columns())
-          .second;
-    return kernels::row_top_k(log_probabilities(apply_linear(model_->fc_out, rows)), 1).second;  // [n, 1]
+      return kernels::row_top_k(apply_linear(out, rows).to(torch::kFloat), 1, blocked).second;
+    return kernels::row_top_k(log_probabilities(apply_linear(out, rows)), 1).second;  // [n, 1]
   };
-  auto to_tokens = [&](const at::Tensor& best) {  // [N] indices of the projection's outputs
-    return restricted ? restriction_.columns().index_select(0, best) : best;
-  };
-  auto tokens = restricted ? try_linear_argmax(restricted_output(), hidden, restriction_.blocked_columns())
-                           : try_linear_argmax(model_->fc_out, hidden);
-  if (tokens.empty()) return to_tokens(top1(hidden).view({-1}));
+  auto tokens = restricted ? try_linear_argmax(out, hidden, blocked) : try_linear_argmax(out, hidden);
+  if (tokens.empty()) return top1(hidden).view({-1});
   // Rows the screen left open: computed as step() computes them. Up to kSmallBatchLinearMaxRows
   // rows the kernel gives a row the same logits in any batch of few rows, so the open rows alone;
   // beyond, a GEMM's rounding may depend on the rows it is given, so all of them.
@@ -120,22 +123,20 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
     for (size_t i = 0; i < open.size(); ++i)
       tokens[static_cast<size_t>(open[i])] = top.data_ptr<int64_t>()[few ? i : static_cast<size_t>(open[i])];
   }
-  return to_tokens(torch::tensor(tokens, torch::kLong));  // [N], CPU (the screen runs only there)
+  return torch::tensor(tokens, torch::kLong);  // [N], CPU (the screen runs only there)
 }
 
-IncrementalDecoder::TopK TransformerDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
-                                                        const std::vector<int64_t>& extra_columns) {
-  if (!use_cache_ || restriction_.active()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+IncrementalDecoder::TopK projection_top_k(const torch::nn::Linear& out, const at::Tensor& hidden, int64_t width,
+                                          const std::vector<int64_t>& extra_columns) {
   torch::NoGradGuard no_grad;
-  const auto hidden = model_->decode_step_hidden(last_tokens, cache_);  // [N, D]
   auto full = [&](const at::Tensor& rows, int64_t w) {
-    return top_k_of(log_probabilities(apply_linear(model_->fc_out, rows)), w, extra_columns);
+    return IncrementalDecoder::top_k_of(log_probabilities(apply_linear(out, rows)), w, extra_columns);
   };
-  const int64_t columns = model_->fc_out->weight.size(0);
+  const int64_t columns = out->weight.size(0);
   const int64_t w = std::min(width, columns);
-  auto screened = try_linear_log_softmax_top_k(model_->fc_out, hidden, w, extra_columns);
+  auto screened = try_linear_log_softmax_top_k(out, hidden, w, extra_columns);
   if (!screened) return full(hidden, width);
-  TopK top{screened->values, screened->indices, screened->extra, columns};
+  IncrementalDecoder::TopK top{screened->values, screened->indices, screened->extra, columns};
   if (!screened->open.empty()) {
     const auto open = torch::tensor(screened->open, torch::kLong);  // [n]
     const auto rows = full(hidden.index_select(0, open.to(hidden.device())), w);
@@ -144,6 +145,20 @@ IncrementalDecoder::TopK TransformerDecoder::step_top_k(const at::Tensor& last_t
     top.extra.index_copy_(0, open, rows.extra);
   }
   return top;
+}
+
+at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
+  if (!use_cache_) return IncrementalDecoder::greedy_tokens(last_tokens);
+  const auto hidden = step_hidden(last_tokens);  // [N, D]
+  if (!restriction_.active()) return projection_greedy_tokens(model_->fc_out, hidden);
+  const auto best = projection_greedy_tokens(restricted_output(), hidden, restriction_.blocked_columns());  // [N]
+  return restriction_.columns().index_select(0, best.to(restriction_.columns().device()));
+}
+
+IncrementalDecoder::TopK TransformerDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
+                                                        const std::vector<int64_t>& extra_columns) {
+  if (!use_cache_ || restriction_.active()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+  return projection_top_k(model_->fc_out, step_hidden(last_tokens), width, extra_columns);
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {

@@ -202,6 +202,42 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
   return part;
 }
 
+torch::nn::Linear stack_linear_inputs(const std::vector<torch::nn::Linear>& layers, const std::vector<double>& scales) {
+  if (layers.empty() || scales.size() != layers.size())
+    throw std::invalid_argument("stack_linear_inputs: " + std::to_string(layers.size()) + " layers, " +
+                                std::to_string(scales.size()) + " scales");
+  c10::InferenceMode not_inference(false);  // ordinary tensors: a preparation checks their versions
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> weights;
+  torch::Tensor bias;
+  int64_t inputs = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    if (l->weight.size(0) != layers[0]->weight.size(0))
+      throw std::invalid_argument("stack_linear_inputs: layers of " + std::to_string(l->weight.size(0)) + " and " +
+                                  std::to_string(layers[0]->weight.size(0)) + " outputs");
+    const auto* q = dynamic_cast<const QuantizableLinearImpl*>(l.get());
+    if (q && q->prepared && q->prepared->float_released)
+      throw std::logic_error("stack_linear_inputs: a layer's fp32 weights were released");
+    weights.push_back(l->weight * scales[i]);  // [out, in_i]
+    if (l->bias.defined()) bias = bias.defined() ? bias + l->bias * scales[i] : l->bias * scales[i];
+    inputs += l->weight.size(1);
+  }
+  torch::nn::Linear stacked = nullptr;
+  {
+    SkipParameterInit skip;
+    stacked = make_linear(inputs, layers[0]->weight.size(0));
+  }
+  stacked->weight.set_data(torch::cat(weights, 1));  // [out, sum of in_i]
+  stacked->bias.set_data(bias.defined() ? bias : torch::zeros({layers[0]->weight.size(0)}, layers[0]->weight.options()));
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layers[0].get());
+  if (q && q->prepared && layers[0]->weight.device().is_cpu()) {
+    if (q->prepared->int8) prepare_linears_for_inference(*stacked, InferencePrecision::kInt8);
+    else prepare_linears_for_inference(*stacked, InferencePrecision::kFloat, q->prepared->screen ? &stacked : nullptr);
+  }
+  return stacked;
+}
+
 int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear* keep) {
   int64_t freed = 0;
   for (const auto& child : module.modules(/*include_self=*/true)) {

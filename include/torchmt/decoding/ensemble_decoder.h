@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include <torch/nn/modules/linear.h>
+
 #include "torchmt/decoding/incremental_decoder.h"
 
 namespace torchmt {
@@ -15,10 +17,16 @@ class Translator;
 
 class EnsembleDecoder : public IncrementalDecoder {
  public:
-  // `weights`: one per member, positive; normalised to sum to 1 here.
-  EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members, std::vector<double> weights);
+  // `weights`: one per member, positive; normalised to sum to 1 here. `stacked` (optional): the
+  // members' output projections as one layer over their concatenated hidden states, weighted
+  // (stack_linear_inputs), when every member is a cached TransformerDecoder: then a step projects
+  // once, through that layer's screen, instead of once per member.
+  EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members, std::vector<double> weights,
+                  torch::nn::Linear stacked = nullptr);
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
+  at::Tensor greedy_tokens(const at::Tensor& last_tokens) override;
+  TopK step_top_k(const at::Tensor& last_tokens, int64_t width, const std::vector<int64_t>& extra_columns) override;
   at::Tensor output_columns() const override { return members_.front()->output_columns(); }
   void select(const at::Tensor& index) override;
   void expand_rows(int64_t rows, int64_t k) override;
@@ -31,6 +39,11 @@ class EnsembleDecoder : public IncrementalDecoder {
  private:
   std::vector<std::unique_ptr<IncrementalDecoder>> members_;
   std::vector<double> weights_;
+  torch::nn::Linear stacked_{nullptr};
+  bool restricted_ = false;  // a shortlist is on: each member projects its own columns
+  // The stacked projection applies (no shortlist): the members' hidden states side by side [N, sum D].
+  bool stacked_step() const { return !stacked_.is_empty() && !restricted_; }
+  at::Tensor stacked_hidden(const at::Tensor& last_tokens);
 };
 
 // The weights of --ensemble-weights ("0.5,0.5"): `members` positive numbers, or all equal when

@@ -30,6 +30,10 @@ class TransformerDecoder : public IncrementalDecoder {
   void restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) override;
   at::Tensor output_columns() const override;
   at::Device device() const override;
+  // The decoder's last hidden states [N, D] for the next tokens, before the output projection
+  // (an ensemble projects its members' together); advances the cache as step() does. Cache only.
+  at::Tensor step_hidden(const at::Tensor& last_tokens);
+  const Transformer& model() const { return model_; }
 
  private:
   Transformer model_;
@@ -44,5 +48,15 @@ class TransformerDecoder : public IncrementalDecoder {
   // Hidden states [N, D] -> logits [N, U] over restriction_.columns(), -inf where a row may not go.
   at::Tensor restricted_logits(const at::Tensor& hidden);
 };
+
+// An output projection's step over hidden states [N, D] as TransformerDecoder takes it (CPU fp32:
+// through the layer's screen where it is prepared with one): log-probabilities [N, V]; each row's
+// most probable output ([N] int64; `blocked` [N, V] bool, optional: outputs a row may not
+// produce); beam search's top entries.
+at::Tensor projection_log_probs(const torch::nn::Linear& out, const at::Tensor& hidden);
+at::Tensor projection_greedy_tokens(const torch::nn::Linear& out, const at::Tensor& hidden,
+                                    const at::Tensor& blocked = {});
+IncrementalDecoder::TopK projection_top_k(const torch::nn::Linear& out, const at::Tensor& hidden, int64_t width,
+                                          const std::vector<int64_t>& extra_columns);
 
 }  // namespace torchmt

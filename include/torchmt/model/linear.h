@@ -127,5 +127,10 @@ bool runs_int8(const torch::nn::Linear& layer);
 // prepared as `layer` is (int8, packed, or not): the output projection under a shortlist. Its
 // int8 rows are the same integers as the whole layer's (the quantization is per row).
 torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch::Tensor& rows);
+// One layer over the concatenated inputs of `layers` (same outputs) computing the weighted sum of
+// their outputs: weight [out, sum of in] = [s_0 W_0 | s_1 W_1 | ...], bias sum of s_i b_i (an
+// ensemble's output projections as one). Prepared as layers[0] is (int8, or packed with its
+// screen), from the layers' float weights, which must be there.
+torch::nn::Linear stack_linear_inputs(const std::vector<torch::nn::Linear>& layers, const std::vector<double>& scales);
 
 }  // namespace torchmt
