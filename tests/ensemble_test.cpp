@@ -90,7 +90,9 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
         if (shortlist) d->restrict_output({&few, &any, &more});
         d->expand_rows(3, 2);  // [6] rows: two beams per sentence
       }
-      if (shortlist) ASSERT_TRUE(torch::equal(ensemble.output_columns(), da->output_columns()));
+      if (shortlist) {
+        ASSERT_TRUE(torch::equal(ensemble.output_columns(), da->output_columns()));
+      }
       auto tokens = torch::full({6}, a.config().bos_id, torch::kLong);
       for (int step = 0; step < 4; ++step) {
         const auto expected = torch::log_softmax(0.75 * da->step(tokens) + 0.25 * db->step(tokens), -1);  // [6, V]
@@ -167,8 +169,12 @@ TEST(Ensemble, SearchFeaturesAndScoresOverTwoModels) {
   for (size_t i = 0; i < lines.size(); ++i) {
     ASSERT_EQ(translations[i].hypotheses.size(), 3u) << "line " << i;
     for (const auto& h : translations[i].hypotheses) {
-      if (i == 1) EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), h.tokens.begin())) << "the prefix";
-      if (i == 2) EXPECT_NE(std::search(h.tokens.begin(), h.tokens.end(), dog.begin(), dog.end()), h.tokens.end());
+      if (i == 1) {
+        EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), h.tokens.begin())) << "the prefix";
+      }
+      if (i == 2) {
+        EXPECT_NE(std::search(h.tokens.begin(), h.tokens.end(), dog.begin(), dog.end()), h.tokens.end());
+      }
       sources.push_back(lines[i]);
       targets.push_back(h.tokens);
       hypotheses.push_back(&h);

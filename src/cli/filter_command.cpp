@@ -70,6 +70,15 @@ std::string cell(std::string text) {
   return text;
 }
 
+// score, forward and backward cross-entropy, tab-separated.
+void append_scores(std::string& text, const DualScore& d) {
+  append_number(text, d.score);
+  text += '\t';
+  append_number(text, d.forward);
+  text += '\t';
+  append_number(text, d.backward);
+}
+
 struct PairVerdict {
   DualScore score;
   std::string reason;  // why it could not be scored; "" when scored
@@ -204,11 +213,7 @@ int run_filter(int argc, char** argv) {
     const bool keep = v.reason.empty() && v.score.score <= threshold;
     if (all_scores) {
       if (v.reason.empty()) {
-        append_number(sc, v.score.score);
-        sc += '\t';
-        append_number(sc, v.score.forward);
-        sc += '\t';
-        append_number(sc, v.score.backward);
+        append_scores(sc, v.score);
       } else {
         sc += "\t\t";
       }
@@ -223,11 +228,7 @@ int run_filter(int argc, char** argv) {
       if (dropped) {
         dr += std::to_string(i + 1) + '\t';
         if (v.reason.empty()) {
-          append_number(dr, v.score.score);
-          dr += '\t';
-          append_number(dr, v.score.forward);
-          dr += '\t';
-          append_number(dr, v.score.backward);
+          append_scores(dr, v.score);
           dr += "\tscore\t";
         } else {
           dr += "\t\t\t" + v.reason + '\t';

@@ -69,25 +69,6 @@ std::vector<std::string> constraint_phrases(const std::string& line) {
   }
 }
 
-// The confidence of each line's best translation (blank lines: none, an empty estimate).
-std::vector<SentenceConfidence> rate_translations(Translator& translator, const std::vector<std::string>& lines,
-                                                  const std::vector<Translation>& translations,
-                                                  const TranslationOptions& options, const ConfidenceModel& model) {
-  std::vector<std::string> sources;
-  std::vector<std::vector<int64_t>> targets;
-  std::vector<size_t> rated;
-  for (size_t i = 0; i < translations.size(); ++i) {
-    if (translations[i].hypotheses.empty()) continue;
-    sources.push_back(lines[i]);
-    targets.push_back(translations[i].hypotheses.front().tokens);
-    rated.push_back(i);
-  }
-  std::vector<SentenceConfidence> out(translations.size());
-  auto estimates = estimate_confidence(translator, sources, std::move(targets), options, model);
-  for (size_t k = 0; k < rated.size(); ++k) out[rated[k]] = std::move(estimates[k]);
-  return out;
-}
-
 // One output line of --confidence: tsv (translation, sentence, words, their confidences) or text
 // (the words below `threshold` marked [[so]], then ' ||| ' and the sentence's confidence).
 void append_confidence(std::string& text, const std::string& translation, const SentenceConfidence* c, bool tsv,
@@ -256,10 +237,10 @@ int run_translate(int argc, char** argv) {
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
     return kExitUsage;
   if (!o->attention_svg.empty() && !translator->model()) {
-    std::cerr << argv[0] << ": --attention-svg needs a checkpoint, not an export\n";
+    std::cerr << argv[0] << ": --attention-svg needs one checkpoint, not an export or an ensemble\n";
     return kExitUsage;
   }
-  if (o->alignments && !translator->model()) return usage_error(argv[0], "--alignments needs a checkpoint, not an export");
+  if (o->alignments && !translator->model()) return usage_error(argv[0], "--alignments needs one checkpoint, not an export or an ensemble");
   if (o->tensor_pool) use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
   InputLines input(o->input, o->strict_utf8);
   // --target-prefix and --constraints: files aligned with the input, line for line.

@@ -133,4 +133,22 @@ std::vector<SentenceConfidence> estimate_confidence(Translator& translator, cons
   return out;
 }
 
+std::vector<SentenceConfidence> rate_translations(Translator& translator, const std::vector<std::string>& sources,
+                                                  const std::vector<Translation>& translations,
+                                                  const TranslationOptions& options, const ConfidenceModel& model) {
+  std::vector<std::string> rated_sources;
+  std::vector<std::vector<int64_t>> targets;
+  std::vector<size_t> rated;
+  for (size_t i = 0; i < translations.size(); ++i) {
+    if (translations[i].hypotheses.empty()) continue;
+    rated_sources.push_back(sources[i]);
+    targets.push_back(translations[i].hypotheses.front().tokens);
+    rated.push_back(i);
+  }
+  std::vector<SentenceConfidence> out(translations.size());
+  auto estimates = estimate_confidence(translator, rated_sources, std::move(targets), options, model);
+  for (size_t k = 0; k < rated.size(); ++k) out[rated[k]] = std::move(estimates[k]);
+  return out;
+}
+
 }  // namespace torchmt

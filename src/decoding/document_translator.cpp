@@ -23,7 +23,7 @@ std::vector<DocumentTranslation> translate_documents(Translator& translator, con
                                                      const AlignmentOptions& alignment_options, bool alignments,
                                                      const std::function<void(int64_t)>& done) {
   if (alignments && !translator.model())
-    throw std::runtime_error("word alignments need a checkpoint (an export has no cross-attention weights)");
+    throw std::runtime_error("word alignments need one checkpoint (an export or an ensemble has no single cross-attention)");
   std::vector<std::string> sentences;
   std::vector<size_t> first;  // each document's first sentence
   for (const auto& d : documents) {

@@ -357,7 +357,7 @@ std::vector<std::string> Translator::translate_text(const std::vector<std::strin
 
 std::vector<at::Tensor> Translator::cross_attention_weights(const std::vector<const std::vector<int64_t>*>& sources,
                                                             const std::vector<const std::vector<int64_t>*>& targets) {
-  if (!model_) throw std::runtime_error("cross-attention weights need a checkpoint (not available for this model format)");
+  if (!model_) throw std::runtime_error("cross-attention weights need one checkpoint (not an export or an ensemble)");
   std::optional<RuntimeScope> kernels;
   if (runtime_) kernels.emplace(*runtime_);
   if (sources.size() != targets.size() || sources.empty())

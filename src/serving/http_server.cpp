@@ -200,9 +200,9 @@ struct HttpServer::Impl {
     try {
       const ApiRequest request = parse(req.get_header_value("Content-Type"), req.body, options.api);
       if (request.options.attention && !translator.model())
-        throw ApiError(400, "attention weights need a checkpoint (this server runs an export)");
+        throw ApiError(400, "attention weights need one checkpoint (this server runs an export or an ensemble)");
       if (request.options.alignments && !translator.model())
-        throw ApiError(400, "word alignments need a checkpoint (this server runs an export)");
+        throw ApiError(400, "word alignments need one checkpoint (this server runs an export or an ensemble)");
       bool markup = false;
       for (const auto& d : request.documents) markup = markup || d.needs_alignments();
       ServiceJob job;

@@ -390,23 +390,12 @@ void TranslationService::deliver(Pending& p, std::vector<Translation> translatio
       result.alignments = align_words(translator_, p.job.sentences, targets, p.job.alignment_options);
     }
     if (p.job.confidence) {
-      std::vector<std::string> sources;
-      std::vector<std::vector<int64_t>> targets;
-      std::vector<size_t> rated;
-      for (size_t i = 0; i < result.translations.size(); ++i) {
-        if (result.translations[i].hypotheses.empty()) continue;
-        sources.push_back(p.job.sentences[i]);
-        targets.push_back(result.translations[i].hypotheses.front().tokens);
-        rated.push_back(i);
-      }
       TranslationOptions scoring = p.job.options;
       scoring.workers = 1;  // on this worker's thread, as its translation ran
       scoring.threads_per_worker = plan_.threads_per_worker;
       static const ConfidenceModel raw;
-      auto estimates = estimate_confidence(translator_, sources, std::move(targets), scoring,
-                                           p.job.confidence_model ? *p.job.confidence_model : raw);
-      result.confidence.resize(result.translations.size());
-      for (size_t k = 0; k < rated.size(); ++k) result.confidence[rated[k]] = std::move(estimates[k]);
+      result.confidence = rate_translations(translator_, p.job.sentences, result.translations, scoring,
+                                            p.job.confidence_model ? *p.job.confidence_model : raw);
     }
     p.promise.set_value(std::move(result));
   } catch (...) {

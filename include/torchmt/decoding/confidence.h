@@ -14,6 +14,7 @@
 namespace torchmt {
 
 class Translator;
+struct Translation;
 
 struct WordConfidence {
   WordScore score;          // the word, its pieces' log-probabilities
@@ -67,5 +68,11 @@ std::vector<double> sentence_features(const SentenceConfidence& sentence);
 std::vector<SentenceConfidence> estimate_confidence(Translator& translator, const std::vector<std::string>& sources,
                                                     std::vector<std::vector<int64_t>> targets,
                                                     const TranslationOptions& options, const ConfidenceModel& model);
+
+// The confidence of each translation's best hypothesis (translate()'s output for `sources`); a
+// translation without one (an empty line) gets an empty estimate.
+std::vector<SentenceConfidence> rate_translations(Translator& translator, const std::vector<std::string>& sources,
+                                                  const std::vector<Translation>& translations,
+                                                  const TranslationOptions& options, const ConfidenceModel& model);
 
 }  // namespace torchmt
