@@ -71,17 +71,17 @@ def main():
     val_scores = sorted(float(r.split("\t")[0]) for r in open(f"{work}/val.scores") if r.split("\t")[0])
     threshold = val_scores[int(0.99 * (len(val_scores) - 1))]
 
-    for name, rule in ((f"--max-score {threshold:.4f} (val p99)", ["--max-score", f"{threshold:.6f}"]),
-                       ("--keep-fraction 0.8 (oracle)", ["--keep-fraction", "0.8"])):
-        tag = "p99" if "max-score" in name else "oracle"
-        proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
-                                        f"{work}/{tag}.de", "--kept-tgt", f"{work}/{tag}.en", "--scores",
-                                        f"{work}/{tag}.scores"] + rule, check=True, capture_output=True, text=True)
-        scores = [r.rstrip("\n").split("\t")[0] for r in open(f"{work}/{tag}.scores")]
-        cut = threshold if tag == "p99" else None
-        if cut is None:
-            s = sorted(float(x) for x in scores if x)
-            cut = s[int(0.8 * len(s)) - 1]
+    # One run of the command at the held-out threshold (its kept files and every pair's scores); the
+    # oracle's cut from the same scores.
+    proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
+                                    f"{work}/kept.de", "--kept-tgt", f"{work}/kept.en", "--scores", f"{work}/noisy.scores",
+                                    "--max-score", f"{threshold:.6f}"], check=True, capture_output=True, text=True)
+    print(proc.stderr.strip().splitlines()[-1])
+    scores = [r.rstrip("\n").split("\t")[0] for r in open(f"{work}/noisy.scores")]
+    ordered = sorted(float(x) for x in scores if x)
+    oracle = ordered[int(0.8 * len(ordered)) - 1]
+    for name, cut in ((f"--max-score {threshold:.6f} (val p99)", float(f"{threshold:.6f}")),
+                      (f"--keep-fraction 0.8 (oracle: score <= {oracle:.4f})", oracle)):
         kept = [x != "" and float(x) <= cut for x in scores]
         removed = {}
         for i in range(n):
@@ -91,7 +91,7 @@ def main():
         corrupt_total = sum(t for k, (t, g) in removed.items() if k != "clean")
         corrupt_gone = sum(g for k, (t, g) in removed.items() if k != "clean")
         clean_total, clean_gone = removed["clean"]
-        print(f"{name}: {proc.stderr.strip().splitlines()[-1]}")
+        print(f"{name}:")
         print(f"  corrupted removed {corrupt_gone}/{corrupt_total} = {100 * corrupt_gone / corrupt_total:.1f}%"
               f" (goal >= 90%); clean dropped {clean_gone}/{clean_total} = {100 * clean_gone / clean_total:.2f}%"
               f" (goal <= 5%)")
