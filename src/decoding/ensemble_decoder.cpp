@@ -141,17 +141,14 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
     config.max_positions = std::min(config.max_positions, c.max_positions);
   }
   // Native models: their output projections stacked once, here (packed and screened as theirs).
+  double total = 0.0;
+  for (double w : weights) total += w;
+  for (double& w : weights) w /= total;  // the decoder's weights and the stacked layer's scales alike
   torch::nn::Linear stacked = nullptr;
   if (std::all_of(members.begin(), members.end(), [](Translator& m) { return static_cast<bool>(m.model()); })) {
-    double total = 0.0;
-    for (double w : weights) total += w;
     std::vector<torch::nn::Linear> outputs;
-    std::vector<double> scales;
-    for (size_t i = 0; i < members.size(); ++i) {
-      outputs.push_back(members[i].model()->fc_out);
-      scales.push_back(weights[i] / total);
-    }
-    stacked = stack_linear_inputs(outputs, scales);
+    for (auto& m : members) outputs.push_back(m.model()->fc_out);
+    stacked = stack_linear_inputs(outputs, weights);
   }
   auto shared = std::make_shared<const std::vector<Translator>>(std::move(members));
   DecoderFactory factory = [shared, weights, stacked](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {

@@ -33,7 +33,6 @@ class TransformerDecoder : public IncrementalDecoder {
   // The decoder's last hidden states [N, D] for the next tokens, before the output projection
   // (an ensemble projects its members' together); advances the cache as step() does. Cache only.
   at::Tensor step_hidden(const at::Tensor& last_tokens);
-  const Transformer& model() const { return model_; }
 
  private:
   Transformer model_;
