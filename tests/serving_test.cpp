@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "data_test_support.h"
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/data/text_file.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/serving/http_api.h"
 #include "torchmt/serving/http_server.h"
 #include "torchmt/serving/metrics.h"
@@ -22,8 +24,7 @@ ApiSettings settings() {
   s.limits.max_sentences = 4;
   s.limits.max_sentence_chars = 10;
   s.limits.max_beam = 8;
-  s.source_language = "de";
-  s.target_language = "en";
+  s.pairs = {{"de", "en"}};
   return s;
 }
 
@@ -102,8 +103,8 @@ TEST(HttpApi, DocumentsBecomeSentences) {
                        settings());
   EXPECT_EQ(r.sentences, (std::vector<std::string>{"Ja.", "Nein!"}));
   EXPECT_TRUE(r.options.alignments);
-  r = parse_libretranslate_request("application/json", R"({"q": ""})", settings());
-  EXPECT_TRUE(r.sentences.empty());  // nothing to translate: an empty answer
+  // LibreTranslate's `if not q`: an empty text is a missing one.
+  EXPECT_EQ(status_of([&] { parse_libretranslate_request("application/json", R"({"q": ""})", settings()); }), 400);
   EXPECT_EQ(status_of([&] { parse_v1_request("application/json", R"({"q": "a", "format": "html", "nbest": 2, "beam": 2})", settings()); }),
             400);
 }
@@ -433,6 +434,37 @@ TEST(ServeCommand, EndToEndOverHttp) {
   if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
   auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_test.py " +
                              test::torchmt_binary() + " " + test::tiny_checkpoint() + " " + test::sample_de());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Two models that record their languages (de->en, en->de: random tiny ones of different seeds,
+// with an identifier learned from the sample), served by one server started without language
+// flags: routing, "auto", /detect, API keys and limits (tests/serve_languages_test.py).
+TEST(ServeCommand, BothDirectionsDetectionAndOperatorControls) {
+  if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
+  test::TempDir dir;
+  LanguageIdentifier identifier;
+  identifier.learn("de", read_lines(test::sample_de()));
+  identifier.learn("en", read_lines(test::sample_en()));
+  auto save = [&](const std::string& name, const std::string& source, const std::string& target, int seed) {
+    ModelConfig c = ModelConfig::preset("tiny");
+    c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
+    c.max_positions = 64;
+    torch::manual_seed(seed);
+    Transformer model(c);
+    CheckpointMeta meta;
+    meta.model = c;
+    meta.src_spm_model = meta.tgt_spm_model = test::sample_tokenizer().serialized();
+    meta.src_spm_checksum = meta.tgt_spm_checksum = test::sample_tokenizer().checksum();
+    meta.source_language = source;
+    meta.target_language = target;
+    meta.language_identifier = identifier.serialize();
+    save_checkpoint(dir.file(name), model, nullptr, meta);
+    return dir.file(name);
+  };
+  const std::string deen = save("deen.pt", "de", "en", 5), ende = save("ende.pt", "en", "de", 6);
+  auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_languages_test.py " +
+                             test::torchmt_binary() + " " + deen + " " + ende + " " + dir.path().string());
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 

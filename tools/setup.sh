@@ -55,6 +55,27 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing pybind11 and pytest (the Python package and its tests)" >&2
     "$PYTHON" -m pip install -q 'pybind11>=2.12' pytest
   fi
+  # LibreTranslate's own API tests, run against `torchmt serve` (tests/libretranslate/): taken
+  # from its wheel on PyPI, never copied into the repository.
+  lt_tests="$root/$build_dir/libretranslate_tests"
+  if [ ! -f "$lt_tests/test_api_translate.py" ]; then
+    echo "setup: fetching LibreTranslate 1.9.6's API tests (PyPI wheel, tests only)" >&2
+    lt_wheel=$(mktemp -d)
+    if "$PYTHON" -m pip download -q --no-deps libretranslate==1.9.6 -d "$lt_wheel" >/dev/null 2>&1; then
+      mkdir -p "$lt_tests"
+      "$PYTHON" - "$lt_wheel"/libretranslate-1.9.6-py3-none-any.whl "$lt_tests" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in z.namelist():
+        if name.startswith("libretranslate/tests/test_api/test_") and name.endswith(".py"):
+            with open(sys.argv[2] + "/" + name.rsplit("/", 1)[1], "wb") as f:
+                f.write(z.read(name))
+PY
+    else
+      echo "setup: warning: could not download libretranslate==1.9.6 from PyPI (its API tests will fail)" >&2
+    fi
+    rm -rf "$lt_wheel"
+  fi
 fi
 
 torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "cli_options.h"
+#include "torchmt/data/language_identifier.h"
+#include "torchmt/kernels/runtime.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/serving/http_server.h"
 #include "torchmt/serving/metrics.h"
@@ -21,7 +23,7 @@ struct ServeCommandOptions {
   TranslatorConfig translator;
   ServerOptions server;
   ServiceOptions service;
-  std::string confidence_model;
+  std::string confidence_model, source_language, target_language, api_keys;
 };
 
 const OptionTable<ServeCommandOptions>& serve_option_table() {
@@ -58,10 +60,20 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
                "seconds a client has to send its request", http)
           .add("connections", [](O& o) -> int64_t& { return o.server.connections; },
                "connections served at once (more wait their turn)", http)
-          .add("source_language", [](O& o) -> std::string& { return o.server.api.source_language; },
-               "the model's source language code for LibreTranslate clients (empty = accept any)", http)
-          .add("target_language", [](O& o) -> std::string& { return o.server.api.target_language; },
-               "the model's target language code", http)
+          .add("source_language", &O::source_language,
+               "the source language of a model that does not record it (trained before torchmt 0.3)", http)
+          .add("target_language", &O::target_language, "the target language of such a model", http)
+          .add("api_keys", &O::api_keys,
+               "a file of API keys, `KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]]` per line: an unknown key is refused (403)",
+               http)
+          .add("require_api_key", [](O& o) -> bool& { return o.server.require_api_key; },
+               "refuse requests without a key too (needs --api-keys)", http)
+          .add("req_limit", [](O& o) -> int64_t& { return o.server.req_limit; },
+               "requests per minute per client address (-1 = no limit; a key's own limit replaces it)", http)
+          .add("char_limit", [](O& o) -> int64_t& { return o.server.api.char_limit; },
+               "characters per text of a LibreTranslate request (-1 = no limit beyond --max-sentence-chars)", http)
+          .add("batch_limit", [](O& o) -> int64_t& { return o.server.api.batch_limit; },
+               "texts per LibreTranslate list request (-1 = no limit beyond --max-sentences)", http)
           .add("confidence_model", &O::confidence_model,
                "the calibration (torchmt confidence --fit) of the confidence requests ask for (default: the raw "
                "estimate)", http);
@@ -84,8 +96,16 @@ void validate(const ServeCommandOptions& o) {
   positive(o.server.request_timeout_s, "request-timeout");
   positive(o.server.read_timeout_s, "read-timeout");
   positive(static_cast<double>(o.server.connections), "connections");
-  if (o.server.api.source_language.empty() != o.server.api.target_language.empty())
+  if (o.source_language.empty() != o.target_language.empty())
     throw std::invalid_argument("--source-language and --target-language go together");
+  if (!o.source_language.empty()) check_language_code(o.source_language, "--source-language");
+  if (!o.target_language.empty()) check_language_code(o.target_language, "--target-language");
+  if (o.server.require_api_key && o.api_keys.empty()) throw std::invalid_argument("--require-api-key needs --api-keys");
+  if (o.server.req_limit == 0 || o.server.req_limit < -1) throw std::invalid_argument("--req-limit must be >= 1 (or -1: none)");
+  if (o.server.api.char_limit == 0 || o.server.api.char_limit < -1)
+    throw std::invalid_argument("--char-limit must be >= 1 (or -1: none)");
+  if (o.server.api.batch_limit == 0 || o.server.api.batch_limit < -1)
+    throw std::invalid_argument("--batch-limit must be >= 1 (or -1: none)");
 }
 
 int run_serve(int argc, char** argv) {
@@ -97,6 +117,7 @@ int run_serve(int argc, char** argv) {
   if (!o) return code;
   if (!check_usage([&] { validate(*o); }, argv[0])) return kExitUsage;
   std::shared_ptr<const ConfidenceModel> confidence_model;
+  std::shared_ptr<const ApiKeys> server_options_keys;
   if (!o->confidence_model.empty() &&
       !check_usage([&] { confidence_model = std::make_shared<const ConfidenceModel>(ConfidenceModel::load(o->confidence_model)); },
                    argv[0]))
@@ -106,22 +127,45 @@ int run_serve(int argc, char** argv) {
                             "tools/setup.sh installs it)\n";
     return kExitFailure;
   }
-  std::unique_ptr<Translator> translator;
-  if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
+  if (!o->api_keys.empty() &&
+      !check_usage([&] { server_options_keys = std::make_shared<const ApiKeys>(ApiKeys::load(o->api_keys)); }, argv[0]))
     return kExitUsage;
-
+  // One translator per direction the models record (an ensemble where several share one), each
+  // with its own batching queue and its share of the workers.
+  std::vector<DirectionModel> loaded;
+  o->translator.runtime = Runtime::from_environment();
+  if (!check_usage([&] { loaded = load_translators_by_direction(o->translator); }, argv[0])) return kExitUsage;
   ServiceMetrics metrics;
-  ServiceOptions service_options = o->service;
-  service_options.workers = o->translator.translation.workers;
-  service_options.threads_per_worker = o->translator.translation.threads_per_worker;
-  TranslationService service(*translator, service_options, &metrics);
+  std::vector<std::unique_ptr<TranslationService>> services;
+  std::vector<ServedModel> served;
+  const int64_t directions = static_cast<int64_t>(loaded.size());
+  for (auto& model : loaded) {
+    ServiceOptions service_options = o->service;
+    service_options.workers = o->translator.translation.workers;
+    if (directions > 1) {
+      const int64_t workers = service_options.workers > 0 ? service_options.workers
+                                                          : model.translator.plan_workers(o->translator.translation, 1 << 20).workers;
+      service_options.workers = std::max<int64_t>(1, workers / directions);
+    }
+    service_options.threads_per_worker = o->translator.translation.threads_per_worker;
+    services.push_back(std::make_unique<TranslationService>(model.translator, service_options, &metrics));
+    LanguagePair languages{model.translator.languages().source, model.translator.languages().target};
+    if (languages.source.empty()) {
+      languages = {o->source_language, o->target_language};
+    } else if (!o->source_language.empty() && !(languages == LanguagePair{o->source_language, o->target_language})) {
+      return usage_error(argv[0], model.name + " translates " + languages.source + " to " + languages.target + ", not " +
+                                      o->source_language + " to " + o->target_language + " (--source-language, --target-language)");
+    }
+    served.push_back({&model.translator, services.back().get(), model.name, languages});
+  }
   ServerOptions server_options = o->server;
   server_options.translation = o->translator.translation;
-  std::string model_names;  // an ensemble: its models' paths, joined by '+'
-  for (const auto& m : o->translator.models) model_names += (model_names.empty() ? "" : "+") + m;
-  server_options.model_name = model_names;
   server_options.confidence_model = confidence_model;
-  HttpServer server(*translator, service, metrics, server_options);
+  server_options.api_keys = server_options_keys;
+  std::unique_ptr<HttpServer> server_ptr;
+  if (!check_usage([&] { server_ptr = std::make_unique<HttpServer>(served, metrics, server_options); }, argv[0]))
+    return kExitUsage;
+  HttpServer& server = *server_ptr;
   const int port = server.bind();
 
   StopSignals signals;  // from here on SIGINT/SIGTERM stop the server gracefully
@@ -130,11 +174,16 @@ int run_serve(int argc, char** argv) {
     server.run();
     finished = true;
   });
-  std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/ (" << model_names
-            << ", " << translator->device().str() << ", " << c10::toString(translator->dtype()) << ", "
-            << service.plan().workers << " workers x " << service.plan().threads_per_worker << " threads)" << std::endl;
-  if (!translator->dtype_reason().empty())
-    std::cerr << "torchmt serve: dtype auto: " << translator->dtype_reason() << std::endl;
+  std::cerr << "torchmt serve: listening on http://" << o->server.host << ":" << port << "/" << std::endl;
+  for (size_t i = 0; i < served.size(); ++i) {
+    const Translator& t = *served[i].translator;
+    const std::string direction =
+        served[i].languages.source.empty() ? "" : served[i].languages.source + " -> " + served[i].languages.target + ": ";
+    std::cerr << "torchmt serve: " << direction << served[i].name << " (" << t.device().str() << ", "
+              << c10::toString(t.dtype()) << ", " << services[i]->plan().workers << " workers x "
+              << services[i]->plan().threads_per_worker << " threads)" << std::endl;
+    if (!t.dtype_reason().empty()) std::cerr << "torchmt serve: dtype auto: " << t.dtype_reason() << std::endl;
+  }
   if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1")
     std::cerr << "torchmt serve: warning: listening on " << o->server.host
               << ", not on loopback only: whoever reaches this address can use the server" << std::endl;
@@ -142,7 +191,7 @@ int run_serve(int argc, char** argv) {
   std::cerr << "torchmt serve: stopping (answering the requests in flight)" << std::endl;
   server.stop();
   runner.join();
-  service.stop();
+  for (auto& service : services) service->stop();
   std::cerr << "torchmt serve: stopped" << std::endl;
   return kExitOk;
 }

@@ -135,6 +135,11 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
     if (c.tgt_vocab_size != config.tgt_vocab_size || c.src_vocab_size != config.src_vocab_size)
       refuse("vocabulary size");
     if (c.special_ids() != config.special_ids()) refuse("set of special ids");
+    // A joint vocabulary lets a model of the other direction pass the checks above.
+    const ModelLanguages &a = first.languages(), &b = m.languages();
+    if (!a.source.empty() && !b.source.empty() && (a.source != b.source || a.target != b.target))
+      throw std::invalid_argument("ensemble: " + names[i] + " translates " + b.source + " to " + b.target + ", " +
+                                  names[0] + " " + a.source + " to " + a.target);
     if (m.device() != first.device())
       throw std::invalid_argument("ensemble: " + names[i] + " is on " + m.device().str() + ", " + names[0] +
                                   " on " + first.device().str());
@@ -160,6 +165,7 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
   Translator ensemble(std::move(factory), config, lead.src_tokenizer(), lead.tgt_tokenizer(), lead.device(),
                       lead.dtype());
   if (lead.runtime()) ensemble.set_runtime(*lead.runtime());
+  ensemble.set_languages(lead.languages());
   if (lead.precision_name() == "int8") ensemble.set_precision_name("int8");  // the members' Linear layers
   return ensemble;
 }

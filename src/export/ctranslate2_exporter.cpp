@@ -271,11 +271,13 @@ void CTranslate2Exporter::write(const LoadedCheckpoint& checkpoint, const Export
       {"unk_token", source.id_to_piece(c.unk_id)},
   };
 
+  for (const auto& [key, value] : language_fields(checkpoint.meta)) config[key] = value;
   // Everything goes to a fresh directory beside the target, which then takes its place.
   replace_directory(path, [&](const std::string& dir) {
     w.write_weights();
     atomic_write((fs::path(dir) / "model.bin").string(), bin.bytes("TransformerSpec", kTransformerSpecRevision));
     atomic_write((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+    write_language_identifier(dir, checkpoint.meta);
     if (shared) {
       atomic_write((fs::path(dir) / "shared_vocabulary.json").string(), vocabulary_json(source));
     } else {

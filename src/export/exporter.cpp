@@ -9,6 +9,7 @@
 #include "torchmt/export/marian_format.h"
 #include "torchmt/export/onnx_exporter.h"
 #include "torchmt/export/torchscript_exporter.h"
+#include "torchmt/io/checkpoint.h"
 #include "torchmt/util/atomic_file.h"
 
 namespace torchmt {
@@ -32,6 +33,18 @@ void ModelExporter::check_options(const ExportOptions& options) const {
 void write_sentencepiece_models(const std::string& dir, const Tokenizer& source, const Tokenizer& target) {
   atomic_write((std::filesystem::path(dir) / "source.spm").string(), source.serialized());
   atomic_write((std::filesystem::path(dir) / "target.spm").string(), target.serialized());
+}
+
+std::vector<std::pair<std::string, std::string>> language_fields(const CheckpointMeta& meta) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!meta.source_language.empty()) fields.emplace_back("source_language", meta.source_language);
+  if (!meta.target_language.empty()) fields.emplace_back("target_language", meta.target_language);
+  return fields;
+}
+
+void write_language_identifier(const std::string& dir, const CheckpointMeta& meta) {
+  if (!meta.language_identifier.empty())
+    atomic_write((std::filesystem::path(dir) / "language_identifier.bin").string(), meta.language_identifier);
 }
 
 c10::ScalarType parse_export_dtype(const std::string& name) {

@@ -407,12 +407,16 @@ void MarianExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptio
                            {"max_length", c.max_positions},
                            {"num_beams", 5}};
   // MarianTokenizer finds its special tokens by piece.
-  const json tokenizer = {{"eos_token", source.id_to_piece(c.eos_id)},
+  json tokenizer = {{"eos_token", source.id_to_piece(c.eos_id)},
                           {"unk_token", source.id_to_piece(c.unk_id)},
                           {"pad_token", source.id_to_piece(c.pad_id)},
                           {"model_max_length", c.max_positions},
                           {"separate_vocabs", false},
                           {"tokenizer_class", "MarianTokenizer"}};
+  for (const auto& [key, value] : language_fields(checkpoint.meta)) {
+    config[key] = value;
+    tokenizer[key == "source_language" ? "source_lang" : "target_lang"] = value;  // MarianTokenizer's names
+  }
   replace_directory(path, [&](const std::string& dir) {
     write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
     atomic_write((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
@@ -420,6 +424,7 @@ void MarianExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptio
     atomic_write((fs::path(dir) / "tokenizer_config.json").string(), tokenizer.dump(2) + "\n");
     atomic_write((fs::path(dir) / "vocab.json").string(), vocab.dump(2) + "\n");
     write_sentencepiece_models(dir, source, target);
+    write_language_identifier(dir, checkpoint.meta);
   });
 }
 

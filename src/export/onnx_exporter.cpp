@@ -404,6 +404,7 @@ void OnnxExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions
       {"model", nlohmann::json::parse(c.to_json())},
   };
   if (explicit_vocabulary) config["vocabulary"] = "vocabulary.json";
+  for (const auto& [key, value] : language_fields(checkpoint.meta)) config[key] = value;
   const std::string doc = "torchmt " + std::string(TORCHMT_VERSION) + ": see config.json";
   const auto [source, target] = checkpoint_tokenizers(checkpoint.meta);
   replace_directory(path, [&](const std::string& dir) {
@@ -411,6 +412,7 @@ void OnnxExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptions
     atomic_write((fs::path(dir) / "decoder.onnx").string(), decoder.serialize(TORCHMT_VERSION, doc));
     atomic_write((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
     write_sentencepiece_models(dir, source, target);
+    write_language_identifier(dir, checkpoint.meta);
     if (explicit_vocabulary) atomic_write((fs::path(dir) / "vocabulary.json").string(), checkpoint.meta.vocabulary + "\n");
   });
 }

@@ -356,6 +356,7 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   marker.set("pad_id", std::to_string(checkpoint.meta.model.pad_id));
   marker.set("bos_id", std::to_string(checkpoint.meta.model.bos_id));
   marker.set("eos_id", std::to_string(checkpoint.meta.model.eos_id));
+  for (const auto& [key, value] : language_fields(checkpoint.meta)) marker.set(key, value);
 
   torch::jit::ExtraFilesMap extra;
   extra["torchmt.json"] = marker.to_json();
@@ -364,6 +365,7 @@ void TorchScriptExporter::write(const LoadedCheckpoint& checkpoint, const Export
   if (!checkpoint.meta.tgt_spm_model.empty() && checkpoint.meta.tgt_spm_model != checkpoint.meta.src_spm_model)
     extra["tgt_spm.model"] = checkpoint.meta.tgt_spm_model;
   if (!checkpoint.meta.vocabulary.empty()) extra["vocabulary.json"] = checkpoint.meta.vocabulary;
+  if (!checkpoint.meta.language_identifier.empty()) extra["language_identifier.bin"] = checkpoint.meta.language_identifier;
   if (!options.activation_ranges.empty()) {  // static int8 (export --calibrate): read by ExportedModel
     nlohmann::json ranges = nlohmann::json::object();
     for (const auto& [name, range] : options.activation_ranges) ranges[name] = {range.amax, range.has_negative};

@@ -107,6 +107,12 @@ std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta
   return make_tokenizers(meta.src_spm_model, meta.tgt_spm_model, meta.vocabulary, meta.model);
 }
 
+ModelLanguages checkpoint_languages(const CheckpointMeta& meta) {
+  ModelLanguages languages{meta.source_language, meta.target_language, {}};
+  if (!meta.language_identifier.empty()) languages.identifier = LanguageIdentifier::deserialize(meta.language_identifier);
+  return languages;
+}
+
 namespace {
 
 CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
@@ -124,6 +130,9 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   meta.tgt_spm_checksum = get_string(dict, "tgt_spm_checksum");
   meta.tgt_spm_model = get_bytes(dict, "tgt_spm_model");
   if (dict.contains("vocabulary")) meta.vocabulary = get_string(dict, "vocabulary");  // since 0.9
+  meta.source_language = get_string(dict, "source_language");  // since 0.3
+  meta.target_language = get_string(dict, "target_language");
+  meta.language_identifier = get_bytes(dict, "language_identifier");
   auto pos = dict.at("position").toGenericDict();
   meta.position.step = pos.at("step").toInt();
   meta.position.epoch = pos.at("epoch").toInt();
@@ -187,6 +196,9 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   dict.insert("tgt_spm_checksum", meta.tgt_spm_checksum);
   dict.insert("tgt_spm_model", bytes_to_tensor(meta.tgt_spm_model));
   if (!meta.vocabulary.empty()) dict.insert("vocabulary", meta.vocabulary);
+  if (!meta.source_language.empty()) dict.insert("source_language", meta.source_language);
+  if (!meta.target_language.empty()) dict.insert("target_language", meta.target_language);
+  if (!meta.language_identifier.empty()) dict.insert("language_identifier", bytes_to_tensor(meta.language_identifier));
 
   Dict position = new_dict();
   position.insert("step", meta.position.step);

@@ -25,6 +25,7 @@ struct ExportedModel::Impl {
   std::string dtype;
   bool frozen = false;
   std::map<std::string, ActivationRange> activation_ranges;  // static int8 (export --calibrate)
+  ModelLanguages languages;
 };
 
 ExportedModel::ExportedModel(const std::string& path, const c10::Device& device)
@@ -36,7 +37,8 @@ ExportedModel::ExportedModel(const ModelFile& file, const c10::Device& device) {
     throw std::runtime_error(path + " is not a torchmt export (no torchmt.json in a TorchScript archive; " +
                              "write one with `torchmt export`)");
   torch::jit::ExtraFilesMap extra{{"torchmt.json", ""},  {"config.json", ""},      {"spm.model", ""},
-                                  {"tgt_spm.model", ""}, {"vocabulary.json", ""}, {"activation_ranges.json", ""}};
+                                  {"tgt_spm.model", ""}, {"vocabulary.json", ""}, {"activation_ranges.json", ""},
+                                  {"language_identifier.bin", ""}};
   torch::jit::Module module;
   try {
     module = torch::jit::load(file.reader(), device, extra);
@@ -83,10 +85,18 @@ ExportedModel::ExportedModel(const ModelFile& file, const c10::Device& device) {
       throw std::runtime_error(path + " has a malformed activation_ranges.json: " + first_line(e.what()));
     }
   }
+  ModelLanguages languages{marker.get_or("source_language", ""), marker.get_or("target_language", ""), {}};
+  if (!extra["language_identifier.bin"].empty()) {
+    try {
+      languages.identifier = LanguageIdentifier::deserialize(extra["language_identifier.bin"]);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(path + " has " + e.what());
+    }
+  }
   module.eval();
   impl_ = std::make_shared<const Impl>(Impl{std::move(module), config, src, tgt, device,
                                             marker.get_or("dtype", "fp32"), marker.get_or("frozen", "false") == "true",
-                                            std::move(ranges)});
+                                            std::move(ranges), std::move(languages)});
 }
 
 std::unique_ptr<IncrementalDecoder> ExportedModel::decoder() const {
@@ -100,6 +110,7 @@ SearchResult ExportedModel::translate_in_archive(const at::Tensor& src, const Se
 const Tokenizer& ExportedModel::tokenizer() const { return impl_->src_tok; }
 const Tokenizer& ExportedModel::target_tokenizer() const { return impl_->tgt_tok; }
 const ModelConfig& ExportedModel::config() const { return impl_->config; }
+const ModelLanguages& ExportedModel::languages() const { return impl_->languages; }
 c10::Device ExportedModel::device() const { return impl_->device; }
 std::string ExportedModel::dtype() const { return impl_->dtype; }
 bool ExportedModel::frozen() const { return impl_->frozen; }

@@ -1,5 +1,6 @@
 #include "torchmt/loading/model_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -28,7 +29,13 @@ Translator checkpoint_translator(const ModelFile& file, const c10::Device& devic
       throw std::runtime_error("checkpoint " + file.path() + " " + e.what());
     }
   }();
-  return Translator(loaded.model, tokenizers.first, tokenizers.second, device, dtype);
+  Translator translator(loaded.model, tokenizers.first, tokenizers.second, device, dtype);
+  try {
+    translator.set_languages(checkpoint_languages(loaded.meta));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("checkpoint " + file.path() + " has " + e.what());
+  }
+  return translator;
 }
 
 // Packed, quantized and screened once at load (the kernels' preparation), on the CPU. The
@@ -49,8 +56,10 @@ Translator make_translator(const ExportedModel& model, c10::ScalarType dtype) {
     if (!use_cache) throw std::invalid_argument("--no-cache is not available for TorchScript exports");
     return model.decoder();
   };
-  return Translator(std::move(factory), model.config(), model.tokenizer(), model.target_tokenizer(), model.device(),
-                    dtype);
+  Translator translator(std::move(factory), model.config(), model.tokenizer(), model.target_tokenizer(), model.device(),
+                        dtype);
+  translator.set_languages(model.languages());
+  return translator;
 }
 
 Translator load_translator(const std::string& path, const c10::Device& device, c10::ScalarType dtype) {
@@ -97,6 +106,7 @@ Translator load_one(const TranslatorConfig& config, const std::string& path) {
     if (config.dtype == "int8" || (config.dtype == "auto" && model.dtype() == "int8" && device.is_cpu())) {
       translator.emplace(model.native_model(), model.tokenizer(), model.target_tokenizer(), device,
                          c10::ScalarType::Float);
+      translator->set_languages(model.languages());
       precision = InferencePrecision::kInt8;
     } else {
       translator.emplace(make_translator(model, resolve_dtype(config.dtype, device)));
@@ -117,22 +127,70 @@ Translator load_one(const TranslatorConfig& config, const std::string& path) {
 
 }  // namespace
 
-Translator load_translator(const TranslatorConfig& config) {
-  config.validate();
-  if (config.models.size() == 1) return load_one(config, config.models.front());
-  // An ensemble: each model loaded and prepared as a single one (its own precision measured for
-  // `auto`), the shortlist applied once, to the ensemble.
-  TranslatorConfig member = config;
-  member.shortlist.clear();
-  std::vector<Translator> members;
-  for (const auto& path : config.models) members.push_back(load_one(member, path));
-  Translator ensemble = make_ensemble_translator(
-      std::move(members), parse_ensemble_weights(config.ensemble_weights, config.models.size()), config.models);
+namespace {
+
+// An ensemble of models loaded and prepared as single ones (each its own precision measured for
+// `auto`, without the shortlist), the shortlist applied once, to the ensemble.
+Translator ensemble_of(std::vector<Translator> members, const TranslatorConfig& config,
+                       const std::vector<std::string>& paths, const std::string& weights) {
+  Translator ensemble =
+      make_ensemble_translator(std::move(members), parse_ensemble_weights(weights, paths.size()), paths);
   if (config.threads > 0) ensemble.set_cpu_threads(config.threads);
   if (!config.shortlist.empty())
     ensemble.set_shortlist(std::make_shared<const Shortlist>(
         Shortlist::load(config.shortlist, ensemble.src_tokenizer(), ensemble.tgt_tokenizer())));
   return ensemble;
+}
+
+}  // namespace
+
+Translator load_translator(const TranslatorConfig& config) {
+  config.validate();
+  if (config.models.size() == 1) return load_one(config, config.models.front());
+  TranslatorConfig member = config;
+  member.shortlist.clear();
+  std::vector<Translator> members;
+  for (const auto& path : config.models) members.push_back(load_one(member, path));
+  return ensemble_of(std::move(members), config, config.models, config.ensemble_weights);
+}
+
+std::vector<DirectionModel> load_translators_by_direction(const TranslatorConfig& config) {
+  config.validate();
+  TranslatorConfig member = config;
+  member.shortlist.clear();
+  std::vector<std::pair<std::string, std::string>> directions;
+  std::vector<std::vector<Translator>> members;
+  std::vector<std::vector<std::string>> paths;
+  for (const auto& path : config.models) {
+    Translator t = load_one(config.models.size() == 1 ? config : member, path);
+    const std::pair<std::string, std::string> direction{t.languages().source, t.languages().target};
+    const auto it = std::find(directions.begin(), directions.end(), direction);
+    const size_t group = static_cast<size_t>(it - directions.begin());
+    if (it == directions.end()) {
+      directions.push_back(direction);
+      members.emplace_back();
+      paths.emplace_back();
+    }
+    members[group].push_back(std::move(t));
+    paths[group].push_back(path);
+  }
+  if (directions.size() > 1 && !config.shortlist.empty())
+    throw std::invalid_argument("--shortlist: the models translate " + std::to_string(directions.size()) +
+                                " directions (a shortlist is of one)");
+  if (directions.size() > 1 && !config.ensemble_weights.empty())
+    throw std::invalid_argument("--ensemble-weights: the models translate " + std::to_string(directions.size()) +
+                                " directions (weights are for an ensemble of one direction)");
+  std::vector<DirectionModel> out;
+  for (size_t g = 0; g < directions.size(); ++g) {
+    std::string name;
+    for (const auto& p : paths[g]) name += (name.empty() ? "" : "+") + p;
+    if (members[g].size() == 1) {
+      out.push_back({std::move(members[g].front()), name});
+    } else {
+      out.push_back({ensemble_of(std::move(members[g]), config, paths[g], config.ensemble_weights), name});
+    }
+  }
+  return out;
 }
 
 SealOutcome seal_model_file(const std::string& path) {

@@ -117,13 +117,6 @@ void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits
   }
 }
 
-void check_language(const std::string& given, const std::string& served, const ApiSettings& settings,
-                    const char* which) {
-  if (served.empty() || given.empty() || given == served || given == "auto") return;
-  throw ApiError(400, std::string(which) + " language '" + escape_control(given) + "' is not supported (this model translates " +
-                          settings.source_language + " to " + settings.target_language + ")");
-}
-
 void check_options(const RequestOptions& o, const ApiLimits& limits) {
   const auto& s = o.search;
   if (s.beam_size < 1 || s.beam_size > limits.max_beam)
@@ -143,12 +136,6 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
   if (o.format == "html" && (o.search.nbest > 1 || o.alignments || o.attention))
     throw ApiError(400, "format html answers one translation of each document: no alternatives, nbest, "
                         "alignments or attention");
-}
-
-// The splitter's rules: the server's source language, else the request's, else German.
-SentenceSplitter splitter_for(const std::string& requested, const ApiSettings& settings) {
-  if (SentenceSplitter::supports(settings.source_language)) return SentenceSplitter(settings.source_language);
-  return SentenceSplitter(SentenceSplitter::supports(requested) ? requested : "de");
 }
 
 int hex_value(char c) {
@@ -205,6 +192,9 @@ const OptionTable<RequestOptions>& request_option_table() {
           .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)")
           .add("alignments", &R::alignments,
                "answer each sentence's word alignment (Pharaoh pairs source-target of whitespace-separated words)")
+          .add("api_key", &R::api_key, "the client's API key (servers started with --api-keys)")
+          .add("source", &R::source, "the source language (needed when the server serves several directions)")
+          .add("target", &R::target, "the target language (needed when the server serves several directions)")
           .add("confidence", &R::confidence,
                "answer each sentence's confidence and its words' (0..1; the model's probabilities, or the server's "
                "--confidence-model calibration)")
@@ -231,47 +221,134 @@ std::vector<std::pair<std::string, std::string>> parse_form(const std::string& b
   return out;
 }
 
-ApiRequest parse_libretranslate_request(const std::string& content_type, const std::string& body,
-                                        const ApiSettings& settings) {
+namespace {
+
+// A request's fields: a JSON object, or a form's keys (the first of repeated ones) as strings.
+json read_body_fields(const std::string& content_type, const std::string& body) {
   const std::string type = media_type(content_type);
-  json doc;
   if (type == "application/json" || (type.empty() && looks_like_json(body))) {
     require_utf8(body);
-    doc = parse_json_object(body);
-  } else if (type == "application/x-www-form-urlencoded" || type.empty()) {
-    doc = json::object();
+    return parse_json_object(body);
+  }
+  if (type == "application/x-www-form-urlencoded" || type.empty()) {
+    json doc = json::object();
     for (auto& [key, value] : parse_form(body)) {
       require_utf8(value);
       require_utf8(key);
       if (!doc.contains(key)) doc[key] = value;  // the first of repeated keys
     }
-  } else {
-    throw ApiError(415, "unsupported content type '" + escape_control(type) +
-                            "' (application/json or application/x-www-form-urlencoded)");
+    return doc;
   }
-  if (!doc.contains("q")) throw ApiError(400, "Invalid request: missing q parameter");
-  ApiRequest request;
+  throw ApiError(415, "unsupported content type '" + escape_control(type) +
+                          "' (application/json or application/x-www-form-urlencoded)");
+}
+
+std::string string_field(const json& doc, const char* key) {
+  if (!doc.contains(key) || doc[key].is_null()) return "";
+  if (!doc[key].is_string()) throw ApiError(400, std::string("Invalid request: ") + key + " must be a string");
+  return doc[key].get<std::string>();
+}
+
+bool serves_source(const ApiSettings& s, const std::string& code) {
+  return std::any_of(s.pairs.begin(), s.pairs.end(), [&](const LanguagePair& p) { return p.source == code; });
+}
+
+bool serves_target(const ApiSettings& s, const std::string& code) {
+  return std::any_of(s.pairs.begin(), s.pairs.end(), [&](const LanguagePair& p) { return p.target == code; });
+}
+
+std::vector<std::string> request_texts(const json& doc) {
+  // LibreTranslate's `if not q`: an empty text or list is missing too.
+  if (!doc.contains("q") || doc["q"].is_null() || (doc["q"].is_string() && doc["q"].get<std::string>().empty()) ||
+      (doc["q"].is_array() && doc["q"].empty()))
+    throw ApiError(400, "Invalid request: missing q parameter");
+  bool list = false;
+  return texts_of(doc["q"], list);
+}
+
+}  // namespace
+
+std::string request_api_key(const std::string& content_type, const std::string& body) {
+  try {
+    const json doc = read_body_fields(content_type, body);
+    return doc.contains("api_key") && doc["api_key"].is_string() ? doc["api_key"].get<std::string>() : std::string();
+  } catch (const ApiError&) {
+    return "";  // the endpoint's own parsing says what is wrong with the body
+  }
+}
+
+DetectRequest parse_detect_request(const std::string& content_type, const std::string& body) {
+  const json doc = read_body_fields(content_type, body);
+  DetectRequest request;
+  request.texts = request_texts(doc);
+  request.list = doc["q"].is_array();
+  request.api_key = string_field(doc, "api_key");
+  return request;
+}
+
+LibreTranslateRequest read_libretranslate_request(const std::string& content_type, const std::string& body,
+                                                  const ApiSettings& settings) {
+  const json doc = read_body_fields(content_type, body);
+  LibreTranslateRequest request;
+  request.texts = request_texts(doc);
+  request.list = doc["q"].is_array();
+  request.source = string_field(doc, "source");
+  request.target = string_field(doc, "target");
+  request.api_key = string_field(doc, "api_key");
+  // One served direction (or a model that recorded none) makes both optional; with several, a
+  // missing source is detected and a missing target must be the only one reachable.
+  if (request.source.empty()) {
+    if (settings.pairs.size() == 1) request.source = settings.pairs.front().source;
+    else if (settings.identifier && !settings.pairs.empty()) request.source = "auto";
+    else if (!settings.pairs.empty()) throw ApiError(400, "Invalid request: missing source parameter");
+  }
+  if (request.target.empty()) {
+    std::vector<std::string> targets;
+    for (const auto& p : settings.pairs)
+      if ((request.source == "auto" || p.source == request.source) &&
+          std::find(targets.begin(), targets.end(), p.target) == targets.end())
+        targets.push_back(p.target);
+    if (targets.size() == 1) request.target = targets.front();
+    else if (!settings.pairs.empty()) throw ApiError(400, "Invalid request: missing target parameter");
+  }
   request.options.search = settings.search;
-  const auto texts = texts_of(doc["q"], request.list);
-  auto text_field = [&](const char* key) -> std::string {
-    if (!doc.contains(key) || doc[key].is_null()) return "";
-    if (!doc[key].is_string()) throw ApiError(400, std::string("Invalid request: ") + key + " must be a string");
-    return doc[key].get<std::string>();
-  };
-  check_language(text_field("source"), settings.source_language, settings, "source");
-  check_language(text_field("target"), settings.target_language, settings, "target");
-  const std::string format = text_field("format");
-  if (!format.empty()) request.options.format = format;
   if (doc.contains("alternatives") && !doc["alternatives"].is_null()) {
     const auto& a = doc["alternatives"];
-    int64_t n = -1;
-    if (a.is_number_integer()) n = a.get<int64_t>();
-    else if (a.is_string()) n = std::atoll(a.get<std::string>().c_str());
-    if (n < 0 || n + 1 > settings.limits.max_beam)
-      throw ApiError(400, "alternatives must be between 0 and " + std::to_string(settings.limits.max_beam - 1));
+    int64_t n = 0;
+    if (a.is_number_integer()) {
+      n = a.get<int64_t>();
+    } else if (a.is_string()) {
+      const std::string text = a.get<std::string>();
+      char* end = nullptr;
+      n = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || n < INT32_MIN || n > INT32_MAX)
+        throw ApiError(400, "Invalid request: alternatives parameter is not a number");
+    } else {
+      throw ApiError(400, "Invalid request: alternatives parameter is not a number");
+    }
+    n = std::max<int64_t>(0, n);  // as LibreTranslate: max(0, n)
+    if (n + 1 > settings.limits.max_beam)
+      throw ApiError(400, "Invalid request: alternatives parameter must be <= " + std::to_string(settings.limits.max_beam - 1));
     request.options.search.nbest = n + 1;
     request.options.search.beam_size = std::max(request.options.search.beam_size, n + 1);
   }
+  if (settings.batch_limit >= 0 && request.list && static_cast<int64_t>(request.texts.size()) > settings.batch_limit)
+    throw ApiError(400, "Invalid request: request (" + std::to_string(request.texts.size()) + ") exceeds text limit (" +
+                            std::to_string(settings.batch_limit) + ")");
+  if (settings.char_limit >= 0)
+    for (const auto& text : request.texts)
+      if (count_chars(text) > settings.char_limit)
+        throw ApiError(400, "Invalid request: request (" + std::to_string(count_chars(text)) + ") exceeds text limit (" +
+                                std::to_string(settings.char_limit) + ")");
+  if (!settings.pairs.empty()) {
+    if (request.source != "auto" && !serves_source(settings, request.source))
+      throw ApiError(400, escape_control(request.source) + " is not supported");
+    if (!serves_target(settings, request.target)) throw ApiError(400, escape_control(request.target) + " is not supported");
+  }
+  const std::string format = string_field(doc, "format");
+  if (!format.empty()) request.options.format = format;
+  if (request.options.format != "text" && request.options.format != "html")
+    throw ApiError(400, escape_control(request.options.format) + " format is not supported");
   // An extension: LibreTranslate has no confidence; asked for, the answer carries it.
   if (doc.contains("confidence") && !doc["confidence"].is_null()) {
     const auto& c = doc["confidence"];
@@ -280,9 +357,68 @@ ApiRequest parse_libretranslate_request(const std::string& content_type, const s
     else throw ApiError(400, "Invalid request: confidence must be true or false");
   }
   check_options(request.options, settings.limits);
-  const SentenceSplitter splitter = splitter_for(text_field("source"), settings);
-  split_into_sentences(texts, settings.limits, request, parse_document_format(request.options.format), &splitter);
   return request;
+}
+
+size_t libretranslate_route(const ApiSettings& settings, const std::string& source, const std::string& target) {
+  if (settings.pairs.empty()) return 0;
+  for (size_t i = 0; i < settings.pairs.size(); ++i)
+    if (settings.pairs[i].source == source && settings.pairs[i].target == target) return i;
+  throw ApiError(400, language_name(target) + " (" + escape_control(target) +
+                          ") is not available as a target language from " + language_name(source) + " (" +
+                          escape_control(source) + ")");
+}
+
+ApiRequest libretranslate_job(const LibreTranslateRequest& request, const std::vector<size_t>& texts,
+                              const std::string& source, const ApiSettings& settings) {
+  ApiRequest job;
+  job.list = request.list;
+  job.options = request.options;
+  std::vector<std::string> selected;
+  for (size_t i : texts) selected.push_back(request.texts.at(i));
+  const SentenceSplitter splitter(SentenceSplitter::supports(source) ? source : "de");
+  split_into_sentences(selected, settings.limits, job, parse_document_format(job.options.format), &splitter);
+  return job;
+}
+
+LanguageGuess detect_source(const ApiSettings& settings, const std::string& text, const std::string& target) {
+  if (!settings.identifier) {  // no identifier: the one source that goes to the target, if there is one
+    for (const auto& p : settings.pairs)
+      if (p.target == target) return {p.source, 0.0};
+    return {"", 0.0};
+  }
+  const auto guesses = settings.identifier->detect(text);
+  for (const auto& g : guesses) {
+    if (g.language == target) return g;
+    for (const auto& p : settings.pairs)
+      if (p.source == g.language && p.target == target) return g;
+  }
+  return guesses.front();
+}
+
+ApiRequest parse_libretranslate_request(const std::string& content_type, const std::string& body,
+                                        const ApiSettings& settings) {
+  const LibreTranslateRequest request = read_libretranslate_request(content_type, body, settings);
+  std::string source = request.source;
+  if (source == "auto") source = detect_source(settings, request.texts.front(), request.target).language;
+  if (!settings.pairs.empty()) libretranslate_route(settings, source, request.target);
+  std::vector<size_t> all(request.texts.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return libretranslate_job(request, all, source, settings);
+}
+
+size_t v1_route(const ApiSettings& settings, const RequestOptions& options) {
+  if (settings.pairs.size() <= 1 && options.source.empty() && options.target.empty()) return 0;
+  std::vector<size_t> matches;
+  for (size_t i = 0; i < settings.pairs.size(); ++i)
+    if ((options.source.empty() || settings.pairs[i].source == options.source) &&
+        (options.target.empty() || settings.pairs[i].target == options.target))
+      matches.push_back(i);
+  if (matches.size() == 1) return matches.front();
+  if (matches.empty())
+    throw ApiError(400, "this server does not translate " + escape_control(options.source.empty() ? "*" : options.source) +
+                            " to " + escape_control(options.target.empty() ? "*" : options.target) + " (GET /languages)");
+  throw ApiError(400, "this server translates several directions: give source and target");
 }
 
 ApiRequest parse_v1_request(const std::string& content_type, const std::string& body, const ApiSettings& settings) {
@@ -317,7 +453,8 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   if (documents && (doc.contains("target_prefix") || doc.contains("constraints")))
     throw ApiError(400, "target_prefix and constraints steer one sentence per line: not with split_sentences or "
                         "format html");
-  const SentenceSplitter splitter = splitter_for("", settings);
+  const std::string source = settings.pairs.empty() ? "" : settings.pairs[v1_route(settings, request.options)].source;
+  const SentenceSplitter splitter(SentenceSplitter::supports(source) ? source : "de");
   split_into_sentences(texts, settings.limits, request, format, documents ? &splitter : nullptr);
   if (doc.contains("target_prefix")) {
     bool list = false;

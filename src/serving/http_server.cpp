@@ -1,7 +1,9 @@
 #include "torchmt/serving/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -82,19 +84,41 @@ json attention_json(const AttentionMap& map) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Translator& translator;
-  TranslationService& service;
+  std::vector<ServedModel> models;
   ServiceMetrics& metrics;
   ServerOptions options;
+  RequestLimiter limiter;
+  std::string languages_json, spec_json, settings_json;  // answers that never change
   httplib::Server server;
   std::mutex mutex;
   std::condition_variable finished_cv;
   bool stop_requested = false, running = false, finished = false;
   socket_t listen_socket = -1;
 
-  Impl(Translator& t, TranslationService& s, ServiceMetrics& m, ServerOptions o)
-      : translator(t), service(s), metrics(m), options(std::move(o)) {
+  Impl(std::vector<ServedModel> m, ServiceMetrics& me, ServerOptions o)
+      : models(std::move(m)), metrics(me), options(std::move(o)) {
+    if (models.empty()) throw std::invalid_argument("serve: no model");
     options.api.search = options.translation.search;
+    options.api.pairs.clear();
+    auto identifier = std::make_shared<LanguageIdentifier>();
+    for (const auto& model : models) {
+      if (model.languages.source.empty() || model.languages.target.empty()) {
+        if (models.size() > 1)
+          throw std::invalid_argument(model.name + " records no languages: with several models each must (or serve it alone "
+                                                   "with --source-language and --target-language)");
+        continue;
+      }
+      for (const auto& p : options.api.pairs)
+        if (p == model.languages)
+          throw std::invalid_argument("two models translate " + p.source + " to " + p.target +
+                                      " (an ensemble of them is one model: give them to one server as -m a -m b alone)");
+      options.api.pairs.push_back(model.languages);
+      identifier->merge(model.translator->languages().identifier);
+    }
+    if (!identifier->empty()) options.api.identifier = identifier;
+    languages_json = dump(languages_answer());
+    spec_json = dump(openapi_spec());
+    settings_json = dump(frontend_settings());
     const size_t threads = static_cast<size_t>(std::max<int64_t>(1, options.connections));
     server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
@@ -121,6 +145,123 @@ struct HttpServer::Impl {
     res.set_content(error_json(message), "application/json");
   }
 
+  // LibreTranslate's [{code, name, targets}]: every language served, each with the targets it
+  // can be translated into.
+  json languages_answer() const {
+    std::vector<std::string> codes;
+    for (const auto& p : options.api.pairs)
+      for (const auto* code : {&p.source, &p.target})
+        if (std::find(codes.begin(), codes.end(), *code) == codes.end()) codes.push_back(*code);
+    json list = json::array();
+    for (const auto& code : codes) {
+      json targets = json::array();
+      for (const auto& p : options.api.pairs)
+        if (p.source == code) targets.push_back(p.target);
+      list.push_back({{"code", code}, {"name", language_name(code)}, {"targets", std::move(targets)}});
+    }
+    return list;
+  }
+
+  json frontend_settings() const {
+    const LanguagePair first = options.api.pairs.empty() ? LanguagePair{"auto", "en"} : options.api.pairs.front();
+    auto language = [](const std::string& code) {
+      return json{{"code", code}, {"name", code == "auto" ? "Auto Detect" : language_name(code)}};
+    };
+    return json{{"charLimit", options.api.char_limit},
+                {"frontendTimeout", 500},
+                {"apiKeys", static_cast<bool>(options.api_keys)},
+                {"keyRequired", options.require_api_key},
+                {"suggestions", false},
+                {"filesTranslation", false},
+                {"supportedFilesFormat", json::array()},
+                {"language", {{"source", language(first.source)}, {"target", language(first.target)}}}};
+  }
+
+  // The OpenAPI (Swagger 2.0, as LibreTranslate's /spec) description of the endpoints.
+  static json openapi_spec() {
+    auto form = [](const char* name, const char* description, bool required) {
+      return json{{"in", "formData"}, {"name", name}, {"type", "string"}, {"required", required},
+                  {"description", description}};
+    };
+    auto errors = [](json responses) {
+      responses["400"] = {{"description", "Invalid request"}};
+      responses["403"] = {{"description", "Missing or unknown API key"}};
+      responses["429"] = {{"description", "Slow down (Retry-After)"}};
+      responses["500"] = {{"description", "Translation error"}};
+      return responses;
+    };
+    json key = form("api_key", "API key", false);
+    json paths = {
+        {"/translate",
+         {{"post",
+           {{"tags", {"translate"}},
+            {"summary", "Translate text"},
+            {"consumes", {"application/json", "application/x-www-form-urlencoded"}},
+            {"parameters",
+             {form("q", "Text(s) to translate", true), form("source", "Source language code, or \"auto\"", true),
+              form("target", "Target language code", true), form("format", "text or html", false),
+              form("alternatives", "Number of alternative translations", false), key}},
+            {"responses", errors({{"200", {{"description", "Translation"}}}})}}}}},
+        {"/detect",
+         {{"post",
+           {{"tags", {"translate"}},
+            {"summary", "Detect the language of a single text"},
+            {"parameters", {form("q", "Text to detect", true), key}},
+            {"responses", errors({{"200", {{"description", "Detections"}}}})}}}}},
+        {"/languages", {{"get", {{"tags", {"translate"}}, {"summary", "Retrieve list of supported languages"},
+                                 {"responses", {{"200", {{"description", "List of languages"}}}}}}}}},
+        {"/frontend/settings", {{"get", {{"tags", {"frontend"}}, {"summary", "Retrieve frontend specific settings"},
+                                         {"responses", {{"200", {{"description", "frontend settings"}}}}}}}}},
+        {"/health", {{"get", {{"summary", "Health check"}, {"responses", {{"200", {{"description", "ok"}}}}}}}}},
+        {"/suggest", {{"post", {{"tags", {"feedback"}}, {"summary", "Submit a suggestion to improve a translation"},
+                                {"responses", {{"403", {{"description", "Suggestions are disabled"}}}}}}}}},
+        {"/translate_file", {{"post", {{"tags", {"translate"}}, {"summary", "Translate file"},
+                                       {"responses", {{"403", {{"description", "Files translation disabled"}}}}}}}}},
+        {"/v1/translate", {{"post", {{"tags", {"torchmt"}}, {"summary", "torchmt's API: search options, n-best, "
+                                                                    "scores, attention, alignments, confidence"},
+                                     {"consumes", {"application/json"}},
+                                     {"responses", errors({{"200", {{"description", "Translations"}}}})}}}}},
+    };
+    return json{{"swagger", "2.0"},
+                {"info", {{"title", "torchmt"}, {"version", TORCHMT_VERSION}, {"description", "Machine translation"}}},
+                {"basePath", "/"},
+                {"paths", std::move(paths)}};
+  }
+
+  // The paths and the one method each answers (anything else there is a 405).
+  static const std::vector<std::pair<std::string, std::string>>& endpoints() {
+    static const std::vector<std::pair<std::string, std::string>> list = {
+        {"/", "GET"},           {"/health", "GET"},  {"/metrics", "GET"},         {"/languages", "GET"},
+        {"/spec", "GET"},       {"/frontend/settings", "GET"}, {"/v1/health", "GET"}, {"/translate", "POST"},
+        {"/v1/translate", "POST"}, {"/detect", "POST"}, {"/suggest", "POST"},     {"/translate_file", "POST"}};
+    return list;
+  }
+
+  // The API key of a request (403 for an unknown one, or a missing one where keys are required)
+  // and its request limit (429 with Retry-After beyond it). Returns the key's character limit.
+  int64_t check_access(const httplib::Request& req, httplib::Response& res, const std::string& given) {
+    int64_t per_minute = options.req_limit, char_limit = options.api.char_limit;
+    std::string client = "address " + req.remote_addr;
+    if (options.api_keys) {
+      if (!given.empty()) {
+        const auto key = options.api_keys->find(given);
+        if (!key) throw ApiError(403, "Invalid API key");
+        if (key->requests_per_minute > 0) per_minute = key->requests_per_minute;
+        if (key->char_limit > 0) char_limit = key->char_limit;
+        client = "key " + key->key;  // a key's limit holds whichever address it comes from
+      } else if (options.require_api_key) {
+        throw ApiError(403, "Please contact the server operator to get an API key");
+      }
+    }
+    if (per_minute > 0) {
+      if (const int64_t wait = limiter.take(client, per_minute); wait > 0) {
+        res.set_header("Retry-After", std::to_string(wait));
+        throw ApiError(429, "Slowdown: " + std::to_string(per_minute) + " per 1 minute");
+      }
+    }
+    return char_limit;
+  }
+
   void routes() {
     server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       // Nothing from anywhere else: the page runs on a machine without a network.
@@ -128,42 +269,61 @@ struct HttpServer::Impl {
                      "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' blob: data:");
       res.set_content(web_page_html(), "text/html; charset=utf-8");
     });
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump(json{{"status", "ok"},
-                                {"model", options.model_name},
-                                {"device", translator.device().str()},
-                                {"dtype", std::string(c10::toString(translator.dtype()))},
-                                {"attention", static_cast<bool>(translator.model())},
-                                {"source_language", options.api.source_language},
-                                {"target_language", options.api.target_language}}),
-                      "application/json");
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    server.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) {
+      json list = json::array();
+      for (const auto& m : models)
+        list.push_back({{"model", m.name},
+                        {"source_language", m.languages.source},
+                        {"target_language", m.languages.target},
+                        {"device", m.translator->device().str()},
+                        {"dtype", std::string(c10::toString(m.translator->dtype()))},
+                        {"attention", static_cast<bool>(m.translator->model())}});
+      res.set_content(dump(json{{"status", "ok"}, {"models", std::move(list)}}), "application/json");
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics.prometheus(), "text/plain; version=0.0.4");
     });
     server.Get("/languages", [this](const httplib::Request&, httplib::Response& res) {
-      json list = json::array();
-      if (!options.api.source_language.empty())
-        list.push_back({{"code", options.api.source_language},
-                        {"name", options.api.source_language},
-                        {"targets", json::array({options.api.target_language})}});
-      res.set_content(dump(list), "application/json");
+      res.set_content(languages_json, "application/json");
+    });
+    server.Get("/spec", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(spec_json, "application/json");
+    });
+    server.Get("/frontend/settings", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(settings_json, "application/json");
     });
     server.Post("/translate", [this](const httplib::Request& req, httplib::Response& res) {
-      translate(req, res, "/translate", [this](const ApiRequest& r, const ServiceResult& result) {
-        return libretranslate_answer(r, result);
-      }, &parse_libretranslate_request);
+      timed(req, res, "/translate", [&] { libretranslate(req, res); });
     });
     server.Post("/v1/translate", [this](const httplib::Request& req, httplib::Response& res) {
-      translate(req, res, "/v1/translate", [this](const ApiRequest& r, const ServiceResult& result) {
-        return v1_answer(r, result);
-      }, &parse_v1_request);
+      timed(req, res, "/v1/translate", [&] { v1(req, res); });
+    });
+    server.Post("/detect", [this](const httplib::Request& req, httplib::Response& res) {
+      timed(req, res, "/detect", [&] { detect(req, res); });
+    });
+    server.Post("/suggest", [this](const httplib::Request& req, httplib::Response& res) {
+      timed(req, res, "/suggest", [&] {
+        check_access(req, res, request_api_key(req.get_header_value("Content-Type"), req.body));
+        throw ApiError(403, "Suggestions are disabled on this server.");
+      });
+    });
+    server.Post("/translate_file", [this](const httplib::Request& req, httplib::Response& res) {
+      timed(req, res, "/translate_file", [&] { throw ApiError(403, "Files translation are disabled on this server."); });
     });
     // Errors httplib answers itself (unknown path, body too large, malformed request line)
-    // get the same JSON body as ours.
+    // get the same JSON body as ours; a known path asked with another method is a 405.
     server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                        httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (res.status == 404)
+        for (const auto& [path, method] : endpoints())
+          if (path == req.path) {
+            res.status = 405;
+            res.set_header("Allow", method);
+          }
       std::string message;
       switch (res.status) {
         case 404: message = "no such endpoint: " + req.method + " " + req.path; break;
@@ -185,53 +345,23 @@ struct HttpServer::Impl {
       reply_error(res, 500, message);
     });
     server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      // The translate endpoints count themselves (with their latency).
-      if (req.path == "/translate" || req.path == "/v1/translate") return;
-      const bool known = req.path == "/" || req.path == "/health" || req.path == "/metrics" || req.path == "/languages";
+      // The POST endpoints count themselves (with their latency).
+      if (req.method == "POST")
+        for (const auto& [path, method] : endpoints())
+          if (path == req.path && method == "POST") return;
+      bool known = false;
+      for (const auto& [path, method] : endpoints()) known = known || path == req.path;
       metrics.record_request(known ? req.path : "other", res.status, -1);
     });
   }
 
-  template <typename Answer, typename Parse>
-  void translate(const httplib::Request& req, httplib::Response& res, const std::string& endpoint, Answer answer,
-                 Parse parse) {
+  // Runs an endpoint's work: its errors become their status and JSON body, its time a metric.
+  template <typename Work>
+  void timed(const httplib::Request&, httplib::Response& res, const std::string& endpoint, Work work) {
     const auto start = Clock::now();
     metrics.add_in_flight(1);
     try {
-      const ApiRequest request = parse(req.get_header_value("Content-Type"), req.body, options.api);
-      if (request.options.attention && !translator.model())
-        throw ApiError(400, "attention weights need one checkpoint (this server runs an export or an ensemble)");
-      if (request.options.alignments && !translator.model())
-        throw ApiError(400, "word alignments need one checkpoint (this server runs an export or an ensemble)");
-      bool markup = false;
-      for (const auto& d : request.documents) markup = markup || d.needs_alignments();
-      ServiceJob job;
-      job.sentences = request.sentences;
-      job.target_prefixes = request.target_prefixes;
-      job.constraints = request.constraints;
-      job.options = options.translation;
-      job.options.search = request.options.search;
-      job.options.search.scores = request.options.scores || request.options.search.nbest > 1;  // as answered below
-      job.attention = request.options.attention;
-      job.attention_layer = request.options.attention_layer;
-      job.attention_head = request.options.attention_head;
-      job.alignments = request.options.alignments || (markup && translator.model());
-      job.confidence = request.options.confidence;
-      job.confidence_model = options.confidence_model;
-      ServiceResult result;
-      if (!job.sentences.empty()) {  // a blank document has nothing to translate
-        auto future = service.submit(std::move(job));
-        if (future.wait_for(std::chrono::duration<double>(options.request_timeout_s)) != std::future_status::ready)
-          throw ApiError(503, "the translation took longer than the request timeout (" +
-                                  real_text(options.request_timeout_s) + " s)");
-        try {
-          result = future.get();
-        } catch (const std::invalid_argument& e) {
-          throw ApiError(400, e.what());
-        }
-      }
-      res.status = 200;
-      res.set_content(dump(answer(request, result)), "application/json");
+      work();
     } catch (const ApiError& e) {
       reply_error(res, e.status(), e.what());
     } catch (const ServiceBusy& e) {
@@ -241,6 +371,52 @@ struct HttpServer::Impl {
     }
     metrics.add_in_flight(-1);
     metrics.record_request(endpoint, res.status, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+
+  // A request's sentences queued on one model's service.
+  std::future<ServiceResult> submit(const ServedModel& model, const ApiRequest& request) {
+    Translator& translator = *model.translator;
+    if (request.options.attention && !translator.model())
+      throw ApiError(400, "attention weights need one checkpoint (this server runs an export or an ensemble)");
+    if (request.options.alignments && !translator.model())
+      throw ApiError(400, "word alignments need one checkpoint (this server runs an export or an ensemble)");
+    bool markup = false;
+    for (const auto& d : request.documents) markup = markup || d.needs_alignments();
+    ServiceJob job;
+    job.sentences = request.sentences;
+    job.target_prefixes = request.target_prefixes;
+    job.constraints = request.constraints;
+    job.options = options.translation;
+    job.options.search = request.options.search;
+    job.options.search.scores = request.options.scores || request.options.search.nbest > 1;  // as answered
+    job.attention = request.options.attention;
+    job.attention_layer = request.options.attention_layer;
+    job.attention_head = request.options.attention_head;
+    job.alignments = request.options.alignments || (markup && translator.model());
+    job.confidence = request.options.confidence;
+    job.confidence_model = options.confidence_model;
+    if (job.sentences.empty()) {  // a blank document has nothing to translate
+      std::promise<ServiceResult> none;
+      none.set_value({});
+      return none.get_future();
+    }
+    return model.service->submit(std::move(job));
+  }
+
+  ServiceResult wait(std::future<ServiceResult>& future, Clock::time_point deadline) {
+    if (future.wait_until(deadline) != std::future_status::ready)
+      throw ApiError(503, "the translation took longer than the request timeout (" +
+                              real_text(options.request_timeout_s) + " s)");
+    try {
+      return future.get();
+    } catch (const std::invalid_argument& e) {
+      throw ApiError(400, e.what());
+    }
+  }
+
+  Clock::time_point deadline() const {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(options.request_timeout_s));
   }
 
   // {"sentence": c, "words": [{"word": w, "confidence": c}, ...]} of one sentence, or of a text's
@@ -257,35 +433,130 @@ struct HttpServer::Impl {
     return json{{"sentence", confidence}, {"words", std::move(words)}};
   }
 
-  json libretranslate_answer(const ApiRequest& request, const ServiceResult& result) {
+  // LibreTranslate's answer for the texts of one job: each text's translation, alternatives and
+  // confidence, in the job's order.
+  struct TextAnswers {
+    std::vector<std::string> texts;
+    std::vector<std::vector<std::string>> alternatives;
+    std::vector<json> confidence;
+  };
+
+  static TextAnswers text_answers(const ApiRequest& request, const ServiceResult& result) {
+    TextAnswers out;
     std::vector<std::string> best;
     for (const auto& t : result.translations) best.push_back(t.texts.front());
-    const auto texts = join_lines(request, best, result.alignments);
-    json out;
-    out["translatedText"] = request.list ? json(texts) : json(texts.front());
-    const int64_t alternatives = request.options.search.nbest - 1;
-    if (alternatives > 0) {
-      std::vector<std::vector<std::string>> alts(texts.size());
-      for (int64_t k = 1; k <= alternatives; ++k) {
-        std::vector<std::string> kth;
-        for (const auto& t : result.translations)
-          kth.push_back(static_cast<size_t>(k) < t.texts.size() ? t.texts[static_cast<size_t>(k)] : t.texts.front());
-        auto joined = join_lines(request, kth);
-        for (size_t i = 0; i < joined.size(); ++i) alts[i].push_back(joined[i]);
-      }
-      out["alternatives"] = request.list ? json(alts) : json(alts.front());
+    out.texts = join_lines(request, best, result.alignments);
+    out.alternatives.resize(out.texts.size());
+    for (int64_t k = 1; k < request.options.search.nbest; ++k) {
+      std::vector<std::string> kth;
+      for (const auto& t : result.translations)
+        kth.push_back(static_cast<size_t>(k) < t.texts.size() ? t.texts[static_cast<size_t>(k)] : t.texts.front());
+      auto joined = join_lines(request, kth);
+      for (size_t i = 0; i < joined.size(); ++i) out.alternatives[i].push_back(joined[i]);
     }
     if (request.options.confidence) {
-      json per_text = json::array();
       size_t line = 0;
       for (size_t lines : request.lines_per_text) {
         std::vector<const SentenceConfidence*> sentences;
         for (size_t i = 0; i < lines; ++i, ++line) sentences.push_back(&result.confidence[line]);
-        per_text.push_back(confidence_json(sentences));
+        out.confidence.push_back(confidence_json(sentences));
       }
-      out["confidence"] = request.list ? per_text : per_text.front();
     }
     return out;
+  }
+
+  void libretranslate(const httplib::Request& req, httplib::Response& res) {
+    const std::string& type = req.get_header_value("Content-Type");
+    ApiSettings settings = options.api;
+    settings.char_limit = check_access(req, res, request_api_key(type, req.body));
+    const LibreTranslateRequest lt = read_libretranslate_request(type, req.body, settings);
+    const size_t n = lt.texts.size();
+    // Each text's source language, and the groups of texts each model translates.
+    std::vector<std::string> sources(n, lt.source);
+    std::vector<LanguageGuess> detected(n);
+    const bool automatic = lt.source == "auto";
+    if (automatic)
+      for (size_t i = 0; i < n; ++i) {
+        detected[i] = detect_source(options.api, lt.texts[i], lt.target);
+        sources[i] = detected[i].language;
+      }
+    struct Part {
+      std::vector<size_t> texts;
+      ApiRequest request;
+      std::future<ServiceResult> result;
+    };
+    std::vector<Part> parts;
+    std::vector<char> unchanged(n, 0);  // already in the target language: answered as sent
+    std::map<std::pair<size_t, std::string>, std::vector<size_t>> groups;  // (model, source) -> texts
+    for (size_t i = 0; i < n; ++i) {
+      if (automatic && !options.api.pairs.empty() && sources[i] == lt.target) {
+        unchanged[i] = 1;
+        continue;
+      }
+      groups[{libretranslate_route(options.api, sources[i], lt.target), sources[i]}].push_back(i);
+    }
+    for (auto& [key, texts] : groups) {
+      Part part{texts, libretranslate_job(lt, texts, key.second, options.api), {}};
+      part.result = submit(models[key.first], part.request);
+      parts.push_back(std::move(part));
+    }
+    const auto until = deadline();
+    TextAnswers all;
+    all.texts.resize(n);
+    all.alternatives.resize(n);
+    all.confidence.resize(n, confidence_json({}));
+    for (size_t i = 0; i < n; ++i)
+      if (unchanged[i]) all.texts[i] = lt.texts[i];
+    for (auto& part : parts) {
+      const ServiceResult result = wait(part.result, until);
+      TextAnswers answers = text_answers(part.request, result);
+      for (size_t k = 0; k < part.texts.size(); ++k) {
+        const size_t i = part.texts[k];
+        all.texts[i] = std::move(answers.texts[k]);
+        all.alternatives[i] = std::move(answers.alternatives[k]);
+        if (lt.options.confidence) all.confidence[i] = std::move(answers.confidence[k]);
+      }
+    }
+    json out;
+    out["translatedText"] = lt.list ? json(all.texts) : json(all.texts.front());
+    if (lt.options.search.nbest > 1) out["alternatives"] = lt.list ? json(all.alternatives) : json(all.alternatives.front());
+    if (lt.options.confidence) out["confidence"] = lt.list ? json(all.confidence) : all.confidence.front();
+    if (automatic) {
+      json list = json::array();
+      for (const auto& d : detected) list.push_back({{"confidence", d.confidence}, {"language", d.language}});
+      out["detectedLanguage"] = lt.list ? list : list.front();
+    }
+    res.status = 200;
+    res.set_content(dump(out), "application/json");
+  }
+
+  void v1(const httplib::Request& req, httplib::Response& res) {
+    const std::string& type = req.get_header_value("Content-Type");
+    check_access(req, res, request_api_key(type, req.body));
+    const ApiRequest request = parse_v1_request(type, req.body, options.api);
+    const ServedModel& model = models[v1_route(options.api, request.options)];
+    auto future = submit(model, request);
+    const ServiceResult result = wait(future, deadline());
+    res.status = 200;
+    res.set_content(dump(v1_answer(request, result)), "application/json");
+  }
+
+  void detect(const httplib::Request& req, httplib::Response& res) {
+    const std::string& type = req.get_header_value("Content-Type");
+    check_access(req, res, request_api_key(type, req.body));
+    const DetectRequest request = parse_detect_request(type, req.body);
+    if (!options.api.identifier)
+      throw ApiError(400, "this server's model carries no language identifier (trained before torchmt 0.3): "
+                          "no language detection");
+    json answers = json::array();
+    for (const auto& text : request.texts) {
+      json guesses = json::array();
+      for (const auto& g : options.api.identifier->detect(text))
+        guesses.push_back({{"confidence", g.confidence}, {"language", g.language}});
+      answers.push_back(std::move(guesses));
+    }
+    res.status = 200;
+    res.set_content(dump(request.list ? answers : answers.front()), "application/json");
   }
 
   json v1_answer(const ApiRequest& request, const ServiceResult& result) {
@@ -361,9 +632,8 @@ struct HttpServer::Impl {
 
 bool HttpServer::available() { return true; }
 
-HttpServer::HttpServer(Translator& translator, TranslationService& service, ServiceMetrics& metrics,
-                       ServerOptions options)
-    : impl_(std::make_unique<Impl>(translator, service, metrics, std::move(options))) {}
+HttpServer::HttpServer(std::vector<ServedModel> models, ServiceMetrics& metrics, ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(models), metrics, std::move(options))) {}
 HttpServer::~HttpServer() = default;
 int HttpServer::bind() { return impl_->bind(); }
 void HttpServer::run() { impl_->run(); }
@@ -373,7 +643,7 @@ void HttpServer::stop() { impl_->stop(); }
 
 struct HttpServer::Impl {};
 bool HttpServer::available() { return false; }
-HttpServer::HttpServer(Translator&, TranslationService&, ServiceMetrics&, ServerOptions) {
+HttpServer::HttpServer(std::vector<ServedModel>, ServiceMetrics&, ServerOptions) {
   throw std::runtime_error(
       "this torchmt was built without cpp-httplib (Debian: libcpp-httplib-dev; tools/setup.sh installs it): no serve");
 }

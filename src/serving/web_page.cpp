@@ -2,7 +2,8 @@
 // (each pause of 250 ms sends the text to /v1/translate; an answer to older text is dropped),
 // and the cross-attention of the chosen sentence is drawn as the server's SVG (the same picture
 // as `translate --attention-svg`) beside its word alignment. With "HTML input" the text is an
-// HTML document (format html), shown translated as markup. Everything is inline: no script, style or font from
+// HTML document (format html), shown translated as markup. A server of several directions offers
+// the choice of one. Everything is inline: no script, style or font from
 // elsewhere, so it works on a machine without a network; the layout stacks on a phone.
 #include "torchmt/serving/http_server.h"
 
@@ -47,6 +48,8 @@ const std::string& web_page_html() {
 </div>
 <div id="status"></div>
 <div class="controls">
+  <span id="directions" hidden><label for="direction" style="display:inline;font-weight:400">direction</label>
+  <select id="direction"></select></span>
   <label for="beam" style="display:inline;font-weight:400">beam</label>
   <select id="beam"><option>1</option><option>2</option><option>4</option><option selected>5</option></select>
   <label for="line" style="display:inline;font-weight:400">attention of sentence</label>
@@ -63,7 +66,24 @@ const source = document.getElementById("source"), target = document.getElementBy
 const statusLine = document.getElementById("status"), heatmap = document.getElementById("heatmap");
 const beam = document.getElementById("beam"), lineSelect = document.getElementById("line");
 const htmlInput = document.getElementById("html"), alignment = document.getElementById("alignment");
+const direction = document.getElementById("direction");
 let sent = 0, shown = 0, timer = null, last = null, imageUrl = null;
+
+// A server of several directions (serve -m de-en.pt -m en-de.pt): the choice of one, from /languages.
+async function loadDirections() {
+  try {
+    const languages = await (await fetch("languages")).json();
+    for (const l of languages)
+      for (const t of l.targets) {
+        const o = document.createElement("option");
+        o.value = l.code + ">" + t;
+        const name = (code) => (languages.find((x) => x.code === code) || {name: code}).name;
+        o.textContent = l.name + " \u2192 " + name(t);
+        direction.appendChild(o);
+      }
+    document.getElementById("directions").hidden = direction.options.length < 2;
+  } catch (e) { /* a server without languages: one direction */ }
+}
 
 function setStatus(text, isError) {
   statusLine.textContent = text;
@@ -144,12 +164,13 @@ async function translateNow() {
   setStatus("translating…", false);
   const started = performance.now();
   try {
+    const request = htmlInput.checked
+        ? {q: text, beam: Number(beam.value), format: "html"}
+        : {q: text, beam: Number(beam.value), attention: true, alignments: true, split_sentences: true,
+           confidence: true};
+    if (direction.options.length > 1) [request.source, request.target] = direction.value.split(">");
     const response = await fetch("v1/translate", {
-      method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify(htmlInput.checked
-          ? {q: text, beam: Number(beam.value), format: "html"}
-          : {q: text, beam: Number(beam.value), attention: true, alignments: true, split_sentences: true,
-             confidence: true})});
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(request)});
     const answer = await response.json();
     if (id < shown) return;  // an answer to older text came late
     shown = id;
@@ -173,6 +194,8 @@ source.addEventListener("input", schedule);
 beam.addEventListener("change", translateNow);
 htmlInput.addEventListener("change", translateNow);
 lineSelect.addEventListener("change", drawHeatmap);
+direction.addEventListener("change", translateNow);
+loadDirections();
 </script>
 </body>
 </html>

@@ -1,5 +1,6 @@
 #include "torchmt/training/train_options.h"
 
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/util/device.h"
 
@@ -23,6 +24,9 @@ const OptionTable<TrainOptions>& train_option_table() {
            data)
       .add("valid_src", &O::valid_src, "validation source file", data)
       .add("valid_tgt", &O::valid_tgt, "validation target file", data)
+      .add("source_language", &O::source_language,
+           "the source language's code, recorded in the checkpoints (default: the --train-src suffix, e.g. .de)", data)
+      .add("target_language", &O::target_language, "the target language's code (default: the --train-tgt suffix)", data)
       .add("spm", &O::spm, "existing joint SentencePiece model (default: train one into the run directory)", data)
       .add("vocab_size", &O::vocab_size, "BPE vocabulary size when training one", data)
       .add("max_sentence_tokens", &O::max_sentence_tokens,
@@ -120,6 +124,8 @@ void TrainOptions::validate() const {
   require(train_src.empty() != train_data.empty(),
           train_data.empty() ? "give the training data: --train-src and --train-tgt, or --train-data"
                              : "give --train-data or --train-src/--train-tgt, not both");
+  if (!source_language.empty()) check_language_code(source_language, "--source-language");
+  if (!target_language.empty()) check_language_code(target_language, "--target-language");
   require(shuffle_window >= 0, "--shuffle-window must be >= 0");
   require(valid_src.empty() == valid_tgt.empty(), "--valid-src and --valid-tgt go together");
   require(vocab_size >= 16, "--vocab-size must be at least 16");

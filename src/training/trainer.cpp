@@ -10,10 +10,12 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <torch/torch.h>
 
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/data/parallel_corpus.h"
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/token_batcher.h"
@@ -188,6 +190,49 @@ std::pair<Tokenizer, Tokenizer> init_tokenizers(const TrainOptions& o, const Loa
   return tokenizers;
 }
 
+// The languages a run records: the flags', else what every text corpus's file names agree on
+// (train.de / train.en), else --init-from's.
+std::pair<std::string, std::string> run_languages(const TrainOptions& o, const std::pair<std::string, std::string>& init) {
+  std::string source = o.source_language, target = o.target_language;
+  std::set<std::string> sources, targets;
+  for (const auto& spec : corpus_specs(o)) {
+    if (spec.src.empty()) continue;
+    sources.insert(language_of_file_name(spec.src));
+    targets.insert(language_of_file_name(spec.tgt));
+  }
+  if (source.empty() && sources.size() == 1) source = *sources.begin();
+  if (target.empty() && targets.size() == 1) target = *targets.begin();
+  return {source.empty() ? init.first : source, target.empty() ? init.second : target};
+}
+
+// The model's language identifier, learned from up to `max_pairs` pairs of the corpora (both
+// sides, decoded back to text, evenly spread over each corpus).
+LanguageIdentifier learn_languages(const std::vector<CorpusShare>& shares, const Tokenizer& src_tokenizer,
+                                   const Tokenizer& tgt_tokenizer, const std::string& source, const std::string& target,
+                                   int64_t max_pairs) {
+  int64_t total = 0;
+  for (const auto& share : shares) total += share.source->size();
+  std::vector<std::string> src_texts, tgt_texts;
+  std::vector<int64_t> ids;
+  for (const auto& share : shares) {
+    const int64_t n = share.source->size();
+    const int64_t take = total <= max_pairs ? n : std::max<int64_t>(1, n * max_pairs / std::max<int64_t>(total, 1));
+    for (int64_t k = 0; k < std::min(take, n); ++k) {
+      const int64_t i = take >= n ? k : k * n / take;
+      ids.resize(static_cast<size_t>(share.source->src_length(i)));
+      share.source->copy_src(i, ids.data());
+      src_texts.push_back(src_tokenizer.decode(ids));
+      ids.resize(static_cast<size_t>(share.source->tgt_length(i)));
+      share.source->copy_tgt(i, ids.data());
+      tgt_texts.push_back(tgt_tokenizer.decode(ids));
+    }
+  }
+  LanguageIdentifier identifier;
+  if (!source.empty()) identifier.learn(source, src_texts);
+  if (!target.empty() && target != source) identifier.learn(target, tgt_texts);
+  return identifier;
+}
+
 // The process group when this process is one of several data-parallel workers.
 std::unique_ptr<ProcessGroup> join_process_group(const TrainOptions& o, const DistributedEnv& env) {
   if (!env.present) return nullptr;
@@ -285,6 +330,7 @@ class TrainingRun {
   std::unique_ptr<ExponentialMovingAverage> ema_;  // --ema-decay; its tensors live in the optimizer state
   double last_lr_ = 0;
   CheckpointMeta meta_;
+  std::pair<std::string, std::string> init_languages_;  // --init-from's source and target languages
   TrainingPosition& position_ = meta_.position;
   // This process's progress.
   TrainSummary summary_;
@@ -340,6 +386,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
     auto buffers = init_->model->named_buffers();
     for (auto& item : model_->named_buffers()) item.value().copy_(buffers[item.key()]);
     meta_.vocabulary = init_->meta.vocabulary;
+    init_languages_ = {init_->meta.source_language, init_->meta.target_language};
     progress_.line("init: weights and vocabulary of " + o.init_from + " (step " + std::to_string(init_->meta.position.step) +
                    "); new schedule, fresh optimizer state");
     init_.reset();
@@ -386,6 +433,16 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   meta_.tgt_spm_checksum = tgt_tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
   if (tgt_tokenizer_.serialized() != tokenizer_.serialized()) meta_.tgt_spm_model = tgt_tokenizer_.serialized();
+  std::tie(meta_.source_language, meta_.target_language) = run_languages(o, init_languages_);
+  if (rank0_ && (!meta_.source_language.empty() || !meta_.target_language.empty())) {
+    const auto t_languages = Clock::now();
+    const LanguageIdentifier identifier = learn_languages(corpora_->shares(), tokenizer_, tgt_tokenizer_,
+                                                          meta_.source_language, meta_.target_language, 100000);
+    meta_.language_identifier = identifier.serialize();
+    progress_.line("languages: " + (meta_.source_language.empty() ? "?" : meta_.source_language) + " -> " +
+                   (meta_.target_language.empty() ? "?" : meta_.target_language) + ", identifier learned in " +
+                   std::to_string(std::chrono::duration<double>(Clock::now() - t_languages).count()).substr(0, 4) + " s");
+  }
   // fp16: the loss scale lives in the optimizer state from here on, so a resume restores it
   // and every rank starts from rank 0's.
   if (dtype_ == c10::ScalarType::Half) start_loss_scaling(optimizer_->state(), device_);

@@ -19,8 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   settings.limits.max_sentences = 8;
   settings.limits.max_sentence_chars = 40;
   settings.limits.max_beam = 6;
-  settings.source_language = "de";
-  settings.target_language = "en";
+  settings.pairs = {{"de", "en"}};
   try {
     const ApiRequest r = v1 ? parse_v1_request(type, body, settings) : parse_libretranslate_request(type, body, settings);
     size_t lines = 0;
@@ -48,6 +47,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string json = error_json(e.what());
     FUZZ_CHECK(is_valid_utf8(json));
     FUZZ_CHECK(json.rfind("{\"error\":\"", 0) == 0 && json.back() == '}');
+  }
+  // Two directions (routing, "auto" without an identifier), LibreTranslate's limits, /detect and
+  // the API key field: the same promise.
+  settings.pairs = {{"de", "en"}, {"en", "de"}};
+  settings.char_limit = 30;
+  settings.batch_limit = 3;
+  try {
+    (void)request_api_key(type, body);  // never throws
+    if (v1) {
+      const DetectRequest d = parse_detect_request(type, body);
+      FUZZ_CHECK(!d.texts.empty() && (d.list || d.texts.size() == 1));
+    } else {
+      const LibreTranslateRequest r = read_libretranslate_request(type, body, settings);
+      FUZZ_CHECK(!r.texts.empty() && r.texts.size() <= 3);
+      const std::string source = r.source == "auto" ? "de" : r.source;
+      (void)libretranslate_route(settings, source, r.target);
+      std::vector<size_t> all(r.texts.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+      const ApiRequest job = libretranslate_job(r, all, source, settings);
+      FUZZ_CHECK(job.lines_per_text.size() == r.texts.size());
+    }
+  } catch (const ApiError& e) {
+    FUZZ_CHECK(e.status() == 400 || e.status() == 413 || e.status() == 415);
+    fuzz::check_error_message(e);
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/search.h"
 #include "torchmt/model/transformer.h"
@@ -151,6 +152,11 @@ class Translator {
   void set_shortlist(std::shared_ptr<const Shortlist> shortlist);
   const std::shared_ptr<const Shortlist>& shortlist() const { return shortlist_; }
 
+  // What the model translates from and into, and its language identifier, as its file recorded
+  // them (the loader sets them; empty for a model that recorded none).
+  void set_languages(ModelLanguages languages) { languages_ = std::make_shared<const ModelLanguages>(std::move(languages)); }
+  const ModelLanguages& languages() const { return *languages_; }
+
   // The native model, or a null Transformer for a model of another format.
   Transformer& model() { return model_; }
   const ModelConfig& config() const { return config_; }
@@ -195,6 +201,7 @@ class Translator {
   std::optional<Runtime> runtime_;
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
+  std::shared_ptr<const ModelLanguages> languages_ = std::make_shared<const ModelLanguages>();  // shared by copies
 };
 
 }  // namespace torchmt

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
@@ -22,6 +23,7 @@
 
 namespace torchmt {
 
+struct CheckpointMeta;
 struct LoadedCheckpoint;
 class Tokenizer;
 
@@ -60,6 +62,11 @@ std::vector<std::string> export_formats();
 // An export directory's SentencePiece models, DIR/source.spm and DIR/target.spm (Marian's names;
 // both written when the two sides share one model), so the directory tokenizes on its own.
 void write_sentencepiece_models(const std::string& dir, const Tokenizer& source, const Tokenizer& target);
+
+// A directory export's languages: the fields for its config.json (source_language and
+// target_language, where the checkpoint recorded them), and DIR/language_identifier.bin.
+std::vector<std::pair<std::string, std::string>> language_fields(const CheckpointMeta& meta);
+void write_language_identifier(const std::string& dir, const CheckpointMeta& meta);
 
 // "fp32" | "bf16" | "fp16" -> scalar type; throws std::invalid_argument otherwise.
 c10::ScalarType parse_export_dtype(const std::string& name);

@@ -11,6 +11,7 @@
 
 #include <c10/core/Device.h>
 
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/io/training_position.h"
 #include "torchmt/model/model_config.h"
@@ -38,6 +39,9 @@ struct CheckpointMeta {
   // An explicit vocabulary shared by both sides (Vocabulary::pieces_to_json; an imported Marian
   // model's vocab.json), its special ids in `model`; empty: the SentencePiece models' own ids.
   std::string vocabulary;
+  // What the model translates from and into, and its language identifier (serialized); empty
+  // for a checkpoint written before torchmt 0.3 recorded them.
+  std::string source_language, target_language, language_identifier;
   TrainingPosition position;
 };
 
@@ -46,6 +50,8 @@ struct CheckpointMeta {
 std::pair<Tokenizer, Tokenizer> make_tokenizers(const std::string& src_spm_model, const std::string& tgt_spm_model,
                                                 const std::string& vocabulary, const ModelConfig& config);
 std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta);
+// The languages a checkpoint records (std::runtime_error for a corrupt identifier).
+ModelLanguages checkpoint_languages(const CheckpointMeta& meta);
 
 // Atomic write. `optimizer` may be null (averaged / exported-for-inference checkpoints).
 void save_checkpoint(const std::string& path, const Transformer& model, const OptimizerState* optimizer,

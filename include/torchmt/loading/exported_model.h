@@ -16,6 +16,7 @@
 
 #include <c10/core/Device.h>
 
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/search.h"
 #include "torchmt/decoding/incremental_decoder.h"
@@ -40,7 +41,8 @@ class ExportedModel {
   SearchResult translate_in_archive(const at::Tensor& src, const SearchOptions& options) const;
 
   const Tokenizer& tokenizer() const;
-  const Tokenizer& target_tokenizer() const;  // tgt_spm.model when the export has one, else tokenizer()
+  const Tokenizer& target_tokenizer() const;
+  const ModelLanguages& languages() const;  // as the checkpoint recorded them  // tgt_spm.model when the export has one, else tokenizer()
   const ModelConfig& config() const;
   c10::Device device() const;
   std::string dtype() const;  // "fp32" | "bf16" | "fp16" | "int8" as exported

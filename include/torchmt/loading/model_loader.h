@@ -15,6 +15,7 @@
 //   seal_model_file(path)
 //       adds the checksum to a file of torchmt 0.2 or earlier
 #include <string>
+#include <vector>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -32,6 +33,15 @@ Translator load_translator(const std::string& path, const c10::Device& device, c
 // Validates `config` (std::invalid_argument naming the flag) and opens config.model on its
 // device in its precision, translating on config.threads CPU threads where set.
 Translator load_translator(const TranslatorConfig& config);
+
+// The models of config.models grouped by the direction they record (source and target language):
+// one Translator per direction, an ensemble where several models translate it (`serve -m de-en.pt
+// -m en-de.pt`), in the order of their first model. `name`: the models' paths joined by '+'.
+struct DirectionModel {
+  Translator translator;
+  std::string name;
+};
+std::vector<DirectionModel> load_translators_by_direction(const TranslatorConfig& config);
 
 // `torchmt seal`: a checkpoint or export written before torchmt sealed its files gets its seal,
 // once it has loaded in full as it is (the file is replaced atomically; one that does not load

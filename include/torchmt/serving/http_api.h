@@ -13,11 +13,13 @@
 //                        line: each translation starts with its prefix.
 // Light header: no LibTorch.
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "torchmt/data/document.h"
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/util/option_table.h"
 
@@ -40,12 +42,22 @@ struct ApiLimits {
   int64_t max_beam = 16;             // beam (and n-best) a request may ask for
 };
 
+struct LanguagePair {
+  std::string source, target;
+  bool operator==(const LanguagePair& o) const { return source == o.source && target == o.target; }
+};
+
 // What the server accepts and answers (its configuration, not a request's).
 struct ApiSettings {
   ApiLimits limits;
-  SearchOptions search;            // the server's defaults; /v1 requests may override them
-  std::string source_language;     // "" = any; else a LibreTranslate `source` other than it
-  std::string target_language;     //   (or "auto") is a 400
+  SearchOptions search;  // the server's defaults; /v1 requests may override them
+  // The directions served, one per model: route i is model i. Empty: one model that recorded
+  // no languages, which takes any source and target.
+  std::vector<LanguagePair> pairs;
+  // The served languages' identifier (source "auto", /detect); null: none.
+  std::shared_ptr<const LanguageIdentifier> identifier;
+  int64_t char_limit = -1;   // LibreTranslate's --char-limit: characters per text (-1: none)
+  int64_t batch_limit = -1;  // LibreTranslate's --batch-limit: texts per list request (-1: none)
 };
 
 // The per-request options of /v1/translate (one table: names, types, help and defaults).
@@ -57,6 +69,8 @@ struct RequestOptions {
   int64_t attention_head = -1;  // -1 = mean over heads
   bool alignments = false;      // each sentence's word alignment (Pharaoh pairs)
   bool confidence = false;      // each sentence's and word's confidence (decoding/confidence.h)
+  std::string source, target;   // the direction, where the server serves several
+  std::string api_key;          // the client's key (the server checks it)
   std::string format = "text";  // or "html"
   bool split_sentences = false; // split each line into sentences (always for html)
 };
@@ -74,10 +88,45 @@ struct ApiRequest {
   RequestOptions options;
 };
 
-// Throw ApiError. `content_type` as sent (parameters such as charset ignored).
+// LibreTranslate's /translate as sent, checked as LibreTranslate checks it (its messages), before
+// its texts are routed to the models.
+struct LibreTranslateRequest {
+  std::vector<std::string> texts;
+  bool list = false;           // q was a list
+  std::string source, target;  // source may be "auto"; filled in where the served pairs leave one choice
+  RequestOptions options;      // format, alternatives (nbest), confidence
+  std::string api_key;
+};
+
+struct DetectRequest {
+  std::vector<std::string> texts;
+  bool list = false;
+  std::string api_key;
+};
+
+// All throw ApiError. `content_type` as sent (parameters such as charset ignored).
+LibreTranslateRequest read_libretranslate_request(const std::string& content_type, const std::string& body,
+                                                  const ApiSettings& settings);
+// The language a text of an "auto" request is taken to be in: the most likely one that can be
+// translated into `target` (or is it), else the most likely; without an identifier, the one
+// source served into `target` (confidence 0).
+LanguageGuess detect_source(const ApiSettings& settings, const std::string& text, const std::string& target);
+// The model (index of settings.pairs; 0 without pairs) for texts in `source` to `target`.
+size_t libretranslate_route(const ApiSettings& settings, const std::string& source, const std::string& target);
+// The texts `texts` (indices) of a request, in `source`, as one model's job.
+ApiRequest libretranslate_job(const LibreTranslateRequest& request, const std::vector<size_t>& texts,
+                              const std::string& source, const ApiSettings& settings);
+// The three above for one route: every text in the request's source (or, for "auto", the first
+// text's language).
 ApiRequest parse_libretranslate_request(const std::string& content_type, const std::string& body,
                                         const ApiSettings& settings);
 ApiRequest parse_v1_request(const std::string& content_type, const std::string& body, const ApiSettings& settings);
+// The model of a /v1 request: its source/target options among settings.pairs.
+size_t v1_route(const ApiSettings& settings, const RequestOptions& options);
+// A request's api_key field ("" when it has none or its body does not parse).
+std::string request_api_key(const std::string& content_type, const std::string& body);
+// /detect's q (a text or a list of texts) and api_key.
+DetectRequest parse_detect_request(const std::string& content_type, const std::string& body);
 
 // {"error": message} (the message as valid JSON whatever its bytes).
 std::string error_json(const std::string& message);

@@ -3,21 +3,29 @@
 // TranslationService.
 //
 //   GET  /              the web page (no external script, style or font)
-//   POST /translate     LibreTranslate's API (torchmt/serving/http_api.h)
+//   POST /translate     LibreTranslate's API (torchmt/serving/http_api.h), routed by source
+//                       and target among the models ("auto": each text's detected language)
+//   POST /detect        LibreTranslate's: [{"language", "confidence"}] by the models' identifier
+//   GET  /languages     LibreTranslate's [{code, name, targets}]
+//   GET  /frontend/settings, GET /spec (OpenAPI), POST /suggest (off), POST /translate_file (off):
+//                       as LibreTranslate answers them
+//   GET  /health        {"status": "ok"}
 //   POST /v1/translate  torchmt's API: search options, n-best with scores, attention
-//   GET  /languages     LibreTranslate's list (when the server was told its languages)
-//   GET  /health        {"status": "ok", ...}
+//   GET  /v1/health     the models, their languages, device and precision
 //   GET  /metrics       Prometheus text (torchmt/serving/metrics.h)
-// Every error is {"error": "..."} with its status: 400 malformed, 404 unknown path, 413 too
-// large, 415 content type, 503 queue full / shutting down / request timeout.
+// Every error is {"error": "..."} with its status: 400 malformed, 403 API key, 404 unknown path,
+// 405 wrong method, 413 too large, 415 content type, 429 over the request limit (Retry-After),
+// 503 queue full / shutting down / request timeout.
 //
 // Built only with cpp-httplib (Debian: libcpp-httplib-dev); see available().
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
+#include "torchmt/serving/access_control.h"
 #include "torchmt/serving/http_api.h"
 
 namespace torchmt {
@@ -35,14 +43,25 @@ struct ServerOptions {
   int64_t connections = 128;            // connections served at once (a thread each); more wait
   TranslationOptions translation;       // batching and workers; translation.search = the defaults
   ApiSettings api;                      // caps and languages (api.search is set from translation.search)
-  std::string model_name;               // shown by /health
   std::shared_ptr<const ConfidenceModel> confidence_model;  // requests' confidence: this calibration (null: raw)
+  std::shared_ptr<const ApiKeys> api_keys;  // --api-keys: a key not among them is a 403 (null: no keys)
+  bool require_api_key = false;             // a request without a key is a 403 too
+  int64_t req_limit = -1;                   // requests per minute per client address (-1: none); keys have their own
+};
+
+// One model the server routes requests to (its translator and its batching queue).
+struct ServedModel {
+  Translator* translator = nullptr;
+  TranslationService* service = nullptr;
+  std::string name;        // shown by /v1/health
+  LanguagePair languages;  // empty codes: the model recorded none (then it must be the only one)
 };
 
 class HttpServer {
  public:
-  // All three must outlive the server.
-  HttpServer(Translator& translator, TranslationService& service, ServiceMetrics& metrics, ServerOptions options);
+  // The models, their translators and services and the metrics must outlive the server.
+  // std::invalid_argument for two models of one direction, or a model without languages beside others.
+  HttpServer(std::vector<ServedModel> models, ServiceMetrics& metrics, ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -16,6 +16,9 @@ struct TrainOptions {
   std::string train_data;
   int64_t shuffle_window = 1 << 20;  // pairs sorted by length together (0 = the whole epoch)
   std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
+  // The languages the model translates from and into (ISO 639 codes), recorded in its
+  // checkpoints; empty = what the training files' suffixes say (train.de -> de), if they say it.
+  std::string source_language, target_language;
   int64_t vocab_size = 8000;
   int64_t max_sentence_tokens = 256;  // a pair with a side longer than this (tokens, eos included) is skipped
   // A named recipe (train_recipes.h) sets the defaults below; flags and --config override it

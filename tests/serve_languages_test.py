@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""`torchmt serve` as a LibreTranslate operator runs it: both directions in one server, language
+detection, API keys and limits, and LibreTranslate's other endpoints.
+
+    serve_languages_test.py TORCHMT DEEN_MODEL ENDE_MODEL WORKDIR
+
+The two models record their languages (de->en, en->de) and an identifier; the server is started
+with no language flags. Exit 0 when all hold; prints the first failure otherwise."""
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+TORCHMT, DEEN, ENDE, WORK = sys.argv[1:5]
+GERMAN = ["Ein Mann fährt mit dem Fahrrad über eine Brücke.", "Zwei Hunde spielen im Schnee."]
+ENGLISH = ["A woman is walking her dog in the park.", "The children are playing outside."]
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+
+
+def start(*args):
+    proc = subprocess.Popen([TORCHMT, "serve", "--port", "0", "--threads", "2", *args], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+        if m:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, int(m.group(1))
+    proc.kill()
+    check(False, "the server did not start: " + " ".join(args))
+
+
+def stop(proc):
+    proc.terminate()
+    check(proc.wait(timeout=60) == 0, "the server exits 0 on SIGTERM")
+
+
+def call(port, method, path, body=None, form=False):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {}
+    if body is not None:
+        if form:
+            body = urllib.parse.urlencode(body)
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        elif not isinstance(body, (str, bytes)):
+            body = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        else:
+            headers["Content-Type"] = "application/json"
+    conn.request(method, path, body=body.encode("utf-8") if isinstance(body, str) else body, headers=headers)
+    r = conn.getresponse()
+    data = r.read()
+    retry = r.getheader("Retry-After")
+    conn.close()
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        parsed = None
+    return r.status, parsed, retry
+
+
+def translate_cli(model, lines):
+    path = os.path.join(WORK, "in.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(l + "\n" for l in lines))
+    r = subprocess.run([TORCHMT, "translate", "-m", model, "-q", "-i", path, "--threads", "1"], capture_output=True,
+                       text=True, check=True)
+    return r.stdout.splitlines()
+
+
+def main():
+    proc, port = start("-m", DEEN, "-m", ENDE)
+    try:
+        status, langs, _ = call(port, "GET", "/languages")
+        check(status == 200 and langs == [{"code": "de", "name": "German", "targets": ["en"]},
+                                          {"code": "en", "name": "English", "targets": ["de"]}], f"/languages: {langs}")
+        check(call(port, "GET", "/health")[1] == {"status": "ok"}, "/health is LibreTranslate's")
+        status, health, _ = call(port, "GET", "/v1/health")
+        check(status == 200 and len(health["models"]) == 2, "/v1/health lists both models")
+        # Each direction is its own model: the answers are what `translate` gives with it.
+        want_de_en, want_en_de = translate_cli(DEEN, GERMAN), translate_cli(ENDE, ENGLISH)
+        status, out, _ = call(port, "POST", "/translate", {"q": GERMAN, "source": "de", "target": "en"})
+        check(status == 200 and out["translatedText"] == want_de_en, f"de->en routed to its model: {out}")
+        status, out, _ = call(port, "POST", "/translate", {"q": ENGLISH[0], "source": "en", "target": "de"}, form=True)
+        check(status == 200 and out["translatedText"] == want_en_de[0], f"en->de routed to its model: {out}")
+        # "auto": each text of a list routed by its own language; one already in the target comes back as is.
+        mixed = [GERMAN[0], ENGLISH[0], GERMAN[1]]
+        status, out, _ = call(port, "POST", "/translate", {"q": mixed, "source": "auto", "target": "en"})
+        check(status == 200, f"auto: {status} {out}")
+        check(out["translatedText"] == [want_de_en[0], ENGLISH[0], want_de_en[1]], f"auto routes text by text: {out}")
+        check([d["language"] for d in out["detectedLanguage"]] == ["de", "en", "de"], f"detectedLanguage: {out}")
+        check(all(50 < d["confidence"] <= 100 for d in out["detectedLanguage"]), "confidences are percents")
+        status, out, _ = call(port, "POST", "/translate", {"q": ENGLISH[0], "source": "auto", "target": "de"})
+        check(status == 200 and out["translatedText"] == want_en_de[0] and out["detectedLanguage"]["language"] == "en",
+              f"auto, one text: {out}")
+        status, out, _ = call(port, "POST", "/translate", {"q": "x", "source": "de", "target": "de"})
+        check(status == 400 and out["error"] == "German (de) is not available as a target language from German (de)",
+              f"a pair nobody serves: {out}")
+        status, out, _ = call(port, "POST", "/translate", {"q": "x", "source": "auto"})
+        check(status == 400 and out["error"] == "Invalid request: missing target parameter", f"which target: {out}")
+        # /detect, as LibreTranslate answers it.
+        status, out, _ = call(port, "POST", "/detect", {"q": GERMAN[1]}, form=True)
+        check(status == 200 and out[0]["language"] == "de" and len(out) == 2, f"/detect: {out}")
+        check(call(port, "GET", "/detect")[0] == 405, "GET /detect is a 405")
+        for body in ["", "{", '{"q": 5}', '{"q": []}', b"\xff\xfe", '{"q": "' + "a" * 100 + '"}']:
+            status, out, _ = call(port, "POST", "/detect", body)
+            check(status in (200, 400, 415) and out is not None, f"/detect of {body!r}: {status}")
+        check(call(port, "POST", "/suggest", {"q": "a", "s": "b", "source": "de", "target": "en"})[0] == 403, "/suggest off")
+        check(call(port, "POST", "/translate_file", {})[0] == 403, "/translate_file off")
+        status, spec, _ = call(port, "GET", "/spec")
+        check(status == 200 and "/translate" in spec["paths"], "/spec")
+        status, settings, _ = call(port, "GET", "/frontend/settings")
+        check(status == 200 and settings["language"]["source"]["code"] == "de", f"/frontend/settings: {settings}")
+        # /v1 with two directions needs to be told which.
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN[0]})
+        check(status == 400, "/v1 without a direction")
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN[0], "source": "de", "target": "en"})
+        check(status == 200 and out["translations"][0]["text"] == want_de_en[0], f"/v1 routed: {out}")
+    finally:
+        stop(proc)
+
+    # Operator controls: keys (one with its own limit), a limit per address, text limits.
+    keys = os.path.join(WORK, "keys.txt")
+    with open(keys, "w") as f:
+        f.write("# keys\nopen-sesame-0001\nlimited-key-0002 2\n")
+    proc, port = start("-m", DEEN, "--api-keys", keys, "--require-api-key", "--req-limit", "100",
+                       "--char-limit", "60", "--batch-limit", "2")
+    try:
+        body = {"q": GERMAN[0], "source": "de", "target": "en"}
+        status, out, _ = call(port, "POST", "/translate", body)
+        check(status == 403 and out["error"] == "Please contact the server operator to get an API key", f"no key: {out}")
+        status, out, _ = call(port, "POST", "/translate", dict(body, api_key="open-sesame-0000"))
+        check(status == 403 and out["error"] == "Invalid API key", f"unknown key: {out}")
+        check(call(port, "POST", "/translate", dict(body, api_key="open-sesame-0001"))[0] == 200, "a key")
+        check(call(port, "POST", "/detect", {"q": "Hallo", "api_key": "open-sesame-0001"}, form=True)[0] == 200, "detect with a key")
+        codes = [call(port, "POST", "/translate", dict(body, api_key="limited-key-0002")) for _ in range(3)]
+        check([c[0] for c in codes] == [200, 200, 429] and int(codes[2][2]) >= 1, f"a key's limit: {codes}")
+        check(codes[2][1]["error"].startswith("Slowdown:"), "429's message")
+        status, out, _ = call(port, "POST", "/translate", dict(body, q="x" * 61, api_key="open-sesame-0001"))
+        check(status == 400 and out["error"] == "Invalid request: request (61) exceeds text limit (60)", f"{out}")
+        status, out, _ = call(port, "POST", "/translate", dict(body, q=["a", "b", "c"], api_key="open-sesame-0001"))
+        check(status == 400 and out["error"] == "Invalid request: request (3) exceeds text limit (2)", f"{out}")
+        status, settings, _ = call(port, "GET", "/frontend/settings")
+        check(settings["charLimit"] == 60 and settings["apiKeys"] and settings["keyRequired"], f"{settings}")
+    finally:
+        stop(proc)
+    # The per-address limit with 16 clients at once: exactly the limit passes.
+    proc, port = start("-m", DEEN, "--req-limit", "20")
+    try:
+        results = []
+        lock = threading.Lock()
+
+        def client():
+            for _ in range(3):
+                status = call(port, "POST", "/detect", {"q": "Hallo Welt"})[0]
+                with lock:
+                    results.append(status)
+        threads = [threading.Thread(target=client) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(results.count(200) in (20, 21, 22) and results.count(429) == 48 - results.count(200),
+              f"16 clients under --req-limit 20: {results.count(200)} passed")
+    finally:
+        stop(proc)
+    for bad in (["--api-keys", "/nonexistent/keys"], ["--require-api-key"], ["--req-limit", "0"],
+                ["--char-limit", "-5"], ["--source-language", "fr", "--target-language", "en"]):
+        r = subprocess.run([TORCHMT, "serve", "-m", DEEN, "--port", "0", *bad], capture_output=True, text=True,
+                           timeout=120)
+        want = 1 if bad[0] == "--api-keys" else 2  # a missing file is a failure, a wrong flag a usage error
+        check(r.returncode == want and len(r.stderr.strip().splitlines()) == 1, f"serve {bad}: {r.returncode} {r.stderr}")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
