@@ -24,6 +24,7 @@ struct ServeCommandOptions {
   ServerOptions server;
   ServiceOptions service;
   std::string confidence_model, source_language, target_language, api_keys;
+  bool disable_files = false;
 };
 
 const OptionTable<ServeCommandOptions>& serve_option_table() {
@@ -72,6 +73,10 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
                "requests per minute per client address (-1 = no limit; a key's own limit replaces it)", http)
           .add("char_limit", [](O& o) -> int64_t& { return o.server.api.char_limit; },
                "characters per text of a LibreTranslate request (-1 = no limit beyond --max-sentence-chars)", http)
+          .add("disable_files_translation", [](O& o) -> bool& { return o.disable_files; },
+               "refuse POST /translate_file (403), as LibreTranslate's flag", http)
+          .add("max_file_sentences", [](O& o) -> int64_t& { return o.server.max_file_sentences; },
+               "sentences of a file /translate_file translates (413 beyond)", http)
           .add("batch_limit", [](O& o) -> int64_t& { return o.server.api.batch_limit; },
                "texts per LibreTranslate list request (-1 = no limit beyond --max-sentences)", http)
           .add("confidence_model", &O::confidence_model,
@@ -96,6 +101,7 @@ void validate(const ServeCommandOptions& o) {
   positive(o.server.request_timeout_s, "request-timeout");
   positive(o.server.read_timeout_s, "read-timeout");
   positive(static_cast<double>(o.server.connections), "connections");
+  positive(static_cast<double>(o.server.max_file_sentences), "max-file-sentences");
   if (o.source_language.empty() != o.target_language.empty())
     throw std::invalid_argument("--source-language and --target-language go together");
   if (!o.source_language.empty()) check_language_code(o.source_language, "--source-language");
@@ -162,6 +168,7 @@ int run_serve(int argc, char** argv) {
   server_options.translation = o->translator.translation;
   server_options.confidence_model = confidence_model;
   server_options.api_keys = server_options_keys;
+  server_options.files_translation = !o->disable_files;
   std::unique_ptr<HttpServer> server_ptr;
   if (!check_usage([&] { server_ptr = std::make_unique<HttpServer>(served, metrics, server_options); }, argv[0]))
     return kExitUsage;

@@ -13,7 +13,9 @@
 #include "torchmt/decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/serving/metrics.h"
+#include "torchmt/serving/translated_files.h"
 #include "torchmt/serving/translation_service.h"
+#include "torchmt/util/utf8.h"
 
 #if TORCHMT_WITH_HTTPLIB
 #include <sys/socket.h>
@@ -88,6 +90,8 @@ struct HttpServer::Impl {
   ServiceMetrics& metrics;
   ServerOptions options;
   RequestLimiter limiter;
+  TranslatedFiles files{64, 64 << 20, std::chrono::minutes(30)};
+  int bound_port = 0;
   std::string languages_json, spec_json, settings_json;  // answers that never change
   httplib::Server server;
   std::mutex mutex;
@@ -172,8 +176,8 @@ struct HttpServer::Impl {
                 {"apiKeys", static_cast<bool>(options.api_keys)},
                 {"keyRequired", options.require_api_key},
                 {"suggestions", false},
-                {"filesTranslation", false},
-                {"supportedFilesFormat", json::array()},
+                {"filesTranslation", options.files_translation},
+                {"supportedFilesFormat", options.files_translation ? json::array({".txt", ".html"}) : json::array()},
                 {"language", {{"source", language(first.source)}, {"target", language(first.target)}}}};
   }
 
@@ -215,8 +219,15 @@ struct HttpServer::Impl {
         {"/health", {{"get", {{"summary", "Health check"}, {"responses", {{"200", {{"description", "ok"}}}}}}}}},
         {"/suggest", {{"post", {{"tags", {"feedback"}}, {"summary", "Submit a suggestion to improve a translation"},
                                 {"responses", {{"403", {{"description", "Suggestions are disabled"}}}}}}}}},
-        {"/translate_file", {{"post", {{"tags", {"translate"}}, {"summary", "Translate file"},
-                                       {"responses", {{"403", {{"description", "Files translation disabled"}}}}}}}}},
+        {"/translate_file",
+         {{"post",
+           {{"tags", {"translate"}},
+            {"summary", "Translate file (.txt, .html)"},
+            {"consumes", {"multipart/form-data"}},
+            {"parameters",
+             {{{"in", "formData"}, {"name", "file"}, {"type", "file"}, {"required", true}, {"description", "File to translate"}},
+              form("source", "Source language code, or \"auto\"", true), form("target", "Target language code", true), key}},
+            {"responses", errors({{"200", {{"description", "translatedFileUrl"}}}})}}}}},
         {"/v1/translate", {{"post", {{"tags", {"torchmt"}}, {"summary", "torchmt's API: search options, n-best, "
                                                                     "scores, attention, alignments, confidence"},
                                      {"consumes", {"application/json"}},
@@ -311,7 +322,17 @@ struct HttpServer::Impl {
       });
     });
     server.Post("/translate_file", [this](const httplib::Request& req, httplib::Response& res) {
-      timed(req, res, "/translate_file", [&] { throw ApiError(403, "Files translation are disabled on this server."); });
+      timed(req, res, "/translate_file", [&] { translate_file(req, res); });
+    });
+    server.Get(R"(/download_file/([0-9a-f]{32})/([A-Za-z0-9._-]+))", [this](const httplib::Request& req,
+                                                                          httplib::Response& res) {
+      const auto file = files.get(req.matches[1], req.matches[2]);
+      if (!file) {
+        reply_error(res, 404, "no such file (translated files are kept 30 minutes)");
+        return;
+      }
+      res.set_header("Content-Disposition", "attachment; filename=\"" + file->name + "\"");
+      res.set_content(file->bytes, file->content_type);
     });
     // Errors httplib answers itself (unknown path, body too large, malformed request line)
     // get the same JSON body as ours; a known path asked with another method is a 405.
@@ -465,38 +486,35 @@ struct HttpServer::Impl {
     return out;
   }
 
-  void libretranslate(const httplib::Request& req, httplib::Response& res) {
-    const std::string& type = req.get_header_value("Content-Type");
-    ApiSettings settings = options.api;
-    settings.char_limit = check_access(req, res, request_api_key(type, req.body));
-    const LibreTranslateRequest lt = read_libretranslate_request(type, req.body, settings);
+  // A LibreTranslate request's texts translated: each by the model of its source language (its
+  // detected one for "auto"; one already in the target comes back as sent).
+  TextAnswers translate_texts(const LibreTranslateRequest& lt, const ApiSettings& settings,
+                              std::vector<LanguageGuess>& detected) {
     const size_t n = lt.texts.size();
-    // Each text's source language, and the groups of texts each model translates.
     std::vector<std::string> sources(n, lt.source);
-    std::vector<LanguageGuess> detected(n);
     const bool automatic = lt.source == "auto";
-    if (automatic)
-      for (size_t i = 0; i < n; ++i) {
-        detected[i] = detect_source(options.api, lt.texts[i], lt.target);
-        sources[i] = detected[i].language;
-      }
+    detected.assign(automatic ? n : 0, {});
+    for (size_t i = 0; automatic && i < n; ++i) {
+      detected[i] = detect_source(settings, lt.texts[i], lt.target);
+      sources[i] = detected[i].language;
+    }
     struct Part {
       std::vector<size_t> texts;
       ApiRequest request;
       std::future<ServiceResult> result;
     };
     std::vector<Part> parts;
-    std::vector<char> unchanged(n, 0);  // already in the target language: answered as sent
+    std::vector<char> unchanged(n, 0);
     std::map<std::pair<size_t, std::string>, std::vector<size_t>> groups;  // (model, source) -> texts
     for (size_t i = 0; i < n; ++i) {
-      if (automatic && !options.api.pairs.empty() && sources[i] == lt.target) {
+      if (automatic && !settings.pairs.empty() && sources[i] == lt.target) {
         unchanged[i] = 1;
         continue;
       }
-      groups[{libretranslate_route(options.api, sources[i], lt.target), sources[i]}].push_back(i);
+      groups[{libretranslate_route(settings, sources[i], lt.target), sources[i]}].push_back(i);
     }
     for (auto& [key, texts] : groups) {
-      Part part{texts, libretranslate_job(lt, texts, key.second, options.api), {}};
+      Part part{texts, libretranslate_job(lt, texts, key.second, settings), {}};
       part.result = submit(models[key.first], part.request);
       parts.push_back(std::move(part));
     }
@@ -517,17 +535,70 @@ struct HttpServer::Impl {
         if (lt.options.confidence) all.confidence[i] = std::move(answers.confidence[k]);
       }
     }
+    return all;
+  }
+
+  void libretranslate(const httplib::Request& req, httplib::Response& res) {
+    const std::string& type = req.get_header_value("Content-Type");
+    ApiSettings settings = options.api;
+    settings.char_limit = check_access(req, res, request_api_key(type, req.body));
+    const LibreTranslateRequest lt = read_libretranslate_request(type, req.body, settings);
+    std::vector<LanguageGuess> detected;
+    const TextAnswers all = translate_texts(lt, settings, detected);
     json out;
     out["translatedText"] = lt.list ? json(all.texts) : json(all.texts.front());
     if (lt.options.search.nbest > 1) out["alternatives"] = lt.list ? json(all.alternatives) : json(all.alternatives.front());
     if (lt.options.confidence) out["confidence"] = lt.list ? json(all.confidence) : all.confidence.front();
-    if (automatic) {
+    if (!detected.empty()) {
       json list = json::array();
       for (const auto& d : detected) list.push_back({{"confidence", d.confidence}, {"language", d.language}});
       out["detectedLanguage"] = lt.list ? list : list.front();
     }
     res.status = 200;
     res.set_content(dump(out), "application/json");
+  }
+
+  // LibreTranslate's /translate_file: a .txt or .html file of a multipart form, translated with
+  // its layout (the markup path for HTML), kept for /download_file.
+  void translate_file(const httplib::Request& req, httplib::Response& res) {
+    auto field = [&](const char* name) { return req.has_file(name) ? req.get_file_value(name).content : std::string(); };
+    const int64_t char_limit = check_access(req, res, field("api_key"));
+    if (!options.files_translation) throw ApiError(403, "Files translation are disabled on this server.");
+    if (!req.has_file("file") || req.get_file_value("file").filename.empty())
+      throw ApiError(400, "Invalid request: missing file parameter");
+    const httplib::MultipartFormData& file = req.get_file_value("file");
+    const std::string source = field("source"), target = field("target");
+    if (source.empty()) throw ApiError(400, "Invalid request: missing source parameter");
+    if (target.empty()) throw ApiError(400, "Invalid request: missing target parameter");
+    if (file.content.empty()) throw ApiError(400, "Invalid request: empty file");
+    const auto dot = file.filename.find_last_of('.');
+    std::string extension = dot == std::string::npos ? "" : file.filename.substr(dot);
+    for (auto& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool html = extension == ".html" || extension == ".htm";
+    if (extension != ".txt" && !html) throw ApiError(400, "Invalid request: file format not supported");
+    // The file's text as one text of a LibreTranslate request (its checks and messages), with room
+    // for a file's sentences.
+    ApiSettings settings = options.api;
+    settings.char_limit = char_limit;
+    settings.limits.max_sentences = options.max_file_sentences;
+    const std::string body = dump(json{{"q", file.content}, {"source", source}, {"target", target},
+                                       {"format", html ? "html" : "text"}});
+    if (!is_valid_utf8(file.content)) throw ApiError(400, "Invalid request: the file is not UTF-8 text");
+    const LibreTranslateRequest lt = read_libretranslate_request("application/json", body, settings);
+    std::vector<LanguageGuess> detected;
+    TextAnswers answers = translate_texts(lt, settings, detected);
+    std::string stem = dot == std::string::npos ? file.filename : file.filename.substr(0, dot);
+    stem = stem.substr(stem.find_last_of("/\\") == std::string::npos ? 0 : stem.find_last_of("/\\") + 1);
+    for (auto& c : stem)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+    const std::string name = (stem.empty() ? "file" : stem) + "." + target + extension;
+    const std::string id = files.put(name, html ? "text/html; charset=utf-8" : "text/plain; charset=utf-8",
+                                     std::move(answers.texts.front()));
+    std::string host = req.get_header_value("Host");
+    if (host.empty()) host = options.host + ":" + std::to_string(bound_port);
+    res.status = 200;
+    res.set_content(dump(json{{"translatedFileUrl", "http://" + host + "/download_file/" + id + "/" + name}}),
+                    "application/json");
   }
 
   void v1(const httplib::Request& req, httplib::Response& res) {
@@ -604,6 +675,7 @@ struct HttpServer::Impl {
     // and the kernel retried their connections a second later, which set the tail latency.
     // Listening again on a listening socket only changes its backlog.
     if (listen_socket >= 0) ::listen(listen_socket, SOMAXCONN);
+    bound_port = port;
     return port;
   }
 

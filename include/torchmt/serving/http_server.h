@@ -7,8 +7,9 @@
 //                       and target among the models ("auto": each text's detected language)
 //   POST /detect        LibreTranslate's: [{"language", "confidence"}] by the models' identifier
 //   GET  /languages     LibreTranslate's [{code, name, targets}]
-//   GET  /frontend/settings, GET /spec (OpenAPI), POST /suggest (off), POST /translate_file (off):
-//                       as LibreTranslate answers them
+//   POST /translate_file  a .txt or .html file (multipart form), its layout kept; the answer's
+//                       translatedFileUrl is GET /download_file/<id>/<name> (kept 30 minutes)
+//   GET  /frontend/settings, GET /spec (OpenAPI), POST /suggest (off): as LibreTranslate answers them
 //   GET  /health        {"status": "ok"}
 //   POST /v1/translate  torchmt's API: search options, n-best with scores, attention
 //   GET  /v1/health     the models, their languages, device and precision
@@ -47,6 +48,8 @@ struct ServerOptions {
   std::shared_ptr<const ApiKeys> api_keys;  // --api-keys: a key not among them is a 403 (null: no keys)
   bool require_api_key = false;             // a request without a key is a 403 too
   int64_t req_limit = -1;                   // requests per minute per client address (-1: none); keys have their own
+  bool files_translation = true;            // POST /translate_file (.txt, .html)
+  int64_t max_file_sentences = 2048;        // sentences of a translated file (413 beyond)
 };
 
 // One model the server routes requests to (its translator and its batching queue).
