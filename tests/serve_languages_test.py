@@ -173,6 +173,17 @@ def main():
         check(status == 200 and "/translate" in spec["paths"], "/spec")
         status, settings, _ = call(port, "GET", "/frontend/settings")
         check(status == 200 and settings["language"]["source"]["code"] == "de", f"/frontend/settings: {settings}")
+        # libretranslatepy, LibreTranslate's Python client, unchanged (where it is installed: tools/setup.sh).
+        try:
+            from libretranslatepy import LibreTranslateAPI
+        except ImportError:
+            LibreTranslateAPI = None
+        if LibreTranslateAPI is not None:
+            lt = LibreTranslateAPI(f"http://127.0.0.1:{port}/")
+            check([l["code"] for l in lt.languages()] == ["de", "en"], "libretranslatepy: languages")
+            check(lt.detect(GERMAN[0])[0]["language"] == "de", "libretranslatepy: detect")
+            check(lt.translate(GERMAN[0], "de", "en") == want_de_en[0], "libretranslatepy: translate de->en")
+            check(lt.translate(ENGLISH[0], "en", "de") == want_en_de[0], "libretranslatepy: translate en->de")
         # /v1 with two directions needs to be told which.
         status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN[0]})
         check(status == 400, "/v1 without a direction")

@@ -55,6 +55,10 @@ if [ "${TORCHMT_SKIP_INSTALL:-0}" != 1 ]; then
     echo "setup: installing pybind11 and pytest (the Python package and its tests)" >&2
     "$PYTHON" -m pip install -q 'pybind11>=2.12' pytest
   fi
+  if ! "$PYTHON" -c 'import libretranslatepy' 2>/dev/null; then
+    echo "setup: installing libretranslatepy (LibreTranslate's client, a test oracle of torchmt serve)" >&2
+    "$PYTHON" -m pip install -q libretranslatepy==2.1.4 || echo "setup: warning: libretranslatepy not installed" >&2
+  fi
   # LibreTranslate's own API tests, run against `torchmt serve` (tests/libretranslate/): taken
   # from its wheel on PyPI, never copied into the repository.
   lt_tests="$root/$build_dir/libretranslate_tests"
