@@ -214,6 +214,11 @@ TEST(TokenBatcher, WeightedCorporaAreDrawnInProportion) {
   EXPECT_EQ(plain.pairs_per_epoch(), (std::vector<int64_t>{600, 40}));
   EXPECT_THROW(TokenBatcher({{&big, 1, "big"}, {&little, 0, "little"}}, {}), std::invalid_argument);
   EXPECT_THROW(TokenBatcher({{&big, -1, "big"}}, {}), std::invalid_argument);
+  // Extreme weights (their sum beyond a double) end in bounded time with every pair drawn once.
+  TokenBatcher extreme({{&big, 1e308, "big"}, {&little, 1e308, "little"}}, {200, 3, true, 256});
+  EXPECT_EQ(extreme.pairs_per_epoch(), (std::vector<int64_t>{320, 320}));
+  TokenBatcher tiny_share({{&big, 1e308, "big"}, {&little, 1e-308, "little"}}, {200, 3, true, 256});
+  EXPECT_EQ(tiny_share.pairs_per_epoch()[0] + tiny_share.pairs_per_epoch()[1], 640);
 }
 
 TEST(TokenBatcher, TeacherForcingTensors) {

@@ -11,6 +11,8 @@
 #include "test_support.h"
 #include "torchmt/data/binary_dataset.h"
 #include "torchmt/data/text_file.h"
+#include "torchmt/util/atomic_file.h"
+#include "torchmt/util/stop_signals.h"
 #include "torchmt/training/trainer.h"
 #include "torchmt/training/training_corpora.h"
 #include "torchmt/util/integrity.h"
@@ -112,6 +114,15 @@ TEST(BinaryDataset, IncompleteTruncatedOrFlippedIsRefusedByName) {
   const std::string e = error_of([&] { BinaryDataset::open(out); });
   EXPECT_NE(e.find("incomplete"), std::string::npos) << e;
   restore();
+  // The manifest itself is checked too: 4 KB of NUL bytes after it (a torn write) is damage.
+  {
+    const std::string manifest = read_file(out + "/manifest.json");
+    test::write_text(out + "/manifest.json", manifest + std::string(4096, '\0'));
+    const std::string nul = error_of([&] { BinaryDataset::open(out); });
+    EXPECT_NE(nul.find("NUL bytes"), std::string::npos) << nul;
+    test::write_text(out + "/manifest.json", manifest);
+    EXPECT_NO_THROW(BinaryDataset::open(out));
+  }
   test::write_text(out + "/manifest.json", "{\"format\": \"torchmt-dataset\", \"version\": 1, \"pairs\": 5");
   EXPECT_THROW(BinaryDataset::open(out), DamagedFileError);
   EXPECT_THROW(BinaryDataset::open(dir.file("nowhere")), std::runtime_error);
@@ -135,6 +146,58 @@ TEST(BinaryDataset, PreprocessRefusesMisalignedFilesAndExistingOutput) {
   EXPECT_NE(error_of([&] { preprocess_corpus(dir.file("c.de"), dir.file("c.en"), tok, dir.file("y"), {}); })
                 .find("already exists"),
             std::string::npos);
+}
+
+// A line far past any length limit (50 MB, no newline at the end of the file) is skipped and
+// counted as too long: read in bounded memory, never encoded (it ended in std::bad_alloc under a
+// 4 GB address-space limit).
+TEST(BinaryDataset, AHugeLineIsSkippedAsTooLongWithBoundedMemory) {
+  TempDir dir;
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  de.resize(20);
+  en.resize(20);
+  std::string src_text, tgt_text;
+  for (size_t i = 0; i < de.size(); ++i) {
+    src_text += de[i] + "\n";
+    tgt_text += en[i] + "\n";
+  }
+  src_text += std::string(50u << 20, 'a');  // the last line, without its newline
+  tgt_text += "A very long line.";
+  test::write_text(dir.file("h.de"), src_text);
+  test::write_text(dir.file("h.en"), tgt_text);
+  src_text.clear();
+  src_text.shrink_to_fit();
+  {
+    LineReader reader(dir.file("h.de"));
+    reader.set_max_line_bytes(1000);
+    std::string line;
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(reader.next(line) && !reader.truncated());
+    ASSERT_TRUE(reader.next(line));
+    EXPECT_TRUE(reader.truncated());
+    EXPECT_EQ(line.size(), 1000u);
+    EXPECT_FALSE(reader.next(line));
+  }
+  preprocess_corpus(dir.file("h.de"), dir.file("h.en"), sample_tokenizer(), dir.file("h"), {});
+  const auto dataset = BinaryDataset::open(dir.file("h"));
+  EXPECT_EQ(dataset->manifest().stats.total, 21);
+  EXPECT_EQ(dataset->manifest().stats.too_long, 1);
+  EXPECT_EQ(dataset->size(), 20);
+}
+
+// `train` asks between chunks whether to stop (SIGINT during its set-up): the encoding ends with
+// StopRequested and leaves neither the dataset nor its partial directory.
+TEST(BinaryDataset, AStopRequestEndsPreprocessingWithNothingLeft) {
+  TempDir dir;
+  write_corpus(dir);
+  PreprocessOptions options;
+  options.chunk_pairs = 50;
+  int chunks = 0;
+  options.should_stop = [&] { return ++chunks == 2; };
+  EXPECT_THROW(preprocess_corpus(dir.file("c.de"), dir.file("c.en"), sample_tokenizer(), dir.file("s"), options),
+               StopRequested);
+  EXPECT_EQ(chunks, 2);
+  EXPECT_FALSE(fs::exists(dir.file("s")));
+  EXPECT_FALSE(fs::exists(dir.file("s.partial")));
 }
 
 TEST(BinaryDataset, RunCacheIsReusedAndRebuiltWhenStaleOrDamaged) {
@@ -178,6 +241,7 @@ TEST(TrainingCorpora, ListsAreCheckedEntryByEntry) {
   EXPECT_NE(error_for("corpora:\n  - {src: a, tgt: b, weight: 1, wieght: 2}\n").find("unknown key 'wieght'"), std::string::npos);
   EXPECT_NE(error_for("corpora:\n  - {src: a, weight: 1}\n").find("corpus 1"), std::string::npos);
   EXPECT_NE(error_for("corpora:\n  - {data: d, weight: 0}\n").find("weight"), std::string::npos);
+  EXPECT_NE(error_for("corpora:\n  - {data: d}\n").find("`weight` is missing"), std::string::npos);
   EXPECT_NE(error_for("corpora:\n  - {data: d, weight: x}\n").find("corpus 1"), std::string::npos);
   EXPECT_NE(error_for("- {name: a, data: d, weight: 1}\n- {name: a, data: e, weight: 1}\n").find("two corpora"),
             std::string::npos);

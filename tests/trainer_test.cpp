@@ -129,6 +129,33 @@ TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {
   EXPECT_THROW(Trainer(nothing).run(), std::runtime_error);
 }
 
+// A stop request during set-up (SIGINT under the CLI) ends it at the next long step's check: no
+// vocabulary half-trained, no corpus cache half-encoded, no checkpoint; the summary says
+// interrupted. Here the request comes from the first progress line, as early as a person could.
+TEST(Trainer, AStopDuringSetUpEndsItWithNothingHalfWritten) {
+  test::TempDir dir;
+  TrainHooks hooks;
+  hooks.stop_on_signals = false;
+  std::vector<std::string> lines;
+  hooks.on_progress = [&](int64_t, const std::string& line) {
+    lines.push_back(line);
+    request_training_stop();
+  };
+  // While the vocabulary's sentences are read.
+  TrainOptions vocab = tiny_run(dir.file("vocab"), test::sample_de(), test::sample_en());
+  vocab.spm.clear();
+  vocab.vocab_size = 300;
+  vocab.max_steps = 5;
+  TrainSummary s = Trainer(vocab).run(hooks);
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_EQ(s.steps, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("vocab/spm.model")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("vocab/checkpoint_last.pt")));
+  // The same run, not stopped, starts over cleanly. (Encoding the corpus stops between chunks:
+  // BinaryDataset.AStopRequestEndsPreprocessingWithNothingLeft.)
+  EXPECT_EQ(Trainer(vocab).run().steps, 5);
+}
+
 // Runs `torchmt train` as a child process; returns its pid.
 pid_t spawn_train(const std::vector<std::string>& args, const std::string& log) {
   pid_t pid = fork();

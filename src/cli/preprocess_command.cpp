@@ -8,6 +8,7 @@
 #include "cli_options.h"
 #include "torchmt/data/binary_dataset.h"
 #include "torchmt/util/progress.h"
+#include "torchmt/util/stop_signals.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {
@@ -69,7 +70,16 @@ int run_preprocess(int argc, char** argv) {
   };
   options.lines_done = [&](int64_t lines) { progress->add(lines); };
   const auto start = std::chrono::steady_clock::now();
-  const DatasetManifest m = preprocess_corpus(o->src, o->tgt, tokenizer, o->out, options);
+  // SIGINT/SIGTERM end the work between chunks, leaving no dataset and no partial directory.
+  StopSignals signals;
+  options.should_stop = [] { return StopSignals::requested(); };
+  DatasetManifest m;
+  try {
+    m = preprocess_corpus(o->src, o->tgt, tokenizer, o->out, options);
+  } catch (const StopRequested& e) {
+    std::cerr << argv[0] << ": " << e.what() << ": nothing written\n";
+    return 130;
+  }
   if (progress) progress->finish();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   uint64_t bytes = 0;

@@ -15,6 +15,7 @@
 
 #include "torchmt/data/text_file.h"
 #include "torchmt/util/atomic_file.h"
+#include "torchmt/util/stop_signals.h"
 #include "torchmt/util/integrity.h"
 #include "torchmt/util/strings.h"
 
@@ -58,15 +59,22 @@ class DatasetFile {
 
 struct Chunk {
   std::vector<std::string> src, tgt;
+  std::vector<char> overlong;  // a side longer than kMaxLineBytes (cut): the pair is too long
 };
+
+// A line of more bytes cannot fit any --max-sentence-tokens (a SentencePiece piece is at most 16
+// characters, 64 bytes): it is skipped as too long without being held or encoded whole.
+constexpr size_t kMaxLineBytes = 1 << 20;
 
 Chunk read_chunk(LineReader& src, LineReader& tgt, int64_t n) {
   Chunk chunk;
   std::string a, b;
   for (int64_t i = 0; i < n && src.next(a); ++i) {
     if (!tgt.next(b)) throw std::runtime_error("'" + tgt.path() + "' ended before '" + src.path() + "'");
-    chunk.src.push_back(std::move(a));
-    chunk.tgt.push_back(std::move(b));
+    const bool overlong = src.truncated() || tgt.truncated();
+    chunk.src.push_back(overlong ? std::string() : std::move(a));
+    chunk.tgt.push_back(overlong ? std::string() : std::move(b));
+    chunk.overlong.push_back(overlong);
   }
   return chunk;
 }
@@ -220,6 +228,8 @@ DatasetManifest write_dataset(const std::string& src_path, const std::string& tg
     DatasetFile src_file(partial, kSrcTokens), tgt_file(partial, kTgtTokens), offsets(partial, kOffsets),
         lengths(partial, kLengths), lines(partial, kLines);
     LineReader src_reader(src_path), tgt_reader(tgt_path);
+    src_reader.set_max_line_bytes(kMaxLineBytes);
+    tgt_reader.set_max_line_bytes(kMaxLineBytes);
     uint64_t src_at = 0, tgt_at = 0;
     offsets.append(std::vector<uint64_t>{0, 0});
     auto narrow = [&](const std::vector<int32_t>& ids, std::vector<uint16_t>& u16, std::vector<uint32_t>& u32) {
@@ -237,7 +247,8 @@ DatasetManifest write_dataset(const std::string& src_path, const std::string& tg
       if (chunk.src.empty()) break;
       ahead = std::async(std::launch::async, read_chunk, std::ref(src_reader), std::ref(tgt_reader),
                          options.chunk_pairs);
-      const EncodedCorpus encoded = encode_pairs(chunk.src, chunk.tgt, first_line, src_tok, tgt_tok, options.corpus);
+      const EncodedCorpus encoded =
+          encode_pairs(chunk.src, chunk.tgt, first_line, src_tok, tgt_tok, options.corpus, chunk.overlong);
       first_line += static_cast<int64_t>(chunk.src.size());
       m.stats += encoded.stats;
       std::vector<uint16_t> s16, t16, lens;
@@ -263,6 +274,10 @@ DatasetManifest write_dataset(const std::string& src_path, const std::string& tg
       lengths.append(lens);
       lines.append(line_numbers);
       if (options.lines_done) options.lines_done(static_cast<int64_t>(chunk.src.size()));
+      if (options.should_stop && options.should_stop()) {
+        ahead.wait();  // the reader thread holds the readers
+        throw StopRequested("interrupted while encoding " + src_path);
+      }
     }
     if (first_line != src_lines)  // a file that changed while it was read
       throw std::runtime_error("'" + src_path + "' changed while it was read (" + with_thousands(src_lines) +
@@ -298,7 +313,12 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
   std::unique_ptr<BinaryDataset> d(new BinaryDataset());
   d->dir_ = dir;
   try {
-    d->manifest_ = from_json(nlohmann::json::parse(read_file(manifest_path)));
+    // The parser takes a NUL byte for the end of its input: what follows one would be ignored.
+    const std::string text = read_file(manifest_path);
+    if (text.find('\0') != std::string::npos)
+      throw DamagedFileError("dataset manifest " + manifest_path + " is damaged (NUL bytes at byte " +
+                             std::to_string(text.find('\0')) + ")");
+    d->manifest_ = from_json(nlohmann::json::parse(text));
   } catch (const nlohmann::json::exception& e) {
     throw DamagedFileError("dataset manifest " + manifest_path + " is damaged (" + e.what() + ")");
   }

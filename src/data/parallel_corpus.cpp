@@ -47,13 +47,19 @@ std::vector<int32_t> to_int32(const std::vector<int64_t>& ids) { return std::vec
 
 EncodedCorpus encode_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt,
                            int64_t first_line, const Tokenizer& src_tok, const Tokenizer& tgt_tok,
-                           const CorpusOptions& options) {
+                           const CorpusOptions& options, const std::vector<char>& overlong) {
   if (src.size() != tgt.size()) throw std::invalid_argument("encode_pairs: sides differ in length");
+  if (!overlong.empty() && overlong.size() != src.size())
+    throw std::invalid_argument("encode_pairs: one overlong flag per pair");
   const size_t n = src.size();
   std::vector<EncodedPair> encoded(n);
   std::vector<Verdict> verdicts(n, Verdict::kKept);
   auto work = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
+      if (!overlong.empty() && overlong[i]) {
+        verdicts[i] = Verdict::kTooLong;
+        continue;
+      }
       if (!is_valid_utf8(src[i]) || !is_valid_utf8(tgt[i])) {
         verdicts[i] = Verdict::kInvalidUtf8;
         continue;

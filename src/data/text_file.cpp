@@ -42,19 +42,26 @@ bool LineReader::next(std::string& line) {
   // embedded NUL byte and glue the rest of the file's lines together.
   Handle& h = *handle_;
   line.clear();
+  truncated_ = false;
   bool got_any = false;
+  // Bytes beyond max_line_bytes_ are dropped as they come: memory stays bounded by the cap.
+  auto append = [&](const char* bytes, size_t n) {
+    const size_t room = max_line_bytes_ > line.size() ? max_line_bytes_ - line.size() : 0;
+    if (n > room) truncated_ = true;
+    line.append(bytes, std::min(n, room));
+  };
   while (true) {
     const char* begin = h.buffer.get() + h.pos;
     const size_t available = h.size - h.pos;
     if (const void* nl = std::memchr(begin, '\n', available)) {
       const size_t n = static_cast<size_t>(static_cast<const char*>(nl) - begin);
-      line.append(begin, n);
+      append(begin, n);
       h.pos += n + 1;
       got_any = true;
       break;
     }
     if (available > 0) got_any = true;
-    line.append(begin, available);
+    append(begin, available);
     h.pos = h.size = 0;
     if (h.eof) break;
     const int n = gzread(h.file, h.buffer.get(), static_cast<unsigned>(Handle::kCapacity));

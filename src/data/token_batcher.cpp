@@ -54,16 +54,19 @@ class KeyedPermutation {
 // remainder, so the shares add up exactly).
 std::vector<int64_t> draws_per_epoch(const std::vector<CorpusShare>& corpora) {
   int64_t total = 0;
-  double weights = 0;
+  double weights = 0, largest = 0;
   bool weighted = false;
   for (const auto& c : corpora) {
     if (c.source == nullptr) throw std::invalid_argument("corpus '" + c.name + "' has no source");
     if (!(c.weight >= 0) || !std::isfinite(c.weight))
       throw std::invalid_argument("corpus '" + c.name + "': weight must be a finite number >= 0");
     total += c.source->size();
-    weights += c.weight;
+    largest = std::max(largest, c.weight);
     weighted = weighted || c.weight > 0;
   }
+  // Shares of the largest weight: a sum of weights near 1e308 would overflow, and a draw count
+  // from an infinite share looped (nearly) forever.
+  for (const auto& c : corpora) weights += weighted ? c.weight / largest : 0.0;
   std::vector<int64_t> draws;
   if (!weighted) {
     for (const auto& c : corpora) draws.push_back(c.source->size());
@@ -76,7 +79,7 @@ std::vector<int64_t> draws_per_epoch(const std::vector<CorpusShare>& corpora) {
       throw std::invalid_argument("corpus '" + corpora[k].name + "': give every corpus a weight > 0, or none");
     if (corpora[k].source->size() == 0)
       throw std::invalid_argument("corpus '" + corpora[k].name + "' has a weight but no pairs");
-    const double exact = static_cast<double>(total) * corpora[k].weight / weights;
+    const double exact = static_cast<double>(total) * (corpora[k].weight / largest / weights);
     draws.push_back(static_cast<int64_t>(std::floor(exact)));
     assigned += draws.back();
     remainders.emplace_back(exact - std::floor(exact), k);

@@ -93,6 +93,7 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return status_; }
   const std::string& error() const { return error_; }
+  std::exception_ptr exception() const { return exception_; }
 
  private:
   void advance() {
@@ -114,7 +115,9 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
         reader_.reset();
       }
     } catch (const std::exception& e) {
-      // Exceptions must not cross SentencePiece's frames: report through status().
+      // Exceptions must not cross SentencePiece's frames: report through status(), rethrown
+      // (as they were: a stop request stays one) once SentencePiece has returned.
+      exception_ = std::current_exception();
       error_ = e.what();
       status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal, error_);
       done_ = true;
@@ -132,6 +135,7 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
   int64_t unreported_ = 0;
   size_t next_path_ = 0;
   std::unique_ptr<LineReader> reader_;
+  std::exception_ptr exception_;
   std::string line_;
   bool done_ = false;
   std::string error_;
@@ -200,7 +204,7 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
   // so the same data gives byte-identical models (and checksums) wherever they are written.
   std::string proto;
   auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &proto);
-  if (!sentences.error().empty()) throw std::runtime_error(sentences.error());
+  if (sentences.exception()) std::rethrow_exception(sentences.exception());
   if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + std::string(status.message()));
 
   Tokenizer tok = Tokenizer::from_serialized(proto);

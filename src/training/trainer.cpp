@@ -152,6 +152,8 @@ std::string ensure_tokenizer(const TrainOptions& o, Progress& progress) {
   v.vocab_size = static_cast<int>(o.vocab_size);
   v.seed = static_cast<uint32_t>(o.seed);
   v.num_threads = static_cast<int>(o.threads);
+  // Reading a large corpus takes minutes: a stop request ends it (training the pieces, after, cannot).
+  v.lines_read = [](int64_t, bool) { StopSignals::throw_if_requested("reading the vocabulary's sentences"); };
   train_bpe_vocab(v);
   return path;
 }
@@ -367,6 +369,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   if (!rank0_) wait_for_rank0();
   PreprocessOptions preprocess;
   preprocess.corpus = corpus_options;
+  preprocess.should_stop = [] { return StopSignals::requested(); };
   corpora_ = std::make_unique<TrainingCorpora>(corpus_specs(o), tokenizer_, tgt_tokenizer_, o.out + "/cache", preprocess,
                                                [this](const std::string& text) { progress_.line(text); });
   if (rank0_) wait_for_rank0();
@@ -409,7 +412,9 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
       std::vector<Batch> sample;
       for (int64_t i = 0; i < std::min<int64_t>(4, probe_batches.batches_per_epoch()); ++i)
         sample.push_back(probe_batches.next(device_));
+      StopSignals::throw_if_requested("setting up");
       const DtypeChoice choice = choose_training_dtype(model_config_, sample, device_);
+      StopSignals::throw_if_requested("measuring the training dtype");
       dtype_ = choice.dtype;
       reason = choice.reason;
     }
@@ -803,8 +808,15 @@ TrainSummary Trainer::run(const TrainHooks& hooks) {
   if (threads > 0) team.emplace(threads);
   std::optional<RuntimeScope> kernels;  // this thread's kernels (and its parallel loops')
   if (hooks.runtime) kernels.emplace(*hooks.runtime);
-  TrainingRun run(options_, hooks);
-  return run.loop();
+  try {
+    TrainingRun run(options_, hooks);
+    return run.loop();
+  } catch (const StopRequested& e) {
+    // Set-up ended early: no step was made, nothing to save; what it had begun is removed.
+    TrainSummary summary;
+    summary.interrupted = true;
+    return summary;
+  }
 }
 
 }  // namespace torchmt

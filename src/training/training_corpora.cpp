@@ -54,6 +54,7 @@ std::vector<CorpusSpec> read_corpus_list(const std::string& path) {
     }
     if (spec.data.empty() == (spec.src.empty() || spec.tgt.empty()))
       throw std::invalid_argument(where + ": give either `data` (a preprocessed dataset) or both `src` and `tgt`");
+    if (!entry["weight"]) throw std::invalid_argument(where + ": `weight` is missing (its share of the pairs: a number > 0)");
     if (!(spec.weight > 0) || !std::isfinite(spec.weight))
       throw std::invalid_argument(where + ": `weight` must be a number > 0");
     if (spec.name.empty()) spec.name = last_component(spec.data.empty() ? spec.src : spec.data);

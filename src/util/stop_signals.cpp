@@ -35,4 +35,8 @@ StopSignals::~StopSignals() {
 bool StopSignals::requested() { return g_stop.load(); }
 void StopSignals::request() { g_stop.store(true); }
 
+void StopSignals::throw_if_requested(const std::string& during) {
+  if (requested()) throw StopRequested("interrupted while " + during);
+}
+
 }  // namespace torchmt

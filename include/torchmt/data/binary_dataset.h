@@ -47,6 +47,9 @@ struct PreprocessOptions {
   int64_t chunk_pairs = 1 << 16;  // lines read, encoded and written at a time: bounds the memory
   // Called once with the line count (before encoding), then after every chunk with its lines.
   std::function<void(int64_t lines)> lines_counted, lines_done;
+  // Asked between chunks (about a second apart): true ends the work with StopRequested
+  // (util/stop_signals.h), the partial directory removed.
+  std::function<bool()> should_stop;
 };
 
 // Streams both files through their tokenizers (the source's and the target's; one for a joint

@@ -61,10 +61,11 @@ struct CorpusOptions {
 
 // Encodes lines[i] of both sides with all threads; pair i gets index first_line + i. Pairs with
 // invalid UTF-8 (either side), an empty side or a side over max_sentence_tokens are skipped and
-// counted. The one encoder of both the in-memory corpus and `torchmt preprocess`.
+// counted. The one encoder of both the in-memory corpus and `torchmt preprocess`. `overlong`
+// (empty, or one per pair): pairs already known to be too long (a line cut by its reader).
 EncodedCorpus encode_pairs(const std::vector<std::string>& src, const std::vector<std::string>& tgt,
                            int64_t first_line, const Tokenizer& src_tok, const Tokenizer& tgt_tok,
-                           const CorpusOptions& options);
+                           const CorpusOptions& options, const std::vector<char>& overlong = {});
 
 // Throws std::runtime_error with both file names and both line counts when the line counts
 // differ (before any encoding); otherwise encode_pairs() of every line.

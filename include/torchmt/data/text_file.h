@@ -20,6 +20,10 @@ class LineReader {
 
   // Reads the next line into `line`; false at end of file. Throws on a read error.
   bool next(std::string& line);
+  // Lines longer than this many bytes come back cut to it, with truncated() true (the rest of
+  // the line is read and dropped: a 50 MB line without a newline costs no 50 MB). Default: no cap.
+  void set_max_line_bytes(size_t bytes) { max_line_bytes_ = bytes; }
+  bool truncated() const { return truncated_; }  // of the last line next() returned
   int64_t line_number() const { return line_number_; }  // lines returned so far
   const std::string& path() const { return path_; }
 
@@ -28,6 +32,8 @@ class LineReader {
   std::unique_ptr<Handle> handle_;
   std::string path_;
   int64_t line_number_ = 0;
+  size_t max_line_bytes_ = static_cast<size_t>(-1);
+  bool truncated_ = false;
 };
 
 // Every line of a plain or .gz file.

@@ -24,7 +24,8 @@ struct VocabTrainingOptions {
   std::string model_type = "bpe";
   int num_threads = 0;  // 0: hardware concurrency
   // Called with the count of lines read since the last call, every few thousand lines, and
-  // with `done` true once the inputs are read (training the pieces comes after).
+  // with `done` true once the inputs are read (training the pieces comes after). What it throws
+  // ends the training (reading stops) and is rethrown by train_bpe_vocab.
   std::function<void(int64_t lines, bool done)> lines_read;
 };
 

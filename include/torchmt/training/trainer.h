@@ -19,7 +19,7 @@ struct TrainSummary {
   double last_train_loss = 0;  // label-smoothed loss per target token of the last update
   double train_seconds = 0;
   double tokens_per_sec = 0;
-  bool interrupted = false;  // stopped by SIGINT/SIGTERM (checkpoint saved)
+  bool interrupted = false;  // stopped by SIGINT/SIGTERM (checkpoint saved; during set-up: nothing to save)
   std::string best_checkpoint;
   bool reporting = true;  // false on data-parallel workers other than rank 0
 };

@@ -3,7 +3,16 @@
 // sets a flag that the owner's loop polls (the trainer saves a checkpoint and returns; the
 // server stops accepting, finishes what is in flight and exits 0). The previous handlers come
 // back when it is destroyed. One at a time per process.
+#include <stdexcept>
+#include <string>
+
 namespace torchmt {
+
+// A long step that saw a stop request and ended early (nothing it wrote is left half-done).
+class StopRequested : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class StopSignals {
  public:
@@ -16,6 +25,8 @@ class StopSignals {
 
   static bool requested();  // a signal arrived (or request() was called) since construction
   static void request();    // as if a signal had arrived (tests, embedding programs)
+  // Throws StopRequested ("interrupted while <during>") when requested().
+  static void throw_if_requested(const std::string& during);
 
  private:
   bool installed_;
