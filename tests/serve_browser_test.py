@@ -9,13 +9,13 @@ image the browser decoded, of non-zero size). Also at a phone's width. Screensho
 Exit 0 when all hold, 77 when there is no browser to drive here, 1 otherwise.
 """
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from serve_support import start_serve
 
 TORCHMT, MODEL = sys.argv[1:3]
 SHOTS = sys.argv[3] if len(sys.argv) > 3 else os.path.join(tempfile.gettempdir(), "torchmt-serve-screenshots")
@@ -46,15 +46,8 @@ def main():
     sentence = "Ein Hund läuft über die Wiese."
     want = subprocess.run([TORCHMT, "translate", "-m", MODEL, "--beam", "5"], input=sentence + "\n",
                           capture_output=True, text=True, check=True).stdout.rstrip("\n")
-    proc = subprocess.Popen([TORCHMT, "serve", "-m", MODEL, "--port", "0"], stderr=subprocess.PIPE, text=True)
-    port = None
-    for line in proc.stderr:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            port = int(m.group(1))
-            break
-    check(port, "the server did not start")
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    proc, port = start_serve([TORCHMT, "serve", "-m", MODEL, "--port", "0"])
+    check(proc, "the server did not start")
     os.makedirs(SHOTS, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM

@@ -9,12 +9,12 @@ with no language flags. Exit 0 when all hold; prints the first failure otherwise
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
+
+from serve_support import start_serve
 
 TORCHMT, DEEN, ENDE, WORK = sys.argv[1:5]
 GERMAN = ["Ein Mann fährt mit dem Fahrrad über eine Brücke.", "Zwei Hunde spielen im Schnee."]
@@ -28,18 +28,9 @@ def check(cond, what):
 
 
 def start(*args):
-    proc = subprocess.Popen([TORCHMT, "serve", "--port", "0", "--threads", "2", *args], stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(m.group(1))
-    proc.kill()
-    check(False, "the server did not start: " + " ".join(args))
+    proc, port = start_serve([TORCHMT, "serve", "--port", "0", "--threads", "2", *args])
+    check(proc, "the server did not start: " + " ".join(args))
+    return proc, port
 
 
 def stop(proc):

@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from serve_support import start_serve
+
 TORCHMT, MODEL, SAMPLE = sys.argv[1:4]
 
 
@@ -30,20 +32,9 @@ def check(cond, what):
 
 
 def start_server(*flags):
-    proc = subprocess.Popen([TORCHMT, "serve", "-m", MODEL, "--port", "0", "--threads", "2", *flags],
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            # Keep draining stderr so that the server never blocks on it.
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(m.group(1))
-    proc.kill()
-    check(False, "the server did not start")
+    proc, port = start_serve([TORCHMT, "serve", "-m", MODEL, "--port", "0", "--threads", "2", *flags])
+    check(proc, "the server did not start")
+    return proc, port
 
 
 def request(port, method, path, body=None, content_type="application/json", timeout=120):

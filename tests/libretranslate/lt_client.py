@@ -13,16 +13,15 @@ Without --lt-model a tiny model is trained first on data/sample.{de,en} (a few s
 import http.client
 import json
 import os
-import re
 import subprocess
-import tempfile
-import threading
-import time
+import sys
 import urllib.parse
 
 import pytest
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests"))
+from serve_support import start_serve  # noqa: E402
 LANGUAGES = {"en": "de", "es": "en"}  # LibreTranslate's test pair -> the served one
 
 
@@ -90,20 +89,8 @@ def torchmt_server(request, tmp_path_factory):
     binary = request.config.getoption("--torchmt-binary")
     model = request.config.getoption("--lt-model") or train_tiny_model(
         binary, str(tmp_path_factory.mktemp("lt") / "run"))
-    proc = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "--threads", "1"],
-                            stderr=subprocess.PIPE, text=True)
-    port, deadline = None, time.time() + 120
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            port = int(m.group(1))
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            break
-    if port is None:
-        proc.kill()
+    proc, port = start_serve([binary, "serve", "-m", model, "--port", "0", "--threads", "1"])
+    if proc is None:
         pytest.fail("torchmt serve did not start")
     yield port
     proc.terminate()
