@@ -62,18 +62,19 @@ def call(port, method, path, body=None, form=False):
     return r.status, parsed, retry
 
 
-def upload(port, name, content, fields):
-    """POST /translate_file as a browser's multipart form."""
+def upload(port, name, content, fields, path="/translate_file"):
+    """POST a browser's multipart form (FormData): `fields`, and a file `name` unless it is None."""
     boundary = "torchmt-test-boundary"
     parts = []
     for key, value in fields.items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode())
-    data = content if isinstance(content, bytes) else content.encode("utf-8")
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
-                 f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n")
+    if name is not None:
+        data = content if isinstance(content, bytes) else content.encode("utf-8")
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+                     f'Content-Type: application/octet-stream\r\n\r\n'.encode() + data + b"\r\n")
     body = b"".join(parts) + f"--{boundary}--\r\n".encode()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("POST", "/translate_file", body=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    conn.request("POST", path, body=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
     r = conn.getresponse()
     answer = r.read()
     conn.close()
@@ -113,6 +114,12 @@ def main():
         check(status == 200 and out["translatedText"] == want_de_en, f"de->en routed to its model: {out}")
         status, out, _ = call(port, "POST", "/translate", {"q": ENGLISH[0], "source": "en", "target": "de"}, form=True)
         check(status == 200 and out["translatedText"] == want_en_de[0], f"en->de routed to its model: {out}")
+        # LibreTranslate's own page sends FormData (multipart), alternatives 3 included.
+        status, out, _ = upload(port, None, None, {"q": GERMAN[0], "source": "de", "target": "en", "format": "text",
+                                                   "alternatives": 3, "api_key": ""}, path="/translate")
+        check(status == 200 and len(out["alternatives"]) <= 3, f"/translate as a multipart form: {status} {out}")
+        status, out, _ = upload(port, None, None, {"q": GERMAN[1]}, path="/detect")
+        check(status == 200 and out[0]["language"] == "de", f"/detect as a multipart form: {out}")
         # "auto": each text of a list routed by its own language; one already in the target comes back as is.
         mixed = [GERMAN[0], ENGLISH[0], GERMAN[1]]
         status, out, _ = call(port, "POST", "/translate", {"q": mixed, "source": "auto", "target": "en"})

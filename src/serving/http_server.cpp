@@ -15,6 +15,7 @@
 #include "torchmt/serving/metrics.h"
 #include "torchmt/serving/translated_files.h"
 #include "torchmt/serving/translation_service.h"
+#include "torchmt/util/strings.h"
 #include "torchmt/util/utf8.h"
 
 #if TORCHMT_WITH_HTTPLIB
@@ -317,7 +318,8 @@ struct HttpServer::Impl {
     });
     server.Post("/suggest", [this](const httplib::Request& req, httplib::Response& res) {
       timed(req, res, "/suggest", [&] {
-        check_access(req, res, request_api_key(req.get_header_value("Content-Type"), req.body));
+        const auto [type, body] = form_body(req);
+        check_access(req, res, request_api_key(type, body));
         throw ApiError(403, "Suggestions are disabled on this server.");
       });
     });
@@ -538,11 +540,24 @@ struct HttpServer::Impl {
     return all;
   }
 
+  // A LibreTranslate request's content type and body; a multipart form (what LibreTranslate's own
+  // page sends: FormData) becomes the JSON object of its fields, which httplib has parsed.
+  static std::pair<std::string, std::string> form_body(const httplib::Request& req) {
+    if (!req.is_multipart_form_data()) return {req.get_header_value("Content-Type"), req.body};
+    json fields = json::object();
+    for (const auto& [name, part] : req.files) {
+      if (!is_valid_utf8(part.content) || !is_valid_utf8(name))
+        throw ApiError(400, "request body is not valid UTF-8 (form field " + escape_control(name) + ")");
+      if (part.filename.empty() && !fields.contains(name)) fields[name] = part.content;
+    }
+    return {"application/json", dump(fields)};
+  }
+
   void libretranslate(const httplib::Request& req, httplib::Response& res) {
-    const std::string& type = req.get_header_value("Content-Type");
+    const auto [type, body] = form_body(req);
     ApiSettings settings = options.api;
-    settings.char_limit = check_access(req, res, request_api_key(type, req.body));
-    const LibreTranslateRequest lt = read_libretranslate_request(type, req.body, settings);
+    settings.char_limit = check_access(req, res, request_api_key(type, body));
+    const LibreTranslateRequest lt = read_libretranslate_request(type, body, settings);
     std::vector<LanguageGuess> detected;
     const TextAnswers all = translate_texts(lt, settings, detected);
     json out;
@@ -613,9 +628,9 @@ struct HttpServer::Impl {
   }
 
   void detect(const httplib::Request& req, httplib::Response& res) {
-    const std::string& type = req.get_header_value("Content-Type");
-    check_access(req, res, request_api_key(type, req.body));
-    const DetectRequest request = parse_detect_request(type, req.body);
+    const auto [type, body] = form_body(req);
+    check_access(req, res, request_api_key(type, body));
+    const DetectRequest request = parse_detect_request(type, body);
     if (!options.api.identifier)
       throw ApiError(400, "this server's model carries no language identifier (trained before torchmt 0.3): "
                           "no language detection");
