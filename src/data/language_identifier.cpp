@@ -129,6 +129,7 @@ bool LanguageIdentifier::knows(const std::string& code) const {
 }
 
 std::vector<LanguageGuess> LanguageIdentifier::detect(const std::string& text) const {
+  if (profiles_.empty()) return {};
   size_t words = 0;
   const auto features = identifier_features(text, &words);
   std::vector<LanguageGuess> guesses;

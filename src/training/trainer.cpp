@@ -49,18 +49,6 @@ namespace fs = std::filesystem;
 namespace torchmt {
 namespace {
 
-std::string clock_text(double seconds) {
-  const auto s = static_cast<int64_t>(seconds);
-  char buf[32];
-  if (s >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%02lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  }
-  return buf;
-}
-
 ModelConfig build_model_config(const TrainOptions& o, int64_t vocab_size, bool joint_vocab) {
   ModelConfig c = ModelConfig::preset(o.preset);
   c.src_vocab_size = c.tgt_vocab_size = vocab_size;

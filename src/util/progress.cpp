@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "torchmt/util/strings.h"
+
 namespace torchmt {
 
 namespace {
@@ -18,27 +20,6 @@ constexpr std::chrono::milliseconds kLineInterval{5000};
 ProgressStyle resolve(ProgressStyle style) {
   if (style != ProgressStyle::kAuto) return style;
   return isatty(STDERR_FILENO) ? ProgressStyle::kTerminal : ProgressStyle::kLines;
-}
-
-// 1234567 -> "1,234,567"
-std::string grouped(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
-std::string clock_text(double seconds) {
-  const auto s = static_cast<int64_t>(seconds + 0.5);
-  char text[32];
-  if (s >= 3600)
-    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
-  else
-    std::snprintf(text, sizeof text, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  return text;
 }
 
 }  // namespace
@@ -65,14 +46,14 @@ Progress::Progress(std::string what, std::string unit, int64_t total, ProgressSt
 Progress::~Progress() { finish(); }
 
 std::string Progress::describe(const std::string& unit, int64_t done, int64_t total, double seconds) {
-  std::string text = grouped(done) + " " + unit;
+  std::string text = with_thousands(done) + " " + unit;
   const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
   char part[64];
   std::snprintf(part, sizeof part, ", %.1f %s/s", rate, unit.c_str());
   text += part;
   if (total > 0) {
     std::snprintf(part, sizeof part, ", %d%% of ", static_cast<int>(100.0 * static_cast<double>(done) / total));
-    text += part + grouped(total);
+    text += part + with_thousands(total);
     if (rate > 0 && done < total) text += ", ETA " + clock_text(static_cast<double>(total - done) / rate);
   }
   text += ", " + clock_text(seconds);

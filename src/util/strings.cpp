@@ -14,6 +14,17 @@ std::string with_thousands(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
+std::string clock_text(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(text, sizeof text, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return text;
+}
+
 std::string fnv1a_hex(const std::string& bytes) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : bytes) {

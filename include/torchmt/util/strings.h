@@ -12,6 +12,9 @@ inline bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r')
 // 1234567 -> "1,234,567" (counts in messages).
 std::string with_thousands(int64_t n);
 
+// Seconds as a clock, rounded: 50 -> "0:50", 150 -> "2:30", 3725 -> "1:02:05" (progress, ETAs).
+std::string clock_text(double seconds);
+
 // 64-bit FNV-1a of `bytes` as 16 hex digits: a cheap content id (tokenizer models, cache
 // keys), not a cryptographic hash.
 std::string fnv1a_hex(const std::string& bytes);
