@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "data_test_support.h"
@@ -118,6 +119,41 @@ TEST(LanguageIdentifier, TrainingRecordsTheLanguagesInTheCheckpoint) {
   TrainOptions bad = test::tiny_run(dir.file("run3"));
   bad.source_language = "German";
   EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
+// A checkpoint from before torchmt recorded languages gets them, and an identifier, without
+// training (`torchmt languages -o`); the copy serves /detect.
+TEST(LanguageIdentifier, LanguagesCommandGivesAnOldCheckpointItsLanguages) {
+  test::TempDir dir;
+  const std::string bin = test::torchmt_binary(), old = test::tiny_checkpoint(), out = dir.file("with.pt");
+  auto r = test::run_command(bin + " languages -m " + old);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("source\t-"), std::string::npos) << r.output;
+  r = test::run_command(bin + " languages -m " + old + " -o " + out + " --source-language de --target-language en --learn de=" +
+                        test::sample_de() + " --learn en=" + test::sample_en());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Translator t = load_translator(out, torch::kCPU, torch::kFloat);
+  EXPECT_EQ(t.languages().source, "de");
+  EXPECT_EQ(t.languages().target, "en");
+  EXPECT_EQ(t.languages().identifier.best("Zwei Männer sitzen auf einer Bank."), "de");
+  r = test::run_command(bin + " languages -m " + out);
+  EXPECT_NE(r.output.find("identifier\tde,en"), std::string::npos) << r.output;
+  // The weights are the old checkpoint's.
+  const Translator before = load_translator(old, torch::kCPU, torch::kFloat);
+  EXPECT_EQ(const_cast<Translator&>(t).translate_text({"Ein Hund."}, {}),
+            const_cast<Translator&>(before).translate_text({"Ein Hund."}, {}));
+  // Refused in one line: a language not given, a bad code, a missing text file, -o onto itself.
+  for (const auto& [args, want] : std::vector<std::pair<std::string, int>>{
+           {" -o " + dir.file("x.pt"), 2},
+           {" -o " + dir.file("x.pt") + " --source-language German --target-language en", 2},
+           {" -o " + dir.file("x.pt") + " --source-language de --target-language en --learn fr=" + test::sample_de(), 2},
+           {" -o " + dir.file("x.pt") + " --source-language de --target-language en --learn de=/nonexistent", 1},
+           {" -o " + old + " --source-language de --target-language en", 2},
+           {" --source-language de", 2}}) {
+    r = test::run_command(bin + " languages -m " + old + args);
+    EXPECT_EQ(r.exit_code, want) << args << ": " << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.pt")));
 }
 
 TEST(AccessControl, ApiKeysFileAndConstantTimeLookup) {
