@@ -1,6 +1,7 @@
 #include "cli_options.h"
 
 #include "torchmt/decoding/translation_options.h"
+#include "torchmt/evaluation/utf8_line_reader.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/util/heap.h"
 
@@ -128,6 +129,20 @@ Translator load_cli_translator(TranslatorConfig& config) {
 void use_heap_policy(const TranslationOptions& options) {
   const bool large = options.batch_source_tokens > 0 ? options.batch_source_tokens >= 512 : options.batch_size >= 32;
   if (large) use_one_heap_arena();
+}
+
+LanguageIdentifier learn_languages(const std::vector<std::string>& items, const std::vector<std::string>& allowed) {
+  LanguageIdentifier identifier;
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    const std::string code = item.substr(0, eq);
+    if (eq == std::string::npos) throw std::invalid_argument("--learn " + item + ": expected CODE=FILE");
+    check_language_code(code, "--learn");
+    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), code) == allowed.end())
+      throw std::invalid_argument("--learn " + item + ": the model translates " + allowed.front() + " to " + allowed.back());
+    identifier.learn(code, evaluation::read_utf8_lines(item.substr(eq + 1)));
+  }
+  return identifier;
 }
 
 }  // namespace torchmt::cli

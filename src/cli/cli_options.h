@@ -12,6 +12,7 @@
 #include <cxxopts.hpp>
 
 #include "commands.h"
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/util/option_table.h"
 
 namespace torchmt {
@@ -48,6 +49,11 @@ void use_heap_policy(const TranslationOptions& options);
 // load_translator(config) with the CLI's kernel settings: a Runtime from the environment table
 // (kernels/runtime.h). Throws as load_translator does (std::invalid_argument: a usage error).
 Translator load_cli_translator(TranslatorConfig& config);
+
+// A language identifier learned from `--learn CODE=FILE` items (detect, languages); `allowed`, when
+// not empty, the only codes it may name. std::invalid_argument for a malformed item (a usage
+// error), std::runtime_error for a file that cannot be read.
+LanguageIdentifier learn_languages(const std::vector<std::string>& items, const std::vector<std::string>& allowed = {});
 
 // Prints "PROGRAM: MESSAGE (see --help)" and returns kExitUsage.
 int usage_error(const char* program, const std::string& message);

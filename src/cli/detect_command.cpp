@@ -7,7 +7,6 @@
 #include "cli_options.h"
 #include "input_lines.h"
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
 #include "torchmt/loading/model_loader.h"
 
 namespace torchmt::cli {
@@ -50,12 +49,7 @@ int run_detect(int argc, char** argv) {
         throw std::runtime_error(o->model + " has no language identifier (trained before torchmt 0.3 recorded one): "
                                  "use --learn CODE=FILE");
     }
-    for (const auto& item : o->learn) {
-      const auto eq = item.find('=');
-      if (eq == std::string::npos) throw std::invalid_argument("--learn " + item + ": expected CODE=FILE");
-      check_language_code(item.substr(0, eq), "--learn");
-      identifier.learn(item.substr(0, eq), evaluation::read_utf8_lines(item.substr(eq + 1)));
-    }
+    if (!o->learn.empty()) identifier = learn_languages(o->learn);
   } catch (const std::invalid_argument& e) {
     return usage_error(argv[0], e.what());
   } catch (const std::exception& e) {

@@ -6,7 +6,6 @@
 
 #include "cli_options.h"
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
 #include "torchmt/io/checkpoint.h"
 
 namespace torchmt::cli {
@@ -67,21 +66,13 @@ int run_languages(int argc, char** argv) {
     if (!o->target_language.empty()) meta.target_language = o->target_language;
     if (meta.source_language.empty() || meta.target_language.empty())
       return usage_error(argv[0], o->model + " records no languages: give --source-language and --target-language");
-    if (!o->learn.empty()) {
-      LanguageIdentifier identifier;
-      for (const auto& item : o->learn) {
-        const auto eq = item.find('=');
-        const std::string language = item.substr(0, eq);
-        if (eq == std::string::npos || (language != meta.source_language && language != meta.target_language))
-          return usage_error(argv[0], "--learn " + item + ": expected CODE=FILE with CODE " + meta.source_language +
-                                          " or " + meta.target_language);
-        identifier.learn(language, evaluation::read_utf8_lines(item.substr(eq + 1)));
-      }
-      meta.language_identifier = identifier.serialize();
-    }
+    if (!o->learn.empty())
+      meta.language_identifier = learn_languages(o->learn, {meta.source_language, meta.target_language}).serialize();
     save_checkpoint(o->output, checkpoint.model, nullptr, meta);
     std::cerr << "wrote " << o->output << ": " << meta.source_language << " -> " << meta.target_language
               << (meta.language_identifier.empty() ? ", no language identifier (give --learn CODE=FILE)" : "") << "\n";
+  } catch (const std::invalid_argument& e) {
+    return usage_error(argv[0], e.what());
   } catch (const std::exception& e) {
     std::cerr << argv[0] << ": " << e.what() << "\n";
     return kExitFailure;
