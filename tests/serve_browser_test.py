@@ -9,13 +9,12 @@ image the browser decoded, of non-zero size). Also at a phone's width. Screensho
 Exit 0 when all hold, 77 when there is no browser to drive here, 1 otherwise.
 """
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from serve_support import start_serve
+from serve_support import chromium_and_driver, start_serve
 
 TORCHMT, MODEL = sys.argv[1:3]
 SHOTS = sys.argv[3] if len(sys.argv) > 3 else os.path.join(tempfile.gettempdir(), "torchmt-serve-screenshots")
@@ -29,9 +28,8 @@ except ImportError:
     print("selenium is not installed (tools/setup.sh installs it)")
     sys.exit(77)
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
-if not CHROMIUM or not os.path.exists(DRIVER):
+CHROMIUM, DRIVER = chromium_and_driver()
+if not CHROMIUM:
     print("no chromium / chromedriver here (Debian: chromium chromium-driver; tools/setup.sh installs them)")
     sys.exit(77)
 

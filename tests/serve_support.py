@@ -1,5 +1,7 @@
 """What the Python tests of `torchmt serve` share: starting the server on a free port."""
+import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -21,3 +23,12 @@ def start_serve(command, timeout=120):
             return proc, int(m.group(1))
     proc.kill()
     return None, None
+
+
+def chromium_and_driver():
+    """Debian's chromium and chromedriver (tools/setup.sh installs them): their paths, or (None, None)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
+    if not chromium or not os.path.exists(driver):
+        return None, None
+    return chromium, driver

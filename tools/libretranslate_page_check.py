@@ -27,7 +27,7 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from serve_support import start_serve  # noqa: E402
+from serve_support import chromium_and_driver, start_serve  # noqa: E402
 
 try:
     import jinja2
@@ -38,9 +38,8 @@ try:
 except ImportError as e:
     print(f"{e.name} is not installed (pip install selenium jinja2)")
     sys.exit(77)
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
-if not CHROMIUM or not os.path.exists(DRIVER):
+CHROMIUM, DRIVER = chromium_and_driver()
+if not CHROMIUM:
     print("no chromium / chromedriver here (Debian: chromium chromium-driver)")
     sys.exit(77)
 

@@ -596,9 +596,9 @@ struct HttpServer::Impl {
     ApiSettings settings = options.api;
     settings.char_limit = char_limit;
     settings.limits.max_sentences = options.max_file_sentences;
+    if (!is_valid_utf8(file.content)) throw ApiError(400, "Invalid request: the file is not UTF-8 text");
     const std::string body = dump(json{{"q", file.content}, {"source", source}, {"target", target},
                                        {"format", html ? "html" : "text"}});
-    if (!is_valid_utf8(file.content)) throw ApiError(400, "Invalid request: the file is not UTF-8 text");
     const LibreTranslateRequest lt = read_libretranslate_request("application/json", body, settings);
     std::vector<LanguageGuess> detected;
     TextAnswers answers = translate_texts(lt, settings, detected);

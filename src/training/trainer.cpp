@@ -197,7 +197,7 @@ std::pair<std::string, std::string> run_languages(const TrainOptions& o, const s
 
 // The model's language identifier, learned from up to `max_pairs` pairs of the corpora (both
 // sides, decoded back to text, evenly spread over each corpus).
-LanguageIdentifier learn_languages(const std::vector<CorpusShare>& shares, const Tokenizer& src_tokenizer,
+LanguageIdentifier learn_corpus_languages(const std::vector<CorpusShare>& shares, const Tokenizer& src_tokenizer,
                                    const Tokenizer& tgt_tokenizer, const std::string& source, const std::string& target,
                                    int64_t max_pairs) {
   int64_t total = 0;
@@ -320,7 +320,6 @@ class TrainingRun {
   std::unique_ptr<ExponentialMovingAverage> ema_;  // --ema-decay; its tensors live in the optimizer state
   double last_lr_ = 0;
   CheckpointMeta meta_;
-  std::pair<std::string, std::string> init_languages_;  // --init-from's source and target languages
   TrainingPosition& position_ = meta_.position;
   // This process's progress.
   TrainSummary summary_;
@@ -366,6 +365,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   if (corpora_->pairs() == 0) throw std::runtime_error("no training pairs left after filtering");
 
   // Model, optimiser, batches.
+  std::pair<std::string, std::string> init_languages;  // --init-from's, recorded below unless the run names its own
   model_config_ = init_ ? init_model_config(o, init_->meta.model) : build_model_config(o, tokenizer_.vocab_size(), true);
   torch::manual_seed(o.seed);
   model_ = Transformer(model_config_);
@@ -377,7 +377,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
     auto buffers = init_->model->named_buffers();
     for (auto& item : model_->named_buffers()) item.value().copy_(buffers[item.key()]);
     meta_.vocabulary = init_->meta.vocabulary;
-    init_languages_ = {init_->meta.source_language, init_->meta.target_language};
+    init_languages = {init_->meta.source_language, init_->meta.target_language};
     progress_.line("init: weights and vocabulary of " + o.init_from + " (step " + std::to_string(init_->meta.position.step) +
                    "); new schedule, fresh optimizer state");
     init_.reset();
@@ -426,11 +426,11 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   meta_.tgt_spm_checksum = tgt_tokenizer_.checksum();
   meta_.src_spm_model = tokenizer_.serialized();
   if (tgt_tokenizer_.serialized() != tokenizer_.serialized()) meta_.tgt_spm_model = tgt_tokenizer_.serialized();
-  std::tie(meta_.source_language, meta_.target_language) = run_languages(o, init_languages_);
+  std::tie(meta_.source_language, meta_.target_language) = run_languages(o, init_languages);
   if (rank0_ && (!meta_.source_language.empty() || !meta_.target_language.empty())) {
     const auto t_languages = Clock::now();
-    const LanguageIdentifier identifier = learn_languages(corpora_->shares(), tokenizer_, tgt_tokenizer_,
-                                                          meta_.source_language, meta_.target_language, 100000);
+    const LanguageIdentifier identifier = learn_corpus_languages(corpora_->shares(), tokenizer_, tgt_tokenizer_,
+                                                                 meta_.source_language, meta_.target_language, 100000);
     meta_.language_identifier = identifier.serialize();
     progress_.line("languages: " + (meta_.source_language.empty() ? "?" : meta_.source_language) + " -> " +
                    (meta_.target_language.empty() ? "?" : meta_.target_language) + ", identifier learned in " +
