@@ -10,6 +10,8 @@
 // hence `assert` for errors.
 #include <string>
 
+#include "../kernels/int8_rule.h"
+
 namespace torchmt::ts_source {
 
 // Attributes: weight [out, in], bias [out].
@@ -26,18 +28,10 @@ def forward(self, x: Tensor) -> Tensor:
 
 // `export --dtype int8`. Buffers: weight [out, in] int8, weight_scale [out] (127 / max|w| of
 // the row: w ~ weight / weight_scale), bias [out] float. Each input row is quantized as the
-// native int8 kernel does (src/kernels/primitives.h): q = round(x * steps / max|x|), 63 steps
-// for a row with a negative value, 127 for one without; the integer products are summed in
-// float (exact while 127 * 127 * in < 2^24, in <= 1040).
-inline const char* kInt8Linear = R"TS(
-def forward(self, x: Tensor) -> Tensor:
-    xf = x.float()
-    amax = xf.abs().amax(-1, True)
-    nonzero = amax > 0
-    steps = torch.where(xf.amin(-1, True) < 0, torch.full_like(amax, 63.0), torch.full_like(amax, 127.0))
-    inverse = torch.where(nonzero, steps / amax, torch.ones_like(amax))
-    x_scale = torch.where(nonzero, amax / steps, torch.ones_like(amax))
-    acc = torch.matmul(torch.round(xf * inverse), self.weight.float().t())
+// native int8 kernel does, by the one rule (src/kernels/int8_rule.h); the integer products are
+// summed in float (exact while 127 * 127 * in < 2^24, in <= 1040).
+inline const std::string kInt8Linear = "\ndef forward(self, x: Tensor) -> Tensor:\n" +
+                                       kernels::int8_rule::torchscript_input_rule() + R"TS(    acc = torch.matmul(torch.round(xf * inverse), self.weight.float().t())
     return acc * (x_scale / self.weight_scale) + self.bias
 )TS";
 

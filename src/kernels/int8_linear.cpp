@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "int8_rule.h"
 #include "primitives.h"
 #include "parallel.h"
 
@@ -22,20 +23,18 @@ namespace {
 constexpr int64_t kBlockOut = 16;  // outputs per packed block: one 512-bit register of int32
 constexpr int64_t kGroupIn = 4;    // inputs per int32 lane (vpdpbusd)
 
-// Quantized input rows (primitives.h): u8 = rint(x * steps / amax) + zero, at most 127, so that
+// Quantized input rows (int8_rule.h): u8 = rint(x * steps / amax) + zero, at most 127, so that
 // AVX2's vpmaddubsw pair sums are exact; padded with the zero point (they meet zero weights).
 struct QuantizedRows {
   std::vector<uint8_t> values;  // [rows][in_padded]
   std::vector<float> scale;     // [rows]: x ~ (u8 - zero) * scale
-  std::vector<int32_t> zero;    // [rows]: 64 for a row with a negative value, else 0
+  std::vector<int32_t> zero;    // [rows]: int8_rule::input_zero of the row
 };
 
-constexpr int32_t kSignedZero = 64;  // zero point of a row with negative values (qx in [-63, 63])
-
-// A row's steps a side and zero point: 63 and 64 with a negative value, 127 and 0 without.
+// A row's steps a side and zero point (int8_rule.h).
 inline void row_steps(bool has_negative, float& steps, int32_t& zero) {
-  steps = has_negative ? 63.f : 127.f;
-  zero = has_negative ? kSignedZero : 0;
+  steps = int8_rule::input_steps(has_negative);
+  zero = int8_rule::input_zero(has_negative);
 }
 
 // The scale of a row and the factor that maps it onto [-steps, steps].
@@ -239,7 +238,7 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 
 // ---- AVX2 (no VNNI): vpmaddubsw on inputs of at most 127 -----------------------------------------
 // vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16 with saturation; with
-// every kernel's inputs at most 127 (primitives.h) a pair is at most 127 * 127 * 2 = 32,258:
+// every kernel's inputs at most 127 (int8_rule.h) a pair is at most 127 * 127 * 2 = 32,258:
 // exact, the same integers as the other kernels. vpmaddwd with ones adds the pairs into int32
 // lanes of 4 products: 2 multiplies per 32 products, the multiply ports being the limit.
 // (CTranslate2 gets its AVX2 speed from the same instructions on 8-bit inputs through MKL or
@@ -474,7 +473,7 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, 
 // smallest-laned group it fits with (every lane of the two at most kPairLaneLimit), until none is
 // left; groups that fit with none go one by one. A lane is one int16 of vpmaddubsw's output: an
 // output's two weights of a group's two halves.
-constexpr int32_t kPairLaneLimit = 32767 / 127;  // inputs are at most 127
+constexpr int32_t kPairLaneLimit = 32767 / int8_rule::kMaxStoredInput;
 
 void pair_groups(Int8LinearWeights& q) {
   constexpr int64_t kLanes = kBlockOut * kGroupIn / 2;
@@ -535,7 +534,7 @@ void pair_groups(Int8LinearWeights& q) {
 
 std::pair<at::Tensor, at::Tensor> quantize_rows_int8(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "int8 quantization: expected a 2-D weight");
-  constexpr float range = 127.f;
+  constexpr float range = int8_rule::kWeightSteps;
   auto w = weight.detach().to(torch::kCPU, torch::kFloat).contiguous();  // [out, in]
   const int64_t out = w.size(0), in = w.size(1);
   auto q = torch::empty({out, in}, torch::kChar);

@@ -42,16 +42,14 @@ float small_batch_dot_fp32(const float* x, const float* w_row, const float* bias
 // ---- Linear layers: int8 -----------------------------------------------------------------------
 // Dynamic int8 quantization for CPU inference (the reference documents' quantize_dynamic;
 // CTranslate2's "int8"): the weight is int8 with one scale per output row, each input row is
-// quantized at run time with its own scale, products are summed exactly in int32:
+// quantized at run time with its own scale (the rule: int8_rule.h), products are summed exactly in
+// int32:
 //
 //   y[m, n] = sx[m] * sw[n] * sum_k qx[m, k] * qw[n, k] + b[n]
-//   qw = rint(w * 127 / max|w[n, :]|),  qx = rint(x * s / max|x[m, :]|)
 //
-// with s = 63 for an input row with a negative value (stored as qx + 64) and 127 for one without
-// (a ReLU's output; stored as qx): every stored input is at most 127, so AVX2's vpmaddubsw (u8 x
-// s8 pairs summed in int16 with saturation) is exact on full 127-step weights. The same integers
-// and the same float steps on every instruction set: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw)
-// and portable C++, the zero point's share (zero * sum_k qw[n, k]) subtracted once per output.
+// The same integers and the same float steps on every instruction set: AVX-512 VNNI (vpdpbusd),
+// AVX2 (vpmaddubsw) and portable C++, the zero point's share (zero * sum_k qw[n, k]) subtracted
+// once per output.
 struct Int8LinearWeights {
   int64_t in = 0, out = 0;        // the float layer's shape: weight [out, in]
   int64_t in_padded = 0, out_padded = 0;

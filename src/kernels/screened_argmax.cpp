@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "int8_rule.h"
 #include "primitives.h"
 #include "vector.h"
 #include "torchmt/util/device.h"
@@ -208,9 +209,9 @@ bool row_bounds(const ScreenedProjection& s, const float* x, RowBounds* b) {
   b->amax = amax;
   b->l1x = l1x;
   b->l2x = std::sqrt(l2x);
-  // Half a quantization step of the input, at the coarsest (63 steps a side, primitives.h), with
-  // room for the fp32 scale's rounding.
-  b->x_error = amax / 63.0 * 0.501;
+  // Half a quantization step of the input, at the coarsest (int8_rule.h), with room for the fp32
+  // scale's rounding.
+  b->x_error = amax / int8_rule::kSignedInputSteps * 0.501;
   // K + 1 adds in a row, each off by at most 2^-24, bound any summation order (beyond 8 rows the
   // full projection is a library GEMM whose order is not ours); the int8 path's scaling adds a
   // few 2^-24; with a margin.
@@ -323,13 +324,12 @@ TORCHMT_VECTOR_KERNEL(TailSplit, split_tail, split_tail_body,
                       (const float* a, int64_t n, float cutoff, float ref, std::vector<int64_t>* out),
                       (a, n, cutoff, ref, out))
 
-// (x - x^) . m for the row x as the int8 kernel quantizes it (primitives.h: 63 steps a side with a
-// negative value, else 127 from zero).
+// (x - x^) . m for the row x as the int8 kernel quantizes it (int8_rule.h).
 double input_error_dot(const float* x, int64_t K, double amax, const float* m) {
   if (amax == 0) return 0;
   bool negative = false;
   for (int64_t k = 0; k < K; ++k) negative = negative || x[k] < 0;
-  const double inverse = (negative ? 63.0 : 127.0) / amax;
+  const double inverse = int8_rule::input_steps(negative) / amax;
   double dot = 0;
   for (int64_t k = 0; k < K; ++k) dot += (x[k] - std::nearbyint(x[k] * inverse) / inverse) * m[k];
   return dot;
