@@ -33,6 +33,8 @@ struct SentenceTranslation {
   WordAlignment alignment;  // sentence words - text words; read only where needs_alignments()
 };
 
+struct TextBlock;
+
 class Document {
  public:
   // `splitter` null: a text line or an HTML block is one sentence. Invalid UTF-8 is the caller's
@@ -46,33 +48,23 @@ class Document {
   // The translated document, one translation per sentence (std::invalid_argument otherwise).
   std::string assemble(const std::vector<SentenceTranslation>& translations) const;
 
-  // An inline element or a zero-width item (void tag, comment, stray tag) of an HTML block.
-  struct Markup {
-    std::string open, close;  // the tags as written; `close` empty for a zero-width item
-    size_t begin = 0, end = 0;  // the block text it wraps [begin, end)
-    int32_t parent = -1;        // enclosing element (index in the block), -1 = none
-    bool paired = false;        // an element with its end tag
-  };
-  struct Block {
-    std::string text;              // plain text, entities decoded
-    std::vector<TextSpan> spans;   // its sentences in `text`
-    size_t first_sentence = 0;     // index of the first in sentences()
-    std::vector<Markup> markup;    // pre-order: parents before children
-    bool html = false;
-  };
+  ~Document();
+  Document(const Document&);
+  Document(Document&&) noexcept;
+  Document& operator=(const Document&);
+  Document& operator=(Document&&) noexcept;
 
  private:
   struct Part {
     std::string literal;  // copied as is when block < 0
     int64_t block = -1;
   };
-  void add_block(Block block, const SentenceSplitter* splitter);
+  void add_block(TextBlock block, const SentenceSplitter* splitter);
   void parse_html(std::string_view text, const SentenceSplitter* splitter);
-  std::string assemble_block(const Block& block, const std::vector<SentenceTranslation>& translations) const;
   std::string escape(std::string_view text) const;
 
   std::vector<Part> parts_;
-  std::vector<Block> blocks_;
+  std::vector<TextBlock> blocks_;  // data/markup_projection.h
   std::vector<std::string> sentences_;
   std::unordered_map<std::string, std::string> spelled_;  // decoded character -> the entity written
   bool needs_alignments_ = false;
