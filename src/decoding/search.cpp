@@ -218,293 +218,393 @@ SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, c
   return result;
 }
 
+namespace {
+
+constexpr float kImpossible = -std::numeric_limits<float>::infinity();
+
+// Beam search in named steps, one decoder step at a time:
+//   candidates()  the decoder's step and each live sentence's best candidates (2k of k x V),
+//                 with the prefix token of a sentence inside its prefix and the tokens that
+//                 advance a constrained row's phrases;
+//   choose()      per sentence, the hypotheses that end and the k rows that go on;
+//   advance()     the decoder's rows reordered to the chosen ones.
+// The rows of live sentence slot s are s * beams .. s * beams + beams - 1.
+class BeamSearch {
+ public:
+  BeamSearch(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options, const Steering& steering)
+      : decoder_(decoder),
+        options_(options),
+        steering_(steering),
+        k_(options.beam_size),
+        device_(decoder.device()),
+        limits_(max_lengths(src, options, steering)),
+        constrained_(has_constraints(steering)),
+        finished_(src.size(0)) {}
+
+  SearchResult run(const at::Tensor& src);
+
+ private:
+  // One step's candidates: each live sentence's `width` best (row score + log-probability, flat
+  // index beam * vocab + column), the rows' own best, the prefix tokens and the constraint tokens.
+  struct Candidates {
+    const OutputColumns columns;
+    int64_t eos_column = -1, vocab = 0, width = 0, row_width = 0;
+    at::Tensor lprobs;              // [N, C] where prefixes or constraints need more than the best
+    at::Tensor row_top, row_index;  // [N, row_width] on the host: each row's best, score added
+    std::vector<float> scores;      // [sentences, width]
+    std::vector<int64_t> index;     // [sentences, width]
+    std::vector<int64_t> forced_rows, forced_tokens;  // a prefix's token for the first row of its sentence
+    std::vector<float> forced_lp;
+    std::vector<size_t> allowed_begin;  // row -> its constraint tokens [allowed_begin[r], allowed_begin[r + 1])
+    std::vector<int64_t> allowed_tokens;
+    std::vector<float> allowed_lp;
+    explicit Candidates(const at::Tensor& output_columns) : columns(output_columns) {}
+  };
+  // The rows that go on, in sentence order, beams per sentence each.
+  struct Next {
+    std::vector<int64_t> rows, live, tokens;
+    std::vector<float> scores;
+    std::vector<std::vector<int64_t>> prefixes;
+    std::vector<ConstraintState> states;
+  };
+  // A sentence's choice at one step: the rows to continue, their tokens and scores.
+  struct Kept {
+    std::vector<int64_t> rows, tokens;
+    std::vector<float> scores;
+    bool best_ends = false;  // the sentence's best candidate is eos
+    void add(int64_t row, int64_t token, float score) {
+      rows.push_back(row);
+      tokens.push_back(token);
+      scores.push_back(score);
+    }
+  };
+
+  int64_t prefix_token(int64_t sentence, int64_t t) const;
+  Candidates candidates(int64_t t);
+  void step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit);
+  void read_forced(Candidates& c);
+  void read_allowed(Candidates& c);
+  void choose(int64_t s, int64_t t, Candidates& c, size_t& forced_at, int64_t next_beams, Next& next);
+  void keep_constrained(int64_t s, int64_t t, const Candidates& c, Kept& kept);
+  void keep_best(int64_t s, const Candidates& c, Kept& kept);
+  void end_hypothesis(int64_t sentence, int64_t row, float log_prob);
+  void advance(Next& next);
+  SearchResult finish();
+
+  IncrementalDecoder& decoder_;
+  const SearchOptions& options_;
+  const Steering& steering_;
+  const int64_t k_;
+  const at::Device device_;
+  const std::vector<int64_t> limits_;
+  const bool constrained_;
+  SearchResult finished_;
+
+  // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
+  // first step picks their first tokens (expand_rows): the first step computes one row per
+  // sentence instead of k copies of it (same output, faster: tools/bench/DECISIONS.md).
+  int64_t beams_ = 1;                          // decoder rows per live sentence
+  std::vector<int64_t> live_;                  // live sentence slot -> sentence
+  std::vector<std::vector<int64_t>> prefixes_; // row -> tokens so far
+  std::vector<float> scores_;                  // row -> log-probability so far
+  std::vector<ConstraintState> states_;        // row -> its constraints' progress (constrained searches only)
+  at::Tensor last_;                            // [N] each row's last token
+};
+
+SearchResult BeamSearch::run(const at::Tensor& src) {
+  const int64_t batch = src.size(0);
+  if (batch == 0) return std::move(finished_);
+  decoder_.start(src);
+  if (const auto lists = vocabularies_of(steering_); !lists.empty()) decoder_.restrict_output(lists);
+  live_.resize(static_cast<size_t>(batch));
+  std::iota(live_.begin(), live_.end(), 0);
+  prefixes_.resize(static_cast<size_t>(batch));
+  scores_.assign(static_cast<size_t>(batch), 0.0f);
+  last_ = torch::full({batch}, options_.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device_));
+  if (constrained_)
+    for (const auto& s : steering_)
+      states_.push_back(s.constraints.empty() ? ConstraintState() : ConstraintState(&s.constraints));
+
+  for (int64_t t = 0; !live_.empty(); ++t) {
+    Candidates c = candidates(t);
+    const auto n_live = static_cast<int64_t>(live_.size());
+    // Beams stay one row per sentence while every sentence is inside its prefix.
+    const int64_t next_beams = beams_ == 1 && static_cast<int64_t>(c.forced_tokens.size()) == n_live ? 1 : k_;
+    Next next;
+    size_t forced_at = 0;
+    for (int64_t s = 0; s < n_live; ++s) choose(s, t, c, forced_at, next_beams, next);
+    if (next.live.empty()) break;
+    if (beams_ < next_beams) {
+      // After the first step: the sentences still running (their one row each), then k rows
+      // per sentence, each a copy of it, which is what every beam continues (next.rows).
+      if (next.live.size() != live_.size()) {
+        std::vector<int64_t> kept;
+        for (size_t i = 0; i < next.rows.size(); i += static_cast<size_t>(k_)) kept.push_back(next.rows[i]);
+        decoder_.select(index_tensor(kept, device_));
+      }
+      decoder_.expand_rows(static_cast<int64_t>(next.live.size()), k_);
+      beams_ = k_;
+    } else if (next.live.size() == live_.size()) {
+      // Beam j of sentence slot s is row s * k + j before and after; when no sentence left,
+      // every row keeps its sentence and only the target side needs reordering.
+      decoder_.reorder_within_sentences(index_tensor(next.rows, device_));
+    } else {
+      decoder_.select(index_tensor(next.rows, device_));
+    }
+    advance(next);
+  }
+  return finish();
+}
+
+// A sentence's prefix token at step t, or -1 once it is free.
+int64_t BeamSearch::prefix_token(int64_t sentence, int64_t t) const {
+  if (steering_.empty()) return -1;
+  const auto& prefix = steering_[static_cast<size_t>(sentence)].prefix;
+  return t < static_cast<int64_t>(prefix.size()) ? prefix[static_cast<size_t>(t)] : -1;
+}
+
+BeamSearch::Candidates BeamSearch::candidates(int64_t t) {
+  Candidates c(decoder_.output_columns());
+  c.eos_column = c.columns.column(options_.eos_id);
+  if (c.eos_column < 0) throw std::logic_error("beam search: the decoder's output has no eos column");
+  const auto n_live = static_cast<int64_t>(live_.size());
+  // Sentences inside their prefix: one candidate, the prefix token, from their first beam (the
+  // others are dead copies until the prefix ends, so the beam then grows from it).
+  for (int64_t s = 0; s < n_live; ++s)
+    if (const int64_t token = prefix_token(live_[s], t); token >= 0) {
+      c.forced_rows.push_back(s * beams_);
+      c.forced_tokens.push_back(token);
+    }
+  // Sentences at their length limit may only end.
+  std::vector<int64_t> rows_at_limit;
+  for (int64_t s = 0; s < n_live; ++s)
+    if (t + 1 >= limits_[live_[s]])
+      for (int64_t j = 0; j < beams_; ++j) rows_at_limit.push_back(s * beams_ + j);
+  step_decoder(c, rows_at_limit);
+  // A row's ranking is its log-probabilities' (its score is one number added to all), so the
+  // score is added to the 2k picked only.
+  c.width = std::min<int64_t>(2 * k_, beams_ * c.vocab);
+  c.row_width = c.row_top.size(1);  // min(width, vocab)
+  c.row_top = (c.row_top + torch::tensor(scores_, torch::kFloat).unsqueeze(1)).contiguous();
+  c.scores.resize(static_cast<size_t>(n_live * c.width));
+  c.index.resize(c.scores.size());
+  merge_row_candidates(c.row_top.data_ptr<float>(), c.row_index.data_ptr<int64_t>(), n_live, beams_, c.row_width,
+                       c.vocab, c.width, c.scores.data(), c.index.data());
+  if (!c.forced_tokens.empty()) read_forced(c);
+  if (constrained_) read_allowed(c);
+  return c;
+}
+
+// The decoder's step and each row's 2k best. The 2k best of a sentence's k x V candidates are
+// among the 2k best of each beam row: one top-k per row on the device, then a merge of k x 2k on
+// the host, far cheaper than a single topk over k x V on the CPU (tools/bench/DECISIONS.md).
+void BeamSearch::step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit) {
+  IncrementalDecoder::TopK top;
+  if (constrained_ || !c.forced_tokens.empty()) {
+    c.lprobs = decoder_.step(last_);  // [N, C], N = live sentences * beams
+    if (!rows_at_limit.empty()) {
+      auto rows = index_tensor(rows_at_limit, device_);
+      auto eos = c.lprobs.index_select(0, rows).select(1, c.eos_column).clone();
+      c.lprobs.index_fill_(0, rows, kImpossible);
+      c.lprobs.index_put_({rows, torch::full_like(rows, c.eos_column)}, eos);
+    }
+    if (constrained_) {  // a hypothesis ends only once it holds all its phrases
+      std::vector<int64_t> owing;
+      for (size_t r = 0; r < states_.size(); ++r)
+        if (!states_[r].complete()) owing.push_back(static_cast<int64_t>(r));
+      if (!owing.empty()) {
+        auto rows = index_tensor(owing, device_);
+        c.lprobs.index_put_({rows, torch::full_like(rows, c.eos_column)}, kImpossible);
+      }
+    }
+    top = IncrementalDecoder::top_k_of(c.lprobs, 2 * k_, {});
+  } else {
+    top = decoder_.step_top_k(last_, 2 * k_, {c.eos_column});  // extra: [N, 1]
+    // A row at its length limit: eos first, every other candidate impossible.
+    for (const int64_t r : rows_at_limit) {
+      top.values[r].fill_(kImpossible);
+      top.values[r][0] = top.extra[r][0];
+      top.indices[r][0] = c.eos_column;
+    }
+  }
+  c.vocab = top.columns;  // C, tokens of output_columns()
+  if (c.eos_column >= c.vocab) throw std::logic_error("beam search: the decoder's output has no eos column");
+  c.row_top = top.values;  // [N, min(2k, C)], on the host
+  c.row_index = top.indices;
+}
+
+// The log-probabilities of the prefix tokens.
+void BeamSearch::read_forced(Candidates& c) {
+  std::vector<int64_t> columns;
+  for (const int64_t token : c.forced_tokens) columns.push_back(std::max<int64_t>(0, c.columns.column(token)));
+  auto lp = c.lprobs.index({index_tensor(c.forced_rows, device_), index_tensor(columns, device_)})
+                .to(torch::kCPU)
+                .contiguous();
+  c.forced_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+  for (size_t i = 0; i < c.forced_tokens.size(); ++i)  // a prefix token the output cannot hold
+    if (c.columns.column(c.forced_tokens[i]) < 0) c.forced_lp[i] = kImpossible;
+}
+
+// Constrained rows: the log-probabilities of the tokens that advance their constraints, which
+// need not be among the row's best (Post & Vilar's third source of candidates).
+void BeamSearch::read_allowed(Candidates& c) {
+  c.allowed_begin.assign(static_cast<size_t>(c.lprobs.size(0)) + 1, 0);
+  std::vector<int64_t> rows, columns;
+  for (int64_t r = 0; r < c.lprobs.size(0); ++r) {
+    c.allowed_begin[static_cast<size_t>(r)] = c.allowed_tokens.size();
+    if (!std::isfinite(scores_[static_cast<size_t>(r)])) continue;
+    for (const int64_t token : states_[static_cast<size_t>(r)].allowed()) {
+      rows.push_back(r);
+      c.allowed_tokens.push_back(token);
+      columns.push_back(std::max<int64_t>(0, c.columns.column(token)));
+    }
+  }
+  c.allowed_begin.back() = c.allowed_tokens.size();
+  if (rows.empty()) return;
+  auto lp = c.lprobs.index({index_tensor(rows, device_), index_tensor(columns, device_)}).to(torch::kCPU).contiguous();
+  c.allowed_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+  for (size_t i = 0; i < c.allowed_lp.size(); ++i)  // a token the output cannot hold
+    if (c.columns.column(c.allowed_tokens[i]) < 0) c.allowed_lp[i] = kImpossible;
+}
+
+// Live sentence slot s: its ended hypotheses into finished_, its next_beams continuing rows into
+// `next` (none once it is finished).
+void BeamSearch::choose(int64_t s, int64_t t, Candidates& c, size_t& forced_at, int64_t next_beams, Next& next) {
+  const int64_t sentence = live_[s];
+  Kept kept;
+  const bool forced = forced_at < c.forced_rows.size() && c.forced_rows[forced_at] == s * beams_;
+  const bool owes = constrained_ && !steering_[static_cast<size_t>(sentence)].constraints.empty();
+  if (forced) {
+    const float score = scores_[s * beams_] + c.forced_lp[forced_at];
+    kept.add(s * beams_, c.forced_tokens[forced_at], std::isnan(score) ? kImpossible : score);
+    ++forced_at;
+  } else if (owes) {
+    keep_constrained(s, t, c, kept);
+  } else {
+    keep_best(s, c, kept);
+  }
+  // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or with
+  // early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's;
+  // CTranslate2 4 runs to beam_size * patience complete ones). early_exit is faster but costs a
+  // little BLEU, so it is not the default (tools/bench/DECISIONS.md).
+  const auto complete = static_cast<int64_t>(finished_[sentence].size());
+  if (complete >= k_ || (options_.early_exit && kept.best_ends && complete >= options_.nbest)) return;
+  if (kept.rows.empty()) {
+    // Every continuation is impossible (-inf, e.g. eos forced at the length limit with zero
+    // probability): return the best prefix rather than nothing.
+    if (complete == 0) end_hypothesis(sentence, s * beams_, scores_[s * beams_]);
+    return;
+  }
+  while (static_cast<int64_t>(kept.rows.size()) < next_beams)  // pad the beam with a dead copy
+    kept.add(kept.rows.back(), kept.tokens.back(), kImpossible);
+  for (int64_t j = 0; j < next_beams; ++j) {
+    next.rows.push_back(kept.rows[j]);
+    next.tokens.push_back(kept.tokens[j]);
+    next.scores.push_back(kept.scores[j]);
+    auto prefix = prefixes_[kept.rows[j]];
+    prefix.push_back(kept.tokens[j]);
+    next.prefixes.push_back(std::move(prefix));
+    if (constrained_) next.states.push_back(states_[static_cast<size_t>(kept.rows[j])].advance(kept.tokens[j]));
+  }
+  next.live.push_back(sentence);
+}
+
+// Dynamic beam allocation: the candidates are the best over all rows, each row's best and each
+// row's constraint tokens; the beam is shared by banks of equal progress.
+void BeamSearch::keep_constrained(int64_t s, int64_t t, const Candidates& c, Kept& kept) {
+  const int64_t sentence = live_[s];
+  std::vector<BankCandidate> pool;
+  const int64_t total = states_[static_cast<size_t>(s * beams_)].total();
+  const int64_t positions_left = limits_[sentence] - 1 - t;  // tokens before the last eos, this one included
+  auto add = [&](float score, int64_t beam, int64_t token) {
+    if (!std::isfinite(score)) return;
+    for (const auto& candidate : pool)
+      if (candidate.beam == beam && candidate.token == token) return;
+    const auto& state = states_[static_cast<size_t>(s * beams_ + beam)];
+    if (token == options_.eos_id) {
+      pool.push_back({score, beam, token, total});  // eos was masked unless complete
+      return;
+    }
+    const int64_t owed = state.advance(token).remaining();
+    if (owed > positions_left - 1) return;  // no room left for its phrases
+    pool.push_back({score, beam, token, total - owed});
+  };
+  for (int64_t i = 0; i < c.width; ++i) {
+    const int64_t at = c.index[s * c.width + i];
+    add(c.scores[s * c.width + i], at / c.vocab, c.columns.token(at % c.vocab));
+  }
+  for (int64_t beam = 0; beam < beams_; ++beam) {
+    const int64_t row = s * beams_ + beam;
+    add(c.row_top.data_ptr<float>()[row * c.row_width], beam,
+        c.columns.token(c.row_index.data_ptr<int64_t>()[row * c.row_width]));
+    for (size_t i = c.allowed_begin[static_cast<size_t>(row)]; i < c.allowed_begin[static_cast<size_t>(row) + 1]; ++i)
+      add(scores_[static_cast<size_t>(row)] + c.allowed_lp[i], beam, c.allowed_tokens[i]);
+  }
+  const auto chosen = allocate_beam(std::move(pool), total, k_);
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const int64_t row = s * beams_ + chosen[i].beam;
+    if (chosen[i].token == options_.eos_id) {
+      if (i == 0) kept.best_ends = true;
+      if (static_cast<int64_t>(finished_[sentence].size()) < k_) end_hypothesis(sentence, row, chosen[i].score);
+    } else {
+      kept.add(row, chosen[i].token, chosen[i].score);
+    }
+  }
+}
+
+// The sentence's best candidates in order until k rows go on.
+void BeamSearch::keep_best(int64_t s, const Candidates& c, Kept& kept) {
+  const int64_t sentence = live_[s];
+  for (int64_t i = 0; i < c.width && static_cast<int64_t>(kept.rows.size()) < k_; ++i) {
+    const float score = c.scores[s * c.width + i];
+    if (!std::isfinite(score)) break;
+    const int64_t beam = c.index[s * c.width + i] / c.vocab;
+    const int64_t token = c.columns.token(c.index[s * c.width + i] % c.vocab);
+    const int64_t row = s * beams_ + beam;
+    if (token == options_.eos_id) {
+      if (i == 0) kept.best_ends = true;
+      // As fairseq: only an eos among the k best candidates ends a hypothesis, so a beam of one
+      // is exactly greedy search.
+      if (i < k_ && static_cast<int64_t>(finished_[sentence].size()) < k_) end_hypothesis(sentence, row, score);
+    } else {
+      kept.add(row, token, score);
+    }
+  }
+}
+
+// Row `row`'s tokens so far, ended by eos with `log_prob` in all.
+void BeamSearch::end_hypothesis(int64_t sentence, int64_t row, float log_prob) {
+  Hypothesis h;
+  h.tokens = prefixes_[row];
+  h.log_prob = log_prob;
+  h.score = log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options_.length_penalty);
+  finished_[sentence].push_back(std::move(h));
+}
+
+void BeamSearch::advance(Next& next) {
+  live_ = std::move(next.live);
+  prefixes_ = std::move(next.prefixes);
+  states_ = std::move(next.states);
+  scores_ = std::move(next.scores);
+  last_ = index_tensor(next.tokens, device_);
+}
+
+// Each sentence's nbest, best first.
+SearchResult BeamSearch::finish() {
+  for (auto& hyps : finished_) {
+    std::stable_sort(hyps.begin(), hyps.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+    if (static_cast<int64_t>(hyps.size()) > options_.nbest) hyps.resize(options_.nbest);
+  }
+  return std::move(finished_);
+}
+
+}  // namespace
+
 SearchResult beam_search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
                          const Steering& steering) {
   check_options(options, src, steering);
   if (options.sampling()) throw std::invalid_argument("sampling needs a beam of 1");
-  const int64_t batch = src.size(0);
-  const int64_t k = options.beam_size;
-  const auto device = decoder.device();
-  const auto limits = max_lengths(src, options, steering);
-  SearchResult finished(batch);
-  if (batch == 0) return finished;
-  decoder.start(src);
-  if (const auto lists = vocabularies_of(steering); !lists.empty()) decoder.restrict_output(lists);
-  // A sentence's prefix token at step t, or -1 once it is free.
-  auto forced_token = [&](int64_t sentence, int64_t t) -> int64_t {
-    if (steering.empty()) return -1;
-    const auto& prefix = steering[static_cast<size_t>(sentence)].prefix;
-    return t < static_cast<int64_t>(prefix.size()) ? prefix[static_cast<size_t>(t)] : -1;
-  };
-  // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
-  // first step picks their first tokens (expand_rows): the first step computes one row per
-  // sentence instead of k copies of it (same output, faster: tools/bench/DECISIONS.md).
-  int64_t beams = 1;  // decoder rows per live sentence
-
-  std::vector<int64_t> live(batch);  // live sentence slot -> sentence
-  for (int64_t i = 0; i < batch; ++i) live[i] = i;
-  std::vector<std::vector<int64_t>> prefixes(batch);  // row -> tokens so far
-  std::vector<float> scores(batch, 0.0f);
-  auto last = torch::full({batch}, options.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device));
-  const bool constrained = has_constraints(steering);
-  std::vector<ConstraintState> states;  // row -> its constraints' progress (constrained searches only)
-  if (constrained)
-    for (const auto& s : steering)
-      states.push_back(s.constraints.empty() ? ConstraintState() : ConstraintState(&s.constraints));
-
-  for (int64_t t = 0; !live.empty(); ++t) {
-    const int64_t n_live = static_cast<int64_t>(live.size());
-    const OutputColumns columns(decoder.output_columns());
-    const int64_t eos_column = columns.column(options.eos_id);
-    if (eos_column < 0) throw std::logic_error("beam search: the decoder's output has no eos column");
-    // Sentences inside their prefix: one candidate, the prefix token, from their first beam (the
-    // others are dead copies until the prefix ends, so the beam then grows from it).
-    std::vector<int64_t> forced_sentence_rows, forced_tokens, forced_columns;
-    for (int64_t s = 0; s < n_live; ++s)
-      if (const int64_t token = forced_token(live[s], t); token >= 0) {
-        forced_sentence_rows.push_back(s * beams);
-        forced_tokens.push_back(token);
-        forced_columns.push_back(std::max<int64_t>(0, columns.column(token)));
-      }
-    // Sentences at their length limit may only end.
-    std::vector<int64_t> forced_rows;
-    for (int64_t s = 0; s < n_live; ++s)
-      if (t + 1 >= limits[live[s]])
-        for (int64_t j = 0; j < beams; ++j) forced_rows.push_back(s * beams + j);
-    // The 2k best of a sentence's k x V candidates are among the 2k best of each beam row:
-    // one top-k per row on the device, then a merge of k x 2k on the host, far cheaper than a
-    // single topk over k x V on the CPU (tools/bench/DECISIONS.md).
-    // A row's ranking is its log-probabilities' (its score is one number added to all), so
-    // the score is added to the 2k picked only.
-    at::Tensor lprobs;  // [N, C], where prefixes or constraints need more than each row's best
-    IncrementalDecoder::TopK top;
-    if (constrained || !forced_tokens.empty()) {
-      lprobs = decoder.step(last);  // [N, C], N = n_live * beams
-      if (!forced_rows.empty()) {
-        auto rows = index_tensor(forced_rows, device);
-        auto eos_col = lprobs.index_select(0, rows).select(1, eos_column).clone();
-        lprobs.index_fill_(0, rows, -std::numeric_limits<float>::infinity());
-        lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, eos_col);
-      }
-      if (constrained) {  // a hypothesis ends only once it holds all its phrases
-        std::vector<int64_t> owing;
-        for (size_t r = 0; r < states.size(); ++r)
-          if (!states[r].complete()) owing.push_back(static_cast<int64_t>(r));
-        if (!owing.empty()) {
-          auto rows = index_tensor(owing, device);
-          lprobs.index_put_({rows, torch::full_like(rows, eos_column)}, -std::numeric_limits<float>::infinity());
-        }
-      }
-      top = IncrementalDecoder::top_k_of(lprobs, 2 * k, {});
-    } else {
-      top = decoder.step_top_k(last, 2 * k, {eos_column});  // extra: [N, 1]
-      // A row at its length limit: eos first, every other candidate impossible.
-      for (const int64_t r : forced_rows) {
-        top.values[r].fill_(-std::numeric_limits<float>::infinity());
-        top.values[r][0] = top.extra[r][0];
-        top.indices[r][0] = eos_column;
-      }
-    }
-    const int64_t vocab = top.columns;  // C, tokens of output_columns()
-    auto row_top = top.values, row_index = top.indices;  // [N, min(2k, C)], on the host
-    if (eos_column >= vocab) throw std::logic_error("beam search: the decoder's output has no eos column");
-    const int64_t width = std::min<int64_t>(2 * k, beams * vocab);
-    const int64_t row_width = row_top.size(1);  // min(width, vocab)
-    row_top = (row_top + torch::tensor(scores, torch::kFloat).unsqueeze(1)).contiguous();
-    std::vector<float> sc(static_cast<size_t>(n_live * width));
-    std::vector<int64_t> ix(sc.size());  // flat index beam * V + token, as into [k, V]
-    merge_row_candidates(row_top.data_ptr<float>(), row_index.data_ptr<int64_t>(), n_live, beams, row_width, vocab,
-                         width, sc.data(), ix.data());
-    std::vector<float> forced_lp;
-    if (!forced_tokens.empty()) {
-      auto lp = lprobs.index({index_tensor(forced_sentence_rows, device), index_tensor(forced_columns, device)})
-                    .to(torch::kCPU).contiguous();
-      forced_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
-      for (size_t i = 0; i < forced_tokens.size(); ++i)  // a prefix token the output cannot hold
-        if (columns.column(forced_tokens[i]) < 0) forced_lp[i] = -std::numeric_limits<float>::infinity();
-    }
-    // Constrained rows: the log-probabilities of the tokens that advance their constraints,
-    // which need not be among the row's best (Post & Vilar's third source of candidates).
-    std::vector<size_t> allowed_begin(constrained ? lprobs.size(0) + 1 : 0, 0);
-    std::vector<int64_t> allowed_tokens;
-    std::vector<float> allowed_lp;
-    if (constrained) {
-      std::vector<int64_t> rows, cols;
-      for (int64_t r = 0; r < lprobs.size(0); ++r) {
-        allowed_begin[static_cast<size_t>(r)] = allowed_tokens.size();
-        if (!std::isfinite(scores[static_cast<size_t>(r)])) continue;
-        for (const int64_t token : states[static_cast<size_t>(r)].allowed()) {
-          rows.push_back(r);
-          allowed_tokens.push_back(token);
-          cols.push_back(std::max<int64_t>(0, columns.column(token)));
-        }
-      }
-      allowed_begin.back() = allowed_tokens.size();
-      if (!rows.empty()) {
-        auto lp = lprobs.index({index_tensor(rows, device), index_tensor(cols, device)}).to(torch::kCPU).contiguous();
-        allowed_lp.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
-        for (size_t i = 0; i < allowed_lp.size(); ++i)  // a token the output cannot hold
-          if (columns.column(allowed_tokens[i]) < 0) allowed_lp[i] = -std::numeric_limits<float>::infinity();
-      }
-    }
-    // Beams stay one row per sentence while every sentence is inside its prefix.
-    const int64_t next_beams = beams == 1 && static_cast<int64_t>(forced_tokens.size()) == n_live ? 1 : k;
-    size_t forced_at = 0;
-
-    std::vector<int64_t> next_rows, next_live, next_tokens;
-    std::vector<float> next_scores;
-    std::vector<std::vector<int64_t>> next_prefixes;
-    std::vector<ConstraintState> next_states;
-    for (int64_t s = 0; s < n_live; ++s) {
-      const int64_t sentence = live[s];
-      auto& done = finished[sentence];
-      std::vector<int64_t> rows, tokens;
-      std::vector<float> kept_scores;
-      bool best_ends = false;  // the sentence's best candidate is eos
-      const bool forced = forced_at < forced_sentence_rows.size() && forced_sentence_rows[forced_at] == s * beams;
-      if (forced) {
-        const float score = scores[s * beams] + forced_lp[forced_at];
-        rows.push_back(s * beams);
-        tokens.push_back(forced_tokens[forced_at]);
-        kept_scores.push_back(std::isnan(score) ? -std::numeric_limits<float>::infinity() : score);
-        ++forced_at;
-      }
-      const bool owes = constrained && !steering[static_cast<size_t>(sentence)].constraints.empty();
-      if (!forced && owes) {
-        // Dynamic beam allocation: the candidates are the best over all rows, each row's best
-        // and each row's constraint tokens; the beam is shared by banks of equal progress.
-        std::vector<BankCandidate> pool;
-        const int64_t total = states[static_cast<size_t>(s * beams)].total();
-        const int64_t positions_left = limits[sentence] - 1 - t;  // tokens before the last eos, this one included
-        auto add = [&](float score, int64_t beam, int64_t token) {
-          if (!std::isfinite(score)) return;
-          for (const auto& c : pool)
-            if (c.beam == beam && c.token == token) return;
-          const auto& state = states[static_cast<size_t>(s * beams + beam)];
-          if (token == options.eos_id) {
-            pool.push_back({score, beam, token, total});  // eos was masked unless complete
-            return;
-          }
-          const int64_t owed = state.advance(token).remaining();
-          if (owed > positions_left - 1) return;  // no room left for its phrases
-          pool.push_back({score, beam, token, total - owed});
-        };
-        for (int64_t c = 0; c < width; ++c) {
-          const int64_t at = ix[s * width + c];
-          add(sc[s * width + c], at / vocab, columns.token(at % vocab));
-        }
-        for (int64_t beam = 0; beam < beams; ++beam) {
-          const int64_t row = s * beams + beam;
-          add(row_top.data_ptr<float>()[row * row_width], beam,
-              columns.token(row_index.data_ptr<int64_t>()[row * row_width]));
-          for (size_t i = allowed_begin[static_cast<size_t>(row)]; i < allowed_begin[static_cast<size_t>(row) + 1]; ++i)
-            add(scores[static_cast<size_t>(row)] + allowed_lp[i], beam, allowed_tokens[i]);
-        }
-        const auto kept = allocate_beam(std::move(pool), total, k);
-        for (size_t i = 0; i < kept.size(); ++i) {
-          const int64_t row = s * beams + kept[i].beam;
-          if (kept[i].token == options.eos_id) {
-            if (i == 0) best_ends = true;
-            if (static_cast<int64_t>(done.size()) < k) {
-              Hypothesis h;
-              h.tokens = prefixes[row];
-              h.log_prob = kept[i].score;
-              h.score = kept[i].score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
-              done.push_back(std::move(h));
-            }
-          } else {
-            rows.push_back(row);
-            tokens.push_back(kept[i].token);
-            kept_scores.push_back(kept[i].score);
-          }
-        }
-      }
-      for (int64_t c = 0; !forced && !owes && c < width && static_cast<int64_t>(rows.size()) < k; ++c) {
-        const float score = sc[s * width + c];
-        if (!std::isfinite(score)) break;
-        const int64_t beam = ix[s * width + c] / vocab;
-        const int64_t token = columns.token(ix[s * width + c] % vocab);
-        const int64_t row = s * beams + beam;
-        if (token == options.eos_id) {
-          if (c == 0) best_ends = true;
-          // As fairseq: only an eos among the k best candidates ends a hypothesis, so a
-          // beam of one is exactly greedy search.
-          if (c < k && static_cast<int64_t>(done.size()) < k) {
-            Hypothesis h;
-            h.tokens = prefixes[row];
-            h.log_prob = score;
-            h.score = score / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
-            done.push_back(std::move(h));
-          }
-        } else {
-          rows.push_back(row);
-          tokens.push_back(token);
-          kept_scores.push_back(score);
-        }
-      }
-      // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or
-      // with early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's;
-      // CTranslate2 4 runs to beam_size * patience complete ones). early_exit is faster but
-      // costs a little BLEU, so it is not the default (tools/bench/DECISIONS.md).
-      const auto complete = static_cast<int64_t>(done.size());
-      if (complete >= k || (options.early_exit && best_ends && complete >= options.nbest)) continue;
-      if (rows.empty()) {
-        // Every continuation is impossible (-inf, e.g. eos forced at the length limit with
-        // zero probability): return the best prefix rather than nothing.
-        if (done.empty()) {
-          Hypothesis h;
-          h.tokens = prefixes[s * beams];
-          h.log_prob = scores[s * beams];
-          h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options.length_penalty);
-          done.push_back(std::move(h));
-        }
-        continue;
-      }
-      while (static_cast<int64_t>(rows.size()) < next_beams) {  // pad the beam with a dead copy
-        rows.push_back(rows.back());
-        tokens.push_back(tokens.back());
-        kept_scores.push_back(-std::numeric_limits<float>::infinity());
-      }
-      for (int64_t j = 0; j < next_beams; ++j) {
-        next_rows.push_back(rows[j]);
-        next_tokens.push_back(tokens[j]);
-        next_scores.push_back(kept_scores[j]);
-        auto prefix = prefixes[rows[j]];
-        prefix.push_back(tokens[j]);
-        next_prefixes.push_back(std::move(prefix));
-        if (constrained) next_states.push_back(states[static_cast<size_t>(rows[j])].advance(tokens[j]));
-      }
-      next_live.push_back(sentence);
-    }
-    if (next_live.empty()) break;
-    if (beams < next_beams) {
-      // After the first step: the sentences still running (their one row each), then k rows
-      // per sentence, each a copy of it, which is what every beam continues (next_rows).
-      if (next_live.size() != live.size()) {
-        std::vector<int64_t> kept;
-        for (size_t i = 0; i < next_rows.size(); i += static_cast<size_t>(k)) kept.push_back(next_rows[i]);
-        decoder.select(index_tensor(kept, device));
-      }
-      decoder.expand_rows(static_cast<int64_t>(next_live.size()), k);
-      beams = k;
-    } else if (next_live.size() == live.size()) {
-      // Beam j of sentence slot s is row s * k + j before and after; when no sentence left,
-      // every row keeps its sentence and only the target side needs reordering.
-      decoder.reorder_within_sentences(index_tensor(next_rows, device));
-    } else {
-      decoder.select(index_tensor(next_rows, device));
-    }
-    live = std::move(next_live);
-    prefixes = std::move(next_prefixes);
-    states = std::move(next_states);
-    scores = std::move(next_scores);
-    last = index_tensor(next_tokens, device);
-  }
-  for (auto& hyps : finished) {
-    std::stable_sort(hyps.begin(), hyps.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
-    if (static_cast<int64_t>(hyps.size()) > options.nbest) hyps.resize(options.nbest);
-  }
-  return finished;
+  return BeamSearch(decoder, src, options, steering).run(src);
 }
 
 SearchResult search(IncrementalDecoder& decoder, const at::Tensor& src, const SearchOptions& options,
