@@ -44,6 +44,22 @@ TEST(Progress, ATerminalRedrawsOneLineALogGetsPlainLinesQuietGetsNothing) {
   EXPECT_TRUE(quiet.str().empty()) << quiet.str();
 }
 
+TEST(Progress, ARunsStatusIsRedrawnOnATerminalAndPrintedWhenDueInALog) {
+  std::ostringstream terminal, log, quiet;
+  {
+    Progress t(ProgressStyle::kTerminal, terminal), l(ProgressStyle::kLines, log), q(ProgressStyle::kQuiet, quiet);
+    for (Progress* p : {&t, &l, &q}) {
+      p->status("step 1", false);
+      p->status("step 2", true);
+      p->line("valid | step 2");
+      p->status("step 3", false);
+    }
+  }
+  EXPECT_EQ(terminal.str(), "\rstep 1\033[K\rstep 2\033[K\nvalid | step 2\n\rstep 3\033[K\n");
+  EXPECT_EQ(log.str(), "step 2\nvalid | step 2\n");  // only what was due, and the lines
+  EXPECT_TRUE(quiet.str().empty()) << quiet.str();
+}
+
 TEST(Progress, WorkersAddConcurrentlyAndAnIntervalLimitsDraws) {
   std::ostringstream log;
   Progress p("work", "lines", -1, ProgressStyle::kLines, log, std::chrono::hours(1));

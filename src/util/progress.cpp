@@ -43,6 +43,11 @@ Progress::Progress(std::string what, std::string unit, int64_t total, ProgressSt
   if (style_ == ProgressStyle::kTerminal) draw_locked(false);
 }
 
+Progress::Progress(ProgressStyle style) : Progress(style, std::cerr) {}
+
+Progress::Progress(ProgressStyle style, std::ostream& out)
+    : total_(-1), style_(resolve(style)), out_(out), interval_(0), start_(Clock::now()), last_draw_(start_) {}
+
 Progress::~Progress() { finish(); }
 
 std::string Progress::describe(const std::string& unit, int64_t done, int64_t total, double seconds) {
@@ -84,10 +89,33 @@ void Progress::add(int64_t n) {
   draw_locked(false);
 }
 
+void Progress::status(const std::string& text, bool due) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (style_ == ProgressStyle::kQuiet || finished_) return;
+  if (style_ == ProgressStyle::kTerminal) {
+    out_ << '\r' << text << "\033[K" << std::flush;
+    drawn_ = true;
+  } else if (due) {
+    out_ << text << '\n' << std::flush;
+  }
+}
+
+void Progress::line(const std::string& text) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (style_ == ProgressStyle::kQuiet) return;
+  if (drawn_) out_ << '\n';
+  drawn_ = false;
+  out_ << text << '\n' << std::flush;
+}
+
 void Progress::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_) return;
   finished_ = true;
+  if (what_.empty()) {  // a run's log: end a redrawn status line
+    if (drawn_) out_ << '\n' << std::flush;
+    return;
+  }
   // A terminal line ends with the final figures; a log needs no last line (each command
   // prints its own summary).
   if (style_ == ProgressStyle::kTerminal && drawn_) draw_locked(true);

@@ -2,6 +2,7 @@
 // Progress of long work on stderr, as pv or tqdm show it: on a terminal one line redrawn in
 // place (done, rate, and with a known total the share and an ETA); in a pipe or a log a plain
 // line every few seconds; with --quiet nothing. Thread-safe: workers may add() concurrently.
+// A run that writes its own figures (training) uses status() and line() instead of add().
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -28,7 +29,16 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
+  // A run's log without counted work (what is empty): status() and line() only.
+  explicit Progress(ProgressStyle style);
+  Progress(ProgressStyle style, std::ostream& out);
+
   void add(int64_t n);
+  // The run's own status: redrawn in place on a terminal; as a plain line where `due` (the
+  // caller's cadence) otherwise.
+  void status(const std::string& text, bool due);
+  // A line that stays (ends a redrawn one first).
+  void line(const std::string& text);
   // Ends the line on a terminal (the last figures stay on screen); nothing more is drawn.
   void finish();
   int64_t done() const;
