@@ -68,7 +68,8 @@ def read_model_bin(path):
 
 def reference_spec(state, config, pieces):
     """The CTranslate2 spec of the model, filled by its own Python API."""
-    act = common_spec.Activation.GELU if config["activation"] == "gelu" else common_spec.Activation.RELU
+    act = {"gelu": common_spec.Activation.GELU, "swish": common_spec.Activation.SWISH}.get(
+        config["activation"], common_spec.Activation.RELU)
     # The model switches CTranslate2 can express: Pre-LN (with final LayerNorms), rotary
     # embeddings (rotate_half's layout: not interleaved) and grouped-query K/V heads.
     heads = config["num_heads"]
@@ -81,6 +82,7 @@ def reference_spec(state, config, pieces):
         transformer_spec.TransformerEncoderSpec(config["num_encoder_layers"], heads, **settings),
         transformer_spec.TransformerDecoderSpec(config["num_decoder_layers"], heads, **settings))
     f = lambda name: state[name].float().numpy()
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = config.get("scale_embeddings", True)
 
     def linear(target, *names):
         target.weight = np.concatenate([f(n + ".weight") for n in names])

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/function.h>
 
 #include "test_support.h"
@@ -700,6 +701,43 @@ TEST(Transformer, PresetsHaveThePaperShapes) {
   auto bad = base;
   bad.num_heads = 7;
   EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
+// A field of the model configuration is a size (or an id, or training-only), or a switch that some
+// model variant changes: the exporters' tests run every variant (tests/export_test.cpp), so a new
+// switch without a variant fails here, and with one fails there until every exporter handles it.
+TEST(ModelConfig, EverySwitchHasAVariantThatEveryExporterRuns) {
+  const std::set<std::string> sizes = {"src_vocab_size", "tgt_vocab_size", "d_model", "num_heads",
+                                       "num_encoder_layers", "num_decoder_layers", "d_ff", "dropout",
+                                       "max_positions", "pad_id", "unk_id", "bos_id", "eos_id", "experts", "top_k",
+                                       "checkpoint_activations"};
+  ModelConfig base = ModelConfig::preset("tiny");
+  const auto variants = model_variants(base);
+  const auto fields = nlohmann::json::parse(base.to_json());
+  std::set<std::string> names;
+  for (const auto& v : variants) {
+    EXPECT_NO_THROW(v.config.validate()) << v.name;
+    EXPECT_TRUE(names.insert(v.name).second) << "two variants named " << v.name;
+  }
+  for (const auto& [key, value] : fields.items()) {
+    if (sizes.count(key)) continue;
+    bool varied = false;
+    for (const auto& v : variants) varied = varied || nlohmann::json::parse(v.config.to_json()).at(key) != value;
+    EXPECT_TRUE(varied) << "the model configuration's '" << key << "' is neither a size nor changed by a variant "
+                        << "(model_variants in src/model/model_config.cpp)";
+  }
+  // Every named value of every switch is a variant of its own.
+  for (const std::string name : {"activation=gelu", "activation=swish", "norm=pre", "positions=learned",
+                                 "positions=rope", "ffn=moe", "kv_heads=1", "modern"})
+    EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_EQ(parse_positions("rope"), Positions::kRope);
+  EXPECT_EQ(activation_name(Activation::kSwish), "swish");
+  try {
+    parse_positions("alibi");
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "positions must be sinusoidal, learned or rope, got 'alibi'");
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "torchmt/model/model_config.h"
 
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -9,51 +10,84 @@
 
 namespace torchmt {
 
-Activation parse_activation(const std::string& name) {
-  if (name == "relu") return Activation::kReLU;
-  if (name == "gelu") return Activation::kGELU;
-  if (name == "swish") return Activation::kSwish;
-  throw std::invalid_argument("activation must be relu, gelu or swish, got '" + escape_control(name) + "'");
+namespace {
+
+// Every value of each switch with its name: parse_*, *_name and model_variants() read these, so a
+// new value is named, parsed and exported-tested once it has its row.
+template <typename E>
+struct Named {
+  E value;
+  const char* name;
+};
+constexpr Named<Activation> kActivations[] = {
+    {Activation::kReLU, "relu"}, {Activation::kGELU, "gelu"}, {Activation::kSwish, "swish"}};
+constexpr Named<Norm> kNorms[] = {{Norm::kPost, "post"}, {Norm::kPre, "pre"}};
+constexpr Named<Positions> kPositions[] = {
+    {Positions::kSinusoidal, "sinusoidal"}, {Positions::kLearned, "learned"}, {Positions::kRope, "rope"}};
+constexpr Named<Ffn> kFfns[] = {{Ffn::kDense, "dense"}, {Ffn::kMoe, "moe"}};
+
+template <typename E, size_t N>
+E parse_named(const Named<E> (&table)[N], const std::string& what, const std::string& name) {
+  for (const auto& row : table)
+    if (name == row.name) return row.value;
+  std::string choices;
+  for (size_t i = 0; i < N; ++i) choices += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + table[i].name;
+  throw std::invalid_argument(what + " must be " + choices + ", got '" + escape_control(name) + "'");
 }
 
-std::string activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::kGELU: return "gelu";
-    case Activation::kSwish: return "swish";
-    default: return "relu";
-  }
+template <typename E, size_t N>
+std::string name_of(const Named<E> (&table)[N], E value) {
+  for (const auto& row : table)
+    if (row.value == value) return row.name;
+  return table[0].name;
 }
 
-Norm parse_norm(const std::string& name) {
-  if (name == "post") return Norm::kPost;
-  if (name == "pre") return Norm::kPre;
-  throw std::invalid_argument("norm must be post or pre, got '" + escape_control(name) + "'");
+}  // namespace
+
+Activation parse_activation(const std::string& name) { return parse_named(kActivations, "activation", name); }
+std::string activation_name(Activation activation) { return name_of(kActivations, activation); }
+Norm parse_norm(const std::string& name) { return parse_named(kNorms, "norm", name); }
+std::string norm_name(Norm norm) { return name_of(kNorms, norm); }
+Positions parse_positions(const std::string& name) { return parse_named(kPositions, "positions", name); }
+std::string positions_name(Positions positions) { return name_of(kPositions, positions); }
+Ffn parse_ffn(const std::string& name) { return parse_named(kFfns, "ffn", name); }
+std::string ffn_name(Ffn ffn) { return name_of(kFfns, ffn); }
+
+std::vector<ModelVariant> model_variants(const ModelConfig& base) {
+  std::vector<ModelVariant> out;
+  auto add = [&](const std::string& name, const std::function<void(ModelConfig&)>& change) {
+    ModelConfig c = base;
+    change(c);
+    out.push_back({name, c});
+  };
+  for (const auto& row : kActivations)
+    if (row.value != base.activation) add(std::string("activation=") + row.name, [&](ModelConfig& c) { c.activation = row.value; });
+  for (const auto& row : kNorms)
+    if (row.value != base.norm) add(std::string("norm=") + row.name, [&](ModelConfig& c) { c.norm = row.value; });
+  for (const auto& row : kPositions)
+    if (row.value != base.positions) add(std::string("positions=") + row.name, [&](ModelConfig& c) { c.positions = row.value; });
+  for (const auto& row : kFfns)
+    if (row.value != base.ffn)
+      add(std::string("ffn=") + row.name, [&](ModelConfig& c) {
+        c.ffn = row.value;
+        c.experts = 3;  // an odd number of experts, two per token: routing that a slip would show
+        c.top_k = 2;
+      });
+  add("kv_heads=1", [](ModelConfig& c) { c.kv_heads = 1; });
+  if (base.num_heads % 2 == 0 && base.num_heads > 2) add("kv_heads=2", [](ModelConfig& c) { c.kv_heads = 2; });
+  add(base.tie_embeddings ? "tie_embeddings=false" : "tie_embeddings=true",
+      [](ModelConfig& c) { c.tie_embeddings = !c.tie_embeddings; });
+  add(base.scale_embeddings ? "scale_embeddings=false" : "scale_embeddings=true",
+      [](ModelConfig& c) { c.scale_embeddings = !c.scale_embeddings; });
+  // The modern preset's switches together (as users train them).
+  add("modern", [](ModelConfig& c) {
+    c.norm = Norm::kPre;
+    c.positions = Positions::kRope;
+    c.kv_heads = c.num_heads % 2 == 0 ? c.num_heads / 2 : 1;
+    c.tie_embeddings = true;
+  });
+  return out;
 }
-
-std::string norm_name(Norm norm) { return norm == Norm::kPre ? "pre" : "post"; }
-
-Positions parse_positions(const std::string& name) {
-  if (name == "sinusoidal") return Positions::kSinusoidal;
-  if (name == "learned") return Positions::kLearned;
-  if (name == "rope") return Positions::kRope;
-  throw std::invalid_argument("positions must be sinusoidal, learned or rope, got '" + escape_control(name) + "'");
-}
-
-std::string positions_name(Positions positions) {
-  switch (positions) {
-    case Positions::kLearned: return "learned";
-    case Positions::kRope: return "rope";
-    default: return "sinusoidal";
-  }
-}
-
-Ffn parse_ffn(const std::string& name) {
-  if (name == "dense") return Ffn::kDense;
-  if (name == "moe") return Ffn::kMoe;
-  throw std::invalid_argument("ffn must be dense or moe, got '" + escape_control(name) + "'");
-}
-
-std::string ffn_name(Ffn ffn) { return ffn == Ffn::kMoe ? "moe" : "dense"; }
 
 ModelConfig ModelConfig::preset(const std::string& name) {
   static const std::string kModern = "modern-";

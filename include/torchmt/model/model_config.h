@@ -4,6 +4,7 @@
 // export carry it.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "torchmt/data/special_ids.h"
 
@@ -88,5 +89,16 @@ struct ModelConfig {
   // default to the paper's.
   static ModelConfig from_json(const std::string& json);
 };
+
+// Every switch of the model on top of `base`, one variant each (each other activation, norm,
+// positions and ffn; multi- and grouped-query attention; tied and unscaled embeddings), and the
+// modern preset's switches together. The exporters' tests run them all: a new switch is a row
+// of model_config.cpp's tables (or a variant here), and those tests fail until every exporter
+// translates it as the checkpoint does or refuses it by name.
+struct ModelVariant {
+  std::string name;  // "positions=rope", "kv_heads=1", "modern", ...
+  ModelConfig config;
+};
+std::vector<ModelVariant> model_variants(const ModelConfig& base);
 
 }  // namespace torchmt
