@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "data_test_support.h"
-#include "torchmt/data/document.h"
-#include "torchmt/decoding/document_translator.h"
+#include "data/document.h"
+#include "decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "test_support.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/utf8.h"
+#include "util/atomic_file.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

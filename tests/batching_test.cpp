@@ -8,8 +8,8 @@
 #include "data_test_support.h"
 #include "test_support.h"
 #include "torchmt/data/special_ids.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/text_file.h"
+#include "data/token_batcher.h"
 
 namespace torchmt {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/greedy_stream.h"
+#include "decoding/greedy_stream.h"
 #include "torchmt/decoding/search.h"
-#include "torchmt/decoding/transformer_decoder.h"
+#include "decoding/transformer_decoder.h"
 
 namespace torchmt {
 namespace {

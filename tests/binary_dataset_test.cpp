@@ -9,13 +9,13 @@
 
 #include "data_test_support.h"
 #include "test_support.h"
-#include "torchmt/data/binary_dataset.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/stop_signals.h"
+#include "data/binary_dataset.h"
+#include "data/text_file.h"
+#include "util/atomic_file.h"
+#include "util/stop_signals.h"
 #include "torchmt/training/trainer.h"
-#include "torchmt/training/training_corpora.h"
-#include "torchmt/util/integrity.h"
+#include "training/training_corpora.h"
+#include "util/integrity.h"
 
 namespace torchmt {
 namespace {

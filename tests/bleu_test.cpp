@@ -9,9 +9,9 @@
 
 #include "test_support.h"
 #include "torchmt/evaluation/bleu.h"
-#include "torchmt/evaluation/report.h"
-#include "torchmt/evaluation/tokenizer_13a.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
+#include "evaluation/report.h"
+#include "evaluation/tokenizer_13a.h"
+#include "evaluation/utf8_line_reader.h"
 
 namespace torchmt::evaluation {
 namespace {

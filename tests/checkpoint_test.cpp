@@ -6,11 +6,11 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "torchmt/training/adam_optimizer.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/training/training_step.h"
-#include "torchmt/util/integrity.h"
+#include "training/adam_optimizer.h"
+#include "io/checkpoint.h"
+#include "model/linear.h"
+#include "training/training_step.h"
+#include "util/integrity.h"
 
 namespace torchmt {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "test_support.h"
 #include "torchmt/evaluation/chrf.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
+#include "evaluation/utf8_line_reader.h"
 
 namespace torchmt::evaluation {
 namespace {

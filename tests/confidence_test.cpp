@@ -8,7 +8,7 @@
 #include "data_test_support.h"
 #include "test_support.h"
 #include "torchmt/decoding/confidence.h"
-#include "torchmt/evaluation/confidence_fit.h"
+#include "evaluation/confidence_fit.h"
 #include "torchmt/loading/model_loader.h"
 
 namespace torchmt {

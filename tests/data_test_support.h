@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "test_support.h"
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/training/train_options.h"
 
 namespace torchmt::test {

@@ -15,15 +15,15 @@
 #include <thread>
 
 #include "data_test_support.h"
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 #include "torchmt/data/special_ids.h"
-#include "torchmt/data/token_batcher.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/training/adam_optimizer.h"
-#include "torchmt/training/gradient_reducer.h"
-#include "torchmt/training/process_group.h"
-#include "torchmt/training/training_step.h"
-#include "torchmt/training/worker_launcher.h"
+#include "data/token_batcher.h"
+#include "io/checkpoint.h"
+#include "training/adam_optimizer.h"
+#include "training/gradient_reducer.h"
+#include "training/process_group.h"
+#include "training/training_step.h"
+#include "training/worker_launcher.h"
 
 namespace torchmt {
 namespace {

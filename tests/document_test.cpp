@@ -5,7 +5,7 @@
 #include <chrono>
 #include <map>
 
-#include "torchmt/data/document.h"
+#include "data/document.h"
 #include "torchmt/data/sentence_splitter.h"
 #include "torchmt/data/word_alignment.h"
 

@@ -10,12 +10,12 @@
 
 #include "data_test_support.h"
 #include "test_support.h"
-#include "torchmt/decoding/ensemble_decoder.h"
-#include "torchmt/decoding/transformer_decoder.h"
+#include "decoding/ensemble_decoder.h"
+#include "decoding/transformer_decoder.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 namespace {

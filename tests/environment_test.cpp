@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "test_support.h"
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 namespace torchmt {
 namespace {

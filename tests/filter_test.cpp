@@ -8,8 +8,8 @@
 
 #include "data_test_support.h"
 #include "test_support.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/evaluation/dual_cross_entropy.h"
+#include "data/text_file.h"
+#include "evaluation/dual_cross_entropy.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/training/trainer.h"
 

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/add_layer_norm.h"
+#include "model/add_layer_norm.h"
 #include "torchmt/model/rotary.h"
 #include "torchmt/util/device.h"
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 
 namespace torchmt {
 namespace {

@@ -9,8 +9,8 @@
 #include "data_test_support.h"
 #include "kernel_isa_support.h"
 #include "kernels/primitives.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/model/masks.h"
+#include "model/linear.h"
+#include "model/masks.h"
 #include "torchmt/model/transformer.h"
 
 namespace torchmt {

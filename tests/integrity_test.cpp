@@ -7,11 +7,11 @@
 
 #include "data_test_support.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/training/trainer.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/file_lock.h"
-#include "torchmt/util/integrity.h"
+#include "util/atomic_file.h"
+#include "util/file_lock.h"
+#include "util/integrity.h"
 
 namespace torchmt {
 namespace {

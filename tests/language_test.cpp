@@ -10,11 +10,11 @@
 
 #include "data_test_support.h"
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/io/checkpoint.h"
+#include "data/text_file.h"
+#include "io/checkpoint.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/serving/access_control.h"
-#include "torchmt/serving/http_api.h"
+#include "serving/access_control.h"
+#include "serving/http_api.h"
 #include "torchmt/training/trainer.h"
 
 namespace torchmt {

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "torchmt/model/masks.h"
+#include "model/masks.h"
 #include "torchmt/model/moe_layer.h"
 #include "torchmt/model/multi_head_attention.h"
-#include "torchmt/model/self_attention.h"
+#include "model/self_attention.h"
 #include "torchmt/model/transformer.h"
 
 namespace torchmt {

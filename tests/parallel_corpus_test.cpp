@@ -7,9 +7,9 @@
 
 #include "data_test_support.h"
 #include "test_support.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/utf8.h"
+#include "data/parallel_corpus.h"
+#include "data/text_file.h"
+#include "util/utf8.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

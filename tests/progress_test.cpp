@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data_test_support.h"
-#include "torchmt/util/progress.h"
+#include "util/progress.h"
 
 namespace torchmt {
 namespace {

@@ -13,7 +13,7 @@
 #include "test_support.h"
 #include "torchmt/kernels/runtime.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/thread_team.h"
+#include "util/thread_team.h"
 
 namespace torchmt {
 namespace {

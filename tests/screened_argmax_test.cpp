@@ -13,8 +13,8 @@
 #include "kernel_isa_support.h"
 #include "kernels/primitives.h"
 #include "torchmt/decoding/search.h"
-#include "torchmt/decoding/transformer_decoder.h"
-#include "torchmt/model/linear.h"
+#include "decoding/transformer_decoder.h"
+#include "model/linear.h"
 
 namespace torchmt {
 namespace {

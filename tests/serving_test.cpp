@@ -9,11 +9,11 @@
 
 #include "data_test_support.h"
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/serving/http_api.h"
-#include "torchmt/serving/http_server.h"
-#include "torchmt/serving/metrics.h"
+#include "data/text_file.h"
+#include "io/checkpoint.h"
+#include "serving/http_api.h"
+#include "serving/http_server.h"
+#include "serving/metrics.h"
 #include "torchmt/serving/translation_service.h"
 
 namespace torchmt {

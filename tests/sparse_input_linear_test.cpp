@@ -11,7 +11,7 @@
 #include "kernel_isa_support.h"
 #include "kernels/primitives.h"
 #include "torchmt/model/feed_forward.h"
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 namespace {

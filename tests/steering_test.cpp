@@ -5,11 +5,11 @@
 #include <fstream>
 
 #include "data_test_support.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/shortlist.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/decoding/output_restriction.h"
-#include "torchmt/decoding/transformer_decoder.h"
+#include "data/parallel_corpus.h"
+#include "data/shortlist.h"
+#include "data/text_file.h"
+#include "decoding/output_restriction.h"
+#include "decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
 
 namespace torchmt {

@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 namespace torchmt::test {
 

@@ -5,7 +5,7 @@
 #include "data_test_support.h"
 #include "test_support.h"
 #include "torchmt/data/special_ids.h"
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/data/tokenizer.h"
 
 namespace torchmt {

@@ -11,9 +11,9 @@
 
 #include "data_test_support.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/training/trainer.h"
 
 namespace torchmt {

@@ -11,18 +11,18 @@
 #include <torch/torch.h>
 
 #include "data_test_support.h"
-#include "torchmt/data/token_batcher.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/training/budget_schedule.h"
-#include "torchmt/training/checkpoint_manager.h"
-#include "torchmt/training/dtype_probe.h"
-#include "torchmt/training/exponential_moving_average.h"
-#include "torchmt/training/metrics_log.h"
+#include "data/token_batcher.h"
+#include "io/checkpoint.h"
+#include "training/budget_schedule.h"
+#include "training/checkpoint_manager.h"
+#include "training/dtype_probe.h"
+#include "training/exponential_moving_average.h"
+#include "training/metrics_log.h"
 #include "torchmt/training/train_options.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/probe_cache.h"
+#include "util/probe_cache.h"
 
 namespace torchmt {
 namespace {

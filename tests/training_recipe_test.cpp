@@ -5,10 +5,10 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/training/adam_optimizer.h"
-#include "torchmt/training/inverse_sqrt_schedule.h"
-#include "torchmt/training/label_smoothed_cross_entropy.h"
-#include "torchmt/training/training_step.h"
+#include "training/adam_optimizer.h"
+#include "training/inverse_sqrt_schedule.h"
+#include "training/label_smoothed_cross_entropy.h"
+#include "training/training_step.h"
 
 #include "kernel_isa_support.h"
 

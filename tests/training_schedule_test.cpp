@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include "test_support.h"
-#include "torchmt/training/checkpoint_manager.h"
-#include "torchmt/training/stop_criteria.h"
-#include "torchmt/training/validator.h"
+#include "training/checkpoint_manager.h"
+#include "training/stop_criteria.h"
+#include "training/validator.h"
 
 namespace torchmt {
 namespace {

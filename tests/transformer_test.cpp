@@ -9,7 +9,7 @@
 
 #include "test_support.h"
 #include "torchmt/model/kv_cache.h"
-#include "torchmt/model/masks.h"
+#include "model/masks.h"
 #include "torchmt/model/moe_layer.h"
 #include "torchmt/model/rotary.h"
 #include "torchmt/model/transformer.h"

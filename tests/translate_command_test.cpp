@@ -6,7 +6,7 @@
 
 #include "data_test_support.h"
 #include "torchmt/data/sentence_splitter.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace torchmt {
 namespace {

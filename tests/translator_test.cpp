@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "data_test_support.h"
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/decoding/translator.h"
 
 namespace torchmt {

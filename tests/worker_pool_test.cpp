@@ -6,7 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "torchmt/util/worker_pool.h"
+#include "util/worker_pool.h"
 
 namespace torchmt {
 namespace {

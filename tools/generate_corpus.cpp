@@ -16,7 +16,7 @@
 
 #include <cxxopts.hpp>
 
-#include "torchmt/util/split_mix.h"
+#include "util/split_mix.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace torchmt::cli {
 namespace {

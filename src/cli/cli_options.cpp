@@ -1,9 +1,9 @@
 #include "cli_options.h"
 
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
+#include "evaluation/utf8_line_reader.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 
 #include <algorithm>
 #include <cctype>

@@ -10,10 +10,10 @@
 #include "cli_options.h"
 #include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/evaluation/confidence_fit.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
+#include "evaluation/confidence_fit.h"
+#include "evaluation/utf8_line_reader.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/progress.h"
+#include "util/progress.h"
 
 namespace torchmt::cli {
 namespace {

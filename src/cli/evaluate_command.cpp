@@ -5,13 +5,13 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/evaluation/report.h"
-#include "torchmt/evaluation/utf8_line_reader.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/progress.h"
+#include "evaluation/report.h"
+#include "evaluation/utf8_line_reader.h"
+#include "util/atomic_file.h"
+#include "util/progress.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 
 namespace torchmt::cli {
 

@@ -6,11 +6,11 @@
 #include <torch/torch.h>
 
 #include "cli_options.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/export/calibration.h"
-#include "torchmt/export/exporter.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/util/utf8.h"
+#include "data/text_file.h"
+#include "export/calibration.h"
+#include "export/exporter.h"
+#include "io/checkpoint.h"
+#include "util/utf8.h"
 
 namespace torchmt::cli {
 namespace {

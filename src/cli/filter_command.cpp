@@ -13,14 +13,14 @@
 
 #include "cli_options.h"
 #include "input_lines.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/text_file.h"
+#include "data/parallel_corpus.h"
+#include "data/text_file.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/evaluation/dual_cross_entropy.h"
+#include "evaluation/dual_cross_entropy.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/heap.h"
-#include "torchmt/util/progress.h"
-#include "torchmt/util/utf8.h"
+#include "util/heap.h"
+#include "util/progress.h"
+#include "util/utf8.h"
 
 namespace torchmt::cli {
 namespace {

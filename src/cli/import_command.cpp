@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/export/marian_format.h"
-#include "torchmt/io/checkpoint.h"
+#include "export/marian_format.h"
+#include "io/checkpoint.h"
 
 namespace torchmt::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include "../kernels/cpu_isa.h"
 #include "cli_options.h"
 #include "torchmt/model/transformer.h"
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 namespace torchmt::cli {
 

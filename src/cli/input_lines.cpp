@@ -7,9 +7,9 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/utf8.h"
+#include "data/text_file.h"
+#include "util/atomic_file.h"
+#include "util/utf8.h"
 
 namespace torchmt::cli {
 

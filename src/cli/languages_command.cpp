@@ -6,7 +6,7 @@
 
 #include "cli_options.h"
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace torchmt::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include "../kernels/cpu_isa.h"
 #include "torchmt/util/device.h"
 #include "commands.h"
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 #include "torchmt/util/strings.h"
 
 namespace {

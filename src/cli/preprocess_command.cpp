@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "cli_options.h"
-#include "torchmt/data/binary_dataset.h"
-#include "torchmt/util/progress.h"
-#include "torchmt/util/stop_signals.h"
+#include "data/binary_dataset.h"
+#include "util/progress.h"
+#include "util/stop_signals.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {

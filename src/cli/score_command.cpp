@@ -9,12 +9,12 @@
 
 #include "cli_options.h"
 #include "input_lines.h"
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 #include "torchmt/decoding/forced_decoding.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/util/heap.h"
-#include "torchmt/util/progress.h"
+#include "util/heap.h"
+#include "util/progress.h"
 
 namespace torchmt::cli {
 namespace {

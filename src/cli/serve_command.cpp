@@ -11,10 +11,10 @@
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/kernels/runtime.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/serving/http_server.h"
-#include "torchmt/serving/metrics.h"
+#include "serving/http_server.h"
+#include "serving/metrics.h"
 #include "torchmt/serving/translation_service.h"
-#include "torchmt/util/stop_signals.h"
+#include "util/stop_signals.h"
 
 namespace torchmt::cli {
 namespace {

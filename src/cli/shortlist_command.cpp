@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/shortlist.h"
+#include "data/parallel_corpus.h"
+#include "data/shortlist.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/util/strings.h"
 

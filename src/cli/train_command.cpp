@@ -3,11 +3,11 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "torchmt/training/process_group.h"
+#include "training/process_group.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
-#include "torchmt/training/worker_launcher.h"
-#include "torchmt/util/integrity.h"
+#include "training/worker_launcher.h"
+#include "util/integrity.h"
 
 namespace torchmt::cli {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "cli_options.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/util/progress.h"
+#include "util/progress.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {

@@ -1,4 +1,4 @@
-#include "torchmt/data/binary_dataset.h"
+#include "data/binary_dataset.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/stop_signals.h"
-#include "torchmt/util/integrity.h"
+#include "data/text_file.h"
+#include "util/atomic_file.h"
+#include "util/stop_signals.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

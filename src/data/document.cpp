@@ -1,4 +1,4 @@
-#include "torchmt/data/document.h"
+#include "data/document.h"
 
 #include <algorithm>
 #include <functional>
@@ -7,7 +7,7 @@
 #include "html_lexer.h"
 #include "markup_projection.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

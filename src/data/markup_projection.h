@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "torchmt/data/document.h"
+#include "data/document.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/utf8.h"
+#include "data/text_file.h"
+#include "util/utf8.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

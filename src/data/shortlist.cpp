@@ -1,4 +1,4 @@
-#include "torchmt/data/shortlist.h"
+#include "data/shortlist.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "torchmt/data/special_ids.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/integrity.h"
+#include "util/atomic_file.h"
+#include "util/integrity.h"
 
 namespace torchmt {
 namespace {

@@ -1,6 +1,6 @@
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "torchmt/data/token_batcher.h"
+#include "data/token_batcher.h"
 
 #include <torch/torch.h>
 
@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "torchmt/data/special_ids.h"
-#include "torchmt/util/split_mix.h"
+#include "util/split_mix.h"
 
 namespace torchmt {
 

@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 namespace torchmt {
 

@@ -8,7 +8,7 @@
 
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

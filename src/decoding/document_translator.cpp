@@ -1,4 +1,4 @@
-#include "torchmt/decoding/document_translator.h"
+#include "decoding/document_translator.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "torchmt/decoding/ensemble_decoder.h"
+#include "decoding/ensemble_decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 
 #include <ATen/ATen.h>
 
-#include "torchmt/decoding/transformer_decoder.h"
+#include "decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 

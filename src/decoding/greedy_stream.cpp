@@ -1,4 +1,4 @@
-#include "torchmt/decoding/greedy_stream.h"
+#include "decoding/greedy_stream.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "torchmt/decoding/output_restriction.h"
+#include "decoding/output_restriction.h"
 
 #include <algorithm>
 #include <limits>

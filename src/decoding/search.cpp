@@ -9,8 +9,8 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/decoding/greedy_stream.h"
-#include "torchmt/util/split_mix.h"
+#include "decoding/greedy_stream.h"
+#include "util/split_mix.h"
 #include "../kernels/primitives.h"
 
 namespace torchmt {

@@ -1,12 +1,12 @@
-#include "torchmt/decoding/transformer_decoder.h"
+#include "decoding/transformer_decoder.h"
 
 #include <limits>
 
 #include <torch/torch.h>
 
 #include "../kernels/primitives.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/model/masks.h"
+#include "model/linear.h"
+#include "model/masks.h"
 
 namespace torchmt {
 

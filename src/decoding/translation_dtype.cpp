@@ -1,4 +1,4 @@
-#include "torchmt/decoding/translation_dtype.h"
+#include "decoding/translation_dtype.h"
 
 #include <algorithm>
 #include <chrono>

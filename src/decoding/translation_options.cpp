@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "torchmt/decoding/ensemble_decoder.h"
+#include "decoding/ensemble_decoder.h"
 
 namespace torchmt {
 

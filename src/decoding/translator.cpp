@@ -11,15 +11,15 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/data/shortlist.h"
+#include "data/shortlist.h"
 #include "torchmt/data/special_ids.h"
 #include "torchmt/decoding/forced_decoding.h"
-#include "torchmt/decoding/transformer_decoder.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/model/masks.h"
+#include "decoding/transformer_decoder.h"
+#include "model/linear.h"
+#include "model/masks.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/thread_team.h"
-#include "torchmt/util/worker_pool.h"
+#include "util/thread_team.h"
+#include "util/worker_pool.h"
 
 namespace torchmt {
 

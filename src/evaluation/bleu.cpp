@@ -7,9 +7,9 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "torchmt/evaluation/sacrebleu_compat.h"
-#include "torchmt/evaluation/tokenizer_13a.h"
-#include "torchmt/evaluation/unicode_text.h"
+#include "evaluation/sacrebleu_compat.h"
+#include "evaluation/tokenizer_13a.h"
+#include "evaluation/unicode_text.h"
 
 namespace torchmt::evaluation {
 namespace {

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "torchmt/evaluation/sacrebleu_compat.h"
-#include "torchmt/evaluation/unicode_text.h"
+#include "evaluation/sacrebleu_compat.h"
+#include "evaluation/unicode_text.h"
 
 namespace torchmt::evaluation {
 namespace {

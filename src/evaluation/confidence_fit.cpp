@@ -1,4 +1,4 @@
-#include "torchmt/evaluation/confidence_fit.h"
+#include "evaluation/confidence_fit.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "torchmt/evaluation/dual_cross_entropy.h"
+#include "evaluation/dual_cross_entropy.h"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "torchmt/evaluation/report.h"
+#include "evaluation/report.h"
 
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/evaluation/chrf.h"

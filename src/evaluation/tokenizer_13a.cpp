@@ -1,6 +1,6 @@
-#include "torchmt/evaluation/tokenizer_13a.h"
+#include "evaluation/tokenizer_13a.h"
 
-#include "torchmt/evaluation/unicode_text.h"
+#include "evaluation/unicode_text.h"
 
 namespace torchmt::evaluation {
 namespace {

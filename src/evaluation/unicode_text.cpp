@@ -1,4 +1,4 @@
-#include "torchmt/evaluation/unicode_text.h"
+#include "evaluation/unicode_text.h"
 
 #include <stdexcept>
 

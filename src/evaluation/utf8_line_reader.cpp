@@ -1,9 +1,9 @@
-#include "torchmt/evaluation/utf8_line_reader.h"
+#include "evaluation/utf8_line_reader.h"
 
 #include <stdexcept>
 
-#include "torchmt/data/text_file.h"
-#include "torchmt/evaluation/unicode_text.h"
+#include "data/text_file.h"
+#include "evaluation/unicode_text.h"
 
 namespace torchmt::evaluation {
 

@@ -1,4 +1,4 @@
-#include "torchmt/export/calibration.h"
+#include "export/calibration.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,10 +7,10 @@
 #include <torch/torch.h>
 
 #include "torchmt/decoding/search.h"
-#include "torchmt/decoding/transformer_decoder.h"
+#include "decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/model/linear.h"
+#include "io/checkpoint.h"
+#include "model/linear.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/export/ctranslate2_exporter.h"
+#include "export/ctranslate2_exporter.h"
 
 #include <sys/stat.h>
 
@@ -18,9 +18,9 @@
 
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "../kernels/primitives.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 namespace torchmt {
 namespace {

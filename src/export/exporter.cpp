@@ -1,16 +1,16 @@
-#include "torchmt/export/exporter.h"
+#include "export/exporter.h"
 
 #include <stdexcept>
 
 #include <filesystem>
 
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/export/ctranslate2_exporter.h"
-#include "torchmt/export/marian_format.h"
-#include "torchmt/export/onnx_exporter.h"
-#include "torchmt/export/torchscript_exporter.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/util/atomic_file.h"
+#include "export/ctranslate2_exporter.h"
+#include "export/marian_format.h"
+#include "export/onnx_exporter.h"
+#include "export/torchscript_exporter.h"
+#include "io/checkpoint.h"
+#include "util/atomic_file.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/export/marian_format.h"
+#include "export/marian_format.h"
 
 #include <cmath>
 #include <filesystem>
@@ -13,10 +13,10 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/pickled_state_dict.h"
-#include "torchmt/io/safetensors.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/util/atomic_file.h"
+#include "io/pickled_state_dict.h"
+#include "io/safetensors.h"
+#include "model/linear.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

@@ -1,4 +1,4 @@
-#include "torchmt/export/onnx_exporter.h"
+#include "export/onnx_exporter.h"
 
 #include <cmath>
 #include <filesystem>
@@ -15,8 +15,8 @@
 
 #include "onnx_graph.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/util/atomic_file.h"
+#include "io/checkpoint.h"
+#include "util/atomic_file.h"
 
 namespace torchmt {
 namespace {

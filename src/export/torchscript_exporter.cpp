@@ -1,4 +1,4 @@
-#include "torchmt/export/torchscript_exporter.h"
+#include "export/torchscript_exporter.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,13 +16,13 @@
 
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "../kernels/primitives.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/integrity.h"
+#include "util/atomic_file.h"
+#include "util/integrity.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
-#include "torchmt/loading/script_call.h"
+#include "loading/script_call.h"
 #include "torchscript_source.h"
 #include "torchmt/util/strings.h"
 

@@ -1,4 +1,4 @@
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -19,9 +19,9 @@
 #include <torch/torch.h>
 
 #include "torchmt/io/model_file.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/integrity.h"
+#include "model/linear.h"
+#include "util/atomic_file.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
 
 

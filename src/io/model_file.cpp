@@ -15,7 +15,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 
-#include "torchmt/util/integrity.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

@@ -1,4 +1,4 @@
-#include "torchmt/io/pickled_state_dict.h"
+#include "io/pickled_state_dict.h"
 
 #include <cstring>
 #include <map>
@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "bounded_reader.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

@@ -1,4 +1,4 @@
-#include "torchmt/io/safetensors.h"
+#include "io/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

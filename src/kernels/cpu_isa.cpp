@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 namespace torchmt::kernels {
 namespace {

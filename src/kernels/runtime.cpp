@@ -4,7 +4,7 @@
 
 #include "cpu_isa.h"
 #include "primitives.h"
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 namespace torchmt {
 

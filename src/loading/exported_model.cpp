@@ -1,6 +1,6 @@
 #include "torchmt/loading/exported_model.h"
 
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <stdexcept>
 #include <unordered_map>
@@ -9,8 +9,8 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
-#include "torchmt/loading/script_call.h"
-#include "torchmt/model/linear.h"
+#include "loading/script_call.h"
+#include "model/linear.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/util/strings.h"
 

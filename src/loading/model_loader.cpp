@@ -5,15 +5,15 @@
 #include <optional>
 #include <stdexcept>
 
-#include "torchmt/data/shortlist.h"
-#include "torchmt/decoding/ensemble_decoder.h"
-#include "torchmt/decoding/translation_dtype.h"
-#include "torchmt/io/checkpoint.h"
+#include "data/shortlist.h"
+#include "decoding/ensemble_decoder.h"
+#include "decoding/translation_dtype.h"
+#include "io/checkpoint.h"
 #include "torchmt/io/model_file.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/util/atomic_file.h"
+#include "model/linear.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/integrity.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

@@ -1,11 +1,11 @@
-#include "torchmt/loading/script_call.h"
+#include "loading/script_call.h"
 
 #include <stdexcept>
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
-#include "torchmt/decoding/output_restriction.h"
+#include "decoding/output_restriction.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

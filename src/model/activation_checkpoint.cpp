@@ -1,4 +1,4 @@
-#include "torchmt/model/activation_checkpoint.h"
+#include "model/activation_checkpoint.h"
 
 #include <ATen/Context.h>
 #include <torch/torch.h>

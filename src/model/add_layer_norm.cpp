@@ -1,4 +1,4 @@
-#include "torchmt/model/add_layer_norm.h"
+#include "model/add_layer_norm.h"
 
 #include <torch/torch.h>
 

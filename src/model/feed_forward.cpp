@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 #include <stdexcept>
 

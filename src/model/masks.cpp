@@ -1,4 +1,4 @@
-#include "torchmt/model/masks.h"
+#include "model/masks.h"
 
 #include <torch/torch.h>
 

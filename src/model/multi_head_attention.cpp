@@ -7,9 +7,9 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/linear.h"
-#include "torchmt/model/masks.h"
-#include "torchmt/model/self_attention.h"
+#include "model/linear.h"
+#include "model/masks.h"
+#include "model/self_attention.h"
 #include "../kernels/primitives.h"
 
 namespace torchmt {

@@ -5,10 +5,10 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/activation_checkpoint.h"
-#include "torchmt/model/linear.h"
+#include "model/activation_checkpoint.h"
+#include "model/linear.h"
 
-#include "torchmt/model/masks.h"
+#include "model/masks.h"
 
 namespace torchmt {
 namespace {

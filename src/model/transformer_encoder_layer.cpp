@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/model/add_layer_norm.h"
+#include "model/add_layer_norm.h"
 
 namespace torchmt {
 

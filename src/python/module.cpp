@@ -26,7 +26,7 @@
 #include <torch/version.h>
 
 #include "kernels/cpu_isa.h"
-#include "torchmt/decoding/greedy_stream.h"
+#include "decoding/greedy_stream.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
@@ -38,9 +38,9 @@
 #include "torchmt/training/trainer.h"
 #include "torchmt/util/flat_config.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/thread_team.h"
+#include "util/thread_team.h"
 
 namespace py = pybind11;
 

@@ -1,13 +1,13 @@
-#include "torchmt/serving/access_control.h"
+#include "serving/access_control.h"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

@@ -1,4 +1,4 @@
-#include "torchmt/serving/http_api.h"
+#include "serving/http_api.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

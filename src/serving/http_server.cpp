@@ -1,4 +1,4 @@
-#include "torchmt/serving/http_server.h"
+#include "serving/http_server.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,13 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torchmt/decoding/document_translator.h"
+#include "decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/serving/metrics.h"
-#include "torchmt/serving/translated_files.h"
+#include "serving/metrics.h"
+#include "serving/translated_files.h"
 #include "torchmt/serving/translation_service.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 #if TORCHMT_WITH_HTTPLIB
 #include <sys/socket.h>

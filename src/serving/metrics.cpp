@@ -1,4 +1,4 @@
-#include "torchmt/serving/metrics.h"
+#include "serving/metrics.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "torchmt/serving/translated_files.h"
+#include "serving/translated_files.h"
 
 #include <random>
 

@@ -8,10 +8,10 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
-#include "torchmt/decoding/greedy_stream.h"
-#include "torchmt/serving/metrics.h"
+#include "decoding/greedy_stream.h"
+#include "serving/metrics.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/thread_team.h"
+#include "util/thread_team.h"
 
 namespace torchmt {
 namespace {

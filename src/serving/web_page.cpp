@@ -5,7 +5,7 @@
 // HTML document (format html), shown translated as markup. A server of several directions offers
 // the choice of one. Everything is inline: no script, style or font from
 // elsewhere, so it works on a machine without a network; the layout stacks on a phone.
-#include "torchmt/serving/http_server.h"
+#include "serving/http_server.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/training/adam_optimizer.h"
+#include "training/adam_optimizer.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "torchmt/training/budget_schedule.h"
+#include "training/budget_schedule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,11 +1,11 @@
-#include "torchmt/training/checkpoint_manager.h"
+#include "training/checkpoint_manager.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <utility>
 
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 namespace fs = std::filesystem;
 

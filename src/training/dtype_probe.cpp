@@ -1,4 +1,4 @@
-#include "torchmt/training/dtype_probe.h"
+#include "training/dtype_probe.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,11 +7,11 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/special_ids.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/model/transformer.h"
-#include "torchmt/training/adam_optimizer.h"
-#include "torchmt/training/label_smoothed_cross_entropy.h"
-#include "torchmt/training/training_step.h"
+#include "training/adam_optimizer.h"
+#include "training/label_smoothed_cross_entropy.h"
+#include "training/training_step.h"
 
 namespace torchmt {
 namespace {

@@ -1,4 +1,4 @@
-#include "torchmt/training/exponential_moving_average.h"
+#include "training/exponential_moving_average.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "torchmt/training/gradient_reducer.h"
+#include "training/gradient_reducer.h"
 
 #include <chrono>
 

@@ -1,4 +1,4 @@
-#include "torchmt/training/inverse_sqrt_schedule.h"
+#include "training/inverse_sqrt_schedule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "torchmt/training/label_smoothed_cross_entropy.h"
+#include "training/label_smoothed_cross_entropy.h"
 
 #include <torch/torch.h>
 

@@ -1,5 +1,5 @@
-#include "torchmt/training/metrics_log.h"
-#include "torchmt/util/atomic_file.h"
+#include "training/metrics_log.h"
+#include "util/atomic_file.h"
 
 #include <algorithm>
 #include <cmath>

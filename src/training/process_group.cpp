@@ -1,4 +1,4 @@
-#include "torchmt/training/process_group.h"
+#include "training/process_group.h"
 
 #include <csignal>
 #include <cstdlib>
@@ -30,7 +30,7 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 namespace torchmt {
 

@@ -1,4 +1,4 @@
-#include "torchmt/training/stop_criteria.h"
+#include "training/stop_criteria.h"
 
 #include <algorithm>
 

@@ -9,10 +9,10 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/training/label_smoothed_cross_entropy.h"
-#include "torchmt/util/split_mix.h"
-#include "torchmt/util/stop_signals.h"
-#include "torchmt/util/thread_team.h"
+#include "training/label_smoothed_cross_entropy.h"
+#include "util/split_mix.h"
+#include "util/stop_signals.h"
+#include "util/thread_team.h"
 #include "training_run.h"
 
 namespace torchmt {

@@ -1,4 +1,4 @@
-#include "torchmt/training/training_corpora.h"
+#include "training/training_corpora.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -7,7 +7,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "torchmt/util/integrity.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {

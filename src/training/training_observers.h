@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/training/checkpoint_manager.h"
-#include "torchmt/training/exponential_moving_average.h"
-#include "torchmt/training/metrics_log.h"
-#include "torchmt/training/validator.h"
-#include "torchmt/util/progress.h"
+#include "io/checkpoint.h"
+#include "training/checkpoint_manager.h"
+#include "training/exponential_moving_average.h"
+#include "training/metrics_log.h"
+#include "training/validator.h"
+#include "util/progress.h"
 
 namespace torchmt {
 

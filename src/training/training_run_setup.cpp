@@ -4,13 +4,13 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/language_identifier.h"
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 #include "torchmt/data/special_ids.h"
-#include "torchmt/training/dtype_probe.h"
-#include "torchmt/util/atomic_file.h"
+#include "training/dtype_probe.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/integrity.h"
-#include "torchmt/util/stop_signals.h"
+#include "util/integrity.h"
+#include "util/stop_signals.h"
 #include "torchmt/util/strings.h"
 #include "training_run.h"
 

@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/training/process_group.h"
-#include "torchmt/util/stop_signals.h"
+#include "training/process_group.h"
+#include "util/stop_signals.h"
 
 namespace torchmt {
 namespace {

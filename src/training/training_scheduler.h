@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "torchmt/io/training_position.h"
-#include "torchmt/training/budget_schedule.h"
-#include "torchmt/training/inverse_sqrt_schedule.h"
-#include "torchmt/training/stop_criteria.h"
+#include "io/training_position.h"
+#include "training/budget_schedule.h"
+#include "training/inverse_sqrt_schedule.h"
+#include "training/stop_criteria.h"
 #include "torchmt/training/train_options.h"
 
 namespace torchmt {

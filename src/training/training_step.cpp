@@ -1,4 +1,4 @@
-#include "torchmt/training/training_step.h"
+#include "training/training_step.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -6,8 +6,8 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/special_ids.h"
-#include "torchmt/training/gradient_reducer.h"
-#include "torchmt/training/process_group.h"
+#include "training/gradient_reducer.h"
+#include "training/process_group.h"
 #include "torchmt/util/device.h"
 
 namespace torchmt {

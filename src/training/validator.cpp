@@ -1,4 +1,4 @@
-#include "torchmt/training/validator.h"
+#include "training/validator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,11 +6,11 @@
 
 #include <torch/torch.h>
 
-#include "torchmt/data/text_file.h"
+#include "data/text_file.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/evaluation/bleu.h"
-#include "torchmt/model/linear.h"
-#include "torchmt/training/training_step.h"
+#include "model/linear.h"
+#include "training/training_step.h"
 
 namespace torchmt {
 

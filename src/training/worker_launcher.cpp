@@ -1,4 +1,4 @@
-#include "torchmt/training/worker_launcher.h"
+#include "training/worker_launcher.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "torchmt/training/process_group.h"
-#include "torchmt/util/environment.h"
-#include "torchmt/util/stop_signals.h"
+#include "training/process_group.h"
+#include "util/environment.h"
+#include "util/stop_signals.h"
 
 namespace torchmt {
 int free_loopback_port() {

@@ -1,4 +1,4 @@
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <fcntl.h>
 #include <ftw.h>

@@ -9,7 +9,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 #define TORCHMT_DEVICE_GENERIC_AUTOCAST (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
 #define TORCHMT_HAS_CUDNN_SDPA TORCHMT_DEVICE_GENERIC_AUTOCAST  // the cuDNN SDPA switch: LibTorch 2.4+

@@ -1,4 +1,4 @@
-#include "torchmt/util/dtype_choice.h"
+#include "util/dtype_choice.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/util/device.h"
-#include "torchmt/util/probe_cache.h"
+#include "util/probe_cache.h"
 
 namespace torchmt {
 namespace {

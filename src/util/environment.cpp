@@ -1,4 +1,4 @@
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 #include <algorithm>
 #include <cctype>

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/integrity.h"
+#include "util/atomic_file.h"
+#include "util/integrity.h"
 #include "torchmt/util/strings.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 namespace {

@@ -1,4 +1,4 @@
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 
 #include <sys/mman.h>
 
@@ -15,7 +15,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 
-#include "torchmt/util/environment.h"
+#include "util/environment.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>

@@ -1,4 +1,4 @@
-#include "torchmt/util/integrity.h"
+#include "util/integrity.h"
 
 #include <array>
 #include <cstdio>

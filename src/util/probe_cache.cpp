@@ -1,4 +1,4 @@
-#include "torchmt/util/probe_cache.h"
+#include "util/probe_cache.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -8,8 +8,8 @@
 
 #include <torch/version.h>
 
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/environment.h"
+#include "util/atomic_file.h"
+#include "util/environment.h"
 
 namespace fs = std::filesystem;
 

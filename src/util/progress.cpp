@@ -1,4 +1,4 @@
-#include "torchmt/util/progress.h"
+#include "util/progress.h"
 
 #include <unistd.h>
 

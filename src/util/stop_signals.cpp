@@ -1,4 +1,4 @@
-#include "torchmt/util/stop_signals.h"
+#include "util/stop_signals.h"
 
 #include <atomic>
 #include <csignal>

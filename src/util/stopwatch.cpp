@@ -1,4 +1,4 @@
-#include "torchmt/util/stopwatch.h"
+#include "util/stopwatch.h"
 
 #include <torch/cuda.h>
 

@@ -1,4 +1,4 @@
-#include "torchmt/util/thread_team.h"
+#include "util/thread_team.h"
 
 #include <stdexcept>
 #include <string>

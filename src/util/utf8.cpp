@@ -1,4 +1,4 @@
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 #include <stdexcept>
 

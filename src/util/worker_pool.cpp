@@ -1,4 +1,4 @@
-#include "torchmt/util/worker_pool.h"
+#include "util/worker_pool.h"
 
 #include <algorithm>
 

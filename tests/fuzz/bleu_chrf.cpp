@@ -6,8 +6,8 @@
 #include "fuzz_support.h"
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/evaluation/chrf.h"
-#include "torchmt/evaluation/tokenizer_13a.h"
-#include "torchmt/util/utf8.h"
+#include "evaluation/tokenizer_13a.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 using namespace torchmt::evaluation;

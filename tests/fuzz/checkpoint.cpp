@@ -3,7 +3,7 @@
 // naming the file. The corpus starts from real checkpoints, sealed and unsealed; libFuzzer's
 // comparison tracing can copy a computed checksum into the input, so forged seals happen too.
 #include "fuzz_support.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 using namespace torchmt;
 

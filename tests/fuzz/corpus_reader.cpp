@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/utf8.h"
+#include "data/parallel_corpus.h"
+#include "data/text_file.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 

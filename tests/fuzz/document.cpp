@@ -3,8 +3,8 @@
 // exception or a crash; sentences are never blank and hold no line break; a text document comes
 // back as it was from its own sentences.
 #include "fuzz_support.h"
-#include "torchmt/data/document.h"
-#include "torchmt/util/utf8.h"
+#include "data/document.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 

@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 
 // A broken invariant is a crash, which is what libFuzzer (and the replay driver) report.
 #define FUZZ_CHECK(cond)                                                               \

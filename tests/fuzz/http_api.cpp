@@ -3,8 +3,8 @@
 // rest is the body. Either a request within the server's caps comes out, or an ApiError with a
 // 4xx status and a one-line message; never another exception or a crash.
 #include "fuzz_support.h"
-#include "torchmt/serving/http_api.h"
-#include "torchmt/util/utf8.h"
+#include "serving/http_api.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 

@@ -2,7 +2,7 @@
 // `torchmt import --format marian` runs on pytorch_model.bin. Every input is either a dictionary
 // of tensors or a one-line error naming the file; no global outside its short list is called.
 #include "fuzz_support.h"
-#include "torchmt/io/pickled_state_dict.h"
+#include "io/pickled_state_dict.h"
 
 using namespace torchmt;
 

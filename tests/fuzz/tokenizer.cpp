@@ -4,7 +4,7 @@
 
 #include "fuzz_support.h"
 #include "torchmt/data/special_ids.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 

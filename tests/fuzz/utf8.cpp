@@ -1,6 +1,6 @@
 // Fuzz target: the one UTF-8 validator and codec (util/utf8.h) against its own promises.
 #include "fuzz_support.h"
-#include "torchmt/util/utf8.h"
+#include "util/utf8.h"
 
 using namespace torchmt;
 

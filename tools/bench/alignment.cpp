@@ -26,9 +26,9 @@
 #include <torch/torch.h>
 
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/data/document.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/decoding/document_translator.h"
+#include "data/document.h"
+#include "data/text_file.h"
+#include "decoding/document_translator.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
 #include "torchmt/util/device.h"

@@ -18,10 +18,10 @@
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
-#include "torchmt/data/binary_dataset.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/binary_dataset.h"
+#include "data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/util/atomic_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/strings.h"
 #include "kernels/cpu_isa.h"
 

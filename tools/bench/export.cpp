@@ -22,13 +22,13 @@
 #include <torch/torch.h>
 
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/util/atomic_file.h"
-#include "torchmt/util/integrity.h"
+#include "util/atomic_file.h"
+#include "util/integrity.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/export/exporter.h"
-#include "torchmt/data/text_file.h"
+#include "export/exporter.h"
+#include "data/text_file.h"
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/util/device.h"
 #include "kernels/cpu_isa.h"
 

@@ -27,7 +27,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/primitives.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "bench_options.h"
 
 namespace {

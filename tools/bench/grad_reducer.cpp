@@ -38,15 +38,15 @@
 #define HAVE_C10D_REDUCER 0
 #endif
 
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/parallel_corpus.h"
+#include "data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/checkpoint.h"
-#include "torchmt/training/gradient_reducer.h"
-#include "torchmt/training/process_group.h"
-#include "torchmt/training/training_step.h"
-#include "torchmt/training/worker_launcher.h"
-#include "torchmt/util/environment.h"
+#include "io/checkpoint.h"
+#include "training/gradient_reducer.h"
+#include "training/process_group.h"
+#include "training/training_step.h"
+#include "training/worker_launcher.h"
+#include "util/environment.h"
 #include "kernels/cpu_isa.h"
 
 using namespace torchmt;

@@ -29,8 +29,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/atomic_file.h"
+#include "data/text_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/util/device.h"
 #include "kernels/cpu_isa.h"
 

@@ -25,16 +25,16 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/parallel_corpus.h"
+#include "data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 #include "torchmt/model/multi_head_attention.h"
-#include "torchmt/training/inverse_sqrt_schedule.h"
-#include "torchmt/training/training_step.h"
+#include "training/inverse_sqrt_schedule.h"
+#include "training/training_step.h"
 #include "torchmt/util/device.h"
 #include "torchmt/util/flat_config.h"
-#include "torchmt/util/stopwatch.h"
+#include "util/stopwatch.h"
 #include "kernels/cpu_isa.h"
 
 using namespace torchmt;

@@ -33,17 +33,17 @@
 #include <torch/torch.h>
 
 #include "torchmt/loading/model_loader.h"
-#include "torchmt/data/shortlist.h"
-#include "torchmt/data/text_file.h"
-#include "torchmt/util/atomic_file.h"
+#include "data/shortlist.h"
+#include "data/text_file.h"
+#include "util/atomic_file.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/export/exporter.h"
-#include "torchmt/io/checkpoint.h"
+#include "export/exporter.h"
+#include "io/checkpoint.h"
 #include "kernels/primitives.h"
 #include "bench_options.h"
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 #include "torchmt/util/device.h"
-#include "torchmt/util/heap.h"
+#include "util/heap.h"
 #include "kernels/cpu_isa.h"
 
 namespace fs = std::filesystem;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 

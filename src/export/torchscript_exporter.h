@@ -21,7 +21,7 @@
 // TorchScript headers stay in src/export/ (this header needs none).
 #include <string>
 
-#include "torchmt/export/exporter.h"
+#include "export/exporter.h"
 #include "torchmt/loading/exported_model.h"  // the format's name and version, which the reader checks
 
 namespace torch::jit {

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "torchmt/io/training_position.h"
+#include "io/training_position.h"
 
 namespace torchmt {
 

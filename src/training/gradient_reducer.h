@@ -15,7 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "torchmt/training/process_group.h"
+#include "training/process_group.h"
 
 namespace torchmt {
 

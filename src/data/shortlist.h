@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 #include "torchmt/data/tokenizer.h"
 
 namespace torchmt {

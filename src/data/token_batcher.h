@@ -13,7 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 
 namespace torchmt {
 

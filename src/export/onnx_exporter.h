@@ -27,7 +27,7 @@
 // channel. tools/onnx_translate.py translates with it using onnxruntime and sentencepiece only.
 #include <string>
 
-#include "torchmt/export/exporter.h"
+#include "export/exporter.h"
 
 namespace torchmt {
 

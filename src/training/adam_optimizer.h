@@ -7,7 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "torchmt/io/checkpoint.h"  // OptimizerState
+#include "io/checkpoint.h"  // OptimizerState
 
 namespace torchmt {
 

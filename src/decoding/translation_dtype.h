@@ -5,7 +5,7 @@
 // bf16 rarely pays on a CPU without AMX; this measures instead of assuming.
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
-#include "torchmt/util/dtype_choice.h"
+#include "util/dtype_choice.h"
 
 namespace torchmt {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/data/document.h"
+#include "data/document.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/word_aligner.h"
 

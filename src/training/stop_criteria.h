@@ -3,7 +3,7 @@
 // limits of a run, and the time left until the nearest of them for the progress line.
 #include <cstdint>
 
-#include "torchmt/io/training_position.h"
+#include "io/training_position.h"
 
 namespace torchmt {
 

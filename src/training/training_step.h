@@ -7,10 +7,10 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-#include "torchmt/data/token_batcher.h"
+#include "data/token_batcher.h"
 #include "torchmt/model/transformer.h"
-#include "torchmt/training/adam_optimizer.h"
-#include "torchmt/training/label_smoothed_cross_entropy.h"
+#include "training/adam_optimizer.h"
+#include "training/label_smoothed_cross_entropy.h"
 
 namespace torchmt {
 

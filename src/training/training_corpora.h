@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/data/binary_dataset.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/binary_dataset.h"
+#include "data/token_batcher.h"
 #include "torchmt/training/train_options.h"
 
 namespace torchmt {

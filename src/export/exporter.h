@@ -19,7 +19,7 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "torchmt/model/linear.h"
+#include "model/linear.h"
 
 namespace torchmt {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "torchmt/io/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace torchmt {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/data/parallel_corpus.h"
+#include "data/parallel_corpus.h"
 
 namespace torchmt {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "torchmt/data/document.h"
+#include "data/document.h"
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/util/option_table.h"

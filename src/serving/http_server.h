@@ -26,8 +26,8 @@
 
 #include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
-#include "torchmt/serving/access_control.h"
-#include "torchmt/serving/http_api.h"
+#include "serving/access_control.h"
+#include "serving/http_api.h"
 
 namespace torchmt {
 

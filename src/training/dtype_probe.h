@@ -5,9 +5,9 @@
 
 #include <c10/core/Device.h>
 
-#include "torchmt/data/token_batcher.h"
+#include "data/token_batcher.h"
 #include "torchmt/model/model_config.h"
-#include "torchmt/util/dtype_choice.h"
+#include "util/dtype_choice.h"
 
 namespace torchmt {
 

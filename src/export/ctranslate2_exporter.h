@@ -24,7 +24,7 @@
 // encoder-decoder form of) is expressible; that one is refused with a one-line error.
 #include <string>
 
-#include "torchmt/export/exporter.h"
+#include "export/exporter.h"
 
 namespace torchmt {
 

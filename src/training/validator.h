@@ -10,8 +10,8 @@
 #include <c10/core/ScalarType.h>
 
 #include "torchmt/kernels/runtime.h"
-#include "torchmt/data/parallel_corpus.h"
-#include "torchmt/data/token_batcher.h"
+#include "data/parallel_corpus.h"
+#include "data/token_batcher.h"
 #include "torchmt/data/tokenizer.h"
 #include "torchmt/model/transformer.h"
 

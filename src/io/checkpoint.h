@@ -13,7 +13,7 @@
 
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/data/tokenizer.h"
-#include "torchmt/io/training_position.h"
+#include "io/training_position.h"
 #include "torchmt/model/model_config.h"
 #include "torchmt/model/transformer.h"
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "torchmt/util/utf8.h"  // decode_utf8 / encode_utf8 / find_invalid_utf8
+#include "util/utf8.h"  // decode_utf8 / encode_utf8 / find_invalid_utf8
 
 namespace torchmt::evaluation {
 

@@ -4,7 +4,7 @@
 // once-computed cross-attention K/V from an explicit DecoderCache. Without it, each step
 // recomputes the whole prefix (the reference behaviour; kept for tests and benchmarks).
 #include "torchmt/decoding/incremental_decoder.h"
-#include "torchmt/decoding/output_restriction.h"
+#include "decoding/output_restriction.h"
 #include "torchmt/model/kv_cache.h"
 #include "torchmt/model/transformer.h"
 

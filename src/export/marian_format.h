@@ -12,8 +12,8 @@
 // import (sine k -> 2k, cosine k -> 2k + 1) and back on export, which leaves every output equal.
 #include <string>
 
-#include "torchmt/export/exporter.h"
-#include "torchmt/io/checkpoint.h"
+#include "export/exporter.h"
+#include "io/checkpoint.h"
 
 namespace torchmt {
 
