@@ -26,28 +26,30 @@ std::vector<std::string> file_lines(const std::string& path) {
   return lines;
 }
 
-// Tiny models that know the first kPairs sample pairs by heart, one each way.
+// Tiny models that know the first kPairs sample pairs by heart, one each way: trained once for
+// all the Filter tests (test::shared_fixture).
 struct Memorised {
-  test::TempDir dir;
   std::string de, en, deen, ende;
   Memorised() {
-    auto de_lines = file_lines(test::sample_de()), en_lines = file_lines(test::sample_en());
-    de_lines.resize(kPairs);
-    en_lines.resize(kPairs);
-    de = dir.file("s.de");
-    en = dir.file("s.en");
-    write_lines(de, de_lines);
-    write_lines(en, en_lines);
-    for (auto [src, tgt, out] : {std::make_tuple(de, en, "deen"), std::make_tuple(en, de, "ende")}) {
-      TrainOptions o = test::tiny_run(dir.file(out), src, tgt);
-      o.label_smoothing = 0.0;
-      o.max_steps = 200;
-      o.dropout = 0.0;
-      o.batch_tokens = 3000;  // the whole corpus in one batch
-      Trainer(o).run();
-    }
-    deen = dir.file("deen/checkpoint_last.pt");
-    ende = dir.file("ende/checkpoint_last.pt");
+    const std::string dir = test::shared_fixture("filter_memorised", [](const std::string& d) {
+      auto de_lines = file_lines(test::sample_de()), en_lines = file_lines(test::sample_en());
+      de_lines.resize(kPairs);
+      en_lines.resize(kPairs);
+      write_lines(d + "/s.de", de_lines);
+      write_lines(d + "/s.en", en_lines);
+      for (auto [src, tgt, out] : {std::make_tuple("s.de", "s.en", "deen"), std::make_tuple("s.en", "s.de", "ende")}) {
+        TrainOptions o = test::tiny_run(d + "/" + out, d + "/" + src, d + "/" + tgt);
+        o.label_smoothing = 0.0;
+        o.max_steps = 200;
+        o.dropout = 0.0;
+        o.batch_tokens = 3000;  // the whole corpus in one batch
+        Trainer(o).run();
+      }
+    });
+    de = dir + "/s.de";
+    en = dir + "/s.en";
+    deen = dir + "/deen/checkpoint_last.pt";
+    ende = dir + "/ende/checkpoint_last.pt";
   }
 };
 

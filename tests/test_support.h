@@ -1,6 +1,10 @@
 #pragma once
 // Helpers shared by the test files: devices to run on, temp dirs, running commands,
 // and exchanging tensors with the Python oracle (torch.save / torch.load format).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -65,6 +69,35 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A fixture built once for every test process of this test binary (ctest runs each test in a
+// process of its own): `build(dir)` fills a fresh directory the first time; the others wait for it
+// (a lock) and get the same directory. Keyed by the binary's build, so a rebuilt suite builds anew.
+inline std::string shared_fixture(const std::string& name, const std::function<void(const std::string&)>& build) {
+  namespace fs = std::filesystem;
+  const fs::path exe = fs::read_symlink("/proc/self/exe");
+  const auto stamp = std::to_string(fs::last_write_time(exe).time_since_epoch().count());
+  const fs::path root = fs::path(torchmt_binary()).parent_path() / "test_fixtures" / exe.filename();
+  const fs::path dir = root / stamp / name;
+  const fs::path done = dir / ".complete";
+  if (fs::exists(done)) return dir.string();
+  fs::create_directories(root / stamp);
+  const std::string lock_path = (root / stamp / (name + ".lock")).string();
+  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) throw std::runtime_error("shared_fixture: cannot lock " + lock_path);
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{fd};
+  if (fs::exists(done)) return dir.string();
+  for (const auto& old : fs::directory_iterator(root))  // fixtures of earlier builds
+    if (old.path().filename() != stamp) remove_tree(old.path().string());
+  remove_tree(dir.string());
+  fs::create_directories(dir);
+  build(dir.string());
+  std::ofstream(done.string()) << "complete\n";
+  return dir.string();
+}
 
 struct CommandResult {
   int exit_code = -1;
