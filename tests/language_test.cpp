@@ -116,6 +116,23 @@ TEST(LanguageIdentifier, TrainingRecordsTheLanguagesInTheCheckpoint) {
   const auto loaded = load_checkpoint(dir.file("run2") + "/checkpoint_last.pt", torch::kCPU);
   EXPECT_EQ(loaded.meta.source_language, "gsw");
   EXPECT_EQ(checkpoint_languages(loaded.meta).identifier.languages(), (std::vector<std::string>{"gsw", "en"}));
+  // A resumed run keeps its checkpoint's identifier instead of learning it again.
+  const std::string learned =
+      load_checkpoint(dir.file("run") + "/checkpoint_last.pt", torch::kCPU).meta.language_identifier;
+  ASSERT_FALSE(learned.empty());
+  TrainOptions more = o;
+  more.max_steps = 3;
+  more.resume = true;
+  std::vector<std::string> lines;
+  TrainHooks hooks;
+  hooks.on_progress = [&](int64_t, const std::string& line) { lines.push_back(line); };
+  Trainer(more).run(hooks);
+  bool reused = false;
+  for (const auto& line : lines) reused = reused || line == "languages: de -> en, identifier from the resumed checkpoint";
+  EXPECT_TRUE(reused);
+  const auto resumed = load_checkpoint(dir.file("run") + "/checkpoint_last.pt", torch::kCPU).meta;
+  EXPECT_EQ(resumed.position.step, 3);
+  EXPECT_EQ(resumed.language_identifier, learned);
   TrainOptions bad = test::tiny_run(dir.file("run3"));
   bad.source_language = "German";
   EXPECT_THROW(bad.validate(), std::invalid_argument);

@@ -58,8 +58,8 @@ class TrainingRun {
   void choose_dtype();
   void build_validator();
   void describe_run();
-  void learn_languages();
   void resume();
+  void learn_languages();
   void start_from_rank0();
   void report_set_up();
   void add_observers();
@@ -97,6 +97,7 @@ class TrainingRun {
   ModelConfig model_config_;
   Transformer model_{nullptr};
   std::pair<std::string, std::string> init_languages_;  // --init-from's
+  std::optional<std::string> resumed_identifier_;      // --resume: the checkpoint's, for the same languages
   std::unique_ptr<AdamOptimizer> optimizer_;
   std::unique_ptr<TokenBatcher> batcher_;  // points into corpora_
   std::unique_ptr<GradientReducer> reducer_;

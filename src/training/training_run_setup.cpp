@@ -182,8 +182,8 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   choose_dtype();
   build_validator();
   describe_run();
-  learn_languages();
   resume();
+  learn_languages();
   start_from_rank0();
   report_set_up();
   add_observers();
@@ -329,12 +329,20 @@ void TrainingRun::describe_run() {
 
 void TrainingRun::learn_languages() {
   if (!rank0_ || (meta_.source_language.empty() && meta_.target_language.empty())) return;
+  const std::string direction = (meta_.source_language.empty() ? "?" : meta_.source_language) + " -> " +
+                                (meta_.target_language.empty() ? "?" : meta_.target_language);
+  // A resumed run keeps the identifier its checkpoint holds for the same languages: learning it
+  // again decodes up to 100,000 pairs.
+  if (resumed_identifier_ && !resumed_identifier_->empty()) {
+    meta_.language_identifier = *resumed_identifier_;
+    log_.line("languages: " + direction + ", identifier from the resumed checkpoint");
+    return;
+  }
   const auto t0 = Clock::now();
   const LanguageIdentifier identifier = learn_corpus_languages(corpora_->shares(), src_tokenizer(), tgt_tokenizer(),
                                                                meta_.source_language, meta_.target_language, 100000);
   meta_.language_identifier = identifier.serialize();
-  log_.line("languages: " + (meta_.source_language.empty() ? "?" : meta_.source_language) + " -> " +
-            (meta_.target_language.empty() ? "?" : meta_.target_language) + ", identifier learned in " +
+  log_.line("languages: " + direction + ", identifier learned in " +
             std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
 }
 
@@ -363,6 +371,8 @@ void TrainingRun::resume() {
   if (saved.src_spm_checksum != src_tokenizer().checksum())
     throw std::runtime_error("--resume: tokenizer " + spm_path_ + " differs from the one the run started with");
   position_ = saved.position;
+  if (saved.source_language == meta_.source_language && saved.target_language == meta_.target_language)
+    resumed_identifier_ = saved.language_identifier;
   batcher_->seek(position_.epoch, position_.batch_index);
   log_.line("resumed " + resumed_from + " at step " + std::to_string(position_.step) + ", epoch " +
             std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));
