@@ -33,6 +33,7 @@
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/evaluation/chrf.h"
 #include "torchmt/loading/model_loader.h"
+#include "torchmt/training/distillation.h"
 #include "torchmt/training/train_options.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
@@ -324,16 +325,18 @@ class NativeTokenStream {
   double summed_ = 0;
 };
 
-// train(options, on_progress): the train command's options by their config names.
-py::dict train(const std::map<std::string, std::string>& values, const std::map<std::string, std::vector<std::string>>& lists,
-               const py::object& on_progress) {
+// The options of a command by their config names (Python's keyword arguments, as text and lists).
+FlatConfig options_config(const std::map<std::string, std::string>& values,
+                          const std::map<std::string, std::vector<std::string>>& lists) {
   FlatConfig config;
   for (const auto& [key, value] : values) config.set(key, value);
   for (const auto& [key, list] : lists) config.set_list(key, list);
-  config = with_recipe(config);
-  TrainOptions options = TrainOptions::from_config(config);
-  options.validate();
-  auto callback_error = std::make_shared<std::exception_ptr>();
+  return with_recipe(config);
+}
+
+// Hooks that pass each progress line to `on_progress` (under the GIL); an exception of the
+// callback stops the run (with a checkpoint) and is kept in `callback_error` to be raised.
+TrainHooks progress_hooks(const py::object& on_progress, const std::shared_ptr<std::exception_ptr>& callback_error) {
   TrainHooks hooks;
   if (!on_progress.is_none()) {
     hooks.on_progress = [on_progress, callback_error](int64_t step, const std::string& line) {
@@ -342,15 +345,15 @@ py::dict train(const std::map<std::string, std::string>& values, const std::map<
       try {
         on_progress(step, line);
       } catch (...) {
-        // The callback's own exception: the run stops with a checkpoint, then it is raised.
         *callback_error = std::current_exception();
         request_training_stop();
       }
     };
   }
-  TrainSummary s = run_interruptible<TrainSummary>([options, hooks] { return Trainer(options).run(hooks); },
-                                                   [] { request_training_stop(); });
-  if (*callback_error) std::rethrow_exception(*callback_error);
+  return hooks;
+}
+
+py::dict train_summary(const TrainSummary& s) {
   py::dict out;
   out["steps"] = s.steps;
   out["epochs_completed"] = s.epochs_completed;
@@ -362,6 +365,42 @@ py::dict train(const std::map<std::string, std::string>& values, const std::map<
   out["tokens_per_sec"] = s.tokens_per_sec;
   out["interrupted"] = s.interrupted;
   out["best_checkpoint"] = s.best_checkpoint;
+  return out;
+}
+
+// train(options, on_progress): the train command's options by their config names.
+py::dict train(const std::map<std::string, std::string>& values, const std::map<std::string, std::vector<std::string>>& lists,
+               const py::object& on_progress) {
+  TrainOptions options = TrainOptions::from_config(options_config(values, lists));
+  options.validate();
+  auto callback_error = std::make_shared<std::exception_ptr>();
+  const TrainHooks hooks = progress_hooks(on_progress, callback_error);
+  TrainSummary s = run_interruptible<TrainSummary>([options, hooks] { return Trainer(options).run(hooks); },
+                                                   [] { request_training_stop(); });
+  if (*callback_error) std::rethrow_exception(*callback_error);
+  return train_summary(s);
+}
+
+// distill(options, on_progress): the distill command's options by their config names.
+py::dict distill(const std::map<std::string, std::string>& values,
+                 const std::map<std::string, std::vector<std::string>>& lists, const py::object& on_progress) {
+  DistillOptions options = distill_option_table().read(options_config(values, lists));
+  options.validate();
+  auto callback_error = std::make_shared<std::exception_ptr>();
+  const TrainHooks hooks = progress_hooks(on_progress, callback_error);
+  DistillSummary s = run_interruptible<DistillSummary>([options, hooks] { return torchmt::distill(options, hooks); },
+                                                       [] { request_training_stop(); });
+  if (*callback_error) std::rethrow_exception(*callback_error);
+  py::dict out;
+  out["teacher_src"] = s.teacher_src;
+  out["teacher_tgt"] = s.teacher_tgt;
+  out["teacher_reused"] = s.teacher_reused;
+  out["teacher_lines"] = s.teacher_lines;
+  out["untranslated_lines"] = s.untranslated_lines;
+  out["teacher_seconds"] = s.teacher_seconds;
+  out["student"] = train_summary(s.student);
+  out["shortlist"] = s.shortlist;
+  out["interrupted"] = s.interrupted;
   return out;
 }
 
@@ -431,6 +470,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("use_one_heap_arena", &torchmt::use_one_heap_arena);
   m.def("use_shape_free_cuda_attention", &torchmt::use_shape_free_cuda_attention);
   m.def("train", &torchmt::python::train);
+  m.def("distill", &torchmt::python::distill);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);
 }

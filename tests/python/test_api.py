@@ -381,3 +381,25 @@ def test_an_ensemble_of_paths_translates_and_refuses_wrong_weights(trained, samp
         torchmt.Translator([trained[0], trained[0]], ensemble_weights=[1.0, 0.0])
     with pytest.raises(TypeError):
         torchmt.Translator([])
+
+
+def test_distill_teaches_a_student_with_the_teachers_translations(trained, sample, tmp_path):
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_text("\n".join(sample[0][:40]) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(sample[1][:40]) + "\n", encoding="utf-8")
+    out = str(tmp_path / "distilled")
+    seen = []
+    options = train_options(out, train_src=str(src), train_tgt=str(tgt), max_steps=5, vocab_size=None)
+    summary = torchmt.distill(on_progress=lambda step, line: seen.append(line), teacher_model=[trained[0]],
+                              teacher_dtype="fp32", teacher_threads=1, **options)
+    assert not summary["interrupted"] and summary["teacher_lines"] == 40 and not summary["teacher_reused"]
+    assert summary["student"]["steps"] == 5 and os.path.exists(summary["shortlist"])
+    assert "teachers: 40 of 40 lines saved" in seen
+    teacher = torchmt.Translator(trained[0], compute_type="float32")
+    want = [r.hypotheses[0] for r in teacher.translate_batch(sample[0][:40], beam_size=5, max_batch_size=64)]
+    with open(summary["teacher_tgt"], encoding="utf-8") as f:
+        assert [line.rstrip("\n") for line in f] == want
+    again = torchmt.distill(teacher_model=[trained[0]], teacher_dtype="fp32", teacher_threads=1, **options)
+    assert again["teacher_reused"] and again["student"]["steps"] == 0
+    with pytest.raises(ValueError, match="teacher-model"):
+        torchmt.distill(**options)

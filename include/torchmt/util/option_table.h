@@ -110,12 +110,22 @@ class OptionTable {
     return *this;
   }
 
-  // Every row of `inner`, reached through `part` (a member of Options of type Inner).
+  // Every row of `inner`, reached through `part` (a member of Options of type Inner). With a
+  // `prefix` ("teacher_"), each key gets it and short flags are left out, so two option sets
+  // with keys in common (a teacher's translation, a student's training) can share one table.
   template <typename Inner, typename Part>
-  OptionTable& include(const OptionTable<Inner>& inner, Part part) {
+  OptionTable& include(const OptionTable<Inner>& inner, Part part, const std::string& prefix = "") {
     for (const auto& ie : inner.entries()) {
       Entry e;
       e.row = ie.row;
+      if (!prefix.empty()) {
+        e.row.key = prefix + e.row.key;
+        e.row.short_flag.clear();
+        for (auto& old : e.row.old_keys) old = prefix + old;
+        // "teacher_" + "decoding": the --help section "teacher decoding"
+        if (!e.row.group.empty()) e.row.group = prefix.substr(0, prefix.find_last_not_of('_') + 1) + " " + e.row.group;
+      }
+      if (find(e.row.key)) throw std::logic_error(name_ + " option table: key '" + e.row.key + "' twice");
       e.read = [part, read = ie.read](Options& o, const FlatConfig& c, const std::string& k) {
         read(std::invoke(part, o), c, k);
       };

@@ -510,16 +510,8 @@ def use_shape_free_cuda_attention() -> None:
     _native.use_shape_free_cuda_attention()
 
 
-def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
-    """Trains a model as ``torchmt train`` does; the options are its flags with ``_`` for ``-``::
-
-        torchmt.train(train_src="train.de", train_tgt="train.en", valid_src="val.de",
-                      valid_tgt="val.en", recipe="multi30k-15min", out="runs/deen")
-
-    ``on_progress(step, line)`` receives each progress line (step -1 for the others). Ctrl-C
-    stops the run with a checkpoint (``resume=True`` continues it), then raises
-    KeyboardInterrupt. Returns the run's summary (steps, best_bleu, best_checkpoint, ...).
-    """
+def _command_options(command: str, options: Dict[str, Any]):
+    """A command's keyword options as the native layer takes them: text values and lists of text."""
     values, lists = {}, {}
     for key, value in options.items():
         if value is None:
@@ -531,11 +523,44 @@ def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: A
         elif isinstance(value, (list, tuple)):
             lists[key] = [os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value]
         else:
-            raise TypeError(f"train option {key} must be a number, a string, a bool or a list, "
+            raise TypeError(f"{command} option {key} must be a number, a string, a bool or a list, "
                             f"not {type(value).__name__}")
+    return values, lists
+
+
+def train(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Trains a model as ``torchmt train`` does; the options are its flags with ``_`` for ``-``::
+
+        torchmt.train(train_src="train.de", train_tgt="train.en", valid_src="val.de",
+                      valid_tgt="val.en", recipe="multi30k-15min", out="runs/deen")
+
+    ``on_progress(step, line)`` receives each progress line (step -1 for the others). Ctrl-C
+    stops the run with a checkpoint (``resume=True`` continues it), then raises
+    KeyboardInterrupt. Returns the run's summary (steps, best_bleu, best_checkpoint, ...).
+    """
+    values, lists = _command_options("train", options)
     if on_progress is not None and not callable(on_progress):
         raise TypeError("on_progress must be callable")
     return _native.train(values, lists, on_progress)
+
+
+def distill(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Sequence-level distillation as ``torchmt distill`` does; the options are its flags with ``_``
+    for ``-``::
+
+        torchmt.distill(teacher_model=["a.pt", "b.pt"], train_src="train.de", train_tgt="train.en",
+                        valid_src="val.de", valid_tgt="val.en", preset="small", out="runs/student")
+
+    The teachers translate the sources into ``out/teacher/``, the student trains into
+    ``out/student/``, ``out/shortlist.txt`` is its shortlist. A call that stopped (Ctrl-C raises
+    KeyboardInterrupt once the step in flight is saved) goes on where it stopped when made again.
+    ``on_progress(step, line)`` receives each progress line. Returns the summary (teacher_lines,
+    teacher_seconds, student: the training summary, shortlist, ...).
+    """
+    values, lists = _command_options("distill", options)
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError("on_progress must be callable")
+    return _native.distill(values, lists, on_progress)
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]):

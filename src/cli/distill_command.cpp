@@ -1,0 +1,51 @@
+// torchmt distill: flags and/or a config file -> DistillOptions -> distill() (training/distillation.h).
+#include <iostream>
+
+#include "cli_options.h"
+#include "torchmt/training/distillation.h"
+#include "torchmt/training/train_recipes.h"
+#include "torchmt/util/strings.h"
+
+namespace torchmt::cli {
+namespace {
+
+int run_distill(int argc, char** argv) {
+  const auto& table = distill_option_table();
+  int code = kExitOk;
+  auto line = parse_command_line(
+      "Sequence-level distillation: the teachers (--teacher-model, repeated: an ensemble) translate the training\n"
+      "sources with beam search into OUT/teacher/, a student (the train command's options) trains on their\n"
+      "translations into OUT/student/, and OUT/shortlist.txt lets it translate in int8 with a shortlist.\n"
+      "A run that stopped goes on where it stopped; --max-minutes is the whole pipeline's budget.",
+      table.rows(), argc, argv, code);
+  if (!line) return code;
+  // A named recipe sets the student's defaults underneath the file and the flags.
+  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
+  auto options = read_options(table, *line, argv[0], code);
+  if (!options) return code;
+  if (!check_usage([&] { options->validate(); }, argv[0])) return kExitUsage;
+  use_heap_policy(options->teacher.translation);
+  TrainHooks hooks;
+  hooks.stop_on_signals = true;  // SIGINT/SIGTERM: the teachers' corpus or the student saved, exit 0
+  if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;
+  const DistillSummary s = distill(*options, hooks);
+  if (s.interrupted) {
+    std::cerr << "interrupted: run the same command again to go on\n";
+    return kExitOk;
+  }
+  const std::string model = s.student.best_checkpoint.empty() ? options->student.out + "/student/checkpoint_last.pt"
+                                                              : s.student.best_checkpoint;
+  std::cerr << "done: teachers " << with_thousands(s.teacher_lines) << " lines in " << clock_text(s.teacher_seconds)
+            << (s.teacher_reused ? " (an earlier run's)" : "") << "; student " << s.student.steps
+            << " steps in this run, " << static_cast<int64_t>(s.student.train_seconds) << " s of training, best "
+            << "validation BLEU " << s.student.best_bleu << "\n"
+            << "translate with: torchmt translate -m " << model << " --dtype int8 --shortlist " << s.shortlist
+            << "\n";
+  return kExitOk;
+}
+
+const CommandRegistration distill_registration(
+    {"distill", "train a small student on a teacher's translations (sequence-level distillation)", run_distill, 25});
+
+}  // namespace
+}  // namespace torchmt::cli

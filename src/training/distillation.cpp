@@ -1,0 +1,390 @@
+#include "torchmt/training/distillation.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "data/binary_dataset.h"
+#include "data/parallel_corpus.h"
+#include "data/shortlist.h"
+#include "data/text_file.h"
+#include "torchmt/loading/model_loader.h"
+#include "torchmt/util/strings.h"
+#include "util/atomic_file.h"
+#include "util/progress.h"
+#include "util/stop_signals.h"
+#include "util/utf8.h"
+
+namespace torchmt {
+namespace fs = std::filesystem;
+
+DistillOptions::DistillOptions() { teacher.translation.search.beam_size = 5; }
+
+const OptionTable<DistillOptions>& distill_option_table() {
+  using O = DistillOptions;
+  const OptionExtra group{"", "distillation", {}};
+  static const auto table =
+      OptionTable<O>("distill")
+          .include(translator_option_table(), &O::teacher, "teacher_")
+          .add("with_originals", &O::with_originals,
+               "the student trains on the original pairs (--train-src, --train-tgt) as well as on the teachers' "
+               "translations", group)
+          .add("chunk_lines", &O::chunk_lines,
+               "source lines the teachers translate between two saves of their corpus (an interrupted run "
+               "translates at most this many again)", group)
+          .include(train_option_table(), &O::student);
+  return table;
+}
+
+void DistillOptions::validate() const {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw std::invalid_argument(message);
+  };
+  require(!teacher.models.empty(), "missing required option --teacher-model (the teacher; repeated: an ensemble)");
+  require(!student.train_src.empty(), "missing required option --train-src (the sources the teachers translate)");
+  require(student.train_data.empty(), "--train-data: distill reads text (--train-src, and --train-tgt with "
+                                      "--with-originals), not a dataset or a corpus list");
+  require(!with_originals || !student.train_tgt.empty(), "--with-originals needs --train-tgt");
+  require(chunk_lines >= 1, "--chunk-lines must be at least 1");
+  require(student.nproc_per_node == 1, "--nproc-per-node: distill trains its student in one process");
+  TranslatorConfig t = teacher;
+  try {
+    t.validate();
+  } catch (const std::invalid_argument& e) {
+    // The translator's messages name the translate command's flags; here they are the teacher's.
+    std::string m = e.what();
+    for (size_t at = m.find("--"); at != std::string::npos; at = m.find("--", at + 10)) m.insert(at + 2, "teacher-");
+    throw std::invalid_argument(m);
+  }
+  TrainOptions s = student;
+  if (s.train_tgt.empty()) s.train_tgt = s.train_src;  // the teachers' translations, later
+  s.validate();
+}
+
+namespace {
+
+// "train.de.gz" -> "de"; "" when the name has no suffix.
+std::string suffix_of(const std::string& path) {
+  fs::path p(path);
+  if (p.extension() == ".gz") p = p.stem();
+  const std::string ext = p.extension().string();
+  return ext.size() > 1 ? ext.substr(1) : "";
+}
+
+// Appends and fsyncs, so that what the progress file counts is on disk before it is counted.
+void append_durably(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
+    }
+    at += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!synced) throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The pipeline's steps, each a method: the teachers' corpus, the student, the shortlist.
+class Distillation {
+ public:
+  Distillation(DistillOptions options, const TrainHooks& hooks)
+      : o_(std::move(options)),
+        hooks_(hooks),
+        out_(o_.student.out),
+        teacher_dir_(out_ + "/teacher"),
+        log_(ProgressStyle::kAuto) {
+    o_.teacher.runtime = hooks.runtime;
+  }
+
+  DistillSummary run() {
+    fs::create_directories(teacher_dir_);
+    teacher_corpus();
+    if (summary_.interrupted) return summary_;
+    train_student();
+    if (summary_.interrupted) return summary_;
+    build_shortlist();
+    return summary_;
+  }
+
+ private:
+  void say(const std::string& text) {
+    if (hooks_.on_progress) hooks_.on_progress(-1, text);
+    log_.line(text);
+  }
+
+  // What the teachers' corpus is a function of: a run with the same key reuses it.
+  std::string teacher_key() const {
+    const auto& t = o_.teacher;
+    const auto& s = t.translation.search;
+    std::string k = "torchmt distill teacher corpus 1\n";
+    for (const auto& m : t.models) k += std::to_string(hash_file(m)) + "\n";
+    k += "weights " + t.ensemble_weights + "\nsource " + std::to_string(hash_file(o_.student.train_src)) + "\n";
+    if (!t.shortlist.empty()) k += "shortlist " + std::to_string(hash_file(t.shortlist)) + "\n";
+    k += "dtype " + t.dtype + "\nbeam " + std::to_string(s.beam_size) + " nbest " + std::to_string(s.nbest) +
+         " lenpen " + real_text(s.length_penalty) + " len " + real_text(s.max_len_a) + " " +
+         std::to_string(s.max_len_b) + " early " + std::to_string(s.early_exit) + " sampling " +
+         std::to_string(s.sampling_topk) + " " + real_text(s.sampling_topp) + " " +
+         real_text(s.sampling_temperature) + " " + std::to_string(s.seed) + "\n";
+    return fnv1a_hex(k);
+  }
+
+  // Step 1: <out>/teacher/train.<src>, train.<tgt>, manifest.json; while under way the same
+  // names with ".partial" and progress.json (lines done, bytes of each file, seconds spent).
+  void teacher_corpus() {
+    for (const auto& m : o_.teacher.models)
+      if (!fs::exists(m)) throw std::runtime_error("--teacher-model " + m + ": file not found");
+    if (!fs::exists(o_.student.train_src))
+      throw std::runtime_error("--train-src " + o_.student.train_src + ": file not found");
+    const std::string key = teacher_key();
+    const std::string manifest_path = teacher_dir_ + "/manifest.json";
+    if (fs::exists(manifest_path)) {
+      const auto m = read_json(manifest_path);
+      if (m.value("key", "") == key && fs::exists(m.value("src", "")) && fs::exists(m.value("tgt", ""))) {
+        summary_.teacher_src = m.at("src").get<std::string>();
+        summary_.teacher_tgt = m.at("tgt").get<std::string>();
+        summary_.teacher_lines = m.at("lines").get<int64_t>();
+        summary_.untranslated_lines = m.at("untranslated").get<int64_t>();
+        summary_.teacher_seconds = m.at("seconds").get<double>();
+        summary_.teacher_reused = true;
+        say("teachers: their translations of " + with_thousands(summary_.teacher_lines) + " lines are in " +
+            summary_.teacher_tgt + " (an earlier run's)");
+        return;
+      }
+      say("teachers: the teachers, the sources or the search changed since " + manifest_path +
+          " was written: translating again");
+      fs::remove(manifest_path);
+    }
+    if (fs::exists(out_ + "/student/checkpoint_last.pt"))
+      throw std::runtime_error(out_ + "/student holds a student trained on other teacher translations than these "
+                                      "will be: remove it, or give another --out");
+    translate_sources(key, manifest_path);
+  }
+
+  void translate_sources(const std::string& key, const std::string& manifest_path) {
+    const auto start = std::chrono::steady_clock::now();
+    Translator teacher = load_translator(o_.teacher);
+    const ModelLanguages& languages = teacher.languages();
+    const std::string src_code = !languages.source.empty() ? languages.source : suffix_of(o_.student.train_src);
+    const std::string tgt_code = !languages.target.empty() ? languages.target
+                                 : !o_.student.train_tgt.empty() ? suffix_of(o_.student.train_tgt) : "";
+    const std::string src_path = teacher_dir_ + "/train." + (src_code.empty() || src_code == tgt_code ? "src" : src_code);
+    const std::string tgt_path = teacher_dir_ + "/train." + (tgt_code.empty() || src_code == tgt_code ? "tgt" : tgt_code);
+    // One SentencePiece model on both sides: the student can share it (and its shortlist).
+    if (teacher.src_tokenizer().checksum() == teacher.tgt_tokenizer().checksum() &&
+        !teacher.src_tokenizer().has_vocabulary())
+      atomic_write(teacher_dir_ + "/spm.model", teacher.src_tokenizer().serialized());
+
+    const std::string src_partial = src_path + ".partial", tgt_partial = tgt_path + ".partial";
+    const std::string progress_path = teacher_dir_ + "/progress.json";
+    int64_t done = 0, untranslated = 0;
+    double seconds_before = 0;
+    if (fs::exists(progress_path)) {
+      const auto p = read_json(progress_path);
+      if (p.value("key", "") == key && fs::exists(src_partial) && fs::exists(tgt_partial) &&
+          fs::file_size(src_partial) >= p.at("src_bytes").get<uint64_t>() &&
+          fs::file_size(tgt_partial) >= p.at("tgt_bytes").get<uint64_t>()) {
+        // What was appended after the last count is a chunk cut short: dropped.
+        fs::resize_file(src_partial, p.at("src_bytes").get<uint64_t>());
+        fs::resize_file(tgt_partial, p.at("tgt_bytes").get<uint64_t>());
+        done = p.at("lines").get<int64_t>();
+        untranslated = p.at("untranslated").get<int64_t>();
+        seconds_before = p.at("seconds").get<double>();
+      }
+    }
+    if (done == 0) {
+      for (const auto& f : {src_partial, tgt_partial}) fs::remove(f);
+    }
+    const int64_t total = count_lines(o_.student.train_src);
+    say("teachers: " + (done > 0 ? "going on from line " + with_thousands(done) + " of " : std::string("translating ")) +
+        with_thousands(total) + " source lines with " + std::to_string(o_.teacher.models.size()) + " model" +
+        (o_.teacher.models.size() > 1 ? "s" : "") + " (" + teacher.precision_name() + ", beam " +
+        std::to_string(o_.teacher.translation.search.beam_size) + ", " +
+        std::to_string(o_.teacher.translation.search.nbest) + "-best) -> " + tgt_path);
+
+    StopSignals signals(hooks_.stop_on_signals);
+    Progress progress("teachers", "lines", total - done);
+    LineReader reader(o_.student.train_src);
+    std::string line;
+    for (int64_t skipped = 0; skipped < done && reader.next(line); ++skipped) {
+    }
+    TranslationOptions options = o_.teacher.translation;
+    uint64_t src_bytes = fs::exists(src_partial) ? fs::file_size(src_partial) : 0;
+    uint64_t tgt_bytes = fs::exists(tgt_partial) ? fs::file_size(tgt_partial) : 0;
+    const auto translating = std::chrono::steady_clock::now();
+    while (true) {
+      std::vector<std::string> chunk;
+      while (static_cast<int64_t>(chunk.size()) < o_.chunk_lines && reader.next(line)) chunk.push_back(line);
+      if (chunk.empty()) break;
+      // Lines no model can read get an empty translation, so the corpus keeps its line numbers
+      // (the student's corpus reader skips them and counts them).
+      std::vector<std::string> inputs;
+      std::vector<size_t> input_of(chunk.size(), SIZE_MAX);
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (Translator::is_blank(chunk[i]) || !is_valid_utf8(chunk[i])) continue;
+        input_of[i] = inputs.size();
+        inputs.push_back(chunk[i]);
+      }
+      options.first_line = done;
+      std::vector<Translation> translations;
+      try {
+        translations = teacher.translate(inputs, options, [&](int64_t n) {
+          progress.add(n);
+          StopSignals::throw_if_requested("translating with the teachers");
+        });
+      } catch (const StopRequested&) {
+        progress.finish();
+        summary_.interrupted = true;
+        say("teachers: interrupted; " + with_thousands(done) + " of " + with_thousands(total) +
+            " lines are saved, the next run goes on from there");
+        return;
+      }
+      std::string src_text, tgt_text;
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (input_of[i] == SIZE_MAX) {
+          ++untranslated;
+          progress.add(1);
+          src_text += chunk[i] + "\n";
+          tgt_text += "\n";
+          continue;
+        }
+        for (const auto& text : translations[input_of[i]].texts) {
+          src_text += chunk[i] + "\n";
+          tgt_text += text + "\n";
+        }
+      }
+      append_durably(src_partial, src_text);
+      append_durably(tgt_partial, tgt_text);
+      src_bytes += src_text.size();
+      tgt_bytes += tgt_text.size();
+      done += static_cast<int64_t>(chunk.size());
+      atomic_write(progress_path, nlohmann::json{{"key", key},
+                                                 {"lines", done},
+                                                 {"untranslated", untranslated},
+                                                 {"src_bytes", src_bytes},
+                                                 {"tgt_bytes", tgt_bytes},
+                                                 {"seconds", seconds_before + seconds_since(start)}}
+                                      .dump(1));
+      // The caller's callback hears of each saved chunk; stderr has the progress line.
+      if (hooks_.on_progress)
+        hooks_.on_progress(-1, "teachers: " + with_thousands(done) + " of " + with_thousands(total) + " lines saved");
+    }
+    progress.finish();
+    fs::rename(src_partial, src_path);
+    fs::rename(tgt_partial, tgt_path);
+    summary_.teacher_src = src_path;
+    summary_.teacher_tgt = tgt_path;
+    summary_.teacher_lines = done;
+    summary_.untranslated_lines = untranslated;
+    summary_.teacher_seconds = seconds_before + seconds_since(start);
+    atomic_write(manifest_path, nlohmann::json{{"key", key},
+                                               {"teachers", o_.teacher.models},
+                                               {"source", fs::absolute(o_.student.train_src).string()},
+                                               {"src", src_path},
+                                               {"tgt", tgt_path},
+                                               {"lines", done},
+                                               {"untranslated", untranslated},
+                                               {"beam", o_.teacher.translation.search.beam_size},
+                                               {"nbest", o_.teacher.translation.search.nbest},
+                                               {"precision", teacher.precision_name()},
+                                               {"seconds", summary_.teacher_seconds}}
+                                    .dump(1) +
+                                    "\n");
+    fs::remove(progress_path);
+    say("teachers: " + with_thousands(done) + " lines translated in " +
+        clock_text(seconds_since(translating)) + (untranslated > 0 ? " (" + with_thousands(untranslated) +
+        " empty or not UTF-8: left untranslated)" : std::string()));
+  }
+
+  // Step 2: the student, on the teachers' corpus (and the original pairs), in <out>/student.
+  void train_student() {
+    TrainOptions s = o_.student;
+    s.out = out_ + "/student";
+    if (o_.with_originals) {
+      const std::string list = teacher_dir_ + "/corpora.yaml";
+      // Equal weights: as many pairs drawn from each (one per source line).
+      atomic_write(list, "corpora:\n  - {name: teachers, src: " + quoted(summary_.teacher_src) + ", tgt: " +
+                             quoted(summary_.teacher_tgt) + ", weight: 1}\n  - {name: originals, src: " +
+                             quoted(fs::absolute(s.train_src).string()) + ", tgt: " +
+                             quoted(fs::absolute(s.train_tgt).string()) + ", weight: 1}\n");
+      s.train_data = list;
+      s.train_src.clear();
+      s.train_tgt.clear();
+    } else {
+      s.train_src = summary_.teacher_src;
+      s.train_tgt = summary_.teacher_tgt;
+    }
+    if (s.spm.empty() && s.init_from.empty() && fs::exists(teacher_dir_ + "/spm.model")) s.spm = teacher_dir_ + "/spm.model";
+    if (s.max_minutes > 0) {
+      const double left = o_.student.max_minutes - summary_.teacher_seconds / 60.0;
+      if (left < 0.1)
+        throw std::runtime_error("--max-minutes " + real_text(o_.student.max_minutes) + ": the teachers took " +
+                                 clock_text(summary_.teacher_seconds) +
+                                 " of it, which leaves the student nothing (raise --max-minutes)");
+      s.max_minutes = left;
+    }
+    s.resume = fs::exists(s.out + "/checkpoint_last.pt");
+    say(std::string("student: ") + (s.resume ? "resuming " : "training ") + s.out + " on " +
+        (o_.with_originals ? "the teachers' translations and the original pairs" : "the teachers' translations") +
+        (s.max_minutes > 0 ? " for at most " + clock_text(s.max_minutes * 60) + " of training" : std::string()));
+    student_spm_ = s.spm.empty() ? s.out + "/spm.model" : s.spm;
+    summary_.student = Trainer(s).run(hooks_);
+    summary_.interrupted = summary_.student.interrupted;
+  }
+
+  // Step 3: the student's shortlist, from the corpus it learned from.
+  void build_shortlist() {
+    const Tokenizer tokenizer = Tokenizer::load(student_spm_);
+    CorpusOptions corpus_options;
+    corpus_options.max_sentence_tokens = int64_t{1} << 20;  // nothing skipped for length
+    const auto corpus =
+        load_parallel_corpus(summary_.teacher_src, summary_.teacher_tgt, tokenizer, tokenizer, corpus_options);
+    const auto shortlist = Shortlist::build(corpus, tokenizer, tokenizer, ShortlistOptions{});
+    summary_.shortlist = out_ + "/shortlist.txt";
+    shortlist.save(summary_.shortlist);
+    say("shortlist: " + summary_.shortlist + " from " + with_thousands(corpus.size()) + " pairs");
+  }
+
+  static std::string quoted(const std::string& path) { return nlohmann::json(path).dump(); }
+
+  static nlohmann::json read_json(const std::string& path) {
+    try {
+      return nlohmann::json::parse(read_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(path + " is damaged (" + e.what() + "): remove it to start that step again");
+    }
+  }
+
+  DistillOptions o_;
+  const TrainHooks& hooks_;
+  std::string out_, teacher_dir_, student_spm_;
+  Progress log_;
+  DistillSummary summary_;
+};
+
+}  // namespace
+
+DistillSummary distill(DistillOptions options, const TrainHooks& hooks) {
+  options.validate();
+  return Distillation(std::move(options), hooks).run();
+}
+
+}  // namespace torchmt
