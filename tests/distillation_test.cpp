@@ -90,6 +90,15 @@ TEST(Distillation, TheTeachersCorpusIsTheirTranslationAndTheStudentTrainsOnIt) {
   EXPECT_EQ(r.student.steps, 1);
   EXPECT_EQ(read_lines(r.teacher_tgt), read_lines(s.teacher_tgt));
 
+  // A copy of the teachers' directory elsewhere is reused there too (its record names its own files).
+  fs::create_directories(dir.path().string() + "/copy");
+  fs::copy(dir.path().string() + "/out/teacher", dir.path().string() + "/copy/teacher", fs::copy_options::recursive);
+  DistillOptions copied = distill_options(dir.path().string());
+  copied.student.out = dir.path().string() + "/copy";
+  const DistillSummary c = distill(copied);
+  EXPECT_TRUE(c.teacher_reused);
+  EXPECT_EQ(c.teacher_tgt, dir.path().string() + "/copy/teacher/train.en");
+
   // Another search makes other teacher lines: a student trained on the old ones is not resumed on them.
   DistillOptions other = distill_options(dir.path().string());
   other.teacher.translation.search.beam_size = 2;

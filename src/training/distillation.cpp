@@ -158,9 +158,11 @@ class Distillation {
     const std::string manifest_path = teacher_dir_ + "/manifest.json";
     if (fs::exists(manifest_path)) {
       const auto m = read_json(manifest_path);
-      if (m.value("key", "") == key && fs::exists(m.value("src", "")) && fs::exists(m.value("tgt", ""))) {
-        summary_.teacher_src = m.at("src").get<std::string>();
-        summary_.teacher_tgt = m.at("tgt").get<std::string>();
+      // The files by their names in this directory: a moved or copied pipeline directory still reads.
+      const std::string src = teacher_dir_ + "/" + m.value("src", ""), tgt = teacher_dir_ + "/" + m.value("tgt", "");
+      if (m.value("key", "") == key && fs::is_regular_file(src) && fs::is_regular_file(tgt)) {
+        summary_.teacher_src = src;
+        summary_.teacher_tgt = tgt;
         summary_.teacher_lines = m.at("lines").get<int64_t>();
         summary_.untranslated_lines = m.at("untranslated").get<int64_t>();
         summary_.teacher_seconds = m.at("seconds").get<double>();
@@ -298,8 +300,8 @@ class Distillation {
     atomic_write(manifest_path, nlohmann::json{{"key", key},
                                                {"teachers", o_.teacher.models},
                                                {"source", fs::absolute(o_.student.train_src).string()},
-                                               {"src", src_path},
-                                               {"tgt", tgt_path},
+                                               {"src", fs::path(src_path).filename().string()},
+                                               {"tgt", fs::path(tgt_path).filename().string()},
                                                {"lines", done},
                                                {"untranslated", untranslated},
                                                {"beam", o_.teacher.translation.search.beam_size},
