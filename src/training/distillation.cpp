@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -19,6 +18,7 @@
 #include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
 #include "util/progress.h"
+#include "util/stopwatch.h"
 #include "util/stop_signals.h"
 #include "util/utf8.h"
 
@@ -97,10 +97,6 @@ void append_durably(const std::string& path, const std::string& bytes) {
   const int error = errno;
   ::close(fd);
   if (!synced) throw std::runtime_error("cannot write " + path + ": " + std::strerror(error));
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The pipeline's steps, each a method: the teachers' corpus, the student, the shortlist.
@@ -182,7 +178,7 @@ class Distillation {
   }
 
   void translate_sources(const std::string& key, const std::string& manifest_path) {
-    const auto start = std::chrono::steady_clock::now();
+    const Stopwatch watch;  // loading included: what the budget pays for
     Translator teacher = load_translator(o_.teacher);
     const ModelLanguages& languages = teacher.languages();
     const std::string src_code = !languages.source.empty() ? languages.source : suffix_of(o_.student.train_src);
@@ -231,7 +227,7 @@ class Distillation {
     TranslationOptions options = o_.teacher.translation;
     uint64_t src_bytes = fs::exists(src_partial) ? fs::file_size(src_partial) : 0;
     uint64_t tgt_bytes = fs::exists(tgt_partial) ? fs::file_size(tgt_partial) : 0;
-    const auto translating = std::chrono::steady_clock::now();
+    const Stopwatch translating;
     while (true) {
       std::vector<std::string> chunk;
       while (static_cast<int64_t>(chunk.size()) < o_.chunk_lines && reader.next(line)) chunk.push_back(line);
@@ -283,7 +279,7 @@ class Distillation {
                                                  {"untranslated", untranslated},
                                                  {"src_bytes", src_bytes},
                                                  {"tgt_bytes", tgt_bytes},
-                                                 {"seconds", seconds_before + seconds_since(start)}}
+                                                 {"seconds", seconds_before + watch.seconds()}}
                                       .dump(1));
       // The caller's callback hears of each saved chunk; stderr has the progress line.
       if (hooks_.on_progress)
@@ -296,7 +292,7 @@ class Distillation {
     summary_.teacher_tgt = tgt_path;
     summary_.teacher_lines = done;
     summary_.untranslated_lines = untranslated;
-    summary_.teacher_seconds = seconds_before + seconds_since(start);
+    summary_.teacher_seconds = seconds_before + watch.seconds();
     atomic_write(manifest_path, nlohmann::json{{"key", key},
                                                {"teachers", o_.teacher.models},
                                                {"source", fs::absolute(o_.student.train_src).string()},
@@ -312,7 +308,7 @@ class Distillation {
                                     "\n");
     fs::remove(progress_path);
     say("teachers: " + with_thousands(done) + " lines translated in " +
-        clock_text(seconds_since(translating)) + (untranslated > 0 ? " (" + with_thousands(untranslated) +
+        clock_text(translating.seconds()) + (untranslated > 0 ? " (" + with_thousands(untranslated) +
         " empty or not UTF-8: left untranslated)" : std::string()));
   }
 
