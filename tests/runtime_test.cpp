@@ -39,6 +39,11 @@ TEST(Runtime, ValuesItCannotRunAreOneLineErrorsNamingTheFieldOrVariable) {
     test::ScopedEnv bad("TORCHMT_CPU_ISA", "avx9");
     EXPECT_NE(error_of([] { Runtime::from_environment(); }).find("TORCHMT_CPU_ISA"), std::string::npos);
   }
+  r = Runtime{};
+  r.intra_threads = 2;  // threads inside workers, but no workers of its own
+  EXPECT_NE(error_of([&] { r.validate(); }).find("intra_threads=2 needs inter_threads >= 1"), std::string::npos);
+  r.inter_threads = -1;
+  EXPECT_NE(error_of([&] { r.validate(); }).find("cannot be negative"), std::string::npos);
   test::ScopedEnv off("TORCHMT_SCREENED_ARGMAX", "0");
   test::ScopedEnv gemm("TORCHMT_PACKED_GEMM", "aten");
   const Runtime env = Runtime::from_environment();

@@ -66,6 +66,16 @@ TEST(Translator, WorkerPlanFollowsTheOptionsAndTheJob) {
   plan = translator.plan_workers(o, 1000);
   EXPECT_EQ(plan.workers, at::get_num_threads());
   EXPECT_EQ(plan.threads_per_worker, 1);
+  // A runtime's thread plan caps the workers (inter_threads) and sets their threads (intra_threads).
+  Runtime rt;
+  rt.inter_threads = 2;
+  rt.intra_threads = 3;
+  translator.set_runtime(rt);
+  plan = translator.plan_workers(o, 1000);
+  EXPECT_EQ(plan.workers, 2);
+  EXPECT_EQ(plan.threads_per_worker, 3);
+  plan = translator.plan_workers(o, 1);
+  EXPECT_EQ(plan.workers, 1);
 }
 
 // A decoder that fails on a batch of a given size: the error of one worker reaches the caller.

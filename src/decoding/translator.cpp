@@ -71,11 +71,10 @@ WorkerPlan Translator::plan_workers(const TranslationOptions& options, size_t ba
     return plan;
   }
   const auto jobs = static_cast<int64_t>(std::max<size_t>(1, batches));
-  if (fixed_plan_.workers > 0) {
-    plan.workers = std::min(fixed_plan_.workers, options.workers > 0 ? std::min(options.workers, jobs) : jobs);
-    plan.threads_per_worker = fixed_plan_.threads_per_worker > 0
-                                  ? fixed_plan_.threads_per_worker
-                                  : std::max<int64_t>(1, cpu_threads_ / fixed_plan_.workers);
+  if (const int64_t fixed = runtime_ ? runtime_->inter_threads : 0; fixed > 0) {
+    plan.workers = std::min(fixed, options.workers > 0 ? std::min(options.workers, jobs) : jobs);
+    plan.threads_per_worker =
+        runtime_->intra_threads > 0 ? runtime_->intra_threads : std::max<int64_t>(1, cpu_threads_ / fixed);
     return plan;
   }
   // Auto: one single-threaded worker per core, as many as there are batches; the cores left
@@ -97,16 +96,9 @@ void Translator::set_cpu_threads(int64_t n) {
 void Translator::set_runtime(const Runtime& runtime) {
   runtime.validate();
   runtime_ = runtime;
-}
-
-void Translator::set_thread_plan(int64_t workers, int64_t threads_per_worker) {
-  if (workers < 1 || threads_per_worker < 0)
-    throw std::invalid_argument("a thread plan of " + std::to_string(workers) + " workers x " +
-                                std::to_string(threads_per_worker) + " threads (workers >= 1, threads >= 0)");
-  fixed_plan_ = {workers, threads_per_worker};
   // Decoders are made by each call; making the first one puts a native model in eval mode,
   // which must happen before several threads share it.
-  (void)make_decoder_(true);
+  if (runtime.inter_threads > 0) (void)make_decoder_(true);
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& lines,
@@ -216,7 +208,7 @@ void Translator::run_batches(const TranslationOptions& options, size_t batches,
       failed = true;
     }
   };
-  if (plan.workers == 1 && fixed_plan_.workers == 0) {
+  if (plan.workers == 1 && !(runtime_ && runtime_->inter_threads > 0)) {
     ScopedThreadTeam scoped(team);
     work(*decoders.front(), false);
   } else {

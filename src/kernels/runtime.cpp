@@ -53,11 +53,20 @@ Runtime Runtime::from_environment() {
   return r;
 }
 
-void Runtime::validate() const { settings_of(*this, "cpu_isa", "packed_gemm"); }
+void Runtime::validate() const {
+  settings_of(*this, "cpu_isa", "packed_gemm");
+  if (inter_threads < 0 || intra_threads < 0)
+    throw std::invalid_argument("inter_threads=" + std::to_string(inter_threads) + ", intra_threads=" +
+                                std::to_string(intra_threads) + ": thread counts cannot be negative");
+  if (intra_threads > 0 && inter_threads == 0)
+    throw std::invalid_argument("intra_threads=" + std::to_string(intra_threads) +
+                                " needs inter_threads >= 1 (the threads inside each of the translator's workers)");
+}
 
 bool Runtime::operator==(const Runtime& o) const {
   return cpu_isa == o.cpu_isa && packed_gemm == o.packed_gemm && screened_argmax == o.screened_argmax &&
-         screened_beam == o.screened_beam && sparse_input == o.sparse_input;
+         screened_beam == o.screened_beam && sparse_input == o.sparse_input && inter_threads == o.inter_threads &&
+         intra_threads == o.intra_threads;
 }
 
 RuntimeScope::RuntimeScope(const Runtime& runtime)

@@ -102,8 +102,10 @@ class NativeTranslator {
     config.device = device;
     config.dtype = dtype;
     config.shortlist = shortlist;
-    if (!runtime.empty()) {
+    {
       Runtime rt = Runtime::from_environment();
+      rt.inter_threads = inter_threads;
+      rt.intra_threads = intra_threads;
       if (runtime.contains("cpu_isa")) rt.cpu_isa = runtime["cpu_isa"].cast<std::string>();
       if (runtime.contains("packed_gemm")) rt.packed_gemm = runtime["packed_gemm"].cast<std::string>();
       if (runtime.contains("screened_argmax")) rt.screened_argmax = runtime["screened_argmax"].cast<bool>();
@@ -114,7 +116,6 @@ class NativeTranslator {
     }
     translator_ = std::make_unique<Translator>(run_interruptible<Translator>(
         [config] { return load_translator(config); }, [] {}));
-    translator_->set_thread_plan(inter_threads, intra_threads);
   }
 
   std::vector<PyTranslation> translate(const std::vector<std::string>& lines, const py::dict& settings,

@@ -171,7 +171,10 @@ TEST_F(HostProcess, TranslatorFromFourThreadsLeavesTheHostAlone) {
   lone.threads_per_worker = 2;
   translate_from_four_threads([&](const auto& l) { return translator.translate_text(l, lone); }, expected);
   // A shared translator's own threads: 2 workers x 1 thread for every caller.
-  translator.set_thread_plan(2, 1);
+  Runtime plan;
+  plan.inter_threads = 2;
+  plan.intra_threads = 1;
+  translator.set_runtime(plan);
   translate_from_four_threads([&](const auto& l) { return translator.translate_text(l, options); }, expected);
   expect_same(before, HostSettings::now());
   EXPECT_GT(host_allocator->allocations.load(), 0) << "tensors were not allocated through the host's allocator";

@@ -94,21 +94,15 @@ class Translator {
                                       const std::function<void(int64_t)>& done = {});
   // The workers and threads translate() uses for a job of `batches` batches: the options' values
   // where set, else one single-threaded worker per CPU thread (at most one per batch); on CUDA,
-  // one worker. Under set_thread_plan, at most its workers.
+  // one worker. Under a runtime with a thread plan (Runtime::inter_threads), at most its workers.
   WorkerPlan plan_workers(const TranslationOptions& options, size_t batches) const;
   // The CPU threads translate() may use when the options leave it open (at::get_num_threads()
   // of the thread that made the translator, until set). n >= 1.
   void set_cpu_threads(int64_t n);
-  // For a translator shared by the threads of another program (CTranslate2's inter_threads x
-  // intra_threads): from now on translate() runs every batch on the translator's own threads,
-  // never on the caller's, at most `workers` batches at a time whoever calls (calls from several
-  // threads share them), each with `threads_per_worker` threads inside its operations (0: the
-  // CPU threads / workers). The caller's thread settings are never touched.
-  void set_thread_plan(int64_t workers, int64_t threads_per_worker);
   // The kernels' settings (instruction set, switches) of everything this translator runs, on
   // whichever thread: its batches, its alignments, the server's steps (TranslationService),
-  // weights prepared after it is set. Unset: the process's (kernels/runtime.h). Validates
-  // (std::invalid_argument).
+  // weights prepared after it is set; and its thread plan (Runtime::inter_threads). Unset: the
+  // process's (kernels/runtime.h). Validates (std::invalid_argument).
   void set_runtime(const Runtime& runtime);
   const std::optional<Runtime>& runtime() const { return runtime_; }
   // Best hypothesis text per line: the common case.
@@ -197,7 +191,6 @@ class Translator {
   std::string dtype_reason_;
   std::string precision_name_;  // set_precision_name's; empty: from the model and dtype
   int64_t cpu_threads_;  // at::get_num_threads() when made: the cores this translator may use
-  WorkerPlan fixed_plan_{0, 0};  // set_thread_plan's (workers 0: none)
   std::optional<Runtime> runtime_;
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;

@@ -2,15 +2,17 @@
 // What used to be process policy, as an object a program builds and hands to the library: the
 // instruction set of torchmt's CPU kernels and their switches (the environment table's
 // TORCHMT_CPU_ISA, TORCHMT_PACKED_GEMM, TORCHMT_SCREENED_ARGMAX, TORCHMT_SCREENED_BEAM,
-// TORCHMT_SPARSE_INPUT). The CLI builds one from the environment table (from_environment) and
-// hands it to the Translator (TranslatorConfig::runtime, Translator::set_runtime), and so to the
-// server, and to the trainer; a program that embeds torchmt builds its own, one per translator
-// if it likes. The thread plan is the translator's (Translator::set_thread_plan); what can only
-// be process-wide is the program's to ask for: the allocator (util/heap.h), LibTorch's GPU
-// attention backends (use_shape_free_cuda_attention, util/device.h) and ISAs (limit_library_isas).
+// TORCHMT_SPARSE_INPUT) and a translator's thread plan (CTranslate2's inter_threads x
+// intra_threads). The CLI builds one from the environment table (from_environment) and hands it
+// to the Translator (TranslatorConfig::runtime, Translator::set_runtime), and so to the server,
+// and to the trainer; a program that embeds torchmt builds its own, one per translator if it
+// likes. What can only be process-wide is the program's to ask for: the allocator (util/heap.h),
+// LibTorch's GPU attention backends (use_shape_free_cuda_attention, util/device.h) and ISAs
+// (limit_library_isas).
 //
 //   Runtime rt;                     // the detected instruction set, every kernel switch on
 //   rt.cpu_isa = "avx2";
+//   rt.inter_threads = 2;           // 2 batches at a time on the translator's own threads
 //   translator.set_runtime(rt);     // its batches, its preparation and the server's steps run
 //                                   // under rt, on whichever thread runs them
 //
@@ -36,6 +38,14 @@ struct Runtime {
   bool screened_beam = true;
   // A ReLU feed-forward layer's second Linear skips zero inputs.
   bool sparse_input = true;
+  // A translator's thread plan, for one shared by the threads of another program: with
+  // inter_threads >= 1, translate() runs every batch on the translator's own threads, never on
+  // the caller's, at most inter_threads batches at a time whoever calls (callers share them), each
+  // with intra_threads threads inside its operations (0: the translator's CPU threads /
+  // inter_threads); the caller's thread settings are never touched. 0: translate() plans each job
+  // (Translator::plan_workers). The trainer has its own (--threads).
+  int64_t inter_threads = 0;
+  int64_t intra_threads = 0;
 
   // The environment table's values (std::invalid_argument naming the variable on a bad one).
   static Runtime from_environment();
