@@ -335,9 +335,12 @@ FlatConfig options_config(const std::map<std::string, std::string>& values,
   return with_recipe(config);
 }
 
-// Hooks that pass each progress line to `on_progress` (under the GIL); an exception of the
-// callback stops the run (with a checkpoint) and is kept in `callback_error` to be raised.
-TrainHooks progress_hooks(const py::object& on_progress, const std::shared_ptr<std::exception_ptr>& callback_error) {
+// Runs a training job (`run` with its hooks) off the GIL: each progress line goes to `on_progress`
+// (under the GIL); Ctrl-C, or an exception of the callback, stops the job as SIGINT does (with a
+// checkpoint), then is raised.
+template <class Summary>
+Summary run_with_progress(const py::object& on_progress, std::function<Summary(const TrainHooks&)> run) {
+  auto callback_error = std::make_shared<std::exception_ptr>();
   TrainHooks hooks;
   if (!on_progress.is_none()) {
     hooks.on_progress = [on_progress, callback_error](int64_t step, const std::string& line) {
@@ -351,7 +354,9 @@ TrainHooks progress_hooks(const py::object& on_progress, const std::shared_ptr<s
       }
     };
   }
-  return hooks;
+  Summary s = run_interruptible<Summary>([run, hooks] { return run(hooks); }, [] { request_training_stop(); });
+  if (*callback_error) std::rethrow_exception(*callback_error);
+  return s;
 }
 
 py::dict train_summary(const TrainSummary& s) {
@@ -374,12 +379,8 @@ py::dict train(const std::map<std::string, std::string>& values, const std::map<
                const py::object& on_progress) {
   TrainOptions options = TrainOptions::from_config(options_config(values, lists));
   options.validate();
-  auto callback_error = std::make_shared<std::exception_ptr>();
-  const TrainHooks hooks = progress_hooks(on_progress, callback_error);
-  TrainSummary s = run_interruptible<TrainSummary>([options, hooks] { return Trainer(options).run(hooks); },
-                                                   [] { request_training_stop(); });
-  if (*callback_error) std::rethrow_exception(*callback_error);
-  return train_summary(s);
+  return train_summary(
+      run_with_progress<TrainSummary>(on_progress, [options](const TrainHooks& h) { return Trainer(options).run(h); }));
 }
 
 // distill(options, on_progress): the distill command's options by their config names.
@@ -387,11 +388,8 @@ py::dict distill(const std::map<std::string, std::string>& values,
                  const std::map<std::string, std::vector<std::string>>& lists, const py::object& on_progress) {
   DistillOptions options = distill_option_table().read(options_config(values, lists));
   options.validate();
-  auto callback_error = std::make_shared<std::exception_ptr>();
-  const TrainHooks hooks = progress_hooks(on_progress, callback_error);
-  DistillSummary s = run_interruptible<DistillSummary>([options, hooks] { return torchmt::distill(options, hooks); },
-                                                       [] { request_training_stop(); });
-  if (*callback_error) std::rethrow_exception(*callback_error);
+  const DistillSummary s = run_with_progress<DistillSummary>(
+      on_progress, [options](const TrainHooks& h) { return torchmt::distill(options, h); });
   py::dict out;
   out["teacher_src"] = s.teacher_src;
   out["teacher_tgt"] = s.teacher_tgt;
