@@ -53,6 +53,8 @@ mark "suite done"
 TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/kill_campaign.sh" 5
 # A dataset being preprocessed survives kill -9 the same way: none, or a complete one that verifies.
 TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/preprocess_kill_campaign.sh" 4 50000
+# A distillation killed anywhere goes on where it stopped and ends with the uninterrupted run's teacher corpus.
+TORCHMT_BUILD_DIR=${TORCHMT_BUILD_DIR:-build} bash "$root/tools/distill_kill_campaign.sh" 4
 
 # The installed package as another CMake project uses it: find_package(torchmt) and the
 # Translator API (tools/example/), built against `cmake --install`'s output.
