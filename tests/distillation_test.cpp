@@ -26,6 +26,7 @@ void write_distill_sources(const std::string& dir) {
   en.resize(kDistillLines);
   de[7] = "";             // left untranslated, kept in place
   de[11] = "bad \xff byte";  // the same
+  de[20] = std::string((1 << 20) + 5, 'a');  // over the reader's 1 MB: the same
   write_lines(dir + "/train.de", de);
   write_lines(dir + "/train.en", en);
 }
@@ -44,19 +45,27 @@ DistillOptions distill_options(const std::string& dir) {
   return o;
 }
 
-// What the teacher says of the sources, as `translate` would (empty for the two unreadable lines).
+// What the teacher says of the sources, as `translate` would (empty for the three unreadable lines).
 std::vector<std::string> expected_teacher_lines(const std::string& dir) {
   TranslatorConfig config = distill_options(dir).teacher;
   Translator teacher = load_translator(config);
   auto sources = read_lines(dir + "/train.de");
   std::vector<std::string> readable;
+  auto readable_line = [](const std::string& s) { return !s.empty() && s[4] != '\xff' && s.size() < (1 << 20); };
   for (const auto& s : sources)
-    if (!s.empty() && s[4] != '\xff') readable.push_back(s);
+    if (readable_line(s)) readable.push_back(s);
   auto translated = teacher.translate_text(readable, config.translation);
   std::vector<std::string> out;
   size_t next = 0;
-  for (const auto& s : sources) out.push_back(!s.empty() && s[4] != '\xff' ? translated[next++] : "");
+  for (const auto& s : sources) out.push_back(readable_line(s) ? translated[next++] : "");
   return out;
+}
+
+// The teachers' copy of the sources: line for line, the one over 1 MB cut to it.
+std::vector<std::string> expected_teacher_sources(const std::string& dir) {
+  auto sources = read_lines(dir + "/train.de");
+  sources[20].resize(1 << 20);
+  return sources;
 }
 
 TEST(Distillation, TheTeachersCorpusIsTheirTranslationAndTheStudentTrainsOnIt) {
@@ -66,10 +75,10 @@ TEST(Distillation, TheTeachersCorpusIsTheirTranslationAndTheStudentTrainsOnIt) {
   EXPECT_FALSE(s.interrupted);
   EXPECT_FALSE(s.teacher_reused);
   EXPECT_EQ(s.teacher_lines, static_cast<int64_t>(kDistillLines));
-  EXPECT_EQ(s.untranslated_lines, 2);
+  EXPECT_EQ(s.untranslated_lines, 3);
   EXPECT_EQ(s.teacher_src, dir.path().string() + "/out/teacher/train.de");
   EXPECT_EQ(s.teacher_tgt, dir.path().string() + "/out/teacher/train.en");
-  EXPECT_EQ(read_lines(s.teacher_src), read_lines(dir.path().string() + "/train.de"));
+  EXPECT_EQ(read_lines(s.teacher_src), expected_teacher_sources(dir.path().string()));
   EXPECT_EQ(read_lines(s.teacher_tgt), expected_teacher_lines(dir.path().string()));
   EXPECT_FALSE(fs::exists(dir.path().string() + "/out/teacher/progress.json"));
   // The student shares the teacher's vocabulary, trained on the teacher's lines, and has a shortlist.
@@ -130,7 +139,7 @@ TEST(Distillation, AnInterruptedTeacherGoesOnFromItsLastSavedChunk) {
                          [](const std::string& l) { return l.find("going on from line 16 of 30") != std::string::npos; }),
             lines.end());
   EXPECT_EQ(read_lines(second.teacher_tgt), expected_teacher_lines(dir.path().string()));
-  EXPECT_EQ(read_lines(second.teacher_src), read_lines(dir.path().string() + "/train.de"));
+  EXPECT_EQ(read_lines(second.teacher_src), expected_teacher_sources(dir.path().string()));
   EXPECT_FALSE(fs::exists(partial));
 }
 
@@ -180,6 +189,14 @@ TEST(Distillation, BadOptionsAndFilesAreOneLine) {
   // A damaged record of an earlier run names the file and what to do.
   fs::create_directories(dir.path().string() + "/out/teacher");
   test::write_text(dir.path().string() + "/out/teacher/manifest.json", "{not json");
+  EXPECT_NE(error([](DistillOptions&) {}).find("manifest.json is damaged"), std::string::npos);
+  // So is one that parses but lacks what it must hold.
+  fs::remove(dir.path().string() + "/out/teacher/manifest.json");
+  ASSERT_EQ(error([](DistillOptions&) {}), "");
+  const std::string manifest = dir.path().string() + "/out/teacher/manifest.json";
+  std::string text = test::read_text(manifest);
+  text.replace(text.find("\"lines\""), 7, "\"linez\"");
+  test::write_text(manifest, text);
   EXPECT_NE(error([](DistillOptions&) {}).find("manifest.json is damaged"), std::string::npos);
 }
 

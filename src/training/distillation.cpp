@@ -75,6 +75,9 @@ void DistillOptions::validate() const {
 
 namespace {
 
+// A longer source line is not translated (the corpus reader's limit: it would be skipped as too long).
+constexpr size_t kMaxSourceLineBytes = size_t{1} << 20;
+
 // "train.de.gz" -> "de"; "" when the name has no suffix.
 std::string suffix_of(const std::string& path) {
   fs::path p(path);
@@ -157,7 +160,7 @@ class Distillation {
       throw std::runtime_error("--train-src " + o_.student.train_src + ": file not found");
     const std::string key = teacher_key();
     const std::string manifest_path = teacher_dir_ + "/manifest.json";
-    if (fs::exists(manifest_path)) {
+    if (fs::exists(manifest_path)) try {
       const auto m = read_json(manifest_path);
       // The files by their names in this directory: a moved or copied pipeline directory still reads.
       const std::string src = teacher_dir_ + "/" + m.value("src", ""), tgt = teacher_dir_ + "/" + m.value("tgt", "");
@@ -175,6 +178,8 @@ class Distillation {
       say("teachers: the teachers, the sources or the search changed since " + manifest_path +
           " was written: translating again");
       fs::remove(manifest_path);
+    } catch (const nlohmann::json::exception& e) {
+      throw damaged(manifest_path, e);
     }
     if (fs::exists(out_ + "/student/checkpoint_last.pt"))
       throw std::runtime_error(out_ + "/student holds a student trained on other teacher translations than these "
@@ -200,7 +205,7 @@ class Distillation {
     const std::string progress_path = teacher_dir_ + "/progress.json";
     int64_t done = 0, untranslated = 0;
     double seconds_before = 0;
-    if (fs::exists(progress_path)) {
+    if (fs::exists(progress_path)) try {
       const auto p = read_json(progress_path);
       if (p.value("key", "") == key && fs::exists(src_partial) && fs::exists(tgt_partial) &&
           fs::file_size(src_partial) >= p.at("src_bytes").get<uint64_t>() &&
@@ -212,6 +217,8 @@ class Distillation {
         untranslated = p.at("untranslated").get<int64_t>();
         seconds_before = p.at("seconds").get<double>();
       }
+    } catch (const nlohmann::json::exception& e) {
+      throw damaged(progress_path, e);
     }
     if (done == 0) {
       for (const auto& f : {src_partial, tgt_partial}) fs::remove(f);
@@ -226,6 +233,7 @@ class Distillation {
     StopSignals signals(hooks_.stop_on_signals);
     Progress progress("teachers", "lines", total - done);
     LineReader reader(o_.student.train_src);
+    reader.set_max_line_bytes(kMaxSourceLineBytes);
     std::string line;
     for (int64_t skipped = 0; skipped < done && reader.next(line); ++skipped) {
     }
@@ -235,14 +243,18 @@ class Distillation {
     const Stopwatch translating;
     while (true) {
       std::vector<std::string> chunk;
-      while (static_cast<int64_t>(chunk.size()) < o_.chunk_lines && reader.next(line)) chunk.push_back(line);
+      std::vector<char> cut;
+      while (static_cast<int64_t>(chunk.size()) < o_.chunk_lines && reader.next(line)) {
+        chunk.push_back(line);
+        cut.push_back(reader.truncated());
+      }
       if (chunk.empty()) break;
       // Lines no model can read get an empty translation, so the corpus keeps its line numbers
       // (the student's corpus reader skips them and counts them).
       std::vector<std::string> inputs;
       std::vector<size_t> input_of(chunk.size(), SIZE_MAX);
       for (size_t i = 0; i < chunk.size(); ++i) {
-        if (Translator::is_blank(chunk[i]) || !is_valid_utf8(chunk[i])) continue;
+        if (cut[i] || Translator::is_blank(chunk[i]) || !is_valid_utf8(chunk[i])) continue;
         input_of[i] = inputs.size();
         inputs.push_back(chunk[i]);
       }
@@ -314,7 +326,7 @@ class Distillation {
     fs::remove(progress_path);
     say("teachers: " + with_thousands(done) + " lines translated in " +
         clock_text(translating.seconds()) + (untranslated > 0 ? " (" + with_thousands(untranslated) +
-        " empty or not UTF-8: left untranslated)" : std::string()));
+        " empty, not UTF-8 or over 1 MB: left untranslated)" : std::string()));
   }
 
   // Step 2: the student, on the teachers' corpus (and the original pairs), in <out>/student.
@@ -368,13 +380,11 @@ class Distillation {
 
   static std::string quoted(const std::string& path) { return nlohmann::json(path).dump(); }
 
-  static nlohmann::json read_json(const std::string& path) {
-    try {
-      return nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(path + " is damaged (" + e.what() + "): remove it to start that step again");
-    }
+  static std::runtime_error damaged(const std::string& path, const std::exception& e) {
+    return std::runtime_error(path + " is damaged (" + e.what() + "): remove it to start that step again");
   }
+  // A record this pipeline wrote; one that does not parse, or lacks a field (at()), is damaged.
+  static nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
 
   DistillOptions o_;
   const TrainHooks& hooks_;

@@ -42,7 +42,7 @@ struct DistillSummary {
   std::string teacher_src, teacher_tgt;  // the teachers' corpus
   bool teacher_reused = false;           // translated by an earlier run
   int64_t teacher_lines = 0;             // source lines translated (nbest hypotheses each)
-  int64_t untranslated_lines = 0;        // empty or invalid UTF-8 sources: an empty translation
+  int64_t untranslated_lines = 0;        // empty, invalid UTF-8 or over 1 MB sources: an empty translation
   double teacher_seconds = 0;            // spent translating, over every run of the pipeline
   TrainSummary student;
   std::string shortlist;                 // built for the student; empty when interrupted before it
