@@ -3,6 +3,7 @@
 // the ones it cannot score, and models in the wrong roles are refused in one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -119,6 +120,25 @@ TEST(Filter, CommandKeepsTheCleanPairsAndReportsTheRest) {
   r = test::run_command(base + " --keep-fraction 0.5 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(file_lines(dir.file("k.de")).size(), 24u);
+
+  // A threshold from clean reference pairs: their scores' quantile (here the memorised pairs, scored alone).
+  r = test::run_command(test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " + m.ende +
+                        " --src " + m.de + " --tgt " + m.en + " --kept-src " + dir.file("r.de") + " --kept-tgt " +
+                        dir.file("r.en") + " --max-score 1000 --scores " + dir.file("r.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> reference;
+  for (const auto& line : file_lines(dir.file("r.tsv"))) reference.push_back(std::stod(line));
+  std::sort(reference.begin(), reference.end());
+  const std::string quiet_flag = " -q ";
+  std::string loud = base;
+  loud.replace(loud.find(quiet_flag), quiet_flag.size(), " ");
+  r = test::run_command(loud + " --reference-src " + m.de + " --reference-tgt " + m.en + " --reference-quantile 0.5 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto at = r.output.find("filter: --max-score ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", the 0.5 quantile of 40 reference pairs' scores"), std::string::npos) << r.output;
+  const double threshold = std::stod(r.output.substr(at + 20));
+  EXPECT_NEAR(threshold, reference[20], 1e-4 * std::max(1.0, std::fabs(reference[20])));
 }
 
 TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
@@ -142,7 +162,16 @@ TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
            " --max-score 2",
        "line counts differ", 1},
       {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept,
-       "give one of --max-score S (> 0) and --keep-fraction F", 2},
+       "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --reference-src " + m.de,
+       "--reference-src and --reference-tgt go together", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --reference-src " + m.de + " --reference-tgt " + m.en + " --reference-quantile 1.5",
+       "--reference-quantile must be in (0, 1]", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --reference-src " + m.de + " --reference-tgt " + dir.file("short.de"),
+       "line counts differ", 1},
       {"-m " + m.deen + " --src " + m.de + " --tgt " + m.en + kept + " --max-score 2",
        "missing required option --backward-model", 2},
   };

@@ -1,4 +1,5 @@
 // torchmt distill: flags and/or a config file -> DistillOptions -> distill() (training/distillation.h).
+#include <cstdio>
 #include <iostream>
 
 #include "cli_options.h"
@@ -33,12 +34,14 @@ int run_distill(int argc, char** argv) {
     std::cerr << "interrupted: run the same command again to go on\n";
     return kExitOk;
   }
+  char bleu[64] = "";
+  if (s.student.best_bleu >= 0) std::snprintf(bleu, sizeof(bleu), ", best validation BLEU %.2f", s.student.best_bleu);
   const std::string model = s.student.best_checkpoint.empty() ? options->student.out + "/student/checkpoint_last.pt"
                                                               : s.student.best_checkpoint;
   std::cerr << "done: teachers " << with_thousands(s.teacher_lines) << " lines in " << clock_text(s.teacher_seconds)
             << (s.teacher_reused ? " (an earlier run's)" : "") << "; student " << s.student.steps
-            << " steps in this run, " << static_cast<int64_t>(s.student.train_seconds) << " s of training, best "
-            << "validation BLEU " << s.student.best_bleu << "\n"
+            << " steps in this run, " << static_cast<int64_t>(s.student.train_seconds) << " s of training"
+            << bleu << "\n"
             << "translate with: torchmt translate -m " << model << " --dtype int8 --shortlist " << s.shortlist
             << "\n";
   return kExitOk;

@@ -4,8 +4,9 @@ shuffled among each other; half of those then truncated to their first half or r
 pair's own source-language text), filtered by `torchmt filter`; prints the share of corrupted
 pairs removed (goal >= 90%) and of clean pairs dropped (goal <= 5%).
 
-Two thresholds: --max-score at the 99th percentile of the dual scores of the clean validation set
-(no knowledge of the noise), and --keep-fraction 0.8 (an oracle that knows the noise rate).
+Three thresholds: `--reference-src/--reference-tgt` val (the command's own: the 0.95 quantile of the clean
+validation set's dual scores, no knowledge of the noise), --max-score at their 99th percentile, and
+--keep-fraction 0.8 (an oracle that knows the noise rate).
 
   tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR]
 """
@@ -71,16 +72,21 @@ def main():
     val_scores = sorted(float(r.split("\t")[0]) for r in open(f"{work}/val.scores") if r.split("\t")[0])
     threshold = val_scores[int(0.99 * (len(val_scores) - 1))]
 
-    # One run of the command at the held-out threshold (its kept files and every pair's scores); the
-    # oracle's cut from the same scores.
+    # One run of the command with the validation set as its reference (--max-score: the default 0.95
+    # quantile of its pairs' scores): its kept files and every pair's scores; the val p99 and the
+    # oracle's cuts from the same scores.
     proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
                                     f"{work}/kept.de", "--kept-tgt", f"{work}/kept.en", "--scores", f"{work}/noisy.scores",
-                                    "--max-score", f"{threshold:.6f}"], check=True, capture_output=True, text=True)
-    print(proc.stderr.strip().splitlines()[-1])
+                                    "--reference-src", vde, "--reference-tgt", ven], check=True, capture_output=True,
+                          text=True)
+    said = [line for line in proc.stderr.strip().splitlines() if line.startswith("filter: ")]
+    print("\n".join(said))
+    reference = float(said[0].split("--max-score ")[1].split(",")[0])
     scores = [r.rstrip("\n").split("\t")[0] for r in open(f"{work}/noisy.scores")]
     ordered = sorted(float(x) for x in scores if x)
     oracle = ordered[int(0.8 * len(ordered)) - 1]
-    for name, cut in ((f"--max-score {threshold:.6f} (val p99)", float(f"{threshold:.6f}")),
+    for name, cut in ((f"--reference-src val (the 0.95 quantile, {reference})", reference),
+                      (f"--max-score {threshold:.6f} (val p99)", float(f"{threshold:.6f}")),
                       (f"--keep-fraction 0.8 (oracle: score <= {oracle:.4f})", oracle)):
         kept = [x != "" and float(x) <= cut for x in scores]
         removed = {}
