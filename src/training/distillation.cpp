@@ -335,9 +335,11 @@ class Distillation {
     s.out = out_ + "/student";
     if (o_.with_originals) {
       const std::string list = teacher_dir_ + "/corpora.yaml";
-      // Equal weights: as many pairs drawn from each (one per source line).
-      atomic_write(list, "corpora:\n  - {name: teachers, src: " + quoted(summary_.teacher_src) + ", tgt: " +
-                             quoted(summary_.teacher_tgt) + ", weight: 1}\n  - {name: originals, src: " +
+      // Equal weights: as many pairs drawn from each (one per source line). Absolute paths: the list
+      // reads the same from any directory.
+      atomic_write(list, "corpora:\n  - {name: teachers, src: " + quoted(fs::absolute(summary_.teacher_src).string()) +
+                             ", tgt: " + quoted(fs::absolute(summary_.teacher_tgt).string()) +
+                             ", weight: 1}\n  - {name: originals, src: " +
                              quoted(fs::absolute(s.train_src).string()) + ", tgt: " +
                              quoted(fs::absolute(s.train_tgt).string()) + ", weight: 1}\n");
       s.train_data = list;
