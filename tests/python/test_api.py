@@ -396,7 +396,8 @@ def test_distill_teaches_a_student_with_the_teachers_translations(trained, sampl
     assert summary["student"]["steps"] == 5 and os.path.exists(summary["shortlist"])
     assert "teachers: 40 of 40 lines saved" in seen
     teacher = torchmt.Translator(trained[0], compute_type="float32")
-    want = [r.hypotheses[0] for r in teacher.translate_batch(sample[0][:40], beam_size=5, max_batch_size=64)]
+    want = [r.hypotheses[0] for r in teacher.translate_batch(sample[0][:40], beam_size=5, length_penalty=1.5,
+                                                             max_batch_size=64)]
     with open(summary["teacher_tgt"], encoding="utf-8") as f:
         assert [line.rstrip("\n") for line in f] == want
     again = torchmt.distill(teacher_model=[trained[0]], teacher_dtype="fp32", teacher_threads=1, **options)
