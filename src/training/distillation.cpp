@@ -59,9 +59,8 @@ void DistillOptions::validate() const {
   require(!with_originals || !student.train_tgt.empty(), "--with-originals needs --train-tgt");
   require(chunk_lines >= 1, "--chunk-lines must be at least 1");
   require(student.nproc_per_node == 1, "--nproc-per-node: distill trains its student in one process");
-  TranslatorConfig t = teacher;
   try {
-    t.validate();
+    teacher.validate();
   } catch (const std::invalid_argument& e) {
     // The translator's messages name the translate command's flags; here they are the teacher's.
     std::string m = e.what();
