@@ -53,6 +53,46 @@ TEST(Confidence, TheRawEstimateIsTheModelsProbabilities) {
   }
 }
 
+// The search keeps each token's log-probability (greedy, beam, a target prefix), so confidence
+// needs no second decoding: they are the forced decoding's, and so is the estimate.
+TEST(Confidence, TheSearchKeepsTheForcedDecodingsLogProbabilities) {
+  Translator translator = load_translator(tiny_checkpoint(), torch::kCPU, torch::kFloat);
+  const auto lines = test::sample_lines(6);
+  for (const int64_t beam : {1, 5}) {
+    for (const bool prefixed : {false, true}) {
+      TranslationOptions options;
+      options.search.beam_size = beam;
+      std::vector<LineSteering> steering;
+      if (prefixed)
+        for (size_t i = 0; i < lines.size(); ++i) steering.push_back(LineSteering{i % 2 ? "A" : ""});
+      const auto translations = translator.translate(lines, options, {}, steering);
+      std::vector<std::vector<int64_t>> targets;
+      for (const auto& t : translations) targets.push_back(t.hypotheses.front().tokens);
+      const auto forced = translator.score_tokens(lines, targets, options);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        const Hypothesis& h = translations[i].hypotheses.front();
+        SCOPED_TRACE("beam " + std::to_string(beam) + (prefixed ? ", prefixed" : "") + ", line " + std::to_string(i));
+        ASSERT_EQ(h.token_log_probs.size(), h.tokens.size() + 1);
+        ASSERT_EQ(forced[i].log_probs.size(), h.token_log_probs.size());
+        double sum = 0;
+        for (size_t k = 0; k < h.token_log_probs.size(); ++k) {
+          EXPECT_NEAR(h.token_log_probs[k], forced[i].log_probs[k], 1e-4) << "token " << k;
+          sum += h.token_log_probs[k];
+        }
+        EXPECT_NEAR(sum, h.log_prob, 1e-3);
+      }
+      const auto from_search = rate_translations(translator, lines, translations, options, ConfidenceModel());
+      const auto from_forced = estimate_confidence(translator, lines, targets, options, ConfidenceModel());
+      for (size_t i = 0; i < lines.size(); ++i) {
+        EXPECT_NEAR(from_search[i].confidence, from_forced[i].confidence, 1e-4);
+        ASSERT_EQ(from_search[i].words.size(), from_forced[i].words.size());
+        for (size_t w = 0; w < from_search[i].words.size(); ++w)
+          EXPECT_NEAR(from_search[i].words[w].confidence, from_forced[i].words[w].confidence, 1e-4);
+      }
+    }
+  }
+}
+
 // A calibration learns which way its features point, predicts in [0, 1] and survives its file.
 TEST(Confidence, ACalibrationFitsAndRoundTrips) {
   const Tokenizer& tok = test::sample_tokenizer();

@@ -139,13 +139,22 @@ std::vector<SentenceConfidence> rate_translations(Translator& translator, const 
   std::vector<std::string> rated_sources;
   std::vector<std::vector<int64_t>> targets;
   std::vector<size_t> rated;
+  std::vector<SentenceConfidence> out(translations.size());
+  // The search's own log-probabilities where it kept them: no second decoding. Not with a
+  // shortlist, whose search normalised over the shortlist's pieces, not the vocabulary.
+  const bool searched = !translator.shortlist();
   for (size_t i = 0; i < translations.size(); ++i) {
     if (translations[i].hypotheses.empty()) continue;
+    const Hypothesis& best = translations[i].hypotheses.front();
+    if (searched && best.token_log_probs.size() == best.tokens.size() + 1) {
+      out[i] = model.estimate(translator.tgt_tokenizer(), best.tokens, best.token_log_probs);
+      continue;
+    }
     rated_sources.push_back(sources[i]);
-    targets.push_back(translations[i].hypotheses.front().tokens);
+    targets.push_back(best.tokens);
     rated.push_back(i);
   }
-  std::vector<SentenceConfidence> out(translations.size());
+  if (rated.empty()) return out;
   auto estimates = estimate_confidence(translator, rated_sources, std::move(targets), options, model);
   for (size_t k = 0; k < rated.size(); ++k) out[rated[k]] = std::move(estimates[k]);
   return out;

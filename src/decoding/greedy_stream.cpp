@@ -98,12 +98,15 @@ void GreedyStream::step() {
       tok = token_of(sample_token(row_lp, vocab, row.options,
                                   sampling_uniform(row.options.seed, row.stream, static_cast<int64_t>(h.tokens.size()))));
     if (row.options.scores) {
+      float lp = 0.0f;
       if (row_lp) {
         const int64_t column = columns->column(tok);
-        h.log_prob += column < 0 ? -std::numeric_limits<double>::infinity() : row_lp[column];
+        lp = column < 0 ? -std::numeric_limits<float>::infinity() : row_lp[column];
       } else {
-        h.log_prob += forced ? eos_ptr[r] : lp_ptr[r];
+        lp = forced ? eos_ptr[r] : lp_ptr[r];
       }
+      h.log_prob += lp;
+      h.token_log_probs.push_back(lp);
     }
     if (tok == eos_id_) {
       h.score = h.log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, row.options.length_penalty);

@@ -265,6 +265,7 @@ class BeamSearch {
     std::vector<int64_t> rows, live, tokens;
     std::vector<float> scores;
     std::vector<std::vector<int64_t>> prefixes;
+    std::vector<std::vector<float>> token_lps;
     std::vector<ConstraintState> states;
   };
   // A sentence's choice at one step: the rows to continue, their tokens and scores.
@@ -288,6 +289,7 @@ class BeamSearch {
   void keep_constrained(int64_t s, int64_t t, const Candidates& c, Kept& kept);
   void keep_best(int64_t s, const Candidates& c, Kept& kept);
   void end_hypothesis(int64_t sentence, int64_t row, float log_prob);
+  float step_log_prob(int64_t row, float score) const;
   void advance(Next& next);
   SearchResult finish();
 
@@ -306,6 +308,7 @@ class BeamSearch {
   int64_t beams_ = 1;                          // decoder rows per live sentence
   std::vector<int64_t> live_;                  // live sentence slot -> sentence
   std::vector<std::vector<int64_t>> prefixes_; // row -> tokens so far
+  std::vector<std::vector<float>> token_lps_;  // row -> their log-probabilities
   std::vector<float> scores_;                  // row -> log-probability so far
   std::vector<ConstraintState> states_;        // row -> its constraints' progress (constrained searches only)
   at::Tensor last_;                            // [N] each row's last token
@@ -319,6 +322,7 @@ SearchResult BeamSearch::run(const at::Tensor& src) {
   live_.resize(static_cast<size_t>(batch));
   std::iota(live_.begin(), live_.end(), 0);
   prefixes_.resize(static_cast<size_t>(batch));
+  token_lps_.resize(static_cast<size_t>(batch));
   scores_.assign(static_cast<size_t>(batch), 0.0f);
   last_ = torch::full({batch}, options_.bos_id, torch::TensorOptions().dtype(torch::kLong).device(device_));
   if (constrained_)
@@ -504,6 +508,9 @@ void BeamSearch::choose(int64_t s, int64_t t, Candidates& c, size_t& forced_at, 
     auto prefix = prefixes_[kept.rows[j]];
     prefix.push_back(kept.tokens[j]);
     next.prefixes.push_back(std::move(prefix));
+    auto lps = token_lps_[kept.rows[j]];
+    lps.push_back(step_log_prob(kept.rows[j], kept.scores[j]));
+    next.token_lps.push_back(std::move(lps));
     if (constrained_) next.states.push_back(states_[static_cast<size_t>(kept.rows[j])].advance(kept.tokens[j]));
   }
   next.live.push_back(sentence);
@@ -572,11 +579,20 @@ void BeamSearch::keep_best(int64_t s, const Candidates& c, Kept& kept) {
   }
 }
 
+// The log-probability of the token that takes row `row` to `score` (rows carry sums only; the
+// difference is within a float rounding of the sum of the step's value).
+float BeamSearch::step_log_prob(int64_t row, float score) const {
+  const float before = scores_[static_cast<size_t>(row)];
+  return std::isfinite(before) ? score - before : kImpossible;
+}
+
 // Row `row`'s tokens so far, ended by eos with `log_prob` in all.
 void BeamSearch::end_hypothesis(int64_t sentence, int64_t row, float log_prob) {
   Hypothesis h;
   h.tokens = prefixes_[row];
   h.log_prob = log_prob;
+  h.token_log_probs = token_lps_[row];
+  h.token_log_probs.push_back(step_log_prob(row, log_prob));
   h.score = log_prob / length_penalty(static_cast<int64_t>(h.tokens.size()) + 1, options_.length_penalty);
   finished_[sentence].push_back(std::move(h));
 }
@@ -584,6 +600,7 @@ void BeamSearch::end_hypothesis(int64_t sentence, int64_t row, float log_prob) {
 void BeamSearch::advance(Next& next) {
   live_ = std::move(next.live);
   prefixes_ = std::move(next.prefixes);
+  token_lps_ = std::move(next.token_lps);
   states_ = std::move(next.states);
   scores_ = std::move(next.scores);
   last_ = index_tensor(next.tokens, device_);

@@ -14,6 +14,10 @@ struct Hypothesis {
   std::vector<int64_t> tokens;  // without bos and eos
   double score = 0.0;           // length-normalised log-probability
   double log_prob = 0.0;        // raw sum of token log-probabilities (eos included)
+  // Each token's log-probability as the search saw it, eos's last (tokens.size() + 1 of them);
+  // empty where the search computed none (greedy without scores, a TorchScript export's search).
+  // Confidence reads them instead of decoding the hypothesis again.
+  std::vector<float> token_log_probs;
 };
 
 // One list per source sentence, best first, at most options.nbest long.
