@@ -2,11 +2,15 @@
 // .gz input, clear errors, and the `torchmt vocab` command.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+
 #include "data_test_support.h"
 #include "test_support.h"
 #include "torchmt/data/special_ids.h"
 #include "data/text_file.h"
 #include "torchmt/data/tokenizer.h"
+#include "util/stop_signals.h"
 
 namespace torchmt {
 namespace {
@@ -154,6 +158,62 @@ TEST(Tokenizer, TrainingOnAMissingFileNamesIt) {
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("absent.en"), std::string::npos) << e.what();
+  }
+}
+
+// With a stop predicate the training runs in a child process: the same model byte for byte, the
+// child's errors as this process's, and a stop ends it while SentencePiece learns its pieces
+// (which it cannot interrupt), with nothing written.
+TEST(Tokenizer, TrainingInAChildProcessGivesTheSameModelAndStops) {
+  TempDir dir;
+  const std::string here = train(dir, "here", {sample_de(), sample_en()});
+  VocabTrainingOptions o;
+  o.inputs = {sample_de(), sample_en()};
+  o.model_prefix = dir.file("child");
+  o.vocab_size = test::kSampleVocabSize;
+  o.stop_requested = [] { return false; };
+  train_bpe_vocab(o);
+  EXPECT_EQ(test::read_text(o.model_prefix + ".model"), test::read_text(here));
+
+  // A corpus whose pieces take seconds to learn: 60,000 lines of made-up words.
+  std::string text;
+  uint64_t x = 88172645463325252ull;
+  for (int line = 0; line < 60000; ++line) {
+    for (int word = 0; word < 12; ++word) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      for (uint64_t n = 3 + x % 8, y = x; n > 0; --n, y /= 26) text += static_cast<char>('a' + y % 26);
+      text += ' ';
+    }
+    text += '\n';
+  }
+  test::write_text(dir.file("words.txt"), text);
+  VocabTrainingOptions slow = o;
+  slow.inputs = {dir.file("words.txt")};
+  slow.model_prefix = dir.file("slow");
+  slow.vocab_size = 8000;
+  bool read_all = false;
+  slow.lines_read = [&read_all](int64_t, bool done) { read_all = read_all || done; };  // in the child: stays false here
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  slow.stop_requested = [&] { return elapsed() > 1.0; };
+  EXPECT_THROW(train_bpe_vocab(slow), StopRequested);
+  EXPECT_LT(elapsed(), 1.6);
+  EXPECT_FALSE(read_all);
+  EXPECT_FALSE(std::filesystem::exists(slow.model_prefix + ".model"));
+  EXPECT_FALSE(std::filesystem::exists(slow.model_prefix + ".vocab"));
+
+  // What the child throws comes back: a corrupt .gz, named.
+  test::write_text(dir.file("broken.gz"), std::string("\x1f\x8b\x08\x00 not gzip at all", 20));
+  VocabTrainingOptions broken = o;
+  broken.inputs = {dir.file("broken.gz")};
+  broken.model_prefix = dir.file("broken");
+  try {
+    train_bpe_vocab(broken);
+    FAIL() << "a corrupt .gz trained a vocabulary";
+  } catch (const StopRequested&) {
+    FAIL() << "an error came back as a stop";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.gz"), std::string::npos) << e.what();
   }
 }
 

@@ -49,7 +49,10 @@ int run_train(int argc, char** argv) {
   if (!s.reporting) return kExitOk;
   std::cerr << (s.interrupted ? "interrupted" : "done") << ": " << s.steps << " steps in this run, "
             << static_cast<int64_t>(s.train_seconds) << " s of training, " << static_cast<int64_t>(s.tokens_per_sec)
-            << " target tokens/s, best validation BLEU " << s.best_bleu << " (" << s.best_checkpoint << ")\n";
+            << " target tokens/s";
+  if (s.best_bleu >= 0) std::cerr << ", best validation BLEU " << s.best_bleu << " (" << s.best_checkpoint << ")";
+  else if (s.interrupted && s.steps == 0) std::cerr << " (stopped before its first step)";
+  std::cerr << "\n";
   return kExitOk;
 }
 

@@ -18,6 +18,7 @@
 #include "data/text_file.h"
 #include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
+#include "util/child_process.h"
 
 namespace torchmt {
 
@@ -198,14 +199,21 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
       {"minloglevel", "1"},  // SentencePiece's INFO lines would drown the CLI's output
   };
   // Seeds the sampling of input_sentence_size sentences: same seed and input -> same model.
-  sentencepiece::SetRandomGeneratorSeed(options.seed);
-  FileSentenceIterator sentences(options.inputs, options.lines_read);
-  // No model_prefix: the trainer hands back the proto, which then records no output path,
-  // so the same data gives byte-identical models (and checksums) wherever they are written.
-  std::string proto;
-  auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &proto);
-  if (sentences.exception()) std::rethrow_exception(sentences.exception());
-  if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + std::string(status.message()));
+  auto train = [&] {
+    sentencepiece::SetRandomGeneratorSeed(options.seed);
+    FileSentenceIterator sentences(options.inputs, options.lines_read);
+    // No model_prefix: the trainer hands back the proto, which then records no output path,
+    // so the same data gives byte-identical models (and checksums) wherever they are written.
+    std::string proto;
+    auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &proto);
+    if (sentences.exception()) std::rethrow_exception(sentences.exception());
+    if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + std::string(status.message()));
+    return proto;
+  };
+  // SentencePiece's trainer cannot be interrupted: where a stop must be honoured, it runs in a
+  // child process that a stop kills.
+  const std::string proto =
+      options.stop_requested ? run_in_child_process(train, options.stop_requested, "training the vocabulary") : train();
 
   Tokenizer tok = Tokenizer::from_serialized(proto);
   std::filesystem::path prefix(options.model_prefix);

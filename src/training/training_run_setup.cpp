@@ -80,8 +80,8 @@ std::string ensure_tokenizer(const TrainOptions& o, ProgressObserver& progress) 
   v.vocab_size = static_cast<int>(o.vocab_size);
   v.seed = static_cast<uint32_t>(o.seed);
   v.num_threads = static_cast<int>(o.threads);
-  // Reading a large corpus takes minutes: a stop request ends it (training the pieces, after, cannot).
-  v.lines_read = [](int64_t, bool) { StopSignals::throw_if_requested("reading the vocabulary's sentences"); };
+  // Reading a large corpus and learning its pieces take minutes: a stop request ends either.
+  v.stop_requested = [] { return StopSignals::requested(); };
   train_bpe_vocab(v);
   return path;
 }

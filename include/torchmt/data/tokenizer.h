@@ -27,6 +27,10 @@ struct VocabTrainingOptions {
   // with `done` true once the inputs are read (training the pieces comes after). What it throws
   // ends the training (reading stops) and is rethrown by train_bpe_vocab.
   std::function<void(int64_t lines, bool done)> lines_read;
+  // Set: the training runs in a child process, and this turning true ends it within about 0.1 s
+  // (StopRequested, nothing written), pieces' training included, which SentencePiece cannot
+  // interrupt. lines_read then runs in that process. Unset: the training runs in this one.
+  std::function<bool()> stop_requested;
 };
 
 // Trains with the SentencePiece C++ trainer API, special ids pad 0, unk 1, bos 2, eos 3.
