@@ -12,11 +12,11 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
   const OptionExtra runtime{"", "runtime", {}};
   static const auto table = OptionTable<C>("translation")
       .add("model", &C::models,
-           "checkpoint (.pt) or TorchScript export (.ts); repeated (-m a.pt -m b.pt): an ensemble, the models' "
+           "checkpoint (.pt) or TorchScript export (.ts); given more than once: an ensemble, the models' "
            "log-probabilities averaged at every step (they must share the vocabulary)",
            {"m", "decoding", {}})
       .add("ensemble_weights", &C::ensemble_weights,
-           "an ensemble's weights, one per -m, comma-separated (e.g. 0.6,0.4; default: equal)", decoding)
+           "an ensemble's weights, one per model, comma-separated (e.g. 0.6,0.4; default: equal)", decoding)
       .add("beam", [](C& c) -> int64_t& { return c.translation.search.beam_size; }, "beam size (1 = greedy)",
            decoding)
       .add("greedy", &C::greedy, "greedy search (the default; same as --beam 1)", decoding)
