@@ -198,8 +198,8 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
       {"num_threads", std::to_string(std::max(1, threads))},
       {"minloglevel", "1"},  // SentencePiece's INFO lines would drown the CLI's output
   };
-  // Seeds the sampling of input_sentence_size sentences: same seed and input -> same model.
   auto train = [&] {
+    // Seeds the sampling of input_sentence_size sentences: same seed and input -> same model.
     sentencepiece::SetRandomGeneratorSeed(options.seed);
     FileSentenceIterator sentences(options.inputs, options.lines_read);
     // No model_prefix: the trainer hands back the proto, which then records no output path,

@@ -34,11 +34,15 @@ void write_all(int fd, const char* data, size_t n) {
   ::_exit(0);
 }
 
-// Waits for the child; its exit described for an error message.
-std::string reap(pid_t child) {
+// Waits for the child; its wait status.
+int reap(pid_t child) {
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  return status;
+}
+
+std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
   return "exit status " + std::to_string(WEXITSTATUS(status));
 }
@@ -88,9 +92,10 @@ std::string run_in_child_process(const std::function<std::string()>& work, const
     reply.append(buffer, static_cast<size_t>(n));
   }
   ::close(fds[0]);
-  const std::string exit = reap(child);
-  if (reply.empty() || exit != "exit status 0")  // a child that died mid-answer left a partial one
-    throw std::runtime_error(what + " failed: its process ended without an answer (" + exit + ")");
+  const int status = reap(child);
+  const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (reply.empty() || !clean)  // a child that died mid-answer left a partial one
+    throw std::runtime_error(what + " failed: its process ended without an answer (" + describe_exit(status) + ")");
   const std::string payload = reply.substr(1);
   if (reply[0] == kDone) return payload;
   if (reply[0] == kStopped) throw StopRequested(payload);
