@@ -154,19 +154,29 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) const 
       win.members.push_back(bases_[k] + (*perm)(position));
     }
   }
+  resegment(win);
   // Length order (src, then tgt, then id as the tie-break, so the order is total):
   // neighbours have near-equal lengths on both sides, which keeps padding low.
   struct Keyed {
     uint64_t lengths;
     int64_t id;
+    size_t slot;  // the member's position before sorting
   };
+  const bool sampled = !win.spans.empty();
   std::vector<Keyed> keyed(win.members.size());
   for (size_t i = 0; i < keyed.size(); ++i) {
     const int64_t id = win.members[i];
-    keyed[i] = {static_cast<uint64_t>(src_length(id)) << 32 | static_cast<uint64_t>(tgt_length(id)), id};
+    const int64_t s = sampled ? win.spans[i].src_len + 1 : src_length(id);
+    const int64_t t = sampled ? win.spans[i].tgt_len + 1 : tgt_length(id);
+    keyed[i] = {static_cast<uint64_t>(s) << 32 | static_cast<uint64_t>(t), id, i};
   }
   std::sort(keyed.begin(), keyed.end(),
             [](const Keyed& a, const Keyed& b) { return a.lengths != b.lengths ? a.lengths < b.lengths : a.id < b.id; });
+  if (sampled) {
+    std::vector<Window::Span> spans(keyed.size());
+    for (size_t i = 0; i < keyed.size(); ++i) spans[i] = win.spans[keyed[i].slot];
+    win.spans = std::move(spans);
+  }
 
   // Greedy cut: a batch grows while rows * (max_src + max_tgt) stays within the budget.
   int64_t rows = 0, max_s = 0, max_t = 0, real = 0;
@@ -210,6 +220,34 @@ TokenBatcher::Window TokenBatcher::build_window(int64_t epoch, int64_t w) const 
   return win;
 }
 
+void TokenBatcher::resegment(Window& win) const {
+  if (!options_.src_dropout && !options_.tgt_dropout) return;
+  std::vector<int64_t> ids, sampled;
+  auto side = [&](const BpeDropout* dropout, uint64_t key, int64_t& at, int64_t& length) {
+    sampled.clear();
+    if (dropout != nullptr) dropout->sample(ids.data(), static_cast<int64_t>(ids.size()), key, sampled);
+    const std::vector<int64_t>& chosen = dropout != nullptr ? sampled : ids;
+    at = static_cast<int64_t>(win.tokens.size());
+    length = static_cast<int64_t>(chosen.size());
+    win.tokens.insert(win.tokens.end(), chosen.begin(), chosen.end());
+  };
+  win.spans.resize(win.members.size());
+  for (size_t i = 0; i < win.members.size(); ++i) {
+    const int64_t id = win.members[i];
+    const auto k = static_cast<size_t>(corpus_of(id));
+    const PairSource& source = *corpora_[k].source;
+    const int64_t local = id - bases_[k];
+    const uint64_t key = mix64(options_.seed ^ mix64(static_cast<uint64_t>(win.epoch) << 40 ^ static_cast<uint64_t>(id)));
+    Window::Span& span = win.spans[i];
+    ids.resize(static_cast<size_t>(source.src_length(local)));
+    source.copy_src(local, ids.data());
+    side(options_.src_dropout.get(), key, span.src_at, span.src_len);
+    ids.resize(static_cast<size_t>(source.tgt_length(local)));
+    source.copy_tgt(local, ids.data());
+    side(options_.tgt_dropout.get(), mix64(key), span.tgt_at, span.tgt_len);
+  }
+}
+
 void TokenBatcher::count_epoch(int64_t epoch) {
   if (counted_epoch_ == epoch) return;
   // Windows are independent: built on all the threads asked (every core by default), which is
@@ -225,6 +263,8 @@ void TokenBatcher::count_epoch(int64_t epoch) {
         if (windows_per_epoch_ > 1) {  // keep the batch boundaries and figures only
           win.members = {};
           win.order = {};
+          win.tokens = {};
+          win.spans = {};
         }
         windows[static_cast<size_t>(w)] = std::move(win);
       }
@@ -290,13 +330,14 @@ Batch TokenBatcher::next(const c10::Device& device) {
   load_window(window_);
   const int64_t b = current_.order[static_cast<size_t>(in_window_)];
   const int64_t first = current_.starts[static_cast<size_t>(b)], last = current_.starts[static_cast<size_t>(b) + 1];
-  skip();
 
   const int64_t rows = last - first;
+  const bool sampled = !current_.spans.empty();
   int64_t S = 0, T = 0;
   for (int64_t r = first; r < last; ++r) {
-    S = std::max(S, src_length(current_.members[static_cast<size_t>(r)]));
-    T = std::max(T, tgt_length(current_.members[static_cast<size_t>(r)]));
+    const auto m = static_cast<size_t>(r);
+    S = std::max(S, sampled ? current_.spans[m].src_len + 1 : src_length(current_.members[m]));
+    T = std::max(T, sampled ? current_.spans[m].tgt_len + 1 : tgt_length(current_.members[m]));
   }
   // Host tensors in page-locked memory when the batch goes to a GPU, so the copy below can
   // run asynchronously; plain memory otherwise (pinning needs a CUDA runtime).
@@ -317,21 +358,30 @@ Batch TokenBatcher::next(const c10::Device& device) {
     const auto k = static_cast<size_t>(corpus_of(id));
     const PairSource& source = *corpora_[k].source;
     const int64_t i = id - bases_[k];
-    const int64_t s_len = source.src_length(i), t_len = source.tgt_length(i);
+    const Window::Span* span = sampled ? &current_.spans[static_cast<size_t>(first + r)] : nullptr;
+    const int64_t s_len = span ? span->src_len : source.src_length(i), t_len = span ? span->tgt_len : source.tgt_length(i);
     batch.indices.push_back(source.line(i));
     ++batch.corpus_rows[k];
     int64_t* s = src + r * S;
-    source.copy_src(i, s);
-    s[s_len] = special.eos;
     int64_t* ti = tgt_in + r * T;
     int64_t* to = tgt_out + r * T;
+    if (span) {
+      const int32_t* tokens = current_.tokens.data();
+      std::copy(tokens + span->src_at, tokens + span->src_at + s_len, s);
+      std::copy(tokens + span->tgt_at, tokens + span->tgt_at + t_len, to);
+    } else {
+      source.copy_src(i, s);
+      source.copy_tgt(i, to);
+    }
+    s[s_len] = special.eos;
     ti[0] = special.bos;
-    source.copy_tgt(i, to);
     std::copy(to, to + t_len, ti + 1);
     to[t_len] = special.eos;
     batch.src_tokens += s_len + 1;
     batch.tgt_tokens += t_len + 1;
   }
+  // Only now: at an epoch's end skip() builds the next epoch's window in place of current_.
+  skip();
   if (device.type() != c10::DeviceType::CPU) {
     batch.src = batch.src.to(device, /*non_blocking=*/pin);
     batch.tgt_in = batch.tgt_in.to(device, /*non_blocking=*/pin);

@@ -7,12 +7,14 @@
 // proportions. Everything is a function of (seed, epoch), so a run resumed with seek() sees
 // exactly the batches it would have seen.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "data/bpe_dropout.h"
 #include "data/parallel_corpus.h"
 
 namespace torchmt {
@@ -35,6 +37,9 @@ struct BatcherOptions {
   int64_t window_pairs = 1 << 20;
   SpecialIds special = {};  // the model's (pad, start, end)
   int64_t threads = 0;      // threads building an epoch's windows; 0: hardware concurrency
+  // BPE-dropout of each side: every pair segmented anew each epoch, a function of (seed, epoch,
+  // pair); null: the stored ids.
+  std::shared_ptr<const BpeDropout> src_dropout = nullptr, tgt_dropout = nullptr;
 };
 
 // A corpus in a mix: `weight` is its share of the pairs drawn (weights are relative); when
@@ -82,7 +87,14 @@ class TokenBatcher {
     std::vector<int64_t> starts;   // batch b is members[starts[b], starts[b + 1])
     std::vector<int64_t> order;    // batch ids in the order this epoch visits them
     int64_t padded_positions = 0, real_tokens = 0, oversized_pairs = 0;
+    // With BPE-dropout, member i's ids this epoch: tokens[spans[i].src_at, + src_len), and so on.
+    struct Span {
+      int64_t src_at, src_len, tgt_at, tgt_len;
+    };
+    std::vector<int32_t> tokens;
+    std::vector<Span> spans;
   };
+  void resegment(Window& win) const;
   Window build_window(int64_t epoch, int64_t w) const;
   void count_epoch(int64_t epoch);  // epoch_batches_ and window_batches_ for `epoch`
   void load_window(int64_t w);

@@ -25,11 +25,20 @@ namespace torchmt {
 
 namespace {
 
-// A SentencePiece model cut short at a field boundary still parses (as fewer pieces, or without
-// its normaliser) and would encode differently without a word. SentencePiece writes the pieces,
-// then trainer_spec, then normalizer_spec; a whole model has both specs and, under the trainer's
-// hard vocabulary limit (the default), exactly vocab_size pieces. Returns what is missing, or "".
-std::string missing_model_parts(std::string_view proto) {
+// What a serialized ModelProto says of itself, read without SentencePiece's protobuf headers
+// (Debian does not install them).
+struct ModelFacts {
+  bool parsed = false;
+  int64_t pieces = 0;
+  bool has_trainer = false, has_normalizer = false, hard_limit = true;
+  uint64_t vocab_size = 8000;  // TrainerSpec's default
+  uint64_t model_type = 1;     // TrainerSpec.ModelType: UNIGRAM 1 (the default), BPE 2, WORD 3, CHAR 4
+  // Per piece, whether it is NORMAL (Type 1, the default): not unknown, control, user-defined,
+  // unused or byte.
+  std::vector<char> normal;
+};
+
+ModelFacts read_model_facts(std::string_view proto) {
   auto varint = [&](std::string_view b, size_t& i, uint64_t& value) {
     value = 0;
     for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
@@ -60,24 +69,40 @@ std::string missing_model_parts(std::string_view proto) {
     }
     return true;
   };
-  int64_t pieces = 0;
-  bool has_trainer = false, has_normalizer = false, hard_limit = true;
-  uint64_t vocab_size = 8000;  // TrainerSpec's default
-  const bool parsed = walk(proto, [&](uint64_t number, uint64_t, uint64_t, std::string_view bytes) {
-    if (number == 1) ++pieces;
-    if (number == 3) has_normalizer = true;
+  ModelFacts f;
+  f.parsed = walk(proto, [&](uint64_t number, uint64_t, uint64_t, std::string_view bytes) {
+    if (number == 1) {
+      ++f.pieces;
+      uint64_t type = 1;
+      walk(bytes, [&](uint64_t n, uint64_t wire, uint64_t value, std::string_view) {
+        if (n == 3 && wire == 0) type = value;
+      });
+      f.normal.push_back(type == 1);
+    }
+    if (number == 3) f.has_normalizer = true;
     if (number != 2) return;
-    has_trainer = true;
+    f.has_trainer = true;
     walk(bytes, [&](uint64_t n, uint64_t wire, uint64_t value, std::string_view) {
-      if (n == 4 && wire == 0) vocab_size = value;
-      if (n == 33 && wire == 0) hard_limit = value != 0;
+      if (n == 3 && wire == 0) f.model_type = value;
+      if (n == 4 && wire == 0) f.vocab_size = value;
+      if (n == 33 && wire == 0) f.hard_limit = value != 0;
     });
   });
-  if (!parsed) return "its fields do not parse";
-  if (!has_trainer) return "it has no trainer_spec";
-  if (!has_normalizer) return "it has no normalizer_spec";
-  if (hard_limit ? static_cast<uint64_t>(pieces) != vocab_size : static_cast<uint64_t>(pieces) > vocab_size)
-    return "it holds " + std::to_string(pieces) + " pieces where its trainer_spec says " + std::to_string(vocab_size);
+  return f;
+}
+
+// A SentencePiece model cut short at a field boundary still parses (as fewer pieces, or without
+// its normaliser) and would encode differently without a word. SentencePiece writes the pieces,
+// then trainer_spec, then normalizer_spec; a whole model has both specs and, under the trainer's
+// hard vocabulary limit (the default), exactly vocab_size pieces. Returns what is missing, or "".
+std::string missing_model_parts(std::string_view proto) {
+  const ModelFacts f = read_model_facts(proto);
+  if (!f.parsed) return "its fields do not parse";
+  if (!f.has_trainer) return "it has no trainer_spec";
+  if (!f.has_normalizer) return "it has no normalizer_spec";
+  const auto pieces = static_cast<uint64_t>(f.pieces);
+  if (f.hard_limit ? pieces != f.vocab_size : pieces > f.vocab_size)
+    return "it holds " + std::to_string(f.pieces) + " pieces where its trainer_spec says " + std::to_string(f.vocab_size);
   return "";
 }
 
@@ -153,6 +178,8 @@ struct Tokenizer::Impl {
   // An explicit vocabulary: id -> piece and back; empty: SentencePiece's ids.
   std::vector<std::string> pieces;
   std::unordered_map<std::string, int64_t> ids;
+  bool bpe = false;          // a BPE model (not unigram, word or char)
+  std::vector<char> normal;  // SentencePiece id -> a NORMAL piece
 };
 
 std::vector<std::string> Vocabulary::pieces_from_json(const std::string& json) {
@@ -243,6 +270,9 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::make_impl(const std::string& proto, 
   }
   impl->serialized = proto;
   impl->checksum = fnv1a_hex(proto);
+  ModelFacts facts = read_model_facts(proto);
+  impl->bpe = facts.model_type == 2;
+  impl->normal = std::move(facts.normal);
   return impl;
 }
 
@@ -363,6 +393,16 @@ int64_t Tokenizer::vocab_size() const {
 const SpecialIds& Tokenizer::special_ids() const { return impl_->special; }
 
 bool Tokenizer::has_vocabulary() const { return !impl_->pieces.empty(); }
+
+bool Tokenizer::is_bpe() const { return impl_->bpe; }
+
+bool Tokenizer::is_normal_piece(int64_t id) const {
+  if (has_vocabulary()) {
+    if (id < 0 || id >= vocab_size()) return false;
+    id = impl_->sp.PieceToId(impl_->pieces[static_cast<size_t>(id)]);
+  }
+  return id >= 0 && static_cast<size_t>(id) < impl_->normal.size() && impl_->normal[static_cast<size_t>(id)] != 0;
+}
 
 std::string pair_checksum(const Tokenizer& source, const Tokenizer& target) {
   return source.checksum() == target.checksum() ? source.checksum()

@@ -79,6 +79,10 @@ const OptionTable<TrainOptions>& train_option_table() {
            "weights; checkpoint_best.pt holds whichever scores higher (0 = off)",
            optim)
       .add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim)
+      .add("bpe_dropout", &O::bpe_dropout,
+           "BPE-dropout: segment each training pair anew every epoch, skipping each merge at this probability "
+           "(subword regularisation, e.g. 0.1; 0 = off)",
+           optim)
       .add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim)
       .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
       .add("seed", &O::seed, "random seed", optim)
@@ -150,6 +154,7 @@ void TrainOptions::validate() const {
   require(average_best == 0 || !valid_src.empty(), "--average-best needs a validation set (--valid-src, --valid-tgt)");
   require(ema_decay == 0 || (ema_decay > 0 && ema_decay < 1), "--ema-decay must be 0 (off) or in (0, 1)");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  require(bpe_dropout >= 0 && bpe_dropout < 1, "--bpe-dropout must be in [0, 1)");
   require(clip_norm >= 0, "--clip-norm must not be negative");
   require(tie_embeddings == "auto" || tie_embeddings == "true" || tie_embeddings == "false",
           "--tie-embeddings must be auto, true or false");

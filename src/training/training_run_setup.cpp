@@ -278,6 +278,13 @@ void TrainingRun::build_batcher() {
   b.window_pairs = o_.shuffle_window;
   b.special = model_config_.special_ids();
   b.threads = o_.threads;
+  if (o_.bpe_dropout > 0) {
+    // The corpus's length limit, eos included, holds for the new segmentations too.
+    b.src_dropout = std::make_shared<BpeDropout>(src_tokenizer(), o_.bpe_dropout, o_.max_sentence_tokens - 1);
+    b.tgt_dropout = src_tokenizer().checksum() == tgt_tokenizer().checksum()
+                        ? b.src_dropout
+                        : std::make_shared<BpeDropout>(tgt_tokenizer(), o_.bpe_dropout, o_.max_sentence_tokens - 1);
+  }
   batcher_ = std::make_unique<TokenBatcher>(corpora_->shares(), b);
 }
 

@@ -76,6 +76,9 @@ class Tokenizer {
   int64_t vocab_size() const;
   const SpecialIds& special_ids() const;
   bool has_vocabulary() const;  // an explicit Vocabulary (else SentencePiece's ids)
+  bool is_bpe() const;          // a BPE model (SentencePiece's model_type), not unigram
+  // A piece of text (SentencePiece's NORMAL type): not unknown, control, user-defined or byte.
+  bool is_normal_piece(int64_t id) const;
 
   const std::string& serialized() const;  // the model proto bytes
   // 16 hex digits, FNV-1a 64 of serialized() (and of the explicit vocabulary's pieces).

@@ -52,6 +52,9 @@ struct TrainOptions {
   double ema_decay = 0;           // exponential moving average of the weights; 0 = off
   int64_t average_best = 0;       // average the weights of the N best validations; 0 = off
   double label_smoothing = 0.1;
+  // BPE-dropout: each training pair segmented anew each epoch with merges skipped at this
+  // probability (subword regularisation; 0 = the stored segmentation).
+  double bpe_dropout = 0;
   double clip_norm = 1.0;          // 0 = off
   int64_t max_bad_steps = 5;       // non-finite steps in a row before giving up
   uint64_t seed = 1;
