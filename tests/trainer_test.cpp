@@ -42,29 +42,54 @@ TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
   for (size_t i = 0; i < de.size(); ++i) EXPECT_EQ(out[i], en[i]) << "pair " << i << ": " << de[i];
 }
 
+// With BPE-dropout too: the segmentations are a function of (seed, epoch, pair), not of the run.
 TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  for (double bpe_dropout : {0.0, 0.1}) {
+    SCOPED_TRACE("bpe_dropout " + std::to_string(bpe_dropout));
+    test::TempDir dir;
+    TrainOptions straight = tiny_run(dir.file("straight"), test::sample_de(), test::sample_en());
+    straight.dropout = 0.1;  // so the RNG state matters
+    straight.bpe_dropout = bpe_dropout;
+    straight.max_steps = 12;
+    Trainer(straight).run();
+
+    TrainOptions first = straight;
+    first.out = dir.file("resumed");
+    first.max_steps = 6;
+    Trainer(first).run();
+    TrainOptions second = first;
+    second.max_steps = 12;
+    second.resume = true;
+    Trainer(second).run();
+
+    auto a = load_checkpoint(dir.file("straight/checkpoint_last.pt"), torch::kCPU);
+    auto b = load_checkpoint(dir.file("resumed/checkpoint_last.pt"), torch::kCPU);
+    EXPECT_EQ(a.meta.position.step, 12);
+    EXPECT_EQ(b.meta.position.step, 12);
+    EXPECT_EQ(a.meta.position.batch_index, b.meta.position.batch_index);
+    auto pb = b.model->named_parameters();
+    for (const auto& p : a.model->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+  }
+}
+
+TEST(Trainer, BpeDropoutRefusesAVocabularyThatIsNotBpe) {
   test::TempDir dir;
-  TrainOptions straight = tiny_run(dir.file("straight"), test::sample_de(), test::sample_en());
-  straight.dropout = 0.1;  // so the RNG state matters
-  straight.max_steps = 12;
-  Trainer(straight).run();
-
-  TrainOptions first = straight;
-  first.out = dir.file("resumed");
-  first.max_steps = 6;
-  Trainer(first).run();
-  TrainOptions second = first;
-  second.max_steps = 12;
-  second.resume = true;
-  Trainer(second).run();
-
-  auto a = load_checkpoint(dir.file("straight/checkpoint_last.pt"), torch::kCPU);
-  auto b = load_checkpoint(dir.file("resumed/checkpoint_last.pt"), torch::kCPU);
-  EXPECT_EQ(a.meta.position.step, 12);
-  EXPECT_EQ(b.meta.position.step, 12);
-  EXPECT_EQ(a.meta.position.batch_index, b.meta.position.batch_index);
-  auto pb = b.model->named_parameters();
-  for (const auto& p : a.model->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
+  VocabTrainingOptions v;
+  v.inputs = {test::sample_de(), test::sample_en()};
+  v.model_prefix = dir.file("unigram");
+  v.vocab_size = test::kSampleVocabSize;
+  v.model_type = "unigram";
+  train_bpe_vocab(v);
+  TrainOptions o = tiny_run(dir.file("run"));
+  o.spm = v.model_prefix + ".model";
+  o.bpe_dropout = 0.1;
+  o.max_steps = 1;
+  try {
+    Trainer(o).run();
+    ADD_FAILURE() << "a unigram vocabulary was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unigram.model"), std::string::npos) << e.what();
+  }
 }
 
 // --init-from: the checkpoint's weights and vocabulary, a schedule of its own from step 0, fresh

@@ -279,6 +279,11 @@ void TrainingRun::build_batcher() {
   b.special = model_config_.special_ids();
   b.threads = o_.threads;
   if (o_.bpe_dropout > 0) {
+    for (const Tokenizer* tok : {&src_tokenizer(), &tgt_tokenizer()})
+      if (!tok->is_bpe())
+        throw std::invalid_argument("--bpe-dropout needs a BPE vocabulary, and " +
+                                    (spm_path_.empty() ? std::string("this run's tokenizer") : spm_path_) +
+                                    " is not one (a unigram model, e.g. an imported Marian model's)");
     // The corpus's length limit, eos included, holds for the new segmentations too.
     b.src_dropout = std::make_shared<BpeDropout>(src_tokenizer(), o_.bpe_dropout, o_.max_sentence_tokens - 1);
     b.tgt_dropout = src_tokenizer().checksum() == tgt_tokenizer().checksum()
