@@ -16,7 +16,6 @@ namespace torchmt {
 namespace {
 
 using test::sample_tokenizer;
-using test::TempDir;
 
 std::vector<std::string> sample_lines() {
   std::vector<std::string> lines = read_lines(test::sample_de());
@@ -90,14 +89,7 @@ TEST(BpeDropout, ASegmentationOverTheLimitKeepsTheStoredIds) {
 TEST(BpeDropout, RefusesBadProbabilitiesOtherModelsAndUnknownIds) {
   const Tokenizer& tok = sample_tokenizer();
   for (double p : {-0.1, 1.0, 1.5}) EXPECT_THROW(BpeDropout(tok, p, 100), std::invalid_argument) << p;
-  TempDir dir;
-  VocabTrainingOptions o;
-  o.inputs = {test::sample_de(), test::sample_en()};
-  o.model_prefix = dir.file("unigram");
-  o.vocab_size = test::kSampleVocabSize;
-  o.model_type = "unigram";
-  train_bpe_vocab(o);
-  const Tokenizer unigram = Tokenizer::load(o.model_prefix + ".model");
+  const Tokenizer unigram = Tokenizer::load(test::sample_unigram_spm_path());
   EXPECT_FALSE(unigram.is_bpe());
   EXPECT_TRUE(tok.is_bpe());
   EXPECT_THROW(BpeDropout(unigram, 0.1, 100), std::invalid_argument);

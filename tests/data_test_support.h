@@ -34,6 +34,21 @@ inline const std::string& sample_spm_path() {
   return path;
 }
 
+// A unigram model on the same sample (what BPE-only features must refuse), trained on first use.
+inline const std::string& sample_unigram_spm_path() {
+  static TempDir dir;
+  static const std::string path = [] {
+    VocabTrainingOptions o;
+    o.inputs = {sample_de(), sample_en()};
+    o.model_prefix = dir.file("unigram");
+    o.vocab_size = kSampleVocabSize;
+    o.model_type = "unigram";
+    train_bpe_vocab(o);
+    return o.model_prefix + ".model";
+  }();
+  return path;
+}
+
 inline const Tokenizer& sample_tokenizer() {
   static const Tokenizer tok = Tokenizer::load(sample_spm_path());
   return tok;

@@ -74,14 +74,8 @@ TEST(Trainer, ResumeIsBitIdenticalToAnUninterruptedRun) {
 
 TEST(Trainer, BpeDropoutRefusesAVocabularyThatIsNotBpe) {
   test::TempDir dir;
-  VocabTrainingOptions v;
-  v.inputs = {test::sample_de(), test::sample_en()};
-  v.model_prefix = dir.file("unigram");
-  v.vocab_size = test::kSampleVocabSize;
-  v.model_type = "unigram";
-  train_bpe_vocab(v);
   TrainOptions o = tiny_run(dir.file("run"));
-  o.spm = v.model_prefix + ".model";
+  o.spm = test::sample_unigram_spm_path();
   o.bpe_dropout = 0.1;
   o.max_steps = 1;
   try {
