@@ -6,6 +6,7 @@
 
 #include "cli_options.h"
 #include "input_lines.h"
+#include "torchmt/util/strings.h"
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/loading/model_loader.h"
 

@@ -39,12 +39,6 @@ void OutputText::commit() {
   if (file_) file_->commit();
 }
 
-void append_number(std::string& out, double value, int digits) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
-  out += buffer;
-}
-
 int64_t count_lines(const std::string& path) {
   std::error_code ec;
   if (path == "-" || !std::filesystem::is_regular_file(path, ec)) return -1;

@@ -47,9 +47,6 @@ class OutputText {
   std::unique_ptr<AtomicFileWriter> file_;
 };
 
-// Numbers as printf's %.<digits>f: fixed and locale-free (6 digits: enough for a log-probability).
-void append_number(std::string& out, double value, int digits = 6);
-
 // The lines of a regular file (plain or .gz), read once ahead for a progress total; -1 for
 // standard input or anything that cannot be read twice (a pipe).
 int64_t count_lines(const std::string& path);

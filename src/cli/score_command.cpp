@@ -9,6 +9,7 @@
 
 #include "cli_options.h"
 #include "input_lines.h"
+#include "torchmt/util/strings.h"
 #include "data/parallel_corpus.h"
 #include "torchmt/decoding/forced_decoding.h"
 #include "torchmt/decoding/translation_options.h"

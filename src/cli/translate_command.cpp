@@ -21,6 +21,7 @@
 #include "util/heap.h"
 #include "util/progress.h"
 #include "input_lines.h"
+#include "torchmt/util/strings.h"
 #include "data/parallel_corpus.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"

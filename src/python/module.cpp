@@ -32,6 +32,7 @@
 #include "torchmt/decoding/word_aligner.h"
 #include "torchmt/evaluation/bleu.h"
 #include "torchmt/evaluation/chrf.h"
+#include "torchmt/evaluation/corpus_filter.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/training/distillation.h"
 #include "torchmt/training/train_options.h"
@@ -403,6 +404,49 @@ py::dict distill(const std::map<std::string, std::string>& values,
   return out;
 }
 
+// filter_corpus(forward, backward, options, settings): evaluation/corpus_filter.h with the models as
+// loaded; `options` by CorpusFilterOptions' names (checked for type by Python), `settings` the
+// batching of score_batch. Ctrl-C stops it between batches, nothing written.
+py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, const py::dict& options,
+                       const py::dict& settings) {
+  CorpusFilterOptions o;
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"src", &o.src}, {"tgt", &o.tgt},
+                            {"kept_src", &o.kept_src}, {"kept_tgt", &o.kept_tgt}, {"dropped", &o.dropped},
+                            {"scores", &o.scores}, {"reference_src", &o.reference_src},
+                            {"reference_tgt", &o.reference_tgt}})
+    if (options.contains(key)) *field = options[key].cast<std::string>();
+  if (options.contains("max_score")) o.max_score = options["max_score"].cast<double>();
+  if (options.contains("keep_fraction")) o.keep_fraction = options["keep_fraction"].cast<double>();
+  if (options.contains("reference_quantile")) o.reference_quantile = options["reference_quantile"].cast<double>();
+  if (options.contains("buffer_size")) o.buffer_size = options["buffer_size"].cast<int64_t>();
+  o.forward_name = "forward";
+  o.backward_name = "backward";
+  o.validate();
+  TranslationOptions search;
+  search.batch_size = settings["max_batch_size"].cast<int64_t>();
+  search.batch_source_tokens = settings["batch_source_tokens"].cast<int64_t>();
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  Translator& f = forward.translator();
+  Translator& b = backward.translator();
+  const CorpusFilterReport r = run_interruptible<CorpusFilterReport>(
+      [&f, &b, search, o, cancel] {
+        return torchmt::filter_corpus(f, b, search, o, {}, [cancel](int64_t) {
+          if (cancel->load()) throw Cancelled();
+        });
+      },
+      [cancel] { cancel->store(true); });
+  py::dict out;
+  out["pairs"] = r.pairs;
+  out["kept"] = r.kept;
+  out["dropped_by_score"] = r.dropped_by_score;
+  out["unscorable"] = r.unscorable;
+  out["truncated"] = r.truncated;
+  out["threshold"] = r.threshold;
+  out["reference_pairs"] = r.reference_pairs;
+  out["summary"] = r.summary();
+  return out;
+}
+
 py::dict bleu(const std::vector<std::string>& hyps, const std::vector<std::string>& refs) {
   evaluation::BleuScore b;
   {
@@ -470,6 +514,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("use_shape_free_cuda_attention", &torchmt::use_shape_free_cuda_attention);
   m.def("train", &torchmt::python::train);
   m.def("distill", &torchmt::python::distill);
+  m.def("filter_corpus", &torchmt::python::filter_corpus);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);
 }

@@ -14,6 +14,12 @@ std::string with_thousands(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
+void append_number(std::string& out, double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  out += buffer;
+}
+
 std::string clock_text(double seconds) {
   const auto s = static_cast<int64_t>(seconds + 0.5);
   char text[32];

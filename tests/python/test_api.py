@@ -404,3 +404,59 @@ def test_distill_teaches_a_student_with_the_teachers_translations(trained, sampl
     assert again["teacher_reused"] and again["student"]["steps"] == 0
     with pytest.raises(ValueError, match="teacher-model"):
         torchmt.distill(**options)
+
+
+@pytest.fixture(scope="module")
+def backward_model(tmp_path_factory, sample):
+    """An English->German tiny model (the filter's backward direction), 300 steps on the sample."""
+    from conftest import SOURCE_DIR
+    en = os.path.join(SOURCE_DIR, "data", "sample.en")
+    de = os.path.join(SOURCE_DIR, "data", "sample.de")
+    out = str(tmp_path_factory.mktemp("ende") / "run")
+    torchmt.train(**train_options(out, train_src=en, train_tgt=de, valid_src=en, valid_tgt=de, max_steps=300,
+                                  validate_every=300))
+    return os.path.join(out, "checkpoint_best.pt")
+
+
+def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary, sample, tmp_path):
+    de, en = sample
+    targets = en[:40] + [en[(i + 17) % 60] for i in range(40, 50)]  # the last ten: another sentence's
+    (tmp_path / "c.de").write_text("".join(x + "\n" for x in de[:50]), encoding="utf-8")
+    (tmp_path / "c.en").write_text("".join(x + "\n" for x in targets), encoding="utf-8")
+    forward = torchmt.Translator(trained[0], compute_type="float32")
+    backward = torchmt.Translator(backward_model, compute_type="float32")
+    report = torchmt.filter_corpus(forward, backward, tmp_path / "c.de", tmp_path / "c.en", tmp_path / "k.de",
+                                   tmp_path / "k.en", keep_fraction=0.8, scores=tmp_path / "s.tsv")
+    assert report["pairs"] == 50 and report["kept"] == 40 and report["dropped_by_score"] == 10
+    assert report["summary"].startswith("kept 40 of 50 pairs")
+    r = subprocess.run([binary, "filter", "-q", "-m", trained[0], "--backward-model", backward_model, "--dtype", "fp32",
+                        "--src", str(tmp_path / "c.de"), "--tgt", str(tmp_path / "c.en"), "--kept-src",
+                        str(tmp_path / "cli.de"), "--kept-tgt", str(tmp_path / "cli.en"), "--keep-fraction", "0.8",
+                        "--scores", str(tmp_path / "cli.tsv")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.de").read_text() == (tmp_path / "cli.de").read_text()
+    assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
+    ours = [float(line.split("\t")[0]) for line in (tmp_path / "s.tsv").read_text().splitlines()]
+    theirs = [float(line.split("\t")[0]) for line in (tmp_path / "cli.tsv").read_text().splitlines()]
+    assert len(ours) == 50 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs))
+    assert report["summary"] in r.stderr  # what is dropped and why: tests/filter_test.cpp, with models that can tell
+
+
+def test_filter_corpus_errors(trained, backward_model, tmp_path):
+    (tmp_path / "c.de").write_text("Ein Hund.\nZwei Katzen.\n", encoding="utf-8")
+    (tmp_path / "c.en").write_text("A dog.\n", encoding="utf-8")
+    forward = torchmt.Translator(trained[0], compute_type="float32")
+    backward = torchmt.Translator(backward_model, compute_type="float32")
+    args = (tmp_path / "c.de", tmp_path / "c.en", tmp_path / "k.de", tmp_path / "k.en")
+    with pytest.raises(RuntimeError, match="line counts differ"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0)
+    with pytest.raises(ValueError, match="give one of --max-score"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, keep_fraction=0.5)
+    with pytest.raises(FileNotFoundError):
+        torchmt.filter_corpus(forward, backward, tmp_path / "missing.de", *args[1:], max_score=2.0)
+    with pytest.raises(TypeError):
+        torchmt.filter_corpus(trained[0], backward, *args, max_score=2.0)
+    (tmp_path / "c.en").write_text("A dog.\nTwo cats.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="backward does not translate --tgt into --src"):
+        torchmt.filter_corpus(forward, forward, *args, max_score=2.0)
+    assert not (tmp_path / "k.de").exists()

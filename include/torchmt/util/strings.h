@@ -12,6 +12,9 @@ inline bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r')
 // 1234567 -> "1,234,567" (counts in messages).
 std::string with_thousands(int64_t n);
 
+// Appends `value` as printf's %.<digits>f: fixed and locale-free (6 digits: enough for a log-probability).
+void append_number(std::string& out, double value, int digits = 6);
+
 // Seconds as a clock, rounded: 50 -> "0:50", 150 -> "2:30", 3725 -> "1:02:05" (progress, ETAs).
 std::string clock_text(double seconds);
 

@@ -17,7 +17,10 @@ except _metadata.PackageNotFoundError:
 # Python module is not imported, which would cost a process about 100 MiB more.
 from . import _native
 
+PathLike = Union[str, os.PathLike]
+
 __all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
+           "filter_corpus",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
            "__version__"]
 __version__ = _native.version
@@ -563,6 +566,47 @@ def distill(on_progress: Optional[Callable[[int, str], None]] = None, **options:
     return _native.distill(values, lists, on_progress)
 
 
+def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, tgt: PathLike, kept_src: PathLike,
+                  kept_tgt: PathLike, *, max_score: Optional[float] = None, keep_fraction: Optional[float] = None,
+                  reference_src: Optional[PathLike] = None, reference_tgt: Optional[PathLike] = None,
+                  reference_quantile: float = 0.95, dropped: Optional[PathLike] = None,
+                  scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
+                  buffer_size: int = 4096) -> Dict[str, Any]:
+    """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
+    Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
+    the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
+    threshold: ``max_score`` (nats per piece, lower is better), ``keep_fraction`` of the scored
+    pairs, or clean ``reference_src``/``reference_tgt`` pairs (e.g. the validation set) whose
+    scores' ``reference_quantile`` becomes it. ``dropped`` and ``scores`` also write TSVs of the
+    dropped pairs and of every pair's scores. The outputs appear whole or not at all. Returns
+    ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
+    "reference_pairs", "summary"}``."""
+    if not isinstance(forward, Translator) or not isinstance(backward, Translator):
+        raise TypeError("forward and backward must be torchmt.Translator objects")
+    options: Dict[str, Any] = {
+        "src": _existing_file(src, "src"),
+        "tgt": _existing_file(tgt, "tgt"),
+        "reference_quantile": _check_float("reference_quantile", reference_quantile),
+        "buffer_size": _check_int("buffer_size", buffer_size, 1),
+    }
+    for name, path in (("reference_src", reference_src), ("reference_tgt", reference_tgt)):
+        if path is not None:
+            options[name] = _existing_file(path, name)
+    for name, path in (("kept_src", kept_src), ("kept_tgt", kept_tgt), ("dropped", dropped), ("scores", scores)):
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"{name} must be a path, not {type(path).__name__}")
+            options[name] = os.fspath(path)
+    for name, value in (("max_score", max_score), ("keep_fraction", keep_fraction)):
+        if value is not None:
+            options[name] = _check_float(name, value)
+    settings = Translator._settings(beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=1,
+                                    max_len_a=0.0, max_len_b=0, early_exit=False, return_scores=True,
+                                    sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, seed=1,
+                                    max_batch_size=max_batch_size, batch_type=batch_type, first_line=0)
+    return _native.filter_corpus(forward._native, backward._native, options, settings)
+
+
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]):
     if isinstance(hypotheses, str) or isinstance(references, str):
         raise TypeError("hypotheses and references must be lists of strings")
@@ -597,7 +641,8 @@ def evaluate(translator: Translator, sources: Sequence[str], references: Sequenc
 
 
 # What help() and repr() name: the package, not this module.
-for _public in (Translator, TranslationResult, ScoringResult, GenerationStepResult, train, bleu, chrf, evaluate, limit_library_isas,
+for _public in (Translator, TranslationResult, ScoringResult, GenerationStepResult, train, bleu, chrf, evaluate,
+                filter_corpus, limit_library_isas,
                 use_cpu_tensor_pool, use_one_heap_arena, use_shape_free_cuda_attention):
     _public.__module__ = "torchmt"
 del _public

@@ -1,0 +1,56 @@
+#pragma once
+// Cleaning a parallel corpus by dual conditional cross-entropy (dual_cross_entropy.h): the work of
+// `torchmt filter` and of torchmt.filter in Python. Two passes over the files: every pair's score
+// (about 40 bytes a pair in memory, never the corpus), then each pair to the kept or the dropped
+// output. A pair that cannot be scored (an empty side, invalid UTF-8) is dropped with its reason,
+// never the job; the outputs appear whole or not at all.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "torchmt/decoding/translator.h"
+
+namespace torchmt {
+
+struct CorpusFilterOptions {
+  std::string src, tgt;            // the corpus, line for line (files: they are read twice)
+  std::string kept_src, kept_tgt;  // where the kept pairs go
+  // Optional ("": not written). dropped: TSV of line, score, forward and backward cross-entropy,
+  // reason, source, target; scores: TSV of score, forward, backward, a line per pair.
+  std::string dropped, scores;
+  // The threshold, exactly one of: max_score > 0 (nats per piece; lower is better); keep_fraction
+  // in (0, 1] of the scored pairs; clean reference pairs (e.g. the validation set), whose scores'
+  // reference_quantile becomes the threshold, so no noise rate need be known.
+  double max_score = 0.0, keep_fraction = 0.0;
+  std::string reference_src, reference_tgt;
+  // 0.95: any quantile from 0.90 to 0.98 removed >= 90% of the corrupted pairs and dropped <= 1% of the
+  // clean ones in tools/bench/filter_noise.py's corpus; 0.99 removed 89.7%.
+  double reference_quantile = 0.95;
+  int64_t buffer_size = 4096;  // pairs read and scored at a time
+  // How messages name the models (the command line's flags and paths).
+  std::string forward_name = "the forward model", backward_name = "the backward model";
+
+  // std::invalid_argument naming the option (the flags' names: --max-score, ...).
+  void validate() const;
+};
+
+struct CorpusFilterReport {
+  int64_t pairs = 0, kept = 0;
+  int64_t dropped_by_score = 0, unscorable = 0;  // the dropped pairs, by why
+  int64_t truncated = 0;        // scored with a side cut to what a model accepts
+  double threshold = 0.0;       // the score kept pairs are at most
+  int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)
+  std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"
+};
+
+// Filters options.src/tgt with `forward` (src -> tgt) and `backward` (tgt -> src) under `search`'s
+// settings. Throws std::invalid_argument for bad options or a model in the wrong role (judged on
+// the first pairs, both ways), std::runtime_error for a file that cannot be read or written or line
+// counts that differ; nothing is written then. `progress(n)`: n more scorings (two per pair), with
+// `total` (2 x the pairs; -1 when unknown) given once first.
+CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, const TranslationOptions& search,
+                                 const CorpusFilterOptions& options,
+                                 const std::function<void(int64_t total)>& started = {},
+                                 const std::function<void(int64_t n)>& progress = {});
+
+}  // namespace torchmt

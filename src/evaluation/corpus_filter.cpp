@@ -1,0 +1,246 @@
+#include "torchmt/evaluation/corpus_filter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+#include "data/parallel_corpus.h"
+#include "data/text_file.h"
+#include "evaluation/dual_cross_entropy.h"
+#include "torchmt/util/strings.h"
+#include "util/atomic_file.h"
+#include "util/heap.h"
+#include "util/utf8.h"
+
+namespace torchmt {
+
+namespace {
+
+// Why a pair cannot be scored, "" when it can.
+std::string unscorable(const std::string& src, const std::string& tgt) {
+  if (!is_valid_utf8(src) || !is_valid_utf8(tgt)) return "invalid UTF-8";
+  if (Translator::is_blank(src) || Translator::is_blank(tgt)) return "empty";
+  return "";
+}
+
+// Tabs and newlines of a text cell become spaces: the TSV keeps its columns.
+std::string cell(std::string text) {
+  for (char& c : text)
+    if (c == '\t' || c == '\r') c = ' ';
+  return text;
+}
+
+// score, forward and backward cross-entropy, tab-separated.
+void append_scores(std::string& text, const DualScore& d) {
+  append_number(text, d.score);
+  text += '\t';
+  append_number(text, d.forward);
+  text += '\t';
+  append_number(text, d.backward);
+}
+
+struct PairVerdict {
+  DualScore score;
+  std::string reason;  // why it could not be scored; "" when scored
+};
+
+// The lines of a file, or -1 when it cannot be counted now (its reader reports why).
+int64_t lines_in(const std::string& path) {
+  try {
+    return count_lines(path);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The reference pairs' scores' quantile, by the same models and search settings.
+double reference_threshold(Translator& forward, Translator& backward, const TranslationOptions& search,
+                           const CorpusFilterOptions& o, std::vector<std::string> ref_src,
+                           std::vector<std::string> ref_tgt, int64_t& scored) {
+  std::vector<std::string> rs, rt;
+  for (size_t i = 0; i < ref_src.size(); ++i)
+    if (unscorable(ref_src[i], ref_tgt[i]).empty()) {
+      rs.push_back(std::move(ref_src[i]));
+      rt.push_back(std::move(ref_tgt[i]));
+    }
+  if (rs.empty()) throw std::runtime_error("--reference-src " + o.reference_src + ": no pair that can be scored");
+  std::vector<double> scores;
+  for (const auto& d : dual_cross_entropy(forward, backward, rs, rt, search, {})) scores.push_back(d.score);
+  std::sort(scores.begin(), scores.end());
+  const auto at = std::min(scores.size() - 1,
+                           static_cast<size_t>(std::floor(o.reference_quantile * static_cast<double>(scores.size()))));
+  scored = static_cast<int64_t>(scores.size());
+  return scores[at];
+}
+
+}  // namespace
+
+void CorpusFilterOptions::validate() const {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw std::invalid_argument(message);
+  };
+  require(!src.empty() && !tgt.empty(), "give the corpus: --src and --tgt");
+  require(!kept_src.empty() && !kept_tgt.empty(), "give where the kept pairs go: --kept-src and --kept-tgt");
+  require((max_score > 0) + (keep_fraction > 0) + !reference_src.empty() == 1,
+          "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt");
+  require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
+  require(reference_quantile > 0 && reference_quantile <= 1, "--reference-quantile must be in (0, 1]");
+  require(max_score >= 0 && std::isfinite(max_score), "--max-score must be positive");
+  require(keep_fraction >= 0 && keep_fraction <= 1, "--keep-fraction must be in (0, 1]");
+  require(buffer_size >= 1, "--buffer-size must be at least 1");
+  require(src != "-" && tgt != "-", "--src and --tgt must be files (they are read twice)");
+}
+
+std::string CorpusFilterReport::summary() const {
+  std::ostringstream out;
+  out << "kept " << kept << " of " << pairs << " pairs (dropped " << dropped_by_score << " scoring above " << threshold
+      << ", " << unscorable << " that could not be scored: empty or invalid UTF-8)";
+  return out.str();
+}
+
+CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, const TranslationOptions& search,
+                                 const CorpusFilterOptions& o, const std::function<void(int64_t)>& started,
+                                 const std::function<void(int64_t)>& progress) {
+  o.validate();
+  const int64_t src_lines = lines_in(o.src), tgt_lines = lines_in(o.tgt);
+  if (src_lines >= 0 && tgt_lines >= 0 && src_lines != tgt_lines)
+    throw std::runtime_error(line_count_mismatch(o.src, src_lines, o.tgt, tgt_lines));
+  LineReader src_reader(o.src), tgt_reader(o.tgt);  // a missing file: before any scoring
+  std::vector<std::string> ref_src, ref_tgt;  // small (a validation set): read now, so a bad one ends nothing long
+  if (!o.reference_src.empty()) {
+    ref_src = read_lines(o.reference_src);
+    ref_tgt = read_lines(o.reference_tgt);
+    if (ref_src.size() != ref_tgt.size())
+      throw std::runtime_error(line_count_mismatch(o.reference_src, static_cast<int64_t>(ref_src.size()),
+                                                   o.reference_tgt, static_cast<int64_t>(ref_tgt.size())));
+  }
+  auto add = [&progress](int64_t n) {
+    if (progress) progress(n);
+  };
+  if (started) started(src_lines >= 0 ? 2 * src_lines : -1);
+
+  // Pass 1: every pair's verdict.
+  std::vector<PairVerdict> verdicts;
+  bool checked_direction = false;
+  std::vector<std::string> src, tgt;
+  std::string s, t;
+  for (bool ended = false; !ended;) {
+    src.clear();
+    tgt.clear();
+    std::vector<size_t> scorable;
+    for (int64_t in_window = 0; in_window < o.buffer_size; ++in_window) {
+      const bool has_src = src_reader.next(s), has_tgt = tgt_reader.next(t);
+      if (has_src != has_tgt)
+        throw std::runtime_error("line counts differ: " + (has_src ? o.tgt : o.src) + " ends before " +
+                                 (has_src ? o.src : o.tgt) + " (after " + std::to_string(verdicts.size()) + " lines)");
+      if (!has_src) {
+        ended = true;
+        break;
+      }
+      PairVerdict v;
+      v.reason = unscorable(s, t);
+      if (v.reason.empty()) {
+        scorable.push_back(verdicts.size());
+        src.push_back(std::move(s));
+        tgt.push_back(std::move(t));
+      } else {
+        add(2);
+      }
+      verdicts.push_back(std::move(v));
+    }
+    if (src.empty()) continue;
+    if (!checked_direction) {
+      // Each model must read its side: judged on the first pairs, both ways.
+      const size_t n = std::min<size_t>(64, src.size());
+      const std::vector<std::string> s_probe(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n)),
+          t_probe(tgt.begin(), tgt.begin() + static_cast<std::ptrdiff_t>(n));
+      for (auto [model, name, in, out] : {std::make_tuple(&forward, &o.forward_name, &s_probe, &t_probe),
+                                          std::make_tuple(&backward, &o.backward_name, &t_probe, &s_probe)}) {
+        const DirectionCheck c = check_direction(*model, *in, *out, search);
+        if (!c.agrees()) {
+          std::ostringstream message;
+          message << *name << " does not translate " << (in == &s_probe ? "--src into --tgt" : "--tgt into --src")
+                  << ": on the first " << c.pairs << " pairs it finds the other direction more probable ("
+                  << c.against << " against " << c.along
+                  << " nats per piece); give the models in the right roles (two models of one direction cannot "
+                     "filter)";
+          throw std::invalid_argument(message.str());
+        }
+      }
+      checked_direction = true;
+    }
+    const auto scores = dual_cross_entropy(forward, backward, src, tgt, search, add);
+    for (size_t k = 0; k < scorable.size(); ++k) verdicts[scorable[k]].score = scores[k];
+    return_free_heap_memory();
+  }
+
+  // The threshold: --max-score, the reference pairs' quantile, or the score at the kept fraction.
+  CorpusFilterReport report;
+  report.pairs = static_cast<int64_t>(verdicts.size());
+  report.threshold = o.max_score;
+  if (!o.reference_src.empty())
+    report.threshold =
+        reference_threshold(forward, backward, search, o, std::move(ref_src), std::move(ref_tgt), report.reference_pairs);
+  if (o.keep_fraction > 0) {
+    std::vector<double> scored;
+    for (const auto& v : verdicts)
+      if (v.reason.empty()) scored.push_back(v.score.score);
+    std::sort(scored.begin(), scored.end());
+    const auto keep = static_cast<size_t>(std::floor(o.keep_fraction * static_cast<double>(scored.size())));
+    report.threshold = keep == 0 ? -std::numeric_limits<double>::infinity() : scored[keep - 1];
+  }
+
+  // Pass 2: the files again, each pair to its place.
+  LineReader src_again(o.src), tgt_again(o.tgt);
+  AtomicFileWriter kept_src(o.kept_src), kept_tgt(o.kept_tgt);
+  std::optional<AtomicFileWriter> dropped, all_scores;
+  if (!o.dropped.empty()) dropped.emplace(o.dropped);
+  if (!o.scores.empty()) all_scores.emplace(o.scores);
+  std::string ks, kt, dr, sc;
+  auto flush = [&] {
+    kept_src.write(ks);
+    kept_tgt.write(kt);
+    if (dropped) dropped->write(dr);
+    if (all_scores) all_scores->write(sc);
+    ks.clear(), kt.clear(), dr.clear(), sc.clear();
+  };
+  for (size_t i = 0; i < verdicts.size() && src_again.next(s) && tgt_again.next(t); ++i) {
+    const PairVerdict& v = verdicts[i];
+    report.truncated += v.score.truncated ? 1 : 0;
+    if (all_scores) {
+      if (v.reason.empty()) append_scores(sc, v.score);
+      else sc += "\t\t";
+      sc += '\n';
+    }
+    if (v.reason.empty() && v.score.score <= report.threshold) {
+      ++report.kept;
+      (ks += s) += '\n';
+      (kt += t) += '\n';
+    } else {
+      v.reason.empty() ? ++report.dropped_by_score : ++report.unscorable;
+      if (dropped) {
+        dr += std::to_string(i + 1) + '\t';
+        if (v.reason.empty()) {
+          append_scores(dr, v.score);
+          dr += "\tscore\t";
+        } else {
+          dr += "\t\t\t" + v.reason + '\t';
+        }
+        dr += cell(replace_invalid_utf8(s)) + '\t' + cell(replace_invalid_utf8(t)) + '\n';
+      }
+    }
+    if (ks.size() + kt.size() + dr.size() + sc.size() > (1u << 20)) flush();
+  }
+  flush();
+  kept_src.commit();
+  kept_tgt.commit();
+  if (dropped) dropped->commit();
+  if (all_scores) all_scores->commit();
+  return report;
+}
+
+}  // namespace torchmt
