@@ -5,8 +5,6 @@
 #include <memory>
 
 #include "cli_options.h"
-#include "input_lines.h"
-#include "data/parallel_corpus.h"
 #include "data/text_file.h"
 #include "torchmt/evaluation/corpus_filter.h"
 #include "torchmt/decoding/translation_options.h"
@@ -75,13 +73,8 @@ int run_filter(int argc, char** argv) {
   if (!check_usage([&] { f.validate(); }, argv[0])) return kExitUsage;
   f.forward_name = "-m " + o->translator.models.front();
   f.backward_name = "--backward-model " + o->backward_model;
-  // Line counts and readable files before the (slow) load; filter_corpus checks them again.
-  const int64_t src_lines = count_lines(f.src), tgt_lines = count_lines(f.tgt);
-  if (src_lines >= 0 && tgt_lines >= 0 && src_lines != tgt_lines) {
-    std::cerr << argv[0] << ": " << line_count_mismatch(f.src, src_lines, f.tgt, tgt_lines) << "\n";
-    return kExitFailure;
-  }
-  { LineReader src_file(f.src), tgt_file(f.tgt); }  // a missing file: an error before the slow load
+  // A missing file: an error before the slow load (filter_corpus counts the lines, once).
+  { LineReader src_file(f.src), tgt_file(f.tgt); }
   use_heap_policy(o->translator.translation);
   std::unique_ptr<Translator> forward, backward;
   TranslatorConfig backward_config = o->translator;
