@@ -128,5 +128,48 @@ TEST(SparseInputFeedForwardTest, ReluLayersOnlyAndTheSameOutputs) {
     }
 }
 
+// A translator's layer keeps one copy: the weight becomes the view of the kernel's W^T (the same
+// values), the bytes of the old one are freed once, and the layer computes what it computed before,
+// in inference at a few rows and at many, and with gradients on.
+TEST(SparseInputFeedForwardTest, ATranslatingLayerKeepsOneCopyOfItsWeight) {
+  torch::manual_seed(8);
+  for (int64_t embed : {32, 256}) {
+    FeedForward ffn(FeedForwardOptions(embed, 4 * embed).dropout(0.0).activation(Activation::kReLU));
+    ffn->eval();
+    const auto weight = ffn->linear2->weight.detach().clone();
+    std::vector<torch::Tensor> inputs, before;
+    prepare_linears_for_inference(*ffn, InferencePrecision::kFloat);
+    {
+      torch::NoGradGuard no_grad;
+      for (int64_t rows : {1, 3, 40}) {
+        inputs.push_back(torch::randn({rows, 1, embed}));
+        before.push_back(ffn->forward(inputs.back()));
+      }
+    }
+    EXPECT_EQ(release_float_weights(*ffn, nullptr), embed * 4 * embed * 4);
+    EXPECT_EQ(release_float_weights(*ffn, nullptr), 0);  // one copy already
+    const auto& shared = ffn->linear2->weight;
+    EXPECT_FALSE(shared.is_contiguous());
+    EXPECT_TRUE(shared.t().is_contiguous());
+    EXPECT_TRUE(torch::equal(shared, weight));
+    EXPECT_TRUE(ffn->linear1->weight.is_contiguous());  // not a sparse-input layer
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        // A few rows: the kernel's, the same bits; many: the kernel's or (where it steps aside) the
+        // dense product's over the view, whose sums BLAS may order otherwise.
+        if (inputs[i].size(0) <= kSmallBatchLinearMaxRows)
+          EXPECT_TRUE(torch::equal(ffn->forward(inputs[i]), before[i])) << embed << " " << i;
+        else
+          EXPECT_TRUE(torch::allclose(ffn->forward(inputs[i]), before[i], 1e-5, 1e-5)) << embed << " " << i;
+      }
+    }
+    auto trained = ffn->forward(inputs[1]);  // gradients on: the dense product over the view
+    EXPECT_TRUE(torch::allclose(trained, before[1], 1e-5, 1e-5));
+    trained.sum().backward();
+    EXPECT_EQ(ffn->linear2->weight.grad().sizes(), weight.sizes());
+  }
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -125,7 +125,8 @@ at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, c
 // non-finite weight meeting a zero input gives 0, where a dense product gives NaN.
 struct SparseInputWeights {
   int64_t in = 0, out = 0;         // the layer's weight is [out, in]
-  std::vector<float> transposed;   // W^T [in, out]
+  at::Tensor transposed;           // W^T [in, out], contiguous fp32: a translator's layer keeps only this
+  const float* wt = nullptr;       // transposed's data
   std::vector<float> bias;         // [out], zeros without one
 };
 std::shared_ptr<const SparseInputWeights> pack_sparse_input_weight(const at::Tensor& weight, const at::Tensor& bias);

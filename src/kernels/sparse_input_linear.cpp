@@ -36,7 +36,7 @@ TORCHMT_VECTOR_INLINE void sparse_row(const float* x, const SparseInputWeights& 
   const int64_t N = w.out;
   const int64_t count = list_nonzero_inputs(x, 0, w.in, idx, 0);
   std::copy(w.bias.begin(), w.bias.end(), out);
-  const float* wt = w.transposed.data();
+  const float* wt = w.wt;
   const int64_t vec_end = N - N % 8;
   for (int64_t i = 0; i < count; ++i) {
     if (i + kPrefetchAhead < count) {
@@ -76,7 +76,7 @@ TORCHMT_VECTOR_INLINE void sparse_row_blocked(const float* x, const SparseInputW
   constexpr int64_t kWidth = sizeof(V) / sizeof(float);
   constexpr int kVecs = static_cast<int>(kBlock / kWidth);
   const int64_t N = w.out;
-  const float* wt = w.transposed.data();
+  const float* wt = w.wt;
   for (int64_t n0 = 0; n0 < N; n0 += kBlock) {
     V acc[kVecs];
 #pragma GCC unroll 16
@@ -164,11 +164,12 @@ void sparse_row_many_avx2(const float*, const SparseInputWeights&, int32_t*, flo
 
 std::shared_ptr<const SparseInputWeights> pack_sparse_input_weight(const at::Tensor& weight, const at::Tensor& bias) {
   TORCH_CHECK(weight.dim() == 2, "pack_sparse_input_weight: weight must be [out, in]");
-  auto w = weight.detach().to(torch::kCPU, torch::kFloat).t().contiguous();  // [in, out]
   auto packed = std::make_shared<SparseInputWeights>();
-  packed->in = w.size(0);
-  packed->out = w.size(1);
-  packed->transposed.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+  // clone: its own storage even where the weight already is a transposed view of one
+  packed->transposed = weight.detach().to(torch::kCPU, torch::kFloat).t().clone(at::MemoryFormat::Contiguous);  // [in, out]
+  packed->wt = packed->transposed.data_ptr<float>();
+  packed->in = packed->transposed.size(0);
+  packed->out = packed->transposed.size(1);
   packed->bias.assign(static_cast<size_t>(packed->out), 0.0f);
   if (bias.defined()) {
     auto b = bias.detach().to(torch::kCPU, torch::kFloat).contiguous();

@@ -40,12 +40,13 @@ Translator checkpoint_translator(const ModelFile& file, const c10::Device& devic
 
 // Packed, quantized and screened once at load (the kernels' preparation), on the CPU. The
 // translator only translates: its int8 layers keep no fp32 copy beside the int8 one (a base-size
-// model: 158 MB), but the output projection (shortlists slice it; embeddings may share it).
+// model: 158 MB), and in fp32 its feed-forward outputs keep one layout of their weight (48 MB),
+// but the output projection keeps its own (shortlists slice it; embeddings may share it).
 void prepare_for_cpu_inference(Translator& translator, InferencePrecision precision) {
   if (translator.model() && translator.device().is_cpu()) {
     const torch::nn::Linear& fc_out = translator.model()->fc_out;
-    prepare_linears_for_inference(*translator.model(), precision, &fc_out,
-                                  precision == InferencePrecision::kInt8 ? &fc_out : nullptr);
+    const bool one_copy = precision == InferencePrecision::kInt8 || translator.dtype() == c10::ScalarType::Float;
+    prepare_linears_for_inference(*translator.model(), precision, &fc_out, one_copy ? &fc_out : nullptr);
   }
 }
 
@@ -120,8 +121,11 @@ Translator load_one(const TranslatorConfig& config, const std::string& path) {
   file.reset();  // the file's bytes are not needed beside the packed weights
   prepare(*translator, precision);
   // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
-  if (precision == InferencePrecision::kFloat && config.dtype == "auto")
+  if (precision == InferencePrecision::kFloat && config.dtype == "auto") {
     choose_translation_dtype(*translator, config.translation);
+    if (translator->model() && translator->device().is_cpu() && translator->dtype() == c10::ScalarType::Float)
+      release_float_weights(*translator->model(), &translator->model()->fc_out);
+  }
   return std::move(*translator);
 }
 

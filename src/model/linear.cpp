@@ -38,7 +38,6 @@ const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const t
   return same ? &p : nullptr;
 }
 
-// An empty preparation of the layer's present parameters.
 // The fp32 weight of an int8-prepared layer replaced by a one-element stand-in of its shape;
 // the bytes freed (0 when the layer has no int8 preparation or was released already).
 int64_t release_float_weight(QuantizableLinearImpl& linear) {
@@ -53,6 +52,29 @@ int64_t release_float_weight(QuantizableLinearImpl& linear) {
   return freed;
 }
 
+// A sparse-input layer's fp32 weight replaced by the [out, in] view of its kernel's W^T: one copy
+// of the weight (dense products read the view transposed, as BLAS takes either layout). Returns
+// the bytes freed.
+int64_t share_sparse_input_weight(QuantizableLinearImpl& linear) {
+  if (!linear.prepared || !linear.prepared->sparse_input || linear.prepared->float_released) return 0;
+  const kernels::SparseInputWeights& sparse = *linear.prepared->sparse_input;
+  if (linear.weight.data_ptr() == sparse.wt) return 0;
+  torch::NoGradGuard no_grad;
+  const auto freed = static_cast<int64_t>(linear.weight.nbytes());
+  linear.weight.set_data(sparse.transposed.t());  // [out, in], strides [1, out]
+  auto p = std::make_shared<PreparedLinear>(*linear.prepared);
+  p->weight_data = linear.weight.data_ptr();
+  p->weight_version = static_cast<uint32_t>(linear.weight._version());
+  linear.prepared = std::move(p);
+  return freed;
+}
+
+// What a layer that only translates from now on keeps: one copy of its weight.
+int64_t keep_one_copy(QuantizableLinearImpl& linear) {
+  return release_float_weight(linear) + share_sparse_input_weight(linear);
+}
+
+// An empty preparation of the layer's present parameters.
 std::shared_ptr<PreparedLinear> made_from(const QuantizableLinearImpl& linear) {
   auto p = std::make_shared<PreparedLinear>();
   p->weight_data = linear.weight.data_ptr();
@@ -156,7 +178,7 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
       }
       linear->prepared = std::move(p);
       // Layer by layer: the load's peak holds one layer's two copies, not the model's.
-      if (release_all_but && release_all_but->get() != linear) release_float_weight(*linear);
+      if (release_all_but && release_all_but->get() != linear) keep_one_copy(*linear);
     }
   });
   return static_cast<int64_t>(linears.size());
@@ -242,7 +264,7 @@ int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear
   int64_t freed = 0;
   for (const auto& child : module.modules(/*include_self=*/true)) {
     auto* linear = dynamic_cast<QuantizableLinearImpl*>(child.get());
-    if (linear && !(keep && keep->get() == linear)) freed += release_float_weight(*linear);
+    if (linear && !(keep && keep->get() == linear)) freed += keep_one_copy(*linear);
   }
   return freed;
 }

@@ -108,18 +108,20 @@ enum class InferencePrecision { kFloat, kInt8 };
 // them (per row, 127 steps; inputs over each layer's input_range where calibrated); `screened`
 // (the output projection, or null) also gets greedy search's int8 screen at kFloat. Returns how many layers were prepared. Done when a model is loaded for
 // inference (load_translator) and around validation's decoding, never lazily on first use.
-// `release_all_but` (kInt8 only; null: none): each layer but that one is then released as
-// release_float_weights does, as soon as it is quantized.
+// `release_all_but` (null: none): each layer but that one keeps one copy of its weight as soon
+// as it is prepared, as release_float_weights does.
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
                                       const torch::nn::Linear* screened = nullptr,
                                       const torch::nn::Linear* release_all_but = nullptr);
 // Drops every Linear's preparation (float, as trained, again).
 void release_inference_preparation(torch::nn::Module& module);
-// For a model that only translates in int8 from now on (load_translator): frees the fp32 weight
-// of every int8-prepared Linear but `keep` (the output projection: shortlists slice it, the
-// embeddings may share it), leaving a one-element stand-in of the same shape. Such a layer then
-// runs its int8 kernel only; a call the kernel cannot serve (grad mode, another device) throws
-// std::logic_error naming the cause. Returns the bytes freed.
+// For a model that only translates from now on (load_translator): every prepared Linear but `keep`
+// (the output projection: shortlists slice it, the embeddings may share it) keeps one copy of its
+// weight. An int8 layer's fp32 weight is freed, leaving a one-element stand-in of the same shape:
+// it then runs its int8 kernel only, and a call the kernel cannot serve (grad mode, another
+// device) throws std::logic_error naming the cause. An fp32 sparse-input layer's weight becomes
+// the [out, in] view of its kernel's W^T (best for fp32 translation: bf16 copies it per call).
+// Returns the bytes freed.
 int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear* keep);
 // Whether the layer is prepared to run int8.
 bool runs_int8(const torch::nn::Linear& layer);
