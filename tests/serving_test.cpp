@@ -198,8 +198,14 @@ TEST(ServiceMetricsText, CountersAndCumulativeHistograms) {
   m.record_request("/translate", 200, 0.3);
   m.record_request("/translate", 413, 0.001);
   m.record_batch(3, 5, 40, 50, 0.1);
-  m.set_queue(2, 7);
+  int direction_a = 0, direction_b = 0;  // two services' queues: the gauges are their sum
+  m.set_queue(&direction_a, 2, 7);
+  m.set_queue(&direction_b, 1, 3);
+  m.set_queue(&direction_b, 1, 3);
+  EXPECT_NE(m.prometheus().find("torchmt_queue_sentences 10\n"), std::string::npos);
+  m.set_queue(&direction_b, 0, 0);
   const auto text = m.prometheus();
+  EXPECT_NE(text.find("torchmt_queue_requests 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("torchmt_requests_total{endpoint=\"/translate\",code=\"200\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("torchmt_requests_total{endpoint=\"/translate\",code=\"413\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("torchmt_request_duration_seconds_bucket{le=\"0.025\"} 2\n"), std::string::npos) << text;

@@ -64,10 +64,12 @@ void ServiceMetrics::record_step(int64_t rows, int64_t joined) {
   joins_ += static_cast<uint64_t>(joined);
 }
 
-void ServiceMetrics::set_queue(int64_t requests, int64_t sentences) {
+void ServiceMetrics::set_queue(const void* queue, int64_t requests, int64_t sentences) {
   std::lock_guard<std::mutex> lock(mutex_);
-  queue_requests_ = requests;
-  queue_sentences_ = sentences;
+  if (requests == 0 && sentences == 0)
+    queues_.erase(queue);
+  else
+    queues_[queue] = {requests, sentences};
 }
 
 void ServiceMetrics::add_in_flight(int64_t delta) {
@@ -102,6 +104,11 @@ int64_t ServiceMetrics::joins() const {
 
 std::string ServiceMetrics::prometheus() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  int64_t queue_requests = 0, queue_sentences = 0;
+  for (const auto& [queue, length] : queues_) {
+    queue_requests += length.first;
+    queue_sentences += length.second;
+  }
   std::ostringstream out;
   out << "# HELP torchmt_requests_total HTTP requests answered, by endpoint and status code.\n"
          "# TYPE torchmt_requests_total counter\n";
@@ -133,9 +140,9 @@ std::string ServiceMetrics::prometheus() const {
          "# TYPE torchmt_stream_joins_total counter\n"
       << "torchmt_stream_joins_total " << joins_ << "\n"
       << "# HELP torchmt_queue_requests Requests waiting for a batch.\n# TYPE torchmt_queue_requests gauge\n"
-      << "torchmt_queue_requests " << queue_requests_ << "\n"
+      << "torchmt_queue_requests " << queue_requests << "\n"
       << "# HELP torchmt_queue_sentences Sentences waiting for a batch.\n# TYPE torchmt_queue_sentences gauge\n"
-      << "torchmt_queue_sentences " << queue_sentences_ << "\n"
+      << "torchmt_queue_sentences " << queue_sentences << "\n"
       << "# HELP torchmt_requests_in_flight Requests being read, queued, decoded or answered.\n"
          "# TYPE torchmt_requests_in_flight gauge\n"
       << "torchmt_requests_in_flight " << in_flight_ << "\n";

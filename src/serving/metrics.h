@@ -38,7 +38,9 @@ class ServiceMetrics {
   void record_step(int64_t rows, int64_t joined);
   // Sentences finished outside a batch (in-flight batching), for the totals.
   void record_translated(int64_t sentences, int64_t source_tokens, int64_t target_tokens);
-  void set_queue(int64_t requests, int64_t sentences);
+  // One queue's present length (a direction's TranslationService each, keyed by its address; 0, 0
+  // when it stops); the gauges are the sum over the queues.
+  void set_queue(const void* queue, int64_t requests, int64_t sentences);
   void add_in_flight(int64_t delta);
   std::string prometheus() const;
 
@@ -55,7 +57,8 @@ class ServiceMetrics {
   uint64_t sentences_ = 0, source_tokens_ = 0, target_tokens_ = 0;
   Histogram latency_, batch_sentences_, batch_requests_, batch_seconds_, step_rows_;
   uint64_t joins_ = 0;
-  int64_t queue_requests_ = 0, queue_sentences_ = 0, in_flight_ = 0;
+  std::map<const void*, std::pair<int64_t, int64_t>> queues_;  // queue -> (requests, sentences)
+  int64_t in_flight_ = 0;
 };
 
 }  // namespace torchmt

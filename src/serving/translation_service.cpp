@@ -119,10 +119,11 @@ void TranslationService::stop() {
   wake_.notify_all();
   for (auto& w : workers_)
     if (w.joinable()) w.join();
+  if (metrics_) metrics_->set_queue(this, 0, 0);  // no queue left to count
 }
 
 void TranslationService::publish_queue_locked() {
-  if (metrics_) metrics_->set_queue(static_cast<int64_t>(queue_.size()), queued_sentences_);
+  if (metrics_) metrics_->set_queue(this, static_cast<int64_t>(queue_.size()), queued_sentences_);
 }
 
 bool TranslationService::streamable(const Pending& p) const {
