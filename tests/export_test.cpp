@@ -125,28 +125,30 @@ Fixture& fixture() {
   static const std::unique_ptr<Fixture> f = [] {
     auto f = std::make_unique<Fixture>();
     const Tokenizer& tok = test::sample_tokenizer();
-    torch::manual_seed(7);
-    ModelConfig config = ModelConfig::preset("tiny");
-    config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
-    Transformer model(config);
-    train_briefly(model, tok, 80);
-
-    const CheckpointMeta meta = sample_meta(config, tok, 80);
-    f->checkpoint = f->dir.file("checkpoint.pt");
-    save_checkpoint(f->checkpoint, model, nullptr, meta);
+    // Trained and exported once for every test process (each test runs in its own): the 80
+    // updates and three TorchScript exports were most of each test's time, more under the sanitizers.
+    const std::string shared = test::shared_fixture("export_torchscript", [&tok](const std::string& d) {
+      torch::manual_seed(7);
+      ModelConfig config = ModelConfig::preset("tiny");
+      config.src_vocab_size = config.tgt_vocab_size = tok.vocab_size();
+      Transformer model(config);
+      train_briefly(model, tok, 80);
+      save_checkpoint(d + "/checkpoint.pt", model, nullptr, sample_meta(config, tok, 80));
+      const LoadedCheckpoint native = load_checkpoint(d + "/checkpoint.pt", torch::kCPU);
+      auto exporter = make_exporter("torchscript");
+      exporter->write(native, ExportOptions{}, d + "/model.ts");
+      ExportOptions frozen;
+      frozen.freeze = true;
+      exporter->write(native, frozen, d + "/model_frozen.ts");
+      ExportOptions bf16;
+      bf16.dtype = torch::kBFloat16;
+      exporter->write(native, bf16, d + "/model_bf16.ts");
+    });
+    f->checkpoint = shared + "/checkpoint.pt";
     f->native = load_checkpoint(f->checkpoint, torch::kCPU);
-
-    f->exported = f->dir.file("model.ts");
-    f->frozen = f->dir.file("model_frozen.ts");
-    f->bf16 = f->dir.file("model_bf16.ts");
-    auto exporter = make_exporter("torchscript");
-    exporter->write(f->native, ExportOptions{}, f->exported);
-    ExportOptions frozen;
-    frozen.freeze = true;
-    exporter->write(f->native, frozen, f->frozen);
-    ExportOptions bf16;
-    bf16.dtype = torch::kBFloat16;
-    exporter->write(f->native, bf16, f->bf16);
+    f->exported = shared + "/model.ts";
+    f->frozen = shared + "/model_frozen.ts";
+    f->bf16 = shared + "/model_bf16.ts";
 
     f->sentences = read_lines(test::sample_de(), 40);
     f->sentences.erase(f->sentences.begin(), f->sentences.begin() + 32);  // 8 lines of varied length

@@ -27,11 +27,43 @@ sanitize() {
     "$root/tools/setup.sh"
     mark "sanitizer build done"
     cd "$root/build-asan"
+    if [ $# -gt 0 ]; then  # tests named on the command line: ctest's processes, as in the first pass
+      OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" "$@"
+      mark "sanitizer suite done"
+      exit 0
+    fi
     # Not the tests whose time goes to an uninstrumented oracle (Python's CTranslate2, ONNX Runtime,
-    # transformers, Chromium) or to waiting out a timeout: the code they check in torchmt runs under the
-    # sanitizers in the other tests (the exporters' writers, the server, the worker launcher).
-    local oracles='TransformersAgrees|CTranslate2ReadsWhatItsOwn|EveryVariantCTranslate2|OnnxRuntimeComputes|Multi30kTranslationsAgree|EveryModelVariantExportsAndComputesAlike|PythonLoadsTheFile|WebPageInHeadlessChromium|AWorkerThatHangs'
-    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" -E "$oracles" "$@"
+    # transformers, PyTorch's reference classes, Chromium), to waiting out a timeout, or to LibTorch
+    # training and running models (the Filter tests' two memorising models, the overfitting run, the
+    # every-variant and Multi30k sweeps of the TorchScript export): the code they check in torchmt runs
+    # under the sanitizers in the other tests (the exporters' writers, the server, the worker launcher,
+    # the trainer's resumes, the filter's options, the export of one model).
+    local skip='*TransformersAgrees*:*CTranslate2ReadsWhatItsOwn*:*EveryVariantCTranslate2*:*OnnxRuntimeComputes*'
+    skip+=':*Multi30kTranslationsAgree*:*EveryModelVariantExportsAndComputesAlike*:*PythonLoadsTheFile*'
+    skip+=':*WebPageInHeadlessChromium*:*AWorkerThatHangs*:ModelParity.*:Filter.CommandKeepsTheCleanPairs*'
+    skip+=':Filter.DualCrossEntropy*:*OverfitsThirtyPairs*:*EveryModelVariantExportsAndTranslatesAsNative*'
+    skip+=':*ArchiveSearchEqualsNativeSearchOnMulti30k*'
+    # The suite's own tests in two processes (gtest's shards), not one process per test as ctest runs
+    # them: an instrumented process took 1.3 s to start, which over 560 tests was a third of the pass.
+    # Each shard's output goes to a file, printed when the shard fails or runs past 40 minutes.
+    local shard pids=() failed=0
+    for shard in 0 1; do
+      OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard \
+        timeout 2400 ./torchmt_tests --gtest_filter="-$skip" > "shard$shard.log" 2>&1 &
+      pids+=($!)
+    done
+    for shard in 0 1; do
+      if ! wait "${pids[$shard]}"; then
+        failed=1
+        echo "test.sh: sanitizer shard $shard failed; its failures and the end of its output (build-asan/shard$shard.log):" >&2
+        grep -a '^\[  FAILED  \]' "shard$shard.log" >&2 || true
+        tail -n 150 "shard$shard.log" >&2
+      fi
+    done
+    grep -ah '^\[  PASSED  \]\|^\[  SKIPPED \] [0-9]' shard0.log shard1.log >&2 || true
+    [ "$failed" = 0 ] || exit 1
+    # The rest (the host-process test, fuzz corpora, LibreTranslate's API tests, the headers check).
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} ctest --output-on-failure -j "${TORCHMT_TEST_JOBS:-2}" -LE suite
     mark "sanitizer suite done"
   )
   echo "test.sh: the suite passes under AddressSanitizer + UndefinedBehaviorSanitizer" >&2
