@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "kernel_isa_support.h"
 #include "kernels/primitives.h"
+#include "model/linear.h"
 #include "torchmt/util/device.h"
 #include "test_support.h"
 
@@ -203,6 +206,37 @@ TEST(PackedLinearTest, TheGemmIsChosenByRulesNotByTiming) {
     EXPECT_TRUE(torch::allclose(try_packed_linear(packed, x, {}), torch::linear(x, weight), 1e-5, 1e-5));
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "the choice wrote to the cache directory";
+}
+
+// A prepared layer packs its weight at its first call with more rows than the few-row kernel
+// takes, not before (a translator decoding one sentence at a time keeps no packed copies), and
+// once when four threads make that call together, each getting at::linear's values.
+TEST(PackedLinearTest, ALayerPacksItsWeightAtItsFirstManyRowCallOnce) {
+  constexpr int64_t kOut = 4096, kIn = 32;  // packed by the rule table at every level
+  if (packed_gemm_for(kOut, kIn) == PackedGemm::kAten) GTEST_SKIP() << "no packed GEMM for this shape here";
+  torch::manual_seed(11);
+  torch::nn::Linear layer = make_linear(kIn, kOut);
+  prepare_linears_for_inference(*layer, InferencePrecision::kFloat);
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(packed_weight_bytes(*layer), 0) << "packed at preparation";
+  auto few = torch::randn({kSmallBatchLinearMaxRows, kIn});
+  EXPECT_TRUE(torch::allclose(apply_linear(layer, few), torch::linear(few, layer->weight, layer->bias), 1e-5, 1e-5));
+  EXPECT_EQ(packed_weight_bytes(*layer), 0) << "packed by a few-row call";
+  std::vector<at::Tensor> inputs, outputs(4);
+  for (int i = 0; i < 4; ++i) inputs.push_back(torch::randn({kSmallBatchLinearMaxRows + 1 + 5 * i, kIn}));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      torch::NoGradGuard off;
+      outputs[static_cast<size_t>(i)] = apply_linear(layer, inputs[static_cast<size_t>(i)]);
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_TRUE(torch::allclose(outputs[i], torch::linear(inputs[i], layer->weight, layer->bias), 1e-5, 1e-5)) << i;
+  const int64_t packed = packed_weight_bytes(*layer);
+  EXPECT_GE(packed, kOut * kIn * static_cast<int64_t>(sizeof(float)));
+  apply_linear(layer, inputs[0]);
+  EXPECT_EQ(packed_weight_bytes(*layer), packed) << "packed again";
 }
 
 }  // namespace

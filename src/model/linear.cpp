@@ -1,5 +1,6 @@
 #include "model/linear.h"
 
+#include <mutex>
 #include <stdexcept>
 
 #include <ATen/Parallel.h>
@@ -10,13 +11,23 @@
 
 namespace torchmt {
 
+// A weight's packed copy for the many-row GEMM, made by the first call that runs it (more rows
+// than the few-row kernel takes), once, whichever thread comes first: a translator that decodes a
+// sentence at a time never packs its decoder's weights or its output projection, which only meet
+// the few-row kernels (base size: 128 of 190 MB not copied; tools/bench/DECISIONS.md).
+struct LazyPackedWeight {
+  kernels::PackedGemm gemm = kernels::PackedGemm::kAten;  // the rule table's, chosen at preparation
+  std::once_flag once;
+  kernels::PackedWeights packed;
+};
+
 struct PreparedLinear {
   // The parameters it was made from: apply_linear ignores it once they change.
   const void* weight_data = nullptr;
   const void* bias_data = nullptr;
   uint32_t weight_version = 0, bias_version = 0;
   std::shared_ptr<const kernels::Int8LinearWeights> int8;  // kInt8
-  kernels::PackedWeights packed;                           // kFloat (gemm kAten: nothing packed)
+  std::shared_ptr<LazyPackedWeight> packed;                // kFloat (gemm kAten: nothing to pack)
   std::shared_ptr<const kernels::ScreenedProjection> screen;
   std::shared_ptr<const kernels::SparseInputWeights> sparse_input;  // kFloat, for a ReLU's output
   bool float_released = false;  // release_float_weights: int8 is all the layer has
@@ -36,6 +47,27 @@ const PreparedLinear* usable_preparation(const QuantizableLinearImpl* q, const t
                     p.bias_data == (q->bias.defined() ? q->bias.data_ptr() : nullptr) &&
                     (!q->bias.defined() || p.bias_version == static_cast<uint32_t>(q->bias._version()));
   return same ? &p : nullptr;
+}
+
+std::shared_ptr<LazyPackedWeight> lazy_pack(const torch::Tensor& w) {
+  auto lazy = std::make_shared<LazyPackedWeight>();
+  lazy->gemm = kernels::packed_gemm_for(w.size(0), w.size(1));
+  return lazy;
+}
+
+// x W^T + b through the layer's packed weight, packing it first if this is its first such call;
+// undefined where the packed GEMM does not apply (as kernels::try_packed_linear).
+torch::Tensor packed_linear(LazyPackedWeight& lazy, const torch::nn::LinearImpl& layer, const torch::Tensor& x) {
+  // Only a call that the packed GEMM would serve packs: fp32 rows past the few-row kernel's.
+  if (lazy.gemm == kernels::PackedGemm::kAten || x.scalar_type() != torch::kFloat || x.dim() < 1 ||
+      x.size(-1) == 0 || x.numel() / x.size(-1) <= kernels::kSmallBatchLinearMaxRows)
+    return {};
+  std::call_once(lazy.once, [&] {
+    c10::InferenceMode not_inference(false);  // as a pack made at load: an ordinary tensor
+    torch::NoGradGuard no_grad;
+    lazy.packed = kernels::pack_weight(layer.weight, lazy.gemm);
+  });
+  return kernels::try_packed_linear(lazy.packed, x, layer.bias);
 }
 
 // The fp32 weight of an int8-prepared layer replaced by a one-element stand-in of its shape;
@@ -132,7 +164,7 @@ torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& 
     if (y.defined()) return y;
   }
   auto y = kernels::try_small_batch_linear_cpu(x, layer->weight, layer->bias);
-  if (!y.defined() && p) y = kernels::try_packed_linear(p->packed, x, layer->bias);
+  if (!y.defined() && p && p->packed) y = packed_linear(*p->packed, *layer, x);
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 
@@ -172,7 +204,7 @@ int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecis
       if (precision == InferencePrecision::kInt8) {
         p->int8 = kernels::quantize_linear_int8(w, b, linear->input_range.amax, linear->input_range.has_negative);
       } else if (fp32_cpu) {
-        p->packed = kernels::pack_weight(w, kernels::packed_gemm_for(w.size(0), w.size(1)));
+        p->packed = lazy_pack(w);
         if (linear->sparse_input && sparse_input_enabled) p->sparse_input = kernels::pack_sparse_input_weight(w, b);
         if (screened && screened->get() == linear) p->screen = kernels::build_screen(w, b);
       }
@@ -216,7 +248,7 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
   if (whole->int8) {
     p->int8 = kernels::select_int8_rows(*whole->int8, list);
   } else if (part->weight.device().is_cpu() && part->weight.scalar_type() == torch::kFloat) {
-    p->packed = kernels::pack_weight(part->weight, kernels::packed_gemm_for(part->weight.size(0), part->weight.size(1)));
+    p->packed = lazy_pack(part->weight);
     // The part screened where the whole layer is (greedy search's columns).
     if (whole->screen) p->screen = kernels::select_screen_rows(*whole->screen, list, part->weight, part->bias);
   }
@@ -267,6 +299,17 @@ int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear
     if (linear && !(keep && keep->get() == linear)) freed += keep_one_copy(*linear);
   }
   return freed;
+}
+
+int64_t packed_weight_bytes(torch::nn::Module& module) {
+  int64_t bytes = 0;
+  for (const auto& child : module.modules(/*include_self=*/true)) {
+    const auto* linear = dynamic_cast<const QuantizableLinearImpl*>(child.get());
+    if (!linear || !linear->prepared || !linear->prepared->packed) continue;
+    const auto& buffer = linear->prepared->packed->packed.buffer;  // written once, under the once_flag
+    if (buffer.defined()) bytes += static_cast<int64_t>(buffer.nbytes());
+  }
+  return bytes;
 }
 
 void release_inference_preparation(torch::nn::Module& module) {

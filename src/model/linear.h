@@ -104,10 +104,12 @@ std::optional<LinearTopK> try_linear_log_softmax_top_k(const torch::nn::Linear& 
 enum class InferencePrecision { kFloat, kInt8 };
 
 // Prepares every Linear of `module` (recursively) for CPU inference from its current weights, once:
-// kFloat packs fp32 CPU weights for the packed GEMM the kernels' rule table picks; kInt8 quantizes
-// them (per row, 127 steps; inputs over each layer's input_range where calibrated); `screened`
-// (the output projection, or null) also gets greedy search's int8 screen at kFloat. Returns how many layers were prepared. Done when a model is loaded for
-// inference (load_translator) and around validation's decoding, never lazily on first use.
+// kFloat picks each fp32 CPU weight's packed GEMM by the kernels' rule table (the weight is packed
+// by the first call with more rows than the few-row kernel takes, once: a translator that never
+// batches keeps no packed copies); kInt8 quantizes them (per row, 127 steps; inputs over each
+// layer's input_range where calibrated); `screened` (the output projection, or null) also gets
+// greedy search's int8 screen at kFloat. Returns how many layers were prepared. Done when a model
+// is loaded for inference (load_translator) and around validation's decoding.
 // `release_all_but` (null: none): each layer but that one keeps one copy of its weight as soon
 // as it is prepared, as release_float_weights does.
 int64_t prepare_linears_for_inference(torch::nn::Module& module, InferencePrecision precision,
@@ -123,6 +125,9 @@ void release_inference_preparation(torch::nn::Module& module);
 // the [out, in] view of its kernel's W^T (best for fp32 translation: bf16 copies it per call).
 // Returns the bytes freed.
 int64_t release_float_weights(torch::nn::Module& module, const torch::nn::Linear* keep);
+// The bytes of packed weight copies the module's Linear layers hold so far (made by their first
+// call with more rows than the few-row kernel takes).
+int64_t packed_weight_bytes(torch::nn::Module& module);
 // Whether the layer is prepared to run int8.
 bool runs_int8(const torch::nn::Linear& layer);
 // The outputs `rows` ([U] int64, on the weight's device) of `layer` as a layer of their own,
