@@ -14,7 +14,7 @@ namespace torchmt {
 // A weight's packed copy for the many-row GEMM, made by the first call that runs it (more rows
 // than the few-row kernel takes), once, whichever thread comes first: a translator that decodes a
 // sentence at a time never packs its decoder's weights or its output projection, which only meet
-// the few-row kernels (base size: 128 of 190 MB not copied; tools/bench/DECISIONS.md).
+// the few-row kernels (tools/bench/DECISIONS.md).
 struct LazyPackedWeight {
   kernels::PackedGemm gemm = kernels::PackedGemm::kAten;  // the rule table's, chosen at preparation
   std::once_flag once;
