@@ -105,8 +105,8 @@ enum class InferencePrecision { kFloat, kInt8 };
 
 // Prepares every Linear of `module` (recursively) for CPU inference from its current weights, once:
 // kFloat picks each fp32 CPU weight's packed GEMM by the kernels' rule table (the weight is packed
-// by the first call with more rows than the few-row kernel takes, once: a translator that never
-// batches keeps no packed copies); kInt8 quantizes them (per row, 127 steps; inputs over each
+// by the first call with more rows than the few-row kernel takes, once: a translator decoding one
+// sentence at a time packs its encoder's, not its decoder's); kInt8 quantizes them (per row, 127 steps; inputs over each
 // layer's input_range where calibrated); `screened` (the output projection, or null) also gets
 // greedy search's int8 screen at kFloat. Returns how many layers were prepared. Done when a model
 // is loaded for inference (load_translator) and around validation's decoding.
