@@ -4,6 +4,7 @@
 // per call, so a test or a benchmark can run any path the machine can run (CpuIsaOverride);
 // CTranslate2's cpu_isa.h / CPU_ISA_DISPATCH is the model.
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace torchmt::kernels {
@@ -63,6 +64,41 @@ class CpuIsaOverride {
  private:
   int previous_;
 };
+
+// The one way to write a kernel's instruction-set variants and the one way to pick one
+// (CTranslate2's templates on CpuIsa and CPU_ISA_DISPATCH, with target attributes instead of a
+// translation unit per level): a kernel with variants is a function template on CpuIsa, each
+// variant an explicit specialization for the lowest level it needs, compiled for that level
+// (`template <> TORCHMT_TARGET_AVX2 void scan<CpuIsa::kAvx2>(...)`, or TORCHMT_VECTOR_KERNEL's
+// copies of one body: vector.h); a caller names the levels the kernel has and gets the variant
+// for cpu_isa()'s level through isa_dispatch.
+template <CpuIsa L>
+using IsaLevel = std::integral_constant<CpuIsa, L>;
+
+namespace detail {
+template <typename F>
+decltype(auto) isa_dispatch_from(CpuIsa, F&& f) {
+  return f(IsaLevel<CpuIsa::kPortable>{});
+}
+template <CpuIsa First, CpuIsa... Rest, typename F>
+decltype(auto) isa_dispatch_from(CpuIsa isa, F&& f) {
+  if (isa >= First) return f(IsaLevel<First>{});
+  return isa_dispatch_from<Rest...>(isa, f);
+}
+}  // namespace detail
+
+// f(IsaLevel<L>{}) for the first of `Levels` (highest first) that `isa` reaches, else
+// f(IsaLevel<kPortable>{}): `isa_dispatch<CpuIsa::kAvx512, CpuIsa::kAvx2>(isa, [&](auto level) {
+// return scan<level>(x); })`. Off x86 only the portable variant is ever named.
+template <CpuIsa... Levels, typename F>
+decltype(auto) isa_dispatch(CpuIsa isa, F&& f) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return detail::isa_dispatch_from<Levels...>(isa, f);
+#else
+  (void)isa;
+  return f(IsaLevel<CpuIsa::kPortable>{});
+#endif
+}
 
 }  // namespace torchmt::kernels
 

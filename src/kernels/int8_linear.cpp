@@ -56,8 +56,20 @@ struct InputRange {
   bool fixed() const { return amax > 0.f; }
 };
 
-void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q,
-                            InputRange range) {
+constexpr int64_t kPanelBlocks = 4;  // blocks per VNNI register tile (64 outputs)
+
+// The kernel's two steps, each with a variant per level (cpu_isa.h): the input rows quantized,
+// then the output blocks [block_begin, block_end) computed from them.
+template <CpuIsa ISA>
+void quantize_rows_at(const float* x, int64_t rows, int64_t in, int64_t in_padded, QuantizedRows& q,
+                      InputRange range);
+template <CpuIsa ISA>
+void blocks_at(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y, int64_t block_begin,
+               int64_t block_end);
+
+template <>
+void quantize_rows_at<CpuIsa::kPortable>(const float* x, int64_t rows, int64_t in, int64_t in_padded,
+                                         QuantizedRows& q, InputRange range) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
     float amax = range.amax, min = range.fixed() && range.has_negative ? -1.f : 0.f;
@@ -74,8 +86,9 @@ void quantize_rows_portable(const float* x, int64_t rows, int64_t in, int64_t in
 }
 
 // y[m, n] for the output blocks [block_begin, block_end), portable integer arithmetic.
-void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
-                     int64_t block_begin, int64_t block_end) {
+template <>
+void blocks_at<CpuIsa::kPortable>(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
+                                  int64_t block_begin, int64_t block_end) {
   const int64_t groups = w.in_padded / kGroupIn;
   for (int64_t b = block_begin; b < block_end; ++b) {
     const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
@@ -103,8 +116,9 @@ void blocks_portable(const QuantizedRows& q, int64_t rows, const Int8LinearWeigh
 // The same rounding as the portable loop: cvtps_epi32 rounds to nearest even (MXCSR's
 // default), as nearbyint does. Vectorized because scalar quantization was a large share of
 // int8 decoding (tools/bench/DECISIONS.md).
-TORCHMT_VNNI_TARGET void quantize_rows_vnni(const float* x, int64_t rows, int64_t in, int64_t in_padded,
-                                            QuantizedRows& q, InputRange range) {
+template <>
+TORCHMT_VNNI_TARGET void quantize_rows_at<CpuIsa::kAvx512Vnni>(const float* x, int64_t rows, int64_t in,
+                                                             int64_t in_padded, QuantizedRows& q, InputRange range) {
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
     float amax = range.amax, min = range.fixed() && range.has_negative ? -1.f : 0.f;
@@ -198,7 +212,6 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
   }
 }
 
-constexpr int64_t kPanelBlocks = 4;  // blocks per register tile (64 outputs)
 // Rows per register tile: 4 x 4 accumulators + 4 weights + 1 input. With 6 rows GCC 12 kept
 // the accumulators on the stack (spills every step) and the tile ran much slower.
 constexpr int64_t kPanelRows = 4;
@@ -221,8 +234,10 @@ TORCHMT_VNNI_TARGET void panel_vnni(const QuantizedRows& q, int64_t rows, const 
 }
 
 // Output blocks [block_begin, block_end) in panels of kPanelBlocks (the last may be narrower).
-TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
-                                     int64_t block_begin, int64_t block_end) {
+template <>
+TORCHMT_VNNI_TARGET void blocks_at<CpuIsa::kAvx512Vnni>(const QuantizedRows& q, int64_t rows,
+                                                      const Int8LinearWeights& w, float* y, int64_t block_begin,
+                                                      int64_t block_end) {
   const int64_t groups = w.in_padded / kGroupIn;
   for (int64_t b = block_begin; b < block_end; b += kPanelBlocks) {
     const int8_t* panel = w.packed.data() + b * groups * kBlockOut * kGroupIn;
@@ -245,8 +260,9 @@ TORCHMT_VNNI_TARGET void blocks_vnni(const QuantizedRows& q, int64_t rows, const
 // oneDNN, whose pair sums can saturate: its int8 output depends on the CPU.)
 #define TORCHMT_AVX2_TARGET TORCHMT_TARGET_AVX2
 
-TORCHMT_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t rows, int64_t in, int64_t in_padded,
-                                            QuantizedRows& q, InputRange range) {
+template <>
+TORCHMT_AVX2_TARGET void quantize_rows_at<CpuIsa::kAvx2>(const float* x, int64_t rows, int64_t in, int64_t in_padded,
+                                                       QuantizedRows& q, InputRange range) {
   // Lane order after the two packs: [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> a b c d.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 sign_bit = _mm256_set1_ps(-0.f);
@@ -426,8 +442,9 @@ constexpr int64_t kRowTileAvx2 = 4;
 
 // Output blocks [block_begin, block_end): each block's weights (in_padded * 16 bytes: 4 KiB at
 // 256 inputs) stay in L1 while every row tile passes over them.
-TORCHMT_AVX2_TARGET void blocks_avx2(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w, float* y,
-                                     int64_t block_begin, int64_t block_end) {
+template <>
+TORCHMT_AVX2_TARGET void blocks_at<CpuIsa::kAvx2>(const QuantizedRows& q, int64_t rows, const Int8LinearWeights& w,
+                                                float* y, int64_t block_begin, int64_t block_end) {
   const int64_t groups = w.in_padded / kGroupIn;
   for (int64_t b = block_begin; b < block_end; ++b) {
     const int8_t* block = w.packed.data() + b * groups * kBlockOut * kGroupIn;
@@ -462,11 +479,8 @@ void quantize_rows(const float* x, int64_t rows, int64_t in, int64_t in_padded, 
   // The padding inputs meet zero weights: any value within the kernels' range.
   if (in_padded != in)
     for (int64_t m = 0; m < rows; ++m) std::fill_n(q.values.data() + m * in_padded + in, in_padded - in, 0);
-#if TORCHMT_X86
-  if (isa >= CpuIsa::kAvx512Vnni) return quantize_rows_vnni(x, rows, in, in_padded, q, range);
-  if (isa >= CpuIsa::kAvx2) return quantize_rows_avx2(x, rows, in, in_padded, q, range);
-#endif
-  quantize_rows_portable(x, rows, in, in_padded, q, range);
+  isa_dispatch<CpuIsa::kAvx512Vnni, CpuIsa::kAvx2>(
+      isa, [&](auto level) { quantize_rows_at<decltype(level)::value>(x, rows, in, in_padded, q, range); });
 }
 
 // Int8LinearWeights::group_order: in each block, the group with the largest lane first takes the
@@ -644,24 +658,15 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, isa, InputRange{w.input_amax, w.input_signed});
   float* out = y.data_ptr<float>();
   const int64_t blocks = w.out_padded / kBlockOut;
-#if TORCHMT_X86
-  if (isa >= CpuIsa::kAvx512Vnni) {
-    // Threads take whole panels; grain: enough work per thread that a fork is worth it.
-    const int64_t panels = (blocks + kPanelBlocks - 1) / kPanelBlocks;
-    const int64_t grain = std::max<int64_t>(1, 16 / std::max<int64_t>(1, rows));
-    parallel_for(0, panels, grain, [&](int64_t begin, int64_t end) {
-      blocks_vnni(q, rows, w, out, begin * kPanelBlocks, std::min(blocks, end * kPanelBlocks));
+  isa_dispatch<CpuIsa::kAvx512Vnni, CpuIsa::kAvx2>(isa, [&](auto level) {
+    constexpr CpuIsa kLevel = decltype(level)::value;
+    // Threads take whole panels (VNNI) or blocks; grain: enough work per thread that a fork is worth it.
+    const int64_t unit = kLevel == CpuIsa::kAvx512Vnni ? kPanelBlocks : 1;
+    const int64_t grain = std::max<int64_t>(1, (kLevel == CpuIsa::kAvx512Vnni ? 16 : 64) / std::max<int64_t>(1, rows));
+    parallel_for(0, (blocks + unit - 1) / unit, grain, [&](int64_t begin, int64_t end) {
+      blocks_at<kLevel>(q, rows, w, out, begin * unit, std::min(blocks, end * unit));
     });
-    return y;
-  }
-  if (isa >= CpuIsa::kAvx2) {
-    parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
-                     [&](int64_t begin, int64_t end) { blocks_avx2(q, rows, w, out, begin, end); });
-    return y;
-  }
-#endif
-  parallel_for(0, blocks, std::max<int64_t>(1, 64 / std::max<int64_t>(1, rows)),
-                   [&](int64_t begin, int64_t end) { blocks_portable(q, rows, w, out, begin, end); });
+  });
   return y;
 }
 

@@ -37,7 +37,11 @@ struct BestK {
 
 // Entries [from, n) of a row into `best` (the first k are in already), but those `blocked`
 // marks (null: none).
-void scan_portable(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
+template <CpuIsa ISA>
+void scan(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best);
+
+template <>
+void scan<CpuIsa::kPortable>(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
   float threshold = best.threshold();
   for (int64_t j = from; j < n; ++j)
     if (x[j] > threshold && !(blocked && blocked[j])) {  // false for NaN; an equal value comes later, so it stays out
@@ -47,7 +51,9 @@ void scan_portable(const float* x, const bool* blocked, int64_t from, int64_t n,
 }
 
 #if TORCHMT_X86
-TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
+template <>
+TORCHMT_TARGET_AVX512 void scan<CpuIsa::kAvx512>(const float* x, const bool* blocked, int64_t from, int64_t n,
+                                                BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 16 <= n; j += 16) {
@@ -65,12 +71,14 @@ TORCHMT_TARGET_AVX512 void scan_avx512(const float* x, const bool* blocked, int6
       }
     }
   }
-  scan_portable(x, blocked, j, n, best);
+  scan<CpuIsa::kPortable>(x, blocked, j, n, best);
 }
 
 // The same scan 8 lanes at a time, for CPUs without AVX-512 (the portable scan's branch per
 // entry was the CPU's, not the vector unit's, work).
-TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best) {
+template <>
+TORCHMT_TARGET_AVX2 void scan<CpuIsa::kAvx2>(const float* x, const bool* blocked, int64_t from, int64_t n,
+                                            BestK& best) {
   float threshold = best.threshold();
   int64_t j = from;
   for (; j + 8 <= n; j += 8) {
@@ -89,25 +97,20 @@ TORCHMT_TARGET_AVX2 void scan_avx2(const float* x, const bool* blocked, int64_t 
       }
     }
   }
-  scan_portable(x, blocked, j, n, best);
+  scan<CpuIsa::kPortable>(x, blocked, j, n, best);
 }
 
 #endif
 
-void scan(const float* x, const bool* blocked, int64_t from, int64_t n, BestK& best, CpuIsa isa) {
-#if TORCHMT_X86
-  if (isa >= CpuIsa::kAvx512) return scan_avx512(x, blocked, from, n, best);
-  if (isa >= CpuIsa::kAvx2) return scan_avx2(x, blocked, from, n, best);
-#endif
-  scan_portable(x, blocked, from, n, best);
-}
+using Scan = void (*)(const float*, const bool*, int64_t, int64_t, BestK&);
 
 }  // namespace
 
 void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values, int64_t* indices,
                const bool* blocked) {
   TORCH_CHECK(k >= 1 && k <= n, "row_top_k: k must be in [1, ", n, "], got ", k);
-  const CpuIsa isa = cpu_isa();
+  const Scan scan_rest =
+      isa_dispatch<CpuIsa::kAvx512, CpuIsa::kAvx2>(cpu_isa(), [](auto level) -> Scan { return &scan<level>; });
   parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * n;
@@ -117,7 +120,7 @@ void row_top_k(const float* x, int64_t rows, int64_t n, int64_t k, float* values
         best.insert(std::isnan(row[j]) || (row_blocked && row_blocked[j]) ? -std::numeric_limits<float>::infinity()
                                                                           : row[j],
                     j);
-      scan(row, row_blocked, k, n, best, isa);
+      scan_rest(row, row_blocked, k, n, best);
     }
   });
 }

@@ -31,7 +31,7 @@ constexpr int64_t kPrefetchBytes = 16384;
 // as they are reached. kBlockAhead: all lines of the weight block two blocks ahead, at once,
 // before a block's FMAs (and the first two blocks when a range starts), so that the memory
 // system has a block's worth of misses in flight instead of one line per FMA group; for one
-// row of x, where nothing but the weight stream is left to overlap (linear_columns_avx2).
+// row of x, where nothing but the weight stream is left to overlap (the AVX2 variant of linear_columns_at).
 enum class Prefetch { kPerLine, kBlockAhead };
 
 // The last `rest` (< 16) values of a row from p, zero-padded to 16: a row's tail goes through the
@@ -176,7 +176,7 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
     dot_columns<1, ROW_TILE, HALVES, PREFETCH>(x, rows, w + n * K, bias ? bias + n : nullptr, K, out + n, N);
 }
 
-// One copy per instruction set, each with the tile its registers hold. A 16-lane vector is one
+// One variant per instruction set, each with the tile its registers hold. A 16-lane vector is one
 // AVX-512 register and two AVX2 ones: the AVX-512 tile (4 x 4 accumulators) as an AVX2 clone
 // needed 32 + 8 + 2 of AVX2's 16 registers and spilled on every step, and target_clones'
 // "avx2" has no FMA (a multiply and an add per product); hence 2 x 2 halves with FMA for AVX2.
@@ -186,40 +186,47 @@ TORCHMT_VECTOR_INLINE void linear_columns(const float* x, int64_t rows, const T*
 template <typename T>
 using LinearColumns = void (*)(const float*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);
 
-#if TORCHMT_X86 && !defined(__clang__)
-#define TORCHMT_LINEAR_COLUMNS_ISA(name, target, weight_tile, row_tile, halves, prefetch)                                 \
-  template <typename T>                                                                                          \
-  target void name(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,      \
-                                         int64_t N, int64_t n_begin, int64_t n_end, T* out) {                    \
-    linear_columns<weight_tile, row_tile, halves, prefetch>(x, rows, w, bias, K, N, n_begin, n_end, out);        \
+template <CpuIsa ISA, typename T>
+void linear_columns_at(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
+                       int64_t n_begin, int64_t n_end, T* out);
+
+// Each level's tiles (the comment above).
+template <CpuIsa ISA, typename T>
+TORCHMT_VECTOR_INLINE void linear_columns_tiled(const float* x, int64_t rows, const T* w, const T* bias, int64_t K,
+                                                int64_t N, int64_t n_begin, int64_t n_end, T* out) {
+  if constexpr (ISA == CpuIsa::kAvx2) {
+    if (rows == 1) linear_columns<4, 1, true, Prefetch::kBlockAhead>(x, rows, w, bias, K, N, n_begin, n_end, out);
+    else linear_columns<2, 2, true, Prefetch::kPerLine>(x, rows, w, bias, K, N, n_begin, n_end, out);
+  } else {
+    linear_columns<kWeightTile, kRowTile, false, Prefetch::kPerLine>(x, rows, w, bias, K, N, n_begin, n_end, out);
   }
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx512, TORCHMT_TARGET_AVX512, kWeightTile, kRowTile, false, Prefetch::kPerLine)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_tiles, TORCHMT_TARGET_AVX2, 2, 2, true, Prefetch::kPerLine)
-TORCHMT_LINEAR_COLUMNS_ISA(linear_columns_avx2_one_row, TORCHMT_TARGET_AVX2, 4, 1, true, Prefetch::kBlockAhead)
-template <typename T>
-void linear_columns_avx2(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
-                         int64_t n_begin, int64_t n_end, T* out) {
-  if (rows == 1) linear_columns_avx2_one_row<T>(x, rows, w, bias, K, N, n_begin, n_end, out);
-  else linear_columns_avx2_tiles<T>(x, rows, w, bias, K, N, n_begin, n_end, out);
-}
-#undef TORCHMT_LINEAR_COLUMNS_ISA
-#endif
-
-template <typename T>
-void linear_columns_baseline(const float* x, int64_t rows, const T* w, const T* bias, int64_t K, int64_t N,
-                             int64_t n_begin, int64_t n_end, T* out) {
-  linear_columns<kWeightTile, kRowTile, false, Prefetch::kPerLine>(x, rows, w, bias, K, N, n_begin, n_end, out);
 }
 
-// The copy for an instruction set.
+#define TORCHMT_LINEAR_COLUMNS_VARIANT(level, target, T)                                                         \
+  template <>                                                                                                    \
+  target void linear_columns_at<CpuIsa::level, T>(const float* x, int64_t rows, const T* w, const T* bias,        \
+                                                  int64_t K, int64_t N, int64_t n_begin, int64_t n_end, T* out) { \
+    linear_columns_tiled<CpuIsa::level>(x, rows, w, bias, K, N, n_begin, n_end, out);                            \
+  }
+TORCHMT_LINEAR_COLUMNS_VARIANT(kAvx512, TORCHMT_VECTOR_TARGET_AVX512, float)
+TORCHMT_LINEAR_COLUMNS_VARIANT(kAvx512, TORCHMT_VECTOR_TARGET_AVX512, uint16_t)
+TORCHMT_LINEAR_COLUMNS_VARIANT(kAvx2, TORCHMT_VECTOR_TARGET_AVX2, float)
+TORCHMT_LINEAR_COLUMNS_VARIANT(kAvx2, TORCHMT_VECTOR_TARGET_AVX2, uint16_t)
+TORCHMT_LINEAR_COLUMNS_VARIANT(kPortable, , float)
+TORCHMT_LINEAR_COLUMNS_VARIANT(kPortable, , uint16_t)
+#undef TORCHMT_LINEAR_COLUMNS_VARIANT
+
 template <typename T>
 LinearColumns<T> linear_columns_for(CpuIsa isa) {
-#if TORCHMT_X86 && !defined(__clang__)
-  if (isa >= CpuIsa::kAvx512) return &linear_columns_avx512<T>;
-  if (isa >= CpuIsa::kAvx2) return &linear_columns_avx2<T>;
-#endif
-  return &linear_columns_baseline<T>;
+  return isa_dispatch<CpuIsa::kAvx512, CpuIsa::kAvx2>(
+      isa, [](auto level) -> LinearColumns<T> { return &linear_columns_at<level, T>; });
 }
+
+// Rows of bf16 x by AVX512-BF16's dot product: a variant for that level only (below it, x is
+// widened to fp32 for linear_columns_at).
+template <CpuIsa ISA>
+void linear_columns_bf16_at(const uint16_t* x, int64_t rows, const uint16_t* w, const uint16_t* bias, int64_t K,
+                            int64_t N, int64_t n_begin, int64_t n_end, uint16_t* out);
 
 #if TORCHMT_X86
 // GCC's _mm512_reduce_add_ps, add for add (bit-identical sums), with zeroed instead of
@@ -276,7 +283,8 @@ TORCHMT_BF16_DOT_INLINE void dot_columns_bf16_pairs(const uint16_t* x, int64_t r
   }
 }
 
-TORCHMT_TARGET_AVX512_BF16 void linear_columns_bf16_pairs(
+template <>
+TORCHMT_TARGET_AVX512_BF16 void linear_columns_bf16_at<CpuIsa::kAvx512Bf16>(
     const uint16_t* x, int64_t rows, const uint16_t* w, const uint16_t* bias, int64_t K, int64_t N, int64_t n_begin,
     int64_t n_end, uint16_t* out) {
   int64_t n = n_begin;
@@ -340,14 +348,18 @@ at::Tensor try_small_batch_linear_cpu(const at::Tensor& x, const at::Tensor& wei
     const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
     const auto* bp = b.defined() ? reinterpret_cast<const uint16_t*>(b.data_ptr<at::BFloat16>()) : nullptr;
     auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-#if TORCHMT_X86
-    if (isa >= CpuIsa::kAvx512Bf16) {
-      const auto* xp = reinterpret_cast<const uint16_t*>(x_rows.data_ptr<at::BFloat16>());
-      parallel_for(0, N, grain,
-                       [&](int64_t n0, int64_t n1) { linear_columns_bf16_pairs(xp, rows, wp, bp, K, N, n0, n1, op); });
-      return out.view(out_sizes);
-    }
-#endif
+    const bool bf16_pairs = isa_dispatch<CpuIsa::kAvx512Bf16>(isa, [&](auto level) {
+      if constexpr (level == CpuIsa::kPortable) {
+        return false;
+      } else {
+        constexpr CpuIsa kLevel = decltype(level)::value;
+        const auto* xp = reinterpret_cast<const uint16_t*>(x_rows.data_ptr<at::BFloat16>());
+        parallel_for(0, N, grain,
+                     [&](int64_t n0, int64_t n1) { linear_columns_bf16_at<kLevel>(xp, rows, wp, bp, K, N, n0, n1, op); });
+        return true;
+      }
+    });
+    if (bf16_pairs) return out.view(out_sizes);
     const LinearColumns<uint16_t> columns = linear_columns_for<uint16_t>(isa);
     const at::Tensor x_fp32 = x_rows.to(at::kFloat);
     const float* xp = x_fp32.data_ptr<float>();

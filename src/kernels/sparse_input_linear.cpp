@@ -63,8 +63,11 @@ TORCHMT_VECTOR_KERNEL(void, sparse_rows, sparse_row,
 // row's outputs are accumulated a block at a time in registers over its nonzero inputs: sixteen of
 // AVX-512's 32 registers (256 outputs), eight of AVX2's 16 (64 outputs); a layer whose width is not
 // a multiple of its block keeps the GEMM.
-constexpr int64_t kManyRowBlockAvx512 = 256;
-constexpr int64_t kManyRowBlockAvx2 = 64;
+template <CpuIsa ISA>
+constexpr int64_t kManyRowBlock = ISA >= CpuIsa::kAvx512 ? 256 : 64;
+using RowKernel = void (*)(const float*, const SparseInputWeights&, int32_t*, float*);
+template <CpuIsa ISA>
+void sparse_row_many(const float* x, const SparseInputWeights& w, int32_t* idx, float* out);
 #if TORCHMT_X86 && !defined(__clang__)
 constexpr bool kManyRowKernel = true;
 
@@ -105,7 +108,11 @@ TORCHMT_VECTOR_INLINE void sparse_row_blocked(const float* x, const SparseInputW
 // The indices of x's nonzero values (a NaN is nonzero, as above), ascending, 16 inputs at a time
 // compressed in a register (Zen 4's compress to memory is microcoded); returns their count. idx
 // needs 16 entries to spare.
-TORCHMT_TARGET_AVX512 int64_t nonzero_inputs_avx512(const float* x, int64_t K, int32_t* idx) {
+template <CpuIsa ISA>
+int64_t nonzero_inputs(const float* x, int64_t K, int32_t* idx);
+
+template <>
+TORCHMT_TARGET_AVX512 int64_t nonzero_inputs<CpuIsa::kAvx512>(const float* x, int64_t K, int32_t* idx) {
   int64_t count = 0, k = 0;
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (; k + 16 <= K; k += 16) {
@@ -132,8 +139,9 @@ constexpr LeftPackTable make_left_pack_table() {
 }
 alignas(64) constexpr LeftPackTable kLeftPack = make_left_pack_table();
 
-// nonzero_inputs_avx512's list, 8 inputs at a time; idx needs 8 entries to spare.
-TORCHMT_TARGET_AVX2 int64_t nonzero_inputs_avx2(const float* x, int64_t K, int32_t* idx) {
+// The same list as the AVX-512 variant's, 8 inputs at a time; idx needs 8 entries to spare.
+template <>
+TORCHMT_TARGET_AVX2 int64_t nonzero_inputs<CpuIsa::kAvx2>(const float* x, int64_t K, int32_t* idx) {
   int64_t count = 0, k = 0;
   for (; k + 8 <= K; k += 8) {
     const int nonzero = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), _mm256_setzero_ps(), _CMP_NEQ_UQ));
@@ -145,20 +153,37 @@ TORCHMT_TARGET_AVX2 int64_t nonzero_inputs_avx2(const float* x, int64_t K, int32
   return list_nonzero_inputs(x, k, K, idx, count);
 }
 
-TORCHMT_TARGET_AVX512 void sparse_row_many_avx512(const float* x, const SparseInputWeights& w, int32_t* idx,
-                                                  float* out) {
-  sparse_row_blocked<f32x16, kManyRowBlockAvx512>(x, w, idx, nonzero_inputs_avx512(x, w.in, idx), out);
+template <>
+TORCHMT_TARGET_AVX512 void sparse_row_many<CpuIsa::kAvx512>(const float* x, const SparseInputWeights& w, int32_t* idx,
+                                                           float* out) {
+  constexpr CpuIsa kLevel = CpuIsa::kAvx512;
+  sparse_row_blocked<f32x16, kManyRowBlock<kLevel>>(x, w, idx, nonzero_inputs<kLevel>(x, w.in, idx), out);
 }
 
-TORCHMT_TARGET_AVX2 void sparse_row_many_avx2(const float* x, const SparseInputWeights& w, int32_t* idx,
-                                              float* out) {
-  sparse_row_blocked<f32x8, kManyRowBlockAvx2>(x, w, idx, nonzero_inputs_avx2(x, w.in, idx), out);
+template <>
+TORCHMT_TARGET_AVX2 void sparse_row_many<CpuIsa::kAvx2>(const float* x, const SparseInputWeights& w, int32_t* idx,
+                                                       float* out) {
+  constexpr CpuIsa kLevel = CpuIsa::kAvx2;
+  sparse_row_blocked<f32x8, kManyRowBlock<kLevel>>(x, w, idx, nonzero_inputs<kLevel>(x, w.in, idx), out);
 }
 #else
 constexpr bool kManyRowKernel = false;
-void sparse_row_many_avx512(const float*, const SparseInputWeights&, int32_t*, float*) {}
-void sparse_row_many_avx2(const float*, const SparseInputWeights&, int32_t*, float*) {}
 #endif
+
+// The many-row variant for `isa` whose block divides the layer's width (AVX-512's, else AVX2's),
+// or null: the GEMM (also below AVX2, and in clang builds).
+RowKernel many_row_kernel(CpuIsa isa, int64_t out) {
+  return isa_dispatch<CpuIsa::kAvx512, CpuIsa::kAvx2>(isa, [&](auto level) -> RowKernel {
+    constexpr CpuIsa kLevel = decltype(level)::value;
+    if constexpr (kLevel == CpuIsa::kPortable || !kManyRowKernel) {
+      return nullptr;
+    } else {
+      if (out % kManyRowBlock<kLevel> == 0) return &sparse_row_many<kLevel>;
+      if (out % kManyRowBlock<CpuIsa::kAvx2> == 0) return &sparse_row_many<CpuIsa::kAvx2>;
+      return nullptr;
+    }
+  });
+}
 
 }  // namespace
 
@@ -184,16 +209,10 @@ at::Tensor try_sparse_input_linear(const SparseInputWeights& w, const at::Tensor
     return {};
   const int64_t M = x.numel() / w.in;
   if (M == 0) return {};
-  using RowKernel = void (*)(const float*, const SparseInputWeights&, int32_t*, float*);
   RowKernel many_rows = nullptr;
   if (M > kSmallBatchLinearMaxRows) {
-    const CpuIsa isa = cpu_isa();
-    if (kManyRowKernel && isa >= CpuIsa::kAvx512 && w.out % kManyRowBlockAvx512 == 0)
-      many_rows = sparse_row_many_avx512;
-    else if (kManyRowKernel && isa >= CpuIsa::kAvx2 && w.out % kManyRowBlockAvx2 == 0)
-      many_rows = sparse_row_many_avx2;
-    else
-      return {};
+    many_rows = many_row_kernel(cpu_isa(), w.out);
+    if (!many_rows) return {};
   }
   RECORD_FUNCTION("torchmt::sparse_input_linear", std::vector<c10::IValue>());
   const auto in = x.contiguous();

@@ -14,7 +14,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-// Kernels written with these vectors get three copies of one forced-inline body: AVX-512,
+// Kernels written with these vectors get three variants of one forced-inline body: AVX-512,
 // AVX2 + FMA (x86-64-v3) and portable, chosen per call by cpu_isa() (TORCHMT_VECTOR_KERNEL), so
 // one binary runs everywhere, uses the widest vectors the CPU has, and a test can run each copy
 // (the build itself stays baseline x86-64). AVX2 with FMA, not AVX2 alone: without FMA every
@@ -30,17 +30,29 @@
 #define TORCHMT_VECTOR_TARGET_AVX2
 #endif
 
-// Defines `name` (params) dispatching to name##_avx512 / _avx2 / _portable, each `body args`
-// compiled for its instruction set; `body` must be TORCHMT_VECTOR_INLINE.
-#define TORCHMT_VECTOR_KERNEL(ret, name, body, params, args)                            \
-  TORCHMT_VECTOR_TARGET_AVX512 ret name##_avx512 params { return body args; }          \
-  TORCHMT_VECTOR_TARGET_AVX2 ret name##_avx2 params { return body args; }              \
-  ret name##_portable params { return body args; }                                      \
-  ret name params {                                                                           \
-    const ::torchmt::kernels::CpuIsa isa_ = ::torchmt::kernels::cpu_isa();                    \
-    if (isa_ >= ::torchmt::kernels::CpuIsa::kAvx512) return name##_avx512 args;               \
-    if (isa_ >= ::torchmt::kernels::CpuIsa::kAvx2) return name##_avx2 args;                   \
-    return name##_portable args;                                                              \
+// Defines `name` (params): the variants name##_variant<kAvx512 | kAvx2 | kPortable> of one
+// forced-inline `body args`, each compiled for its level, and `name` calling the one for
+// cpu_isa() through isa_dispatch (cpu_isa.h).
+#define TORCHMT_VECTOR_KERNEL(ret, name, body, params, args)                                              \
+  template <::torchmt::kernels::CpuIsa>                                                                   \
+  ret name##_variant params;                                                                              \
+  template <>                                                                                             \
+  TORCHMT_VECTOR_TARGET_AVX512 ret name##_variant<::torchmt::kernels::CpuIsa::kAvx512> params {          \
+    return body args;                                                                                     \
+  }                                                                                                       \
+  template <>                                                                                             \
+  TORCHMT_VECTOR_TARGET_AVX2 ret name##_variant<::torchmt::kernels::CpuIsa::kAvx2> params {              \
+    return body args;                                                                                     \
+  }                                                                                                       \
+  template <>                                                                                             \
+  ret name##_variant<::torchmt::kernels::CpuIsa::kPortable> params {                                      \
+    return body args;                                                                                     \
+  }                                                                                                       \
+  ret name params {                                                                                       \
+    return ::torchmt::kernels::isa_dispatch<::torchmt::kernels::CpuIsa::kAvx512,                          \
+                                            ::torchmt::kernels::CpuIsa::kAvx2>(                           \
+        ::torchmt::kernels::cpu_isa(),                                                                    \
+        [&](auto level_) -> ret { return name##_variant<decltype(level_)::value> args; });                \
   }
 
 // Helpers are forced inline: a call to an out-of-line copy would run baseline code with
