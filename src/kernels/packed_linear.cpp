@@ -173,15 +173,21 @@ PackedWeights pack_weight(const at::Tensor& weight, PackedGemm gemm) {
   return p;
 }
 
+bool packed_gemm_serves(PackedGemm gemm, const at::Tensor& x) {
+  if (gemm == PackedGemm::kAten || torch::GradMode::is_enabled() || !x.device().is_cpu() ||
+      x.scalar_type() != at::kFloat || at::autocast::is_autocast_enabled(at::kCPU) || x.dim() < 1 ||
+      x.size(-1) == 0)
+    return false;
+  const int64_t m = x.numel() / x.size(-1);
+  return m > kSmallBatchLinearMaxRows && m <= std::numeric_limits<int>::max();
+}
+
 at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, const at::Tensor& bias) {
-  if (packed.gemm == PackedGemm::kAten || torch::GradMode::is_enabled() || !x.device().is_cpu() ||
-      x.scalar_type() != at::kFloat || at::autocast::is_autocast_enabled(at::kCPU))
-    return {};
   const int64_t n = packed.out, k = packed.in;
-  if (x.dim() < 1 || x.size(-1) != k || (bias.defined() && (bias.scalar_type() != at::kFloat || bias.numel() != n)))
+  if (!packed_gemm_serves(packed.gemm, x) || x.size(-1) != k ||
+      (bias.defined() && (bias.scalar_type() != at::kFloat || bias.numel() != n)))
     return {};
-  const int64_t m = x.numel() / std::max<int64_t>(1, k);
-  if (m <= kSmallBatchLinearMaxRows || m > std::numeric_limits<int>::max()) return {};
+  const int64_t m = x.numel() / k;
   auto input = x.reshape({m, k}).contiguous();  // [M, K]
   auto y = run(packed, input, bias.defined() ? bias.contiguous() : bias);  // [M, N]
   if (!y.defined()) return {};

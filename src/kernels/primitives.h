@@ -111,8 +111,12 @@ struct PackedWeights {
 };
 // Packs an fp32 weight [out, in] for `gemm` (kAten: nothing).
 PackedWeights pack_weight(const at::Tensor& weight, PackedGemm gemm);
-// x W^T + b through the packed weight for x [..., in] fp32 on the CPU with more than
-// kSmallBatchLinearMaxRows rows, in inference; undefined when it does not apply.
+// Whether a weight packed for `gemm` serves x (the conditions not about the weight): a packed
+// GEMM, x [..., in] fp32 on the CPU with more than kSmallBatchLinearMaxRows rows, in inference
+// without autocast. A layer that packs at its first such call (model/linear.cpp) asks this first.
+bool packed_gemm_serves(PackedGemm gemm, const at::Tensor& x);
+// x W^T + b through the packed weight where packed_gemm_serves(packed.gemm, x) and x's width is
+// the weight's; undefined otherwise.
 at::Tensor try_packed_linear(const PackedWeights& packed, const at::Tensor& x, const at::Tensor& bias);
 
 // ---- Linear layers: inputs that are mostly zeros, fp32 ------------------------------------------

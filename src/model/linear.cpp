@@ -58,10 +58,7 @@ std::shared_ptr<LazyPackedWeight> lazy_pack(const torch::Tensor& w) {
 // x W^T + b through the layer's packed weight, packing it first if this is its first such call;
 // undefined where the packed GEMM does not apply (as kernels::try_packed_linear).
 torch::Tensor packed_linear(LazyPackedWeight& lazy, const torch::nn::LinearImpl& layer, const torch::Tensor& x) {
-  // Only a call that the packed GEMM would serve packs: fp32 rows past the few-row kernel's.
-  if (lazy.gemm == kernels::PackedGemm::kAten || x.scalar_type() != torch::kFloat || x.dim() < 1 ||
-      x.size(-1) == 0 || x.numel() / x.size(-1) <= kernels::kSmallBatchLinearMaxRows)
-    return {};
+  if (!kernels::packed_gemm_serves(lazy.gemm, x)) return {};  // only a call it serves packs
   std::call_once(lazy.once, [&] {
     c10::InferenceMode not_inference(false);  // as a pack made at load: an ordinary tensor
     torch::NoGradGuard no_grad;
