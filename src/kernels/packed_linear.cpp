@@ -85,9 +85,11 @@ constexpr GemmRule kGemmRules[] = {
     {CpuIsa::kAvx512, 4096, 0, PackedGemm::kOnednn},
     {CpuIsa::kAvx512, 0, 0, PackedGemm::kAten},
     // AVX2 (Zen 3, bench_gemm): oneDNN from 512 outputs ([64 x 512] x [512 x 58101]: 40.8 vs
-    // 103.0 ms; [64 x 256] x [256 x 8000]: 2.95 vs 4.34 ms), MKL below ([320 x 256] x [256 x 256]:
-    // 0.27 vs 0.33 ms).
-    {CpuIsa::kAvx2, 512, 0, PackedGemm::kOnednn},
+    // 103.0 ms), MKL below; only from 512 inputs: modern-small's 256-input layers ran as fast
+    // through ATen in whole runs, without 30-90 MB of packed copies (DECISIONS.md).
+    {CpuIsa::kAvx2, 512, 512, PackedGemm::kOnednn},
+    {CpuIsa::kAvx2, 0, 512, PackedGemm::kMkl},
+    {CpuIsa::kAvx2, 0, 0, PackedGemm::kAten},
     {CpuIsa::kPortable, 0, 0, PackedGemm::kMkl},
 };
 
