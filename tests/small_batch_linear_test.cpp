@@ -194,8 +194,8 @@ TEST(PackedLinearTest, TheGemmIsChosenByRulesNotByTiming) {
   if (std::getenv("TORCHMT_PACKED_GEMM")) GTEST_SKIP() << "TORCHMT_PACKED_GEMM forces the choice";
   test::TempDir dir;
   test::ScopedEnv cache("TORCHMT_CACHE_DIR", dir.path().c_str());
-  const PackedGemm first = packed_gemm_for(8000, 512);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(packed_gemm_for(8000, 512), first);
+  const PackedGemm first = packed_gemm_for(40000, 16);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(packed_gemm_for(40000, 16), first);
   if (!available_packed_gemms().empty()) {
     EXPECT_NE(first, PackedGemm::kAten) << "a packed GEMM is available, the rules chose none";
   }
@@ -212,7 +212,7 @@ TEST(PackedLinearTest, TheGemmIsChosenByRulesNotByTiming) {
 // takes, not before (a translator decoding one sentence at a time keeps no packed copies), and
 // once when four threads make that call together, each getting at::linear's values.
 TEST(PackedLinearTest, ALayerPacksItsWeightAtItsFirstManyRowCallOnce) {
-  constexpr int64_t kOut = 4096, kIn = 512;  // packed by the rule table at every level
+  constexpr int64_t kOut = 40000, kIn = 16;  // packed by the rule table at every level
   if (packed_gemm_for(kOut, kIn) == PackedGemm::kAten) GTEST_SKIP() << "no packed GEMM for this shape here";
   torch::manual_seed(11);
   torch::nn::Linear layer = make_linear(kIn, kOut);

@@ -84,11 +84,10 @@ constexpr GemmRule kGemmRules[] = {
     // (modern-small fp32: 282 vs 411 MiB peak).
     {CpuIsa::kAvx512, 4096, 0, PackedGemm::kOnednn},
     {CpuIsa::kAvx512, 0, 0, PackedGemm::kAten},
-    // AVX2 (Zen 3, bench_gemm): oneDNN from 512 outputs ([64 x 512] x [512 x 58101]: 40.8 vs
-    // 103.0 ms), MKL below; only from 512 inputs: modern-small's 256-input layers ran as fast
-    // through ATen in whole runs, without 30-90 MB of packed copies (DECISIONS.md).
-    {CpuIsa::kAvx2, 512, 512, PackedGemm::kOnednn},
-    {CpuIsa::kAvx2, 0, 512, PackedGemm::kMkl},
+    // AVX2 (Zen 3): ATen ran as fast in whole runs of modern-small and modern-base (vocabularies
+    // of 8,000 and 16,000 included), without 30-200 MB of packed copies (DECISIONS.md); oneDNN
+    // only for very large vocabularies (bench_gemm, [64 x 512] x [512 x 58101]: 40.8 vs 103.0 ms).
+    {CpuIsa::kAvx2, 32768, 0, PackedGemm::kOnednn},
     {CpuIsa::kAvx2, 0, 0, PackedGemm::kAten},
     {CpuIsa::kPortable, 0, 0, PackedGemm::kMkl},
 };
