@@ -597,6 +597,32 @@ TEST(ModelFile, TellsTheFormatFromTheContentOnceTheSealIsVerified) {
   }
 }
 
+TEST(ModelFile, MappedWeightsEqualTheReadOnesAndOwningThemLeavesTheFile) {
+  auto& f = fixture();
+  const ModelFile file = ModelFile::read(f.checkpoint);
+  auto owned = load_checkpoint(file, torch::kCPU);
+  auto mapped = load_checkpoint(file, torch::kCPU, WeightMemory::kFileMapped);
+  auto a = owned.model->parameters();
+  auto b = mapped.model->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  size_t on_file = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_FALSE(file_backed(a[i])) << i;
+    on_file += file_backed(b[i]) ? 1 : 0;
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
+  }
+  EXPECT_EQ(on_file, b.size());  // torchmt's writer aligns every record
+  for (auto& p : b) {
+    own_file_pages(p);
+    EXPECT_FALSE(file_backed(p));
+  }
+  torch::NoGradGuard no_grad;
+  b[0].add_(1.0);  // its own memory now: neither the file nor another load sees the write
+  EXPECT_TRUE(torch::equal(b[0], a[0] + 1.0));
+  auto again = load_checkpoint(file, torch::kCPU, WeightMemory::kFileMapped).model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], again[i])) << i;
+}
+
 TEST(ExportTorchScript, FrozenExportKeepsMethodsAndMatches) {
   auto& f = fixture();
   auto m = load_export(f.frozen);

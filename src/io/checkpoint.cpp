@@ -14,6 +14,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -36,20 +37,43 @@ using Dict = c10::impl::GenericDict;
 
 Dict new_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
-// torch::pickle_load with the bounded reader: the same archive layout ("data.pkl" + "data/N").
-c10::IValue pickle_load_bounded(const ModelFile& file) {
+// torch::pickle_load's archive layout ("data.pkl" + "data/N") read through the bounded reader.
+// kFileMapped: the tensors' data stays in the mapped file (ModelFile::map_record) where it is
+// aligned, so that a record's pages are read only when its tensor is (an int8 load quantizes
+// layer by layer and never holds the whole fp32 model). kOwn: read into memory before the model
+// is built (copied later, the weights would land in the heap among the freed placeholders).
+c10::IValue pickle_load_bounded(const ModelFile& file, WeightMemory memory) {
   caffe2::serialize::PyTorchStreamReader reader(file.reader());
-  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", /*type_resolver=*/{},
-                                           /*obj_loader=*/{}, /*device=*/{}, reader);
+  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  const char* pickle_bytes = static_cast<const char*>(pickle.get());
+  size_t pickle_read = 0;
+  std::function<size_t(char*, size_t)> read = [&](char* buffer, size_t n) -> size_t {
+    n = std::min(n, pickle_size - pickle_read);
+    std::memcpy(buffer, pickle_bytes + pickle_read, n);
+    pickle_read += n;
+    return n;
+  };
+  std::function<at::DataPtr(const std::string&)> read_record = [&](const std::string& name) {
+    const std::string record = "data/" + name;
+    at::DataPtr mapped;
+    if (memory == WeightMemory::kFileMapped) mapped = file.map_record(reader.getRecordOffset(record));
+    return mapped ? std::move(mapped) : std::get<0>(reader.getRecord(record));
+  };
+  torch::jit::Unpickler unpickler(std::move(read), torch::jit::TypeResolver(), torch::jit::ObjLoader(),
+                                  std::move(read_record), /*device=*/{});
+  unpickler.set_version(reader.version());
+  c10::IValue value = unpickler.parse_ivalue();
+  file.check_mapped_storages(value);
+  return value;
 }
 
-Dict read_checkpoint_dict(const ModelFile& file) {
+Dict read_checkpoint_dict(const ModelFile& file, WeightMemory memory = WeightMemory::kOwn) {
   const std::string& path = file.path();
   if (file.format() != ModelFormat::kCheckpoint)
     throw std::runtime_error(path + " is a " + model_format_name(file.format()) + ", not a torchmt checkpoint");
   c10::IValue value;
   try {
-    value = pickle_load_bounded(file);
+    value = pickle_load_bounded(file, memory);
   } catch (const std::exception& e) {
     throw DamagedFileError("checkpoint " + path + " is corrupt or truncated (" +
                              first_line(e.what()) + ")");
@@ -273,9 +297,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& dev
   return load_checkpoint(ModelFile::read(path, "checkpoint"), device);
 }
 
-LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device) {
+LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device, WeightMemory memory) {
   const std::string& path = file.path();
-  Dict dict = read_checkpoint_dict(file);
+  Dict dict = read_checkpoint_dict(file, memory);
   return reading(path, [&] {
     LoadedCheckpoint out;
     out.meta = read_meta(dict, path);

@@ -64,8 +64,14 @@ struct LoadedCheckpoint {
   Transformer model{nullptr};  // built from meta.model, weights loaded, on `device`, eval mode
 };
 LoadedCheckpoint load_checkpoint(const std::string& path, const c10::Device& device);
+// kOwn: the weights in memory of their own. kFileMapped: weights the file holds aligned stay
+// its mapped, read-only pages (read when used; io/model_file.h), for a loader that replaces most
+// of them (int8) and calls own_file_pages on the rest before anything writes them: a long-lived
+// model must not depend on a file that may be overwritten in place.
+enum class WeightMemory { kOwn, kFileMapped };
 class ModelFile;
-LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device);  // io/model_file.h
+LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& device,
+                                 WeightMemory memory = WeightMemory::kOwn);  // io/model_file.h
 
 // Parameter averaging (Vaswani et al. average the last 5 or 20 checkpoints): the mean of
 // every parameter over `paths`, on the CPU, with the first checkpoint's metadata. Throws

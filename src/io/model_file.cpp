@@ -12,6 +12,12 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
 
 #include <caffe2/serialize/inline_container.h>
 
@@ -87,7 +93,61 @@ class MappedReader final : public caffe2::serialize::ReadAdapterInterface {
   std::shared_ptr<const MappedFile> file_;
 };
 
+// A mapped record's storage: the file it keeps mapped, and the bytes its pages go back from
+// once checked (check_mapped_storages; none before, so a failed load releases nothing twice).
+struct MappedStorage {
+  std::shared_ptr<const MappedFile> file;
+  size_t offset = 0;
+  size_t size = 0;
+};
+
+void release_mapped_storage(void* context) {
+  auto* m = static_cast<MappedStorage*>(context);
+  if (m->size > 0) m->file->release(m->file->bytes().substr(m->offset, m->size));
+  delete m;
+}
+
 }  // namespace
+
+bool file_backed(const at::Tensor& t) {
+  return t.defined() && t.has_storage() && t.storage().data_ptr().get_deleter() == &release_mapped_storage;
+}
+
+void own_file_pages(at::Tensor& t) {
+  if (!file_backed(t)) return;
+  at::NoGradGuard no_grad;
+  at::Tensor copy = at::empty_like(t, at::MemoryFormat::Preserve);  // [same shape]
+  copy.copy_(t);
+  t.set_data(copy);  // the mapped storage dies with its last tensor, and its pages go back
+}
+
+c10::DataPtr ModelFile::map_record(size_t offset) const {
+  const std::string_view bytes = file_->bytes();
+  if (offset >= bytes.size() || reinterpret_cast<uintptr_t>(bytes.data() + offset) % 64 != 0) return {};
+  auto* context = new MappedStorage{file_, offset, 0};
+  return c10::DataPtr(const_cast<char*>(bytes.data() + offset), context, &release_mapped_storage, c10::Device(c10::kCPU));
+}
+
+void ModelFile::check_mapped_storages(const c10::IValue& value) const {
+  std::vector<std::pair<MappedStorage*, size_t>> mapped;  // (its context, its bytes)
+  std::unordered_set<MappedStorage*> seen;
+  value.visit([&](const c10::IValue& v) {
+    if (v.isTensor() && file_backed(v.toTensor())) {
+      const c10::Storage& storage = v.toTensor().storage();
+      auto* m = static_cast<MappedStorage*>(storage.data_ptr().get_context());
+      if (seen.insert(m).second) mapped.emplace_back(m, storage.nbytes());
+    }
+    return false;
+  });
+  std::sort(mapped.begin(), mapped.end(), [](const auto& a, const auto& b) { return a.first->offset < b.first->offset; });
+  size_t end = 0;
+  for (const auto& [m, n] : mapped) {
+    if (m->offset < end || n > size() - m->offset)
+      throw DamagedFileError("checkpoint " + path_ + " is corrupt (a tensor claims bytes its record does not hold)");
+    end = m->offset + n;
+  }
+  for (const auto& [m, n] : mapped) m->size = n;
+}
 
 const char* model_format_name(ModelFormat format) {
   return format == ModelFormat::kTorchScriptExport ? "TorchScript export" : "checkpoint";

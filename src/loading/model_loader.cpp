@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "data/shortlist.h"
 #include "decoding/ensemble_decoder.h"
@@ -20,8 +21,9 @@ namespace torchmt {
 
 namespace {
 
-Translator checkpoint_translator(const ModelFile& file, const c10::Device& device, c10::ScalarType dtype) {
-  auto loaded = load_checkpoint(file, device);
+Translator checkpoint_translator(const ModelFile& file, const c10::Device& device, c10::ScalarType dtype,
+                                WeightMemory memory = WeightMemory::kOwn) {
+  auto loaded = load_checkpoint(file, device, memory);
   const auto tokenizers = [&] {
     try {
       return checkpoint_tokenizers(loaded.meta);
@@ -48,6 +50,19 @@ void prepare_for_cpu_inference(Translator& translator, InferencePrecision precis
     const bool one_copy = precision == InferencePrecision::kInt8 || translator.dtype() == c10::ScalarType::Float;
     prepare_linears_for_inference(*translator.model(), precision, &fc_out, one_copy ? &fc_out : nullptr);
   }
+}
+
+// Every parameter of `model` in memory of its own but the weights int8 preparation replaces
+// (all Linear weights but the output projection's), which are read from the file's pages once,
+// as each layer is quantized: an int8 load never holds the whole fp32 model.
+void own_all_but_int8_weights(Transformer& model) {
+  std::unordered_set<const c10::TensorImpl*> quantized;
+  for (const auto& m : model->modules(/*include_self=*/false)) {
+    const auto* linear = dynamic_cast<const QuantizableLinearImpl*>(m.get());
+    if (linear && linear != model->fc_out.get()) quantized.insert(linear->weight.unsafeGetTensorImpl());
+  }
+  for (auto& p : model->parameters())
+    if (!quantized.count(p.unsafeGetTensorImpl())) own_file_pages(p);
 }
 
 }  // namespace
@@ -113,13 +128,17 @@ Translator load_one(const TranslatorConfig& config, const std::string& path) {
       translator.emplace(make_translator(model, resolve_dtype(config.dtype, device)));
     }
   } else if (config.dtype == "int8") {
-    translator.emplace(checkpoint_translator(*file, device, c10::ScalarType::Float));
+    translator.emplace(checkpoint_translator(*file, device, c10::ScalarType::Float, WeightMemory::kFileMapped));
+    own_all_but_int8_weights(translator->model());
     precision = InferencePrecision::kInt8;
   } else {
     translator.emplace(checkpoint_translator(*file, device, resolve_dtype(config.dtype, device)));
   }
   file.reset();  // the file's bytes are not needed beside the packed weights
   prepare(*translator, precision);
+  if (translator->model()) {
+    for (auto& p : translator->model()->parameters()) own_file_pages(p);  // what int8 left unquantized
+  }
   // "auto": measured (translation_dtype.h), not taken from the CPU's flags or the device kind.
   if (precision == InferencePrecision::kFloat && config.dtype == "auto") {
     choose_translation_dtype(*translator, config.translation);

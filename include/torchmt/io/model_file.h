@@ -12,6 +12,14 @@
 #include <memory>
 #include <string>
 
+#include <c10/core/Allocator.h>
+
+namespace c10 {
+struct IValue;
+}
+namespace at {
+class Tensor;
+}
 namespace caffe2::serialize {
 class ReadAdapterInterface;
 }
@@ -23,6 +31,13 @@ const char* model_format_name(ModelFormat format);  // "checkpoint" | "TorchScri
 
 class MappedFile;
 
+// Whether `t`'s memory is a model file's mapped pages (ModelFile::map_record).
+bool file_backed(const at::Tensor& t);
+// Moves a file-backed tensor's data into memory of its own (other tensors leave it alone) and
+// gives the file's pages back: a long-lived model must not change if its file is overwritten
+// in place (an unread page would come from the new file).
+void own_file_pages(at::Tensor& t);
+
 class ModelFile {
  public:
   // `what` names the file in errors ("checkpoint", "export"; "model" where either will do).
@@ -33,6 +48,16 @@ class ModelFile {
   size_t size() const;
   // Valid while this ModelFile (or a copy of it) lives.
   std::shared_ptr<caffe2::serialize::ReadAdapterInterface> reader() const;
+
+  // A record's data at `offset` of the file as tensor storage, without a copy: the pages are
+  // the file's, read-only (a write is a crash, not a change other loads would see; own_file_pages
+  // first), and come into memory when read. Null where the data is not 64-byte aligned or not
+  // inside the file: read it instead.
+  c10::DataPtr map_record(size_t offset) const;
+  // After unpickling: every mapped storage in `value` lies inside the file and apart from the
+  // others (DamagedFileError otherwise; a hostile archive can claim more elements than its
+  // record holds), and gives its pages back when it dies.
+  void check_mapped_storages(const c10::IValue& value) const;
 
  private:
   ModelFile(std::string path, std::shared_ptr<const MappedFile> file, ModelFormat format)
