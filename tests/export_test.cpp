@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -597,6 +598,22 @@ TEST(ModelFile, TellsTheFormatFromTheContentOnceTheSealIsVerified) {
   }
 }
 
+// Resident kB of this process's mapping that holds `address` (/proc/self/smaps); -1: none does.
+int64_t resident_kb_of_mapping(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      return std::stoll(line.substr(4));
+    }
+  }
+  return -1;
+}
+
 TEST(ModelFile, MappedWeightsEqualTheReadOnesAndOwningThemLeavesTheFile) {
   auto& f = fixture();
   const ModelFile file = ModelFile::read(f.checkpoint);
@@ -612,6 +629,14 @@ TEST(ModelFile, MappedWeightsEqualTheReadOnesAndOwningThemLeavesTheFile) {
     EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
   }
   EXPECT_EQ(on_file, b.size());  // torchmt's writer aligns every record
+  // Owning one tensor gives back every page of the file, not only its own: a read maps the page
+  // cache's folio (or the kernel's fault-around window) around it, over its neighbours, and the
+  // comparisons above read them all.
+  const void* neighbour = b[1].data_ptr();
+  ASSERT_GT(resident_kb_of_mapping(neighbour), 0) << "the comparisons read the file's pages";
+  own_file_pages(b[0]);
+  EXPECT_EQ(resident_kb_of_mapping(neighbour), 0) << "the file's pages resident after owning one tensor";
+  EXPECT_TRUE(torch::equal(a[1], b[1])) << "a page given back is read again from the file";
   for (auto& p : b) {
     own_file_pages(p);
     EXPECT_FALSE(file_backed(p));
@@ -714,8 +739,15 @@ TEST(ExportTorchScript, Int8ExportIsSmallAndRunsTheInt8KernelsInTranslate) {
     return load_translator(config).translate_text(f.sentences, TranslationOptions{});
   };
   auto by_default = translate(int8, "auto");
-  EXPECT_TRUE(load_translator(TranslatorConfig{{int8}, "", "cpu", "auto", 0, false, {}, {}, {}}).model()) << "expected the native model";
-  EXPECT_FALSE(load_translator(TranslatorConfig{{int8}, "", "cpu", "fp32", 0, false, {}, {}, {}}).model()) << "expected the TorchScript";
+  auto native_model = [&](const std::string& dtype) {
+    TranslatorConfig config;
+    config.models = {int8};
+    config.device = "cpu";
+    config.dtype = dtype;
+    return static_cast<bool>(load_translator(config).model());
+  };
+  EXPECT_TRUE(native_model("auto")) << "expected the native model";
+  EXPECT_FALSE(native_model("fp32")) << "expected the TorchScript";
   EXPECT_EQ(by_default, translate(int8, "fp32"));
   EXPECT_EQ(by_default.size(), f.sentences.size());
   EXPECT_EQ(translate(f.exported, "int8"), translate(f.checkpoint, "int8"));
