@@ -2,6 +2,7 @@
 // autocast, search, the trainer with resume, and the CLI (train on the GPU, translate and
 // export there, the exported file on the CPU). Each skips on a machine without CUDA; the
 // optimizer's on-device skip of a non-finite update is checked on the CPU as well.
+#include <cstdlib>
 #include <limits>
 #include <gtest/gtest.h>
 
@@ -63,12 +64,19 @@ INSTANTIATE_TEST_SUITE_P(Devices, AdamOnDevice, ::testing::Values("cpu", "cuda")
 
 // SDPA's cuDNN backend plans every new shape (2.1 s for 40 key lengths of one decoding
 // step on an H200, 0.001 s without it): choosing a CUDA device turns it off.
-TEST(Cuda, ChoosingACudaDeviceTurnsOffPerShapeAttentionPlans) {
+// Resolving a GPU leaves LibTorch's attention backends as the program set them (the library
+// inside another program); the CLI's process policy turns cuDNN's per-shape plans off.
+TEST(Cuda, OnlyTheCommandsPolicyTurnsOffPerShapeAttentionPlans) {
   TORCHMT_SKIP_WITHOUT_CUDA();
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (std::getenv("TORCHMT_CUDNN_SDPA") != nullptr) GTEST_SKIP() << "TORCHMT_CUDNN_SDPA is set";
+  const bool before = at::globalContext().userEnabledCuDNNSDP();
   at::globalContext().setSDPUseCuDNN(true);
   EXPECT_EQ(resolve_device("cuda"), kCuda);
+  EXPECT_TRUE(at::globalContext().userEnabledCuDNNSDP());
+  use_shape_free_cuda_attention();
   EXPECT_FALSE(at::globalContext().userEnabledCuDNNSDP());
+  at::globalContext().setSDPUseCuDNN(before);
 #else
   GTEST_SKIP() << "LibTorch before 2.4 has no cuDNN attention switch";
 #endif

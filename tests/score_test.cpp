@@ -129,7 +129,8 @@ TEST(ScoreCommand, ScoresTheNBestAsTranslatePrintedThem) {
     std::ofstream out(dir.file("in.de"));
     for (const auto& l : lines) out << l << "\n";
   }
-  const std::string model = " -m " + tiny_checkpoint() + " --dtype fp32 -q ";
+  // On the CPU, as the library below (the commands' "auto" takes a GPU where there is one).
+  const std::string model = " -m " + tiny_checkpoint() + " --dtype fp32 --device cpu -q ";
   auto nbest = test::run_command("(" + tm() + " translate" + model + "--beam 3 --nbest 3 -i " + dir.file("in.de") +
                                  " 2>/dev/null)");
   ASSERT_EQ(nbest.exit_code, 0) << nbest.output;

@@ -15,7 +15,8 @@ from conftest import run_python, train_options
 
 
 def cli_translate(binary, model, lines, *flags):
-    r = subprocess.run([binary, "translate", "-m", model, "-q", *flags], input="\n".join(lines) + "\n",
+    # On the CPU, as the Translators it is compared with (the command's "auto" takes a GPU).
+    r = subprocess.run([binary, "translate", "-m", model, "-q", "--device", "cpu", *flags], input="\n".join(lines) + "\n",
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return r.stdout.split("\n")[: len(lines)]
@@ -137,7 +138,7 @@ def test_score_batch_scores_translations_as_translate_batch_scored_them(trained,
     assert all(abs(p.score - s.score) < 1e-4 for p, s in zip(pieces, scored[:6]))
     (tmp_path / "src.de").write_text("".join(x + "\n" for x in sources), encoding="utf-8")
     (tmp_path / "tgt.en").write_text("".join(x + "\n" for x in targets), encoding="utf-8")
-    out = subprocess.run([binary, "score", "-m", trained[0], "--dtype", "fp32", "-q", "--src", str(tmp_path / "src.de"),
+    out = subprocess.run([binary, "score", "-m", trained[0], "--dtype", "fp32", "--device", "cpu", "-q", "--src", str(tmp_path / "src.de"),
                           "--tgt", str(tmp_path / "tgt.en")], capture_output=True, text=True, check=True).stdout
     cli = [float(row.split("\t")[0]) for row in out.splitlines()]
     same_batches = translator.score_batch(sources, targets)  # the command's batch size
@@ -182,6 +183,30 @@ def test_translate_iterable_is_lazy_and_in_order(trained, sample):
         list(translator.translate_iterable(lines[:5], target_prefix=["A"] * 4))
 
 
+def translate_from_four_threads(translator, lines):
+    """4 threads share `translator`, each translating `lines` 3 times: their last outputs, the
+    errors they met, and how often this thread ran while they worked (1 ms ticks)."""
+    outputs, errors = [None] * 4, []
+
+    def call(i):
+        try:
+            for _ in range(3):
+                outputs[i] = [r.hypotheses[0] for r in translator.translate_batch(lines, max_batch_size=8)]
+        except Exception as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    ticks = 0
+    while any(t.is_alive() for t in threads):
+        ticks += 1
+        time.sleep(0.001)
+    for t in threads:
+        t.join()
+    return outputs, errors, ticks
+
+
 def test_threads_share_the_translator_and_leave_the_host_alone(trained, sample):
     torch.set_num_threads(3)
     environ = dict(os.environ)
@@ -189,28 +214,10 @@ def test_threads_share_the_translator_and_leave_the_host_alone(trained, sample):
     translator = torchmt.Translator(trained[0], compute_type="float32", inter_threads=2, intra_threads=1)
     lines = sample[0][:40]
     expected = [r.hypotheses[0] for r in translator.translate_batch(lines, max_batch_size=8)]
-    outputs, errors = {}, []
-
-    def call(i):
-        try:
-            for _ in range(3):
-                outputs[i] = [r.hypotheses[0] for r in translator.translate_batch(lines, max_batch_size=8)]
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    # The GIL is released: this thread keeps running Python while they translate.
-    ticks = 0
-    while any(t.is_alive() for t in threads):
-        ticks += 1
-        time.sleep(0.001)
-    for t in threads:
-        t.join()
+    outputs, errors, ticks = translate_from_four_threads(translator, lines)
     assert not errors
-    assert all(outputs[i] == expected for i in range(4))
-    assert ticks > 0
+    assert all(out == expected for out in outputs)
+    assert ticks > 0  # the GIL is released: this thread kept running Python while they translated
     assert torch.get_num_threads() == 3
     seen_in_new_thread = []
     t = threading.Thread(target=lambda: seen_in_new_thread.append(torch.get_num_threads()))
@@ -239,6 +246,35 @@ def test_each_translator_runs_under_its_own_runtime(trained, sample):
         torchmt.Translator(model, runtime={"cpu_isa": "avx9"})
     with pytest.raises(ValueError, match="packed_gemm"):
         torchmt.Translator(model, runtime={"packed_gemm": "blas"})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_translates_on_a_gpu_as_on_the_cpu(trained, sample):
+    model, lines = trained[0], sample[0][:40]
+    cpu = torchmt.Translator(model, compute_type="float32")
+    gpu = torchmt.Translator(model, device="cuda", compute_type="float32", inter_threads=2)
+    assert gpu.device.startswith("cuda") and gpu.compute_type == "fp32"
+    for beam in (1, 4):
+        want = [r.hypotheses[0] for r in cpu.translate_batch(lines, beam_size=beam, max_batch_size=8)]
+        got = [r.hypotheses[0] for r in gpu.translate_batch(lines, beam_size=beam, max_batch_size=8)]
+        # Other kernels, other roundings: a near tie may go the other way on a line or two.
+        assert sum(g == w for g, w in zip(got, want)) >= len(lines) - 2, list(zip(got, want))
+    expected = [r.hypotheses[0] for r in gpu.translate_batch(lines, max_batch_size=8)]
+    outputs, errors, _ = translate_from_four_threads(gpu, lines)
+    assert not errors and all(out == expected for out in outputs)
+    line = lines[0]
+    assert [s.token for s in gpu.generate_tokens(line)] == \
+        gpu.translate_batch([gpu.tokenize(line)])[0].hypotheses[0]
+    targets = [r.hypotheses[0] for r in cpu.translate_batch(lines[:10])]
+    on_cpu, on_gpu = cpu.score_batch(lines[:10], targets), gpu.score_batch(lines[:10], targets)
+    assert all(abs(c.log_prob - g.log_prob) < 1e-3 * (1 + abs(c.log_prob)) for c, g in zip(on_cpu, on_gpu))
+    for compute_type in ("bfloat16", "float16"):
+        half = torchmt.Translator(model, device="cuda", compute_type=compute_type)
+        got = [r.hypotheses[0] for r in half.translate_batch(lines, max_batch_size=8)]
+        assert sum(g == w for g, w in zip(got, expected)) >= len(lines) // 2, (compute_type, got)
+    with pytest.raises(ValueError, match="int8 runs on the CPU"):
+        torchmt.Translator(model, device="cuda", compute_type="int8")
+    assert torchmt.Translator(model, device="auto", compute_type="int8").device == "cpu"
 
 
 INTERRUPT_TRANSLATION = r"""
@@ -285,6 +321,21 @@ def test_translates_without_importing_torchs_python_module(trained):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert out.splitlines()[-1] == "torch not imported", out
+
+
+def test_the_extension_exports_its_entry_point_alone():
+    # An exported inline template of the standard library (std::call_once's) was bound by a CUDA
+    # LibTorch's oneDNN in place of its own copy: a crash in a program that did not import torch.
+    import shutil
+
+    from torchmt import _native
+
+    if shutil.which("nm") is None:
+        pytest.skip("no nm (binutils)")
+    out = subprocess.run(["nm", "-D", "--defined-only", _native.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    exported = [line.split()[-1] for line in out.splitlines() if line.split()[-2] in "TtWwDdBbVvuRr"]
+    assert [s for s in exported if s not in ("_edata", "_end", "__bss_start")] == ["PyInit__native"], exported[:10]
 
 
 INTERRUPT_TRAINING = r"""
@@ -430,6 +481,7 @@ def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary,
     assert report["pairs"] == 50 and report["kept"] == 40 and report["dropped_by_score"] == 10
     assert report["summary"].startswith("kept 40 of 50 pairs")
     r = subprocess.run([binary, "filter", "-q", "-m", trained[0], "--backward-model", backward_model, "--dtype", "fp32",
+                        "--device", "cpu",
                         "--src", str(tmp_path / "c.de"), "--tgt", str(tmp_path / "c.en"), "--kept-src",
                         str(tmp_path / "cli.de"), "--kept-tgt", str(tmp_path / "cli.en"), "--keep-fraction", "0.8",
                         "--scores", str(tmp_path / "cli.tsv")], capture_output=True, text=True, timeout=600)
