@@ -84,15 +84,16 @@ TEST_P(Int8Linear, MatchesTheQuantizationFormulaForEveryShape) {
 TEST_P(Int8Linear, EqualsThePortableLoopBitForBit) {
   torch::manual_seed(4);
   // Output counts that end on a whole 4-block panel and on 1, 2 and 3 blocks (1,000 = 15 panels
-  // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder;
-  // inputs that are and are not a multiple of AVX2's 32-input quantization step.
+  // + 3 blocks, the last one partly padding); row counts that end on every row-tile remainder
+  // (AMX: 16-row tiles, two at a time); inputs that are and are not a multiple of AVX2's
+  // 32-input quantization step and of an AMX tile's 64.
   for (int64_t out : {1000, 16, 40, 80, 96, 128}) {
-    for (int64_t in : {256, 30, 70, 12}) {
+    for (int64_t in : {256, 30, 70, 12, 192}) {
       auto w = torch::randn({out, in}) * 0.05, b = torch::randn({out});
       w[0].fill_(0.05);   // a row of largest weights: every product at its extreme
       w[1].fill_(-0.05);  // and at the other
       auto q = quantize_linear_int8(w, b);
-      for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 64}) {
+      for (int64_t rows : {1, 2, 3, 4, 5, 7, 13, 20, 33, 64}) {
         SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in) + ", " + std::to_string(rows) + " rows");
         auto x = torch::randn({1, rows, in});  // [B, T, D]: leading dimensions are kept
         x[0][0].fill_(-1.f);                    // inputs at the negative extreme

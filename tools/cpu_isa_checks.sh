@@ -27,7 +27,7 @@ status=0
 isas=$("$tm" info --preset tiny | sed -n 's/^cpu kernels: \([a-z0-9-]*\).*/\1/p')
 levels=()
 from=${ISA_CHECK_FROM:-portable}
-for level in portable avx2 avx512 avx512-vnni avx512-bf16; do
+for level in portable avx2 avx512 avx512-vnni avx512-bf16 avx512-amx; do
   [ "$level" = "$from" ] && from=
   [ -z "$from" ] && levels+=("$level")
   [ "$level" = "$isas" ] && break

@@ -2,15 +2,34 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "util/environment.h"
 
 namespace torchmt::kernels {
 namespace {
 
-constexpr CpuIsa kLevels[] = {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                              CpuIsa::kAvx512Bf16};
+constexpr CpuIsa kLevels[] = {CpuIsa::kPortable,    CpuIsa::kAvx2,       CpuIsa::kAvx512,
+                              CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16, CpuIsa::kAvx512Amx};
+
+#if TORCHMT_X86
+// Linux hands a process AMX's 8 KB of tile state only once it asks (arch_prctl), and refuses
+// where the kernel or a sandbox does not support it: then the tiles are not used.
+bool tile_data_permitted() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+#endif
 
 CpuIsa detect() {
 #if TORCHMT_X86
@@ -20,7 +39,12 @@ CpuIsa detect() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
-  if (vnni && __builtin_cpu_supports("avx512bf16")) return CpuIsa::kAvx512Bf16;
+  const bool bf16 = vnni && __builtin_cpu_supports("avx512bf16");
+  // libgcc's AMX checks include the OS's support for the tile state (XCR0).
+  if (bf16 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") &&
+      __builtin_cpu_supports("amx-bf16") && tile_data_permitted())
+    return CpuIsa::kAvx512Amx;
+  if (bf16) return CpuIsa::kAvx512Bf16;
   if (vnni) return CpuIsa::kAvx512Vnni;
   if (avx512) return CpuIsa::kAvx512;
   if (avx2) return CpuIsa::kAvx2;
@@ -41,13 +65,15 @@ std::string level_list(CpuIsa highest) {
 // (int8 greedy test_2016 differed on 1 line of 1,000 between ATen's avx2 and avx512 copies, Zen 4),
 // so one level keeps `--dtype int8` output the same on every level.
 void limit_libraries(CpuIsa isa, bool chosen) {
-  static constexpr const char* kOnednn[] = {"SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"};
-  static constexpr const char* kMkl[] = {"SSE4_2", "AVX2", "AVX512", "AVX512", "AVX512"};
-  static constexpr const char* kAten[] = {"default", "avx2", "avx2", "avx2", "avx2"};
+  static constexpr const char* kOnednn[] = {"SSE41",           "AVX2",           "AVX512_CORE",
+                                            "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX"};
+  // nullptr: MKL's own choice (the top level limits nothing).
+  static constexpr const char* kMkl[] = {"SSE4_2", "AVX2", "AVX512", "AVX512", "AVX512", nullptr};
+  static constexpr const char* kAten[] = {"default", "avx2", "avx2", "avx2", "avx2", "avx2"};
   const auto i = static_cast<size_t>(isa);
   if (chosen) {
     setenv("ONEDNN_MAX_CPU_ISA", kOnednn[i], /*overwrite=*/0);
-    setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[i], /*overwrite=*/0);
+    if (kMkl[i] != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", kMkl[i], /*overwrite=*/0);
   }
   setenv("ATEN_CPU_CAPABILITY", kAten[i], /*overwrite=*/0);
 }
@@ -63,7 +89,7 @@ CpuIsa from_environment() {
                                     cpu_isa_name(detected) + " (" + level_list(detected) + ")");
       return isa;
     }
-  throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Bf16));
+  throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Amx));
 }
 
 thread_local const KernelSettings* thread_settings = nullptr;  // a RuntimeScope's
@@ -80,6 +106,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Vnni: return "avx512-vnni";
     case CpuIsa::kAvx512Bf16: return "avx512-bf16";
+    case CpuIsa::kAvx512Amx: return "avx512-amx";
     default: return "portable";
   }
 }
@@ -88,6 +115,13 @@ CpuIsa detected_cpu_isa() {
   static const CpuIsa detected = detect();
   return detected;
 }
+
+const std::vector<CpuIsa>& all_cpu_isas() {
+  static const std::vector<CpuIsa> all(std::begin(kLevels), std::end(kLevels));
+  return all;
+}
+
+std::string cpu_isa_names(CpuIsa highest) { return level_list(highest); }
 
 std::vector<CpuIsa> available_cpu_isas() {
   std::vector<CpuIsa> out;

@@ -16,9 +16,14 @@ enum class CpuIsa : int {
   kAvx512 = 2,      // AVX-512 F/BW/DQ/VL (x86-64-v4)
   kAvx512Vnni = 3,  // + VNNI (int8 dot products)
   kAvx512Bf16 = 4,  // + VNNI + BF16 (bf16 dot products)
+  kAvx512Amx = 5,   // + AMX tiles, INT8 and BF16 (int8 tile products), with the OS's permission
 };
 
-const char* cpu_isa_name(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512-vnni", "avx512-bf16"
+const char* cpu_isa_name(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512-vnni", "avx512-bf16", "avx512-amx"
+// Every level, lowest first.
+const std::vector<CpuIsa>& all_cpu_isas();
+// The names of the levels up to `highest`, joined by '|' (every level's: the values TORCHMT_CPU_ISA takes).
+std::string cpu_isa_names(CpuIsa highest = CpuIsa::kAvx512Amx);
 // The highest level this CPU (and its OS) runs.
 CpuIsa detected_cpu_isa();
 // Every level up to detected_cpu_isa(), lowest first: what a test runs each kernel on.
@@ -109,6 +114,8 @@ decltype(auto) isa_dispatch(CpuIsa isa, F&& f) {
 #define TORCHMT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define TORCHMT_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni")))
 #define TORCHMT_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx512bf16")))
+#define TORCHMT_TARGET_AVX512_AMX \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx512vnni,avx512bf16,amx-tile,amx-int8,amx-bf16")))
 #else
 #define TORCHMT_X86 0
 #endif

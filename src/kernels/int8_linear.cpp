@@ -164,6 +164,34 @@ TORCHMT_VNNI_TARGET __attribute__((always_inline)) inline void dpbusd_in_place(_
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
 }
 
+// One block's 16 outputs from 16 int32 sums: y = (sum - x_zero * row_sum) * (w_scale * x_scale) +
+// bias, outputs at or past `out` left unwritten. Every x86 int8 kernel ends here, so equal sums
+// give equal floats on every level.
+struct OutputBlock {
+  __m512i wsum;
+  __m512 wscale, bias;
+  __mmask16 mask;
+  int64_t n;
+};
+
+TORCHMT_VNNI_TARGET __attribute__((always_inline)) inline OutputBlock output_block(const Int8LinearWeights& w,
+                                                                                  int64_t n, int64_t out) {
+  const int64_t valid = std::min<int64_t>(kBlockOut, out - n);
+  return {_mm512_loadu_si512(w.row_sum.data() + n), _mm512_loadu_ps(w.scale.data() + n),
+          _mm512_loadu_ps(w.bias.data() + n), static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1), n};
+}
+
+TORCHMT_VNNI_TARGET __attribute__((always_inline)) inline void store_outputs(const OutputBlock& o, __m512i acc,
+                                                                            int32_t xzero, float xscale,
+                                                                            float* y_row) {
+  // maskz with a full mask: the plain conversion passes an undefined operand that GCC 12
+  // reports as uninitialised once inlined.
+  const __m512i offset = _mm512_mullo_epi32(o.wsum, _mm512_set1_epi32(xzero));
+  const __m512 v = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(acc, offset));
+  const __m512 result = _mm512_fmadd_ps(v, _mm512_mul_ps(o.wscale, _mm512_set1_ps(xscale)), o.bias);
+  _mm512_mask_storeu_ps(y_row + o.n, o.mask, result);
+}
+
 // Rows x Cols accumulators (Cols blocks of 16 outputs): each weight load serves Rows rows and
 // each broadcast input serves Cols blocks. The first kernel (8 rows x 1 block) issued a
 // broadcast per vpdpbusd and ran far behind fbgemm (tools/bench/DECISIONS.md).
@@ -194,21 +222,9 @@ TORCHMT_VNNI_TARGET void tile_vnni(const uint8_t* xq, int64_t in_padded, const f
   }
 #pragma GCC unroll 4
   for (int c = 0; c < Cols; ++c) {
-    const int64_t n = n0 + c * kBlockOut;
-    const __m512i wsum = _mm512_loadu_si512(w.row_sum.data() + n);
-    const __m512 wscale = _mm512_loadu_ps(w.scale.data() + n);
-    const __m512 bias = _mm512_loadu_ps(w.bias.data() + n);
-    const int64_t valid = std::min<int64_t>(kBlockOut, out - n);
-    const __mmask16 mask = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
+    const OutputBlock o = output_block(w, n0 + c * kBlockOut, out);
 #pragma GCC unroll 8
-    for (int r = 0; r < Rows; ++r) {
-      // maskz with a full mask: the plain conversion passes an undefined operand that GCC 12
-      // reports as uninitialised once inlined.
-      const __m512i offset = _mm512_mullo_epi32(wsum, _mm512_set1_epi32(xzero[r]));
-      const __m512 v = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_sub_epi32(acc[r][c], offset));
-      const __m512 result = _mm512_fmadd_ps(v, _mm512_mul_ps(wscale, _mm512_set1_ps(xscale[r])), bias);
-      _mm512_mask_storeu_ps(y + r * out + n, mask, result);
-    }
+    for (int r = 0; r < Rows; ++r) store_outputs(o, acc[r][c], xzero[r], xscale[r], y + r * out);
   }
 }
 
@@ -249,6 +265,100 @@ TORCHMT_VNNI_TARGET void blocks_at<CpuIsa::kAvx512Vnni>(const QuantizedRows& q, 
       default: panel_vnni<4>(q, rows, w, y, panel, groups, n0); break;
     }
   }
+}
+
+// ---- AMX: int8 tile products ---------------------------------------------------------------------
+// A packed block's [groups][16][4] bytes are AMX's weight-tile rows as they are (16 groups: 64
+// inputs of 16 outputs a tile) and the quantized rows its input tiles; tdpbusd forms the same
+// u8 x s8 int32 sums as vpdpbusd, and the sums end in the same store_outputs. Tiles: 0-3 the
+// 2 x 2 accumulators (32 rows x 2 blocks), 4-5 the inputs, 6-7 the weights: all eight.
+constexpr int64_t kTileRows = 16;   // rows of an input or accumulator tile
+constexpr int64_t kTileInputs = 64; // inputs of a tile row (64 bytes)
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Input and accumulator tiles of the two row tiles: `rows0` and `rows1` rows (0: unused).
+TORCHMT_TARGET_AVX512_AMX void configure_tiles(int64_t rows0, int64_t rows1) {
+  TileConfig c;
+  const auto set = [&](int tile, int64_t rows, int64_t bytes) {
+    c.rows[tile] = static_cast<uint8_t>(rows);
+    c.bytes_per_row[tile] = static_cast<uint16_t>(rows > 0 ? bytes : 0);
+  };
+  for (int tile : {0, 1}) set(tile, rows0, kBlockOut * 4);
+  for (int tile : {2, 3}) set(tile, rows1, kBlockOut * 4);
+  set(4, rows0, kTileInputs);
+  set(5, rows1, kTileInputs);
+  for (int tile : {6, 7}) set(tile, kTileInputs / kGroupIn, kBlockOut * kGroupIn);
+  _tile_loadconfig(&c);
+}
+
+template <>
+TORCHMT_TARGET_AVX512_AMX void blocks_at<CpuIsa::kAvx512Amx>(const QuantizedRows& q, int64_t rows,
+                                                           const Int8LinearWeights& w, float* y,
+                                                           int64_t block_begin, int64_t block_end) {
+  // Tiles take whole groups of 64 inputs: other widths go through the VNNI tiles, and so does one
+  // row, where a tile's set-up and stores cost more than they save (greedy batch 1: 1.02x the time).
+  if (w.in_padded % kTileInputs != 0 || rows < 2)
+    return blocks_at<CpuIsa::kAvx512Vnni>(q, rows, w, y, block_begin, block_end);
+  const int64_t groups = w.in_padded / kGroupIn, block_bytes = groups * kBlockOut * kGroupIn;
+  constexpr int64_t kAccBytes = kBlockOut * 4;
+  alignas(64) int32_t acc[4][kTileRows][kBlockOut];  // tiles 0-3: [row tile][block] in the order 0 1 2 3
+  int64_t configured0 = -1, configured1 = -1;
+  for (int64_t m0 = 0; m0 < rows; m0 += 2 * kTileRows) {
+    const int64_t rows0 = std::min(kTileRows, rows - m0);
+    const int64_t rows1 = std::clamp<int64_t>(rows - m0 - kTileRows, 0, kTileRows);
+    if (rows0 != configured0 || rows1 != configured1) configure_tiles(configured0 = rows0, configured1 = rows1);
+    const uint8_t* x0 = q.values.data() + m0 * w.in_padded;
+    const uint8_t* x1 = x0 + kTileRows * w.in_padded;
+    for (int64_t b = block_begin; b < block_end; b += 2) {
+      const bool two = b + 1 < block_end;
+      const int8_t* w0 = w.packed.data() + b * block_bytes;
+      const int8_t* w1 = w0 + block_bytes;
+      _tile_zero(0);
+      _tile_zero(1);
+      if (rows1 > 0) {
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t k = 0; k < w.in_padded; k += kTileInputs) {
+        const int64_t g = k / kGroupIn;
+        _tile_loadd(4, x0 + k, w.in_padded);
+        _tile_loadd(6, w0 + g * kBlockOut * kGroupIn, kBlockOut * kGroupIn);
+        _tile_dpbusd(0, 4, 6);
+        if (two) {
+          _tile_loadd(7, w1 + g * kBlockOut * kGroupIn, kBlockOut * kGroupIn);
+          _tile_dpbusd(1, 4, 7);
+        }
+        if (rows1 > 0) {
+          _tile_loadd(5, x1 + k, w.in_padded);
+          _tile_dpbusd(2, 5, 6);
+          if (two) _tile_dpbusd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, acc[0], kAccBytes);
+      if (two) _tile_stored(1, acc[1], kAccBytes);
+      if (rows1 > 0) {
+        _tile_stored(2, acc[2], kAccBytes);
+        if (two) _tile_stored(3, acc[3], kAccBytes);
+      }
+      for (int c = 0; c < (two ? 2 : 1); ++c) {
+        const OutputBlock o = output_block(w, (b + c) * kBlockOut, w.out);
+        for (int64_t r = 0; r < rows0 + rows1; ++r) {
+          const int64_t m = m0 + r;
+          const int32_t* sums = acc[(r < kTileRows ? 0 : 2) + c][r % kTileRows];
+          store_outputs(o, _mm512_load_si512(sums), q.zero[static_cast<size_t>(m)],
+                        q.scale[static_cast<size_t>(m)], y + m * w.out);
+        }
+      }
+    }
+  }
+  _tile_release();
 }
 
 // ---- AVX2 (no VNNI): vpmaddubsw on inputs of at most 127 -----------------------------------------
@@ -658,11 +768,11 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8LinearWeights& w) {
   quantize_rows(input.data_ptr<float>(), rows, w.in, w.in_padded, q, isa, InputRange{w.input_amax, w.input_signed});
   float* out = y.data_ptr<float>();
   const int64_t blocks = w.out_padded / kBlockOut;
-  isa_dispatch<CpuIsa::kAvx512Vnni, CpuIsa::kAvx2>(isa, [&](auto level) {
+  isa_dispatch<CpuIsa::kAvx512Amx, CpuIsa::kAvx512Vnni, CpuIsa::kAvx2>(isa, [&](auto level) {
     constexpr CpuIsa kLevel = decltype(level)::value;
-    // Threads take whole panels (VNNI) or blocks; grain: enough work per thread that a fork is worth it.
-    const int64_t unit = kLevel == CpuIsa::kAvx512Vnni ? kPanelBlocks : 1;
-    const int64_t grain = std::max<int64_t>(1, (kLevel == CpuIsa::kAvx512Vnni ? 16 : 64) / std::max<int64_t>(1, rows));
+    // Threads take whole panels (VNNI, AMX) or blocks; grain: enough work per thread that a fork is worth it.
+    const int64_t unit = kLevel >= CpuIsa::kAvx512Vnni ? kPanelBlocks : 1;
+    const int64_t grain = std::max<int64_t>(1, (kLevel >= CpuIsa::kAvx512Vnni ? 16 : 64) / std::max<int64_t>(1, rows));
     parallel_for(0, (blocks + unit - 1) / unit, grain, [&](int64_t begin, int64_t end) {
       blocks_at<kLevel>(q, rows, w, out, begin * unit, std::min(blocks, end * unit));
     });

@@ -13,14 +13,14 @@ namespace {
 kernels::CpuIsa parse_isa(const std::string& name, const std::string& what) {
   using kernels::CpuIsa;
   if (name.empty()) return kernels::detected_cpu_isa();
-  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16})
+  for (CpuIsa isa : kernels::all_cpu_isas())
     if (name == kernels::cpu_isa_name(isa)) {
       if (isa > kernels::detected_cpu_isa())
         throw std::invalid_argument(what + "=" + name + ": this CPU runs at most " +
                                     kernels::cpu_isa_name(kernels::detected_cpu_isa()));
       return isa;
     }
-  throw std::invalid_argument(what + "=" + name + ": expected portable|avx2|avx512|avx512-vnni|avx512-bf16");
+  throw std::invalid_argument(what + "=" + name + ": expected " + kernels::cpu_isa_names());
 }
 
 int parse_gemm(const std::string& name, const std::string& what) {

@@ -20,7 +20,7 @@ constexpr const char* kScripts = "tools/*.sh";
 const std::vector<EnvVariable>& environment_table() {
   static const std::vector<EnvVariable> table{
       // torchmt's own switches (comparisons and machine set-up).
-      {"TORCHMT_CPU_ISA", EnvKind::kChoice, "portable|avx2|avx512|avx512-vnni|avx512-bf16", "the best the CPU runs",
+      {"TORCHMT_CPU_ISA", EnvKind::kChoice, "portable|avx2|avx512|avx512-vnni|avx512-bf16|avx512-amx", "the best the CPU runs",
        "the instruction set of every CPU kernel (a lower one on a CPU that has the higher)", kLibrary},
       {"TORCHMT_PACKED_GEMM", EnvKind::kChoice, "aten|mkl|onednn", "by the rule table in src/kernels/packed_linear.cpp",
        "the float GEMM of packed CPU linear layers, forced (aten: nothing packed)", kLibrary},

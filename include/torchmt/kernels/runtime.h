@@ -27,7 +27,7 @@ namespace torchmt {
 
 struct Runtime {
   // The kernels' instruction set: "" = the detected one; portable | avx2 | avx512 | avx512-vnni |
-  // avx512-bf16, at most what this CPU runs.
+  // avx512-bf16 | avx512-amx, at most what this CPU runs.
   std::string cpu_isa;
   // The float GEMM of packed CPU linear layers: "" = the rule table (src/kernels/packed_linear.cpp);
   // aten (nothing packed) | mkl | onednn.

@@ -153,7 +153,7 @@ class Translator:
         ensemble_weights: an ensemble's weights, one positive number per model (default: equal).
         runtime: this translator's CPU kernel settings where they differ from the environment
             table's (``TORCHMT_CPU_ISA`` ...): ``cpu_isa`` (``"portable"``, ``"avx2"``,
-            ``"avx512"``, ``"avx512-vnni"``, ``"avx512-bf16"``), ``packed_gemm`` (``"aten"``,
+            ``"avx512"``, ``"avx512-vnni"``, ``"avx512-bf16"``, ``"avx512-amx"``), ``packed_gemm`` (``"aten"``,
             ``"mkl"``, ``"onednn"``), ``screened_argmax``, ``screened_beam``, ``sparse_input``
             (bools). Each translator runs under its own, on whichever thread calls it.
 
