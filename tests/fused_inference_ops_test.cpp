@@ -74,6 +74,7 @@ TEST_P(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
   {
     torch::AutoGradMode grad(true);
     EXPECT_FALSE(try_rotary_cpu(x, angles.sin(), angles.cos()).defined());
+    EXPECT_FALSE(rotary_cpu_applies(x, angles.sin().narrow(1, 0, 4), angles.cos().narrow(1, 0, 4)));
   }
   torch::NoGradGuard no_grad;
   EXPECT_FALSE(try_rotary_cpu(x, angles.sin().narrow(1, 0, 4), angles.cos().narrow(1, 0, 4)).defined());  // d mismatch
@@ -85,6 +86,56 @@ TEST_P(FusedInferenceOpsTest, RotaryStepsAsideForTrainingAndOddShapes) {
   auto [q_out, k_out] = apply_rotary_pos_emb(x, k, angles.sin(), angles.cos());
   EXPECT_TRUE(torch::allclose(q_out, rotary_composite(x, angles.sin(), angles.cos()), 1e-6, 1e-6));
   EXPECT_TRUE(torch::allclose(k_out, rotary_composite(k, angles.sin(), angles.cos()), 1e-6, 1e-6));
+}
+
+// Training's rotation: the kernel forward and its transpose backward give the composite's
+// values and gradients, for every-position and per-row tables whose halves differ (the
+// transpose must not assume RoPE's repeated frequencies), and for bf16 under the same roundings.
+TEST_P(FusedInferenceOpsTest, RotaryGradientsMatchTheComposite) {
+  torch::manual_seed(8);
+  const int64_t b = 2, h = 3, t = 5, d = 8;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (auto shape : {std::vector<int64_t>{t, d}, std::vector<int64_t>{b, 1, 1, d}}) {
+      auto angles = torch::rand(shape) * 6.0;
+      auto sin = angles.sin().to(dtype), cos = angles.cos().to(dtype);
+      auto base = heads_view(b, h, t, d, dtype);
+      auto upstream = torch::randn({b, h, t, d}).to(dtype);
+      auto x1 = base.detach().requires_grad_(true), x2 = base.detach().requires_grad_(true);
+      auto k = heads_view(b, 1, t, d, dtype).requires_grad_(true);
+      auto [ours, k_out] = apply_rotary_pos_emb(x1, k, sin, cos);
+      ASSERT_NE(ours.grad_fn(), nullptr);
+      EXPECT_NE(ours.grad_fn()->name().find("RotaryFunction"), std::string::npos) << ours.grad_fn()->name();
+      auto expected = rotary_composite(x2, sin, cos);
+      (ours * upstream).sum().backward();
+      (expected * upstream).sum().backward();
+      const double tol = dtype == torch::kFloat ? 1e-6 : 2e-2;
+      EXPECT_TRUE(torch::allclose(ours.to(torch::kFloat), expected.to(torch::kFloat), tol, tol)) << dtype;
+      EXPECT_TRUE(torch::allclose(x1.grad().to(torch::kFloat), x2.grad().to(torch::kFloat), tol, tol)) << dtype;
+    }
+  }
+  // bf16 projections with fp32 tables (bf16 autocast training): the rotation stays in bf16.
+  {
+    auto angles = torch::rand({t, d}) * 6.0;
+    auto x = heads_view(b, h, t, d, torch::kBFloat16).requires_grad_(true);
+    auto out = apply_rotary_pos_emb(x, x, angles.sin(), angles.cos()).first;
+    EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+    auto y = x.detach().to(torch::kFloat).requires_grad_(true);
+    auto expected = rotary_composite(y, angles.sin(), angles.cos());
+    auto upstream = torch::randn({b, h, t, d});
+    out.backward(upstream.to(torch::kBFloat16));
+    expected.backward(upstream);
+    EXPECT_TRUE(torch::allclose(out.to(torch::kFloat), expected, 3e-2, 3e-2));
+    EXPECT_TRUE(torch::allclose(x.grad().to(torch::kFloat), y.grad(), 3e-2, 3e-2));
+  }
+  // A gradient in another layout (last dimension strided) is made contiguous first.
+  auto angles = torch::rand({t, d});
+  auto x = heads_view(b, h, t, d, torch::kFloat).requires_grad_(true);
+  auto out = apply_rotary_pos_emb(x, x, angles.sin(), angles.cos()).first;
+  auto upstream = torch::randn({b, h, d, t}).transpose(2, 3);  // [B, H, T, d], d strided
+  out.backward(upstream);
+  auto y = x.detach().requires_grad_(true);
+  rotary_composite(y, angles.sin(), angles.cos()).backward(upstream);
+  EXPECT_TRUE(torch::allclose(x.grad(), y.grad(), 1e-6, 1e-6));
 }
 
 TEST_P(FusedInferenceOpsTest, AddLayerNormMatchesCompositeFp32) {

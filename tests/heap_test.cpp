@@ -56,6 +56,7 @@ TEST_F(CpuTensorPoolTest, AFreedBlockServesTensorsDownToAQuarterOfItsSize) {
 
 TEST_F(CpuTensorPoolTest, AtMost128MBWaitForReuse) {
   const auto before = cpu_tensor_pool_stats();
+  if (before.cache_limit_bytes != kTensorPoolCacheBytes) GTEST_SKIP() << "an earlier test raised the limit";
   auto a = torch::empty({20 << 20});  // 80 MiB each: one fits in the cache, two do not
   auto b = torch::empty({20 << 20});
   a = torch::Tensor();
@@ -94,6 +95,21 @@ TEST_F(CpuTensorPoolTest, PooledTensorsComputeLikeOthersAcrossThreads) {
   const auto s = cpu_tensor_pool_stats();
   EXPECT_GT(s.reused, 0u);
   EXPECT_LE(s.cached_bytes, s.mapped_bytes);
+  return_free_heap_memory();
+  EXPECT_EQ(cpu_tensor_pool_stats().cached_bytes, 0u);
+}
+
+// Training's limit (kept last: it raises the process's limit for good).
+TEST_F(CpuTensorPoolTest, ALargerLimitKeepsMoreBlocksAndASmallerOneDoesNotLowerIt) {
+  use_cpu_tensor_pool(size_t{256} << 20);
+  use_cpu_tensor_pool();  // the default again: the limit stays
+  const auto before = cpu_tensor_pool_stats();
+  EXPECT_EQ(before.cache_limit_bytes, size_t{256} << 20);
+  auto a = torch::empty({20 << 20});  // 80 MiB each: both fit under 256 MiB
+  auto b = torch::empty({20 << 20});
+  a = torch::Tensor();
+  b = torch::Tensor();
+  EXPECT_EQ(cpu_tensor_pool_stats().cached_bytes, before.cached_bytes + (size_t{160} << 20));
   return_free_heap_memory();
   EXPECT_EQ(cpu_tensor_pool_stats().cached_bytes, 0u);
 }

@@ -32,27 +32,31 @@ struct RotaryView {
   int64_t sizes[3];                 // B, H, T (d_k separately)
   int64_t dim;                      // d_k
   int64_t x_stride[3], out_stride[3], cos_stride[3], sin_stride[3];
+  bool transposed;                  // the rotation's transpose: its backward
 };
 
 template <typename T>
 TORCHMT_VECTOR_INLINE void rotary_rows(const T* x, const T* cos, const T* sin, T* out, const RotaryView& v,
                                        int64_t begin, int64_t end) {
   const int64_t half = v.dim / 2;
+  // rotate_half(x) = [-x2, x1]; its transpose (the backward) is [x2, -x1] with each sine read
+  // at the position it multiplied forward.
+  const float sign = v.transposed ? -1.0f : 1.0f;
+  const int64_t sin_low = v.transposed ? half : 0, sin_high = v.transposed ? -half : 0;
   for (int64_t row = begin; row < end; ++row) {
     const int64_t t = row % v.sizes[2], h = (row / v.sizes[2]) % v.sizes[1], b = row / (v.sizes[2] * v.sizes[1]);
     const T* xr = x + b * v.x_stride[0] + h * v.x_stride[1] + t * v.x_stride[2];
     const T* cr = cos + b * v.cos_stride[0] + h * v.cos_stride[1] + t * v.cos_stride[2];
     const T* sr = sin + b * v.sin_stride[0] + h * v.sin_stride[1] + t * v.sin_stride[2];
     T* orow = out + b * v.out_stride[0] + h * v.out_stride[1] + t * v.out_stride[2];
-    // rotate_half(x) = [-x2, x1]: the first half pairs with the negated second, and back.
     for (int64_t j = 0; j < half; ++j) {
       const float a = round_as(xr, load_as_float(xr + j) * load_as_float(cr + j));
-      const float c = round_as(xr, -load_as_float(xr + j + half) * load_as_float(sr + j));
+      const float c = round_as(xr, -sign * load_as_float(xr + j + half) * load_as_float(sr + j + sin_low));
       store_from_float(orow + j, a + c);
     }
     for (int64_t j = half; j < v.dim; ++j) {
       const float a = round_as(xr, load_as_float(xr + j) * load_as_float(cr + j));
-      const float c = round_as(xr, load_as_float(xr + j - half) * load_as_float(sr + j));
+      const float c = round_as(xr, sign * load_as_float(xr + j - half) * load_as_float(sr + j + sin_high));
       store_from_float(orow + j, a + c);
     }
   }
@@ -175,26 +179,31 @@ uint16_t* bf16_bits_mut(const at::Tensor& t) { return reinterpret_cast<uint16_t*
 
 }  // namespace
 
-at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in) {
-  if (!inference_on_cpu(x) || x.dim() != 4 || !sin_in.defined() || !cos_in.defined()) return {};
+bool rotary_cpu_applies(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in) {
+  if (!x.defined() || x.dim() != 4 || !x.device().is_cpu() || !sin_in.defined() || !cos_in.defined()) return false;
   const auto dtype = x.scalar_type();
-  if (sin_in.scalar_type() != dtype || cos_in.scalar_type() != dtype || !sin_in.device().is_cpu() ||
-      !cos_in.device().is_cpu() || sin_in.dim() > 4 || cos_in.dim() > 4 || x.size(3) % 2 != 0 ||
-      (x.stride(3) != 1 && x.size(3) > 1))
-    return {};
+  if ((dtype != at::kFloat && dtype != at::kBFloat16) || sin_in.scalar_type() != dtype ||
+      cos_in.scalar_type() != dtype || !sin_in.device().is_cpu() || !cos_in.device().is_cpu() || sin_in.dim() > 4 ||
+      cos_in.dim() > 4 || x.size(3) % 2 != 0 || (x.stride(3) != 1 && x.size(3) > 1) || x.numel() == 0)
+    return false;
   for (const auto* table : {&sin_in, &cos_in})  // right-aligned broadcast to x
     for (int64_t i = 1; i <= table->dim(); ++i)
-      if (table->size(-i) != 1 && table->size(-i) != x.size(-i)) return {};
-  if (sin_in.size(-1) != x.size(3) || cos_in.size(-1) != x.size(3)) return {};
-  if (x.numel() == 0) return {};
-  RECORD_FUNCTION("torchmt::rotary", std::vector<c10::IValue>());
+      if (table->size(-i) != 1 && table->size(-i) != x.size(-i)) return false;
+  if (sin_in.size(-1) != x.size(3) || cos_in.size(-1) != x.size(3)) return false;
+  // The tables broadcast along the last dimension would need a stride-0 row.
+  return x.size(3) == 1 || (cos_in.stride(-1) == 1 && sin_in.stride(-1) == 1);
+}
+
+at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in, bool transposed) {
+  TORCH_CHECK(rotary_cpu_applies(x, sin_in, cos_in), "rotary_cpu: tensors it does not take");
+  RECORD_FUNCTION(transposed ? "torchmt::rotary_backward" : "torchmt::rotary", std::vector<c10::IValue>());
   auto cos = cos_in.expand(x.sizes());  // [B, H, T, d_k], strides 0 where broadcast
   auto sin = sin_in.expand(x.sizes());  // [B, H, T, d_k]
-  if ((cos.stride(3) != 1 || sin.stride(3) != 1) && x.size(3) > 1) return {};
   auto out = at::empty_like(x);  // x's layout (a transposed view stays one)
   if (out.stride(3) != 1 && x.size(3) > 1) out = at::empty(x.sizes(), x.options());
   RotaryView v{};
   v.dim = x.size(3);
+  v.transposed = transposed;
   for (int i = 0; i < 3; ++i) {
     v.sizes[i] = x.size(i);
     v.x_stride[i] = x.stride(i);
@@ -204,7 +213,7 @@ at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const a
   }
   const int64_t rows = v.sizes[0] * v.sizes[1] * v.sizes[2];
   const int64_t grain = std::max<int64_t>(1, 16384 / v.dim);  // fork only for ~16k values per thread
-  if (dtype == at::kFloat) {
+  if (x.scalar_type() == at::kFloat) {
     parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
       rotary_rows_fp32(x.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<float>(), v,
                        b, e);
@@ -215,6 +224,11 @@ at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const a
     });
   }
   return out;
+}
+
+at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos) {
+  if (!inference_on_cpu(x) || !rotary_cpu_applies(x, sin, cos)) return {};
+  return rotary_cpu(x, sin, cos, /*transposed=*/false);
 }
 
 std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, const at::Tensor& y,

@@ -198,6 +198,12 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q, const at::Tensor&
 // x cos + rotate_half(x) sin (apply_rotary_pos_emb for one tensor) for x [B, H, T, d_k] with a
 // contiguous last dimension; cos and sin broadcast to x. Agrees with the composite to rounding.
 at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos);
+// The same rotation in or out of autograd and autocast, for the model's own autograd function:
+// transposed = false is try_rotary_cpu's result, true its transpose (the backward: x cos +
+// rotate_half^T(x sin), with rotate_half^T([y1, y2]) = [y2, -y1]). rotary_cpu_applies says which
+// tensors it takes (CPU, fp32 or bf16, tables in x's dtype broadcasting to it).
+bool rotary_cpu_applies(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos);
+at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos, bool transposed);
 
 // {x + y, layer_norm(x + y)} over the last dimension (weight and bias of that size, x's dtype),
 // normalised in fp32 (as ATen's does for bf16 input); ~1e-7 relative from the composite in fp32.

@@ -97,12 +97,44 @@ at::Tensor rotate_half(const at::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+namespace {
+
+// The rotation with the kernel's transpose as its backward: on the CPU, training's eight ops per
+// tensor (and the slices' zero-filled gradients) become one pass each way.
+class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& sin,
+                            const at::Tensor& cos) {
+    ctx->save_for_backward({sin, cos});
+    return kernels::rotary_cpu(x, sin, cos, /*transposed=*/false);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto tables = ctx->get_saved_variables();
+    auto grad = grads[0];
+    if (!kernels::rotary_cpu_applies(grad, tables[0], tables[1])) grad = grad.contiguous();
+    return {kernels::rotary_cpu(grad, tables[0], tables[1], /*transposed=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos) {
+  // CPU inference: one fused pass instead of eight ops (kernels/primitives.h).
+  if (auto out = kernels::try_rotary_cpu(x, sin, cos); out.defined()) return out;
+  if (at::GradMode::is_enabled() && x.requires_grad() && !sin.requires_grad() && !cos.requires_grad()) {
+    // Under bf16 autocast the projections are bf16 and the tables fp32: the composite promotes
+    // to fp32, which the next matmul casts back; the rotation stays in bf16 instead.
+    const bool to_bf16 = x.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kFloat;
+    const auto s = to_bf16 ? sin.to(at::kBFloat16) : sin, c = to_bf16 ? cos.to(at::kBFloat16) : cos;
+    if (kernels::rotary_cpu_applies(x, s, c)) return RotaryFunction::apply(x, s, c);
+  }
+  return x * cos + rotate_half(x) * sin;  // cos/sin [T, d_k] or [B, 1, 1, d_k] broadcast
+}
+
+}  // namespace
+
 std::pair<at::Tensor, at::Tensor> apply_rotary_pos_emb(const at::Tensor& q, const at::Tensor& k, const at::Tensor& sin,
                                                        const at::Tensor& cos) {
-  // CPU inference: one fused pass per tensor instead of eight ops (kernels/primitives.h).
-  if (auto q_out = kernels::try_rotary_cpu(q, sin, cos); q_out.defined())
-    if (auto k_out = kernels::try_rotary_cpu(k, sin, cos); k_out.defined()) return {q_out, k_out};
-  return {q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin};  // cos/sin [T, d_k] or [B, 1, 1, d_k] broadcast
+  return {rotate(q, sin, cos), rotate(k, sin, cos)};
 }
 
 }  // namespace torchmt

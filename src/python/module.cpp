@@ -509,7 +509,8 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<NativeTranslator&, const std::string&, const py::dict&>(), py::keep_alive<1, 2>())
       .def("next", &torchmt::python::NativeTokenStream::next);
   m.def("limit_library_isas", &torchmt::kernels::limit_library_isas);
-  m.def("use_cpu_tensor_pool", &torchmt::use_cpu_tensor_pool);
+  m.def("use_cpu_tensor_pool", [](size_t cache_mb) { torchmt::use_cpu_tensor_pool(cache_mb << 20); },
+        py::arg("cache_mb"));
   m.def("use_one_heap_arena", &torchmt::use_one_heap_arena);
   m.def("use_shape_free_cuda_attention", &torchmt::use_shape_free_cuda_attention);
   m.def("train", &torchmt::python::train);

@@ -34,7 +34,9 @@ const std::vector<EnvVariable>& environment_table() {
        "AVX2 up; A/B)",
        kLibrary},
       {"TORCHMT_NO_TENSOR_POOL", EnvKind::kFlag, "0|1", "0",
-       "1: LibTorch's CPU allocator even where torchmt's tensor pool is asked for (translate --tensor-pool)", kLibrary},
+       "1: LibTorch's CPU allocator even where torchmt's tensor pool is asked for (train, distill, translate "
+       "--tensor-pool)",
+       kLibrary},
       {"TORCHMT_CUDNN_SDPA", EnvKind::kFlag, "0|1", "0",
        "1: keeps SDPA's cuDNN attention backend on a GPU (per-shape plans: slow for decoding)", kLibrary},
       {"TORCHMT_DIST_BACKEND", EnvKind::kChoice, "gloo|nccl", "NCCL + Gloo on GPUs when built with NCCL, else Gloo",

@@ -26,13 +26,11 @@ namespace {
 
 constexpr size_t kPoolMinBytes = size_t{64} << 10;  // smaller buffers: LibTorch's allocator
 constexpr size_t kPageBytes = size_t{4} << 10;
-// A request takes the smallest cached block up to kPoolFit times its size; at most
-// kPoolCacheBytes wait for reuse, the rest is unmapped at once. Exact size classes kept a peak
-// per class, or with a small cache lost time unmapping; a fit of 2x kept more memory than 4x;
-// at 4x a smaller cache made beam search unmap and a larger one only raised the peak
+// A request takes the smallest cached block up to kPoolFit times its size; at most the cache
+// limit (heap.h) waits for reuse, the rest is unmapped at once. Exact size classes kept a peak
+// per class, or with a small cache lost time unmapping; a fit of 2x kept more memory than 4x
 // (the variants: tools/bench/DECISIONS.md).
 constexpr size_t kPoolFit = 4;
-constexpr size_t kPoolCacheBytes = size_t{128} << 20;
 
 // The size class of n bytes: n rounded up to 2^p * (1 + i/8), at least a page multiple, so a
 // block is at most 12.5% larger than asked and a class holds the buffers of nearby shapes.
@@ -83,6 +81,12 @@ class CpuTensorPool final : public c10::Allocator {
     return stats_;
   }
 
+  void raise_cache_limit(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_limit_ = std::max(cache_limit_, bytes);
+    stats_.cache_limit_bytes = cache_limit_;
+  }
+
  private:
   c10::DataPtr allocate_impl(size_t n) {
     if (n < kPoolMinBytes) return fallback_->allocate(n);
@@ -123,7 +127,7 @@ class CpuTensorPool final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       bytes = sizes_.at(p);
-      if (stats_.cached_bytes + bytes <= kPoolCacheBytes) {
+      if (stats_.cached_bytes + bytes <= cache_limit_) {
         free_[bytes].push_back(p);
         stats_.cached_bytes += bytes;
         return;
@@ -138,6 +142,7 @@ class CpuTensorPool final : public c10::Allocator {
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
   std::unordered_map<void*, size_t> sizes_;     // every mapped block -> its class
+  size_t cache_limit_ = 0;
   CpuTensorPoolStats stats_;
 };
 
@@ -159,7 +164,7 @@ void CpuTensorPool::raw_delete(void* p) {
 
 }  // namespace
 
-void use_cpu_tensor_pool() {
+void use_cpu_tensor_pool(size_t cache_bytes) {
   std::call_once(pool_once, [] {
     if (env_flag("TORCHMT_NO_TENSOR_POOL", false)) return;
     auto* p = new CpuTensorPool(c10::GetCPUAllocator());
@@ -167,6 +172,7 @@ void use_cpu_tensor_pool() {
     // Priority above the default registration (0), so a later default registration cannot undo it.
     c10::SetCPUAllocator(p, /*priority=*/1);
   });
+  if (auto* p = pool.load(std::memory_order_acquire)) p->raise_cache_limit(cache_bytes);
 }
 
 void use_one_heap_arena() {

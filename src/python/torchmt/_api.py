@@ -486,13 +486,18 @@ def limit_library_isas() -> None:
     _native.limit_library_isas()
 
 
-def use_cpu_tensor_pool() -> None:
+def use_cpu_tensor_pool(cache_mb: int = 128) -> None:
     """Makes LibTorch allocate CPU tensors of 64 KiB and more from torchmt's pool of mapped
     blocks, as ``torchmt translate --tensor-pool`` does (util/heap.h: freed blocks are reused, so
-    the peak stays flat over an endless stream, at 30-90 MiB more on a short one). It replaces the
+    the peak stays flat over an endless stream, at 30-90 MiB more on a short one). Up to
+    ``cache_mb`` MiB of freed blocks wait for reuse; a later call with more raises the limit.
+    ``torchmt train`` uses the pool with 2048: call ``use_cpu_tensor_pool(2048)`` before
+    :func:`train` for its speed (modern-small, bf16: 1.17x the tokens/s). It replaces the
     process's CPU allocator, for every tensor of the program from then on, so torchmt never calls
     it itself; ``TORCHMT_NO_TENSOR_POOL=1`` makes it do nothing."""
-    _native.use_cpu_tensor_pool()
+    if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
+        raise ValueError(f"cache_mb={cache_mb!r}: expected a whole number of MiB, 0 or more")
+    _native.use_cpu_tensor_pool(cache_mb)
 
 
 def use_one_heap_arena() -> None:
