@@ -79,17 +79,8 @@ void limit_libraries(CpuIsa isa, bool chosen) {
 }
 
 CpuIsa from_environment() {
-  const CpuIsa detected = detected_cpu_isa();
   const auto value = env_value("TORCHMT_CPU_ISA");  // one of the table's choices, or unset
-  if (!value) return detected;
-  for (CpuIsa isa : kLevels)
-    if (*value == cpu_isa_name(isa)) {
-      if (isa > detected)
-        throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": this CPU runs at most " +
-                                    cpu_isa_name(detected) + " (" + level_list(detected) + ")");
-      return isa;
-    }
-  throw std::invalid_argument("TORCHMT_CPU_ISA=" + *value + ": expected " + level_list(CpuIsa::kAvx512Amx));
+  return value ? cpu_isa_by_name(*value, "TORCHMT_CPU_ISA") : detected_cpu_isa();
 }
 
 thread_local const KernelSettings* thread_settings = nullptr;  // a RuntimeScope's
@@ -122,6 +113,18 @@ const std::vector<CpuIsa>& all_cpu_isas() {
 }
 
 std::string cpu_isa_names(CpuIsa highest) { return level_list(highest); }
+
+CpuIsa cpu_isa_by_name(const std::string& name, const std::string& what) {
+  const CpuIsa detected = detected_cpu_isa();
+  for (CpuIsa isa : kLevels)
+    if (name == cpu_isa_name(isa)) {
+      if (isa > detected)
+        throw std::invalid_argument(what + "=" + name + ": this CPU runs at most " + cpu_isa_name(detected) + " (" +
+                                    level_list(detected) + ")");
+      return isa;
+    }
+  throw std::invalid_argument(what + "=" + name + ": expected " + level_list(CpuIsa::kAvx512Amx));
+}
 
 std::vector<CpuIsa> available_cpu_isas() {
   std::vector<CpuIsa> out;

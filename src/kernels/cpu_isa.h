@@ -26,6 +26,9 @@ const std::vector<CpuIsa>& all_cpu_isas();
 std::string cpu_isa_names(CpuIsa highest = CpuIsa::kAvx512Amx);
 // The highest level this CPU (and its OS) runs.
 CpuIsa detected_cpu_isa();
+// The level named `name`, one this CPU runs; else a one-line std::invalid_argument naming
+// `what` ("TORCHMT_CPU_ISA=avx9: expected portable|avx2|...", "...: this CPU runs at most ...").
+CpuIsa cpu_isa_by_name(const std::string& name, const std::string& what);
 // Every level up to detected_cpu_isa(), lowest first: what a test runs each kernel on.
 std::vector<CpuIsa> available_cpu_isas();
 // The level the kernels use: the calling thread's RuntimeScope's, else CpuIsaOverride's, else

@@ -11,16 +11,7 @@ namespace torchmt {
 namespace {
 
 kernels::CpuIsa parse_isa(const std::string& name, const std::string& what) {
-  using kernels::CpuIsa;
-  if (name.empty()) return kernels::detected_cpu_isa();
-  for (CpuIsa isa : kernels::all_cpu_isas())
-    if (name == kernels::cpu_isa_name(isa)) {
-      if (isa > kernels::detected_cpu_isa())
-        throw std::invalid_argument(what + "=" + name + ": this CPU runs at most " +
-                                    kernels::cpu_isa_name(kernels::detected_cpu_isa()));
-      return isa;
-    }
-  throw std::invalid_argument(what + "=" + name + ": expected " + kernels::cpu_isa_names());
+  return name.empty() ? kernels::detected_cpu_isa() : kernels::cpu_isa_by_name(name, what);
 }
 
 int parse_gemm(const std::string& name, const std::string& what) {
