@@ -130,3 +130,26 @@ TEST(Runtime, EachTranslatorRunsItsBatchesUnderItsOwnRuntime) {
 
 }  // namespace
 }  // namespace torchmt
+
+namespace torchmt {
+namespace {
+
+// Training's oneDNN cache size is process policy that yields to the user's own variable.
+TEST(OnednnPrimitiveCache, SetsTheCapacityWhereUnsetAndKeepsTheUsersValue) {
+  const char* name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY";
+  const char* was = std::getenv(name);
+  const std::string saved = was ? was : "";
+  unsetenv(name);
+  kernels::size_onednn_primitive_cache(0);  // nothing asked: nothing set
+  EXPECT_EQ(std::getenv(name), nullptr);
+  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
+  ASSERT_NE(std::getenv(name), nullptr);
+  EXPECT_EQ(std::string(std::getenv(name)), std::to_string(kernels::kTrainingOnednnPrimitives));
+  setenv(name, "100", 1);
+  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
+  EXPECT_EQ(std::string(std::getenv(name)), "100");
+  if (was) setenv(name, saved.c_str(), 1); else unsetenv(name);
+}
+
+}  // namespace
+}  // namespace torchmt

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "../kernels/cpu_isa.h"
 #include "training/process_group.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
@@ -38,6 +39,7 @@ int run_train(int argc, char** argv) {
   if (!train_options) return code;
   if (!check_usage([&] { train_options->validate(); }, argv[0])) return kExitUsage;
   use_cpu_tensor_pool(kTrainingTensorPoolCacheBytes);  // the command owns its process (util/heap.h)
+  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
   if (train_options->nproc_per_node > 1 && !DistributedEnv::from_environment().present) {
     // This process launches the workers, each of which runs this same command line.
     std::vector<std::string> args{"torchmt", "train"};

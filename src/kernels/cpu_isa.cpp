@@ -163,6 +163,10 @@ void limit_library_isas() {
   }
 }
 
+void size_onednn_primitive_cache(int capacity) {
+  if (capacity > 0) setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", std::to_string(capacity).c_str(), /*overwrite=*/0);
+}
+
 CpuIsaOverride::CpuIsaOverride(CpuIsa isa) : previous_(overridden.load()) {
   if (isa > detected_cpu_isa())
     throw std::invalid_argument(std::string("instruction set ") + cpu_isa_name(isa) + " is above this CPU's " +

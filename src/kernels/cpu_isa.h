@@ -44,6 +44,15 @@ std::string cpu_isa_summary();
 // the tests, the benchmarks); the library itself never changes the environment. A bad
 // TORCHMT_CPU_ISA sets nothing (cpu_isa() reports it).
 void limit_library_isas();
+// Lets oneDNN keep `capacity` compiled primitives (ONEDNN_PRIMITIVE_CACHE_CAPACITY, where unset)
+// instead of its 1,024. oneDNN compiles a bf16 GEMM per shape, and a training epoch's batches
+// come in more shapes than that: with the default it compiled them again every epoch. Each
+// primitive keeps its own scratch memory (~0.7 MB at modern-small), so this trades memory for
+// speed. Process policy like limit_library_isas: before the first bf16 matmul.
+void size_onednn_primitive_cache(int capacity);
+// Training's capacity (train, distill): modern-small bf16 on a 2-core Xeon with AMX, 300 updates:
+// 1.19x the target tokens/s at 4.8 instead of 2.8 GB peak (tools/bench/DECISIONS.md).
+constexpr int kTrainingOnednnPrimitives = 4096;
 
 // What the kernels are told to do, from a Runtime (include/torchmt/kernels/runtime.h): the
 // calling thread's under a RuntimeScope (and its parallel loops' helper threads: parallel.h),
