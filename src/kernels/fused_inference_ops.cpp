@@ -194,8 +194,10 @@ bool rotary_cpu_applies(const at::Tensor& x, const at::Tensor& sin_in, const at:
   return x.size(3) == 1 || (cos_in.stride(-1) == 1 && sin_in.stride(-1) == 1);
 }
 
-at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in, bool transposed) {
-  TORCH_CHECK(rotary_cpu_applies(x, sin_in, cos_in), "rotary_cpu: tensors it does not take");
+namespace {
+
+// rotary_cpu after its check (try_rotary_cpu has made it already).
+at::Tensor rotate_checked(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in, bool transposed) {
   RECORD_FUNCTION(transposed ? "torchmt::rotary_backward" : "torchmt::rotary", std::vector<c10::IValue>());
   auto cos = cos_in.expand(x.sizes());  // [B, H, T, d_k], strides 0 where broadcast
   auto sin = sin_in.expand(x.sizes());  // [B, H, T, d_k]
@@ -226,9 +228,16 @@ at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& sin_in, const at::T
   return out;
 }
 
+}  // namespace
+
+at::Tensor rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos, bool transposed) {
+  TORCH_CHECK(rotary_cpu_applies(x, sin, cos), "rotary_cpu: tensors it does not take");
+  return rotate_checked(x, sin, cos, transposed);
+}
+
 at::Tensor try_rotary_cpu(const at::Tensor& x, const at::Tensor& sin, const at::Tensor& cos) {
   if (!inference_on_cpu(x) || !rotary_cpu_applies(x, sin, cos)) return {};
-  return rotary_cpu(x, sin, cos, /*transposed=*/false);
+  return rotate_checked(x, sin, cos, /*transposed=*/false);
 }
 
 std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, const at::Tensor& y,
