@@ -13,6 +13,7 @@
 #include "torchmt/model/moe_layer.h"
 #include "torchmt/model/rotary.h"
 #include "torchmt/model/transformer.h"
+#include "torchmt/util/device.h"
 
 namespace torchmt {
 namespace {
@@ -603,6 +604,43 @@ TEST(ActivationCheckpointing, SameGradientsAndAGraphWithoutTheLayersIntermediate
       EXPECT_TRUE(torch::allclose(grads_recomputed.at(key), g, 1e-6, 1e-6))
           << key << " " << (grads_recomputed.at(key) - g).abs().max().item<double>();
     EXPECT_LT(nodes_recomputed * 3, nodes_plain) << nodes_recomputed << " vs " << nodes_plain;
+  }
+}
+
+// Training under CPU bf16 autocast keeps the residual stream in bf16 (no fp32 stream cast at
+// every sublayer) and still trains every parameter in fp32, near the fp32 model's loss;
+// inference under autocast keeps its fp32 stream (its numerics are unchanged).
+TEST(Transformer, CpuAutocastTrainsWithItsResidualStreamInTheAutocastDtype) {
+  auto src = torch::tensor({5, 6, 7, 0, 8, 9, 10, 11}, torch::kLong).view({2, 4});
+  auto tgt = torch::tensor({2, 10, 0, 2, 14, 15}, torch::kLong).view({2, 3});
+  for (const std::string variant : {"paper", "modern"}) {
+    SCOPED_TRACE(variant);
+    ModelConfig c = variant_config(variant);
+    c.dropout = 0.0;
+    torch::manual_seed(23);
+    Transformer model(c);
+    const auto src_mask = make_padding_mask(src, c.pad_id);
+    double fp32_loss = 0;
+    {
+      model->train();
+      fp32_loss = model->forward(src, tgt).pow(2).mean().item<double>();
+    }
+    AutocastGuard autocast(torch::kCPU, torch::kBFloat16);
+    model->eval();
+    {
+      torch::NoGradGuard no_grad;
+      EXPECT_EQ(model->encode(src, src_mask).scalar_type(), torch::kFloat);
+    }
+    model->train();
+    EXPECT_EQ(model->encode(src, src_mask).scalar_type(), torch::kBFloat16);
+    auto loss = model->forward(src, tgt).to(torch::kFloat).pow(2).mean();
+    EXPECT_NEAR(loss.item<double>(), fp32_loss, 0.03 * std::abs(fp32_loss));
+    loss.backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat) << p.key();
+      EXPECT_TRUE(p.value().grad().isfinite().all().item<bool>()) << p.key();
+    }
   }
 }
 

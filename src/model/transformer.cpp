@@ -9,6 +9,7 @@
 #include "model/linear.h"
 
 #include "model/masks.h"
+#include "torchmt/util/device.h"
 
 namespace torchmt {
 namespace {
@@ -114,12 +115,24 @@ torch::Tensor recomputed(MoELayer moe, std::function<torch::Tensor(const std::ve
   return outputs[0];
 }
 
+// Training under CPU autocast runs the residual stream in the autocast dtype: CPU LayerNorm
+// computes in fp32 inside and returns its input's dtype, so an fp32 stream made every sublayer
+// output be cast up for the residual add and every LayerNorm output cast down for the next
+// linear, in forward and backward. (CUDA autocast runs LayerNorm in fp32 whatever comes in;
+// inference keeps its numerics.)
+torch::Tensor in_stream_dtype(const torch::Tensor& embedded, bool training) {
+  if (!training || !embedded.is_cpu()) return embedded;
+  const auto dtype = active_autocast_dtype(embedded.device());
+  return dtype == c10::ScalarType::Float ? embedded : embedded.to(dtype);
+}
+
 }  // namespace
 
 torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Tensor& src_mask) {
-  auto x = pos_encoding(src_embedding(src) * embed_scale_);  // [B, S, D]
+  auto embedded = src_embedding(src) * embed_scale_;  // [B, S, D]
+  auto x = pos_encoding(in_stream_dtype(embedded, is_training()));
   RotaryTables rotary;
-  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
+  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), embedded.scalar_type());
   const bool recompute = config_.checkpoint_activations && is_training() && torch::GradMode::is_enabled();
   for (auto& module : *encoder_layers) {
     TransformerEncoderLayer layer(std::dynamic_pointer_cast<TransformerEncoderLayerImpl>(module));
@@ -138,9 +151,10 @@ torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Ten
 torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Tensor& memory,
                                       const torch::Tensor& src_mask, const torch::Tensor& tgt_mask,
                                       std::vector<torch::Tensor>* cross_weights) {
-  auto x = pos_encoding(tgt_embedding(tgt) * embed_scale_);  // [B, T, D]
+  auto embedded = tgt_embedding(tgt) * embed_scale_;  // [B, T, D]
+  auto x = pos_encoding(in_stream_dtype(embedded, is_training()));
   RotaryTables rotary;
-  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), x.scalar_type());
+  std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), embedded.scalar_type());
   const bool recompute =
       config_.checkpoint_activations && is_training() && torch::GradMode::is_enabled() && !cross_weights;
   for (auto& module : *decoder_layers) {
