@@ -132,6 +132,7 @@ torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Ten
   auto embedded = src_embedding(src) * embed_scale_;  // [B, S, D]
   auto x = pos_encoding(in_stream_dtype(embedded, is_training()));
   RotaryTables rotary;
+  // The rotation tables keep the embeddings' dtype (fp32 under autocast), as before the stream's cast.
   std::tie(rotary.cos, rotary.sin) = pos_encoding->rotary(0, x.size(1), embedded.scalar_type());
   const bool recompute = config_.checkpoint_activations && is_training() && torch::GradMode::is_enabled();
   for (auto& module : *encoder_layers) {
