@@ -128,12 +128,6 @@ TEST(Runtime, EachTranslatorRunsItsBatchesUnderItsOwnRuntime) {
   EXPECT_EQ(kernels::thread_kernel_settings(), nullptr) << "nothing left on the caller's thread";
 }
 
-}  // namespace
-}  // namespace torchmt
-
-namespace torchmt {
-namespace {
-
 // Training's oneDNN cache size is process policy that yields to the user's own variable.
 TEST(OnednnPrimitiveCache, SetsTheCapacityWhereUnsetAndKeepsTheUsersValue) {
   const char* name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY";

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "../kernels/cpu_isa.h"
+#include "training/training_step.h"
 #include "util/heap.h"
 #include "torchmt/training/distillation.h"
 #include "torchmt/training/train_recipes.h"
@@ -28,8 +28,7 @@ int run_distill(int argc, char** argv) {
   if (!options) return code;
   if (!check_usage([&] { options->validate(); }, argv[0])) return kExitUsage;
   use_heap_policy(options->teacher.translation);
-  use_cpu_tensor_pool(kTrainingTensorPoolCacheBytes);  // the student trains in this process (util/heap.h)
-  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
+  use_training_process_policy();  // the student trains in this process
   TrainHooks hooks;
   hooks.stop_on_signals = true;  // SIGINT/SIGTERM: the teachers' corpus or the student saved, exit 0
   if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;

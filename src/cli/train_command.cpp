@@ -3,12 +3,11 @@
 #include <iostream>
 
 #include "cli_options.h"
-#include "../kernels/cpu_isa.h"
 #include "training/process_group.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
 #include "training/worker_launcher.h"
-#include "util/heap.h"
+#include "training/training_step.h"
 #include "util/integrity.h"
 
 namespace torchmt::cli {
@@ -38,8 +37,7 @@ int run_train(int argc, char** argv) {
   auto train_options = read_options(table, *line, argv[0], code);
   if (!train_options) return code;
   if (!check_usage([&] { train_options->validate(); }, argv[0])) return kExitUsage;
-  use_cpu_tensor_pool(kTrainingTensorPoolCacheBytes);  // the command owns its process (util/heap.h)
-  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
+  use_training_process_policy();  // the command owns its process
   if (train_options->nproc_per_node > 1 && !DistributedEnv::from_environment().present) {
     // This process launches the workers, each of which runs this same command line.
     std::vector<std::string> args{"torchmt", "train"};

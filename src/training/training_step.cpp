@@ -9,6 +9,8 @@
 #include "training/gradient_reducer.h"
 #include "training/process_group.h"
 #include "torchmt/util/device.h"
+#include "kernels/cpu_isa.h"
+#include "util/heap.h"
 
 namespace torchmt {
 
@@ -107,6 +109,11 @@ void StepResult::wait() {
   grad_norm = host[1].item<double>();
   applied = std::isfinite(loss) && std::isfinite(grad_norm);
   pending = at::Tensor();
+}
+
+void use_training_process_policy() {
+  use_cpu_tensor_pool(kTrainingTensorPoolCacheBytes);
+  kernels::size_onednn_primitive_cache(kernels::kTrainingOnednnPrimitives);
 }
 
 double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::Device device, c10::ScalarType dtype) {

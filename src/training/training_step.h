@@ -75,6 +75,11 @@ class TrainingStep {
   ProcessGroup* group_ = nullptr;
 };
 
+// What a process that trains sets for itself (train, distill, bench_train): the tensor pool at
+// training's 2 GiB (util/heap.h) and oneDNN's primitive cache at kTrainingOnednnPrimitives
+// (kernels/cpu_isa.h). Process policy: before the first step, never from the library.
+void use_training_process_policy();
+
 // Mean NLL per target token of `batches` in eval mode (restores train mode after).
 double evaluate_nll(Transformer& model, const std::vector<Batch>& batches, c10::Device device, c10::ScalarType dtype);
 

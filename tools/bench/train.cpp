@@ -36,7 +36,6 @@
 #include "torchmt/util/flat_config.h"
 #include "util/stopwatch.h"
 #include "kernels/cpu_isa.h"
-#include "util/heap.h"
 
 using namespace torchmt;
 namespace fs = std::filesystem;
@@ -194,9 +193,7 @@ Measured run_python(const std::string& script, const std::string& blob, const st
 int main(int argc, char** argv) {
   torchmt::kernels::limit_library_isas();  // as the CLI: LibTorch's libraries at torchmt's level
   torchmt::use_shape_free_cuda_attention();
-  // As the train command: its tensor pool and oneDNN's larger primitive cache.
-  torchmt::use_cpu_tensor_pool(torchmt::kTrainingTensorPoolCacheBytes);
-  torchmt::kernels::size_onednn_primitive_cache(torchmt::kernels::kTrainingOnednnPrimitives);
+  torchmt::use_training_process_policy();  // as the train command
   cxxopts::Options options("bench_train", "Training throughput: torchmt vs the Python reference model.");
   options.add_options()("src", "training source", cxxopts::value<std::string>()->default_value("data/multi30k/train.de.gz"))(
       "tgt", "training target", cxxopts::value<std::string>()->default_value("data/multi30k/train.en.gz"))(
