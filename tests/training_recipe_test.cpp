@@ -181,5 +181,69 @@ TEST(TrainingStep, MoeAuxLossTrainsTheGateAndIsNotReported) {
   EXPECT_EQ(gates, 2 * (c.num_encoder_layers + c.num_decoder_layers));  // weight and bias per layer
 }
 
+// R-Drop's term against PyTorch's own kl_div both ways, padding ignored.
+TEST(RDrop, SymmetricKlIsKlDivBothWaysOverTheNonPadPositions) {
+  torch::manual_seed(5);
+  auto logits = torch::randn({4, 3, 7}, torch::requires_grad());  // [2B, T, V], B = 2
+  auto target = torch::tensor({{3, 4, 0}, {6, 0, 0}}, torch::kLong);
+  auto kl = rdrop_symmetric_kl(logits, target, /*pad_id=*/0);
+  auto lp = torch::log_softmax(logits, -1).chunk(2, 0);
+  namespace F = torch::nn::functional;
+  auto none = F::KLDivFuncOptions().reduction(torch::kNone).log_target(true);
+  auto both = (F::kl_div(lp[1], lp[0], none) + F::kl_div(lp[0], lp[1], none)).sum(-1);  // [B, T]
+  auto expected = both.masked_fill(target.eq(0), 0.0).sum();
+  EXPECT_NEAR(kl.item<double>(), expected.item<double>(), 1e-5);
+  EXPECT_GT(kl.item<double>(), 0.0);
+  // Gradients reach both copies.
+  kl.backward();
+  EXPECT_GT(logits.grad().slice(0, 0, 2).abs().sum().item<double>(), 0.0);
+  EXPECT_GT(logits.grad().slice(0, 2, 4).abs().sum().item<double>(), 0.0);
+  EXPECT_THROW(rdrop_symmetric_kl(torch::randn({3, 3, 7}), target, 0), c10::Error);
+}
+
+Batch rdrop_batch() {
+  Batch batch;
+  batch.src = torch::tensor({5, 6, 7, 8, 3, 9, 10, 11, 12, 3}, torch::kLong).view({2, 5});
+  batch.tgt_in = torch::tensor({2, 13, 14, 15, 2, 16, 17, 18}, torch::kLong).view({2, 4});
+  batch.tgt_out = torch::tensor({13, 14, 15, 3, 16, 0, 0, 0}, torch::kLong).view({2, 4});  // padding in row 1
+  batch.src_tokens = 10;
+  batch.tgt_tokens = 5;
+  return batch;
+}
+
+// One update of a tiny model with R-Drop at `alpha` (0: off): its result and the model after it.
+StepResult rdrop_update(double dropout, double alpha, Transformer* trained = nullptr) {
+  ModelConfig c = ModelConfig::preset("tiny");
+  c.src_vocab_size = c.tgt_vocab_size = 30;
+  c.dropout = dropout;
+  torch::manual_seed(3);
+  Transformer model(c);
+  AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
+  TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(0.1, 0), torch::kCPU, torch::kFloat, 1.0);
+  step.set_rdrop(alpha);
+  StepResult r = step.run({rdrop_batch()}, 1e-2);
+  r.wait();
+  EXPECT_EQ(r.tokens, 5);  // one copy's target tokens
+  if (trained != nullptr) *trained = model;
+  return r;
+}
+
+// Without dropout the two copies agree, the KL term is zero, and an R-Drop update has the
+// plain update's loss and gradient (norm before clipping, per target token); with dropout the
+// KL term trains (the gradient differs from the same two copies' without it) and is not part
+// of the reported loss.
+TEST(TrainingStep, RDropIsThePlainUpdateWithoutDropoutAndTrainsItsKlTermWithDropout) {
+  const StepResult plain = rdrop_update(0.0, 0.0), rdrop = rdrop_update(0.0, 5.0);
+  EXPECT_NEAR(rdrop.loss, plain.loss, 1e-5 * plain.loss);
+  EXPECT_NEAR(rdrop.grad_norm, plain.grad_norm, 1e-4 * plain.grad_norm);
+
+  Transformer strong_model(nullptr);
+  const StepResult weak = rdrop_update(0.3, 1e-9), strong = rdrop_update(0.3, 50.0, &strong_model);
+  EXPECT_DOUBLE_EQ(strong.loss, weak.loss);  // the same dropout masks, the KL not reported
+  EXPECT_GT(std::abs(strong.grad_norm - weak.grad_norm), 1e-3 * weak.grad_norm);
+  EXPECT_TRUE(strong.applied);
+  for (const auto& p : strong_model->parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -105,4 +105,15 @@ CriterionOutput LabelSmoothedCrossEntropy::operator()(const at::Tensor& logits, 
   return out;
 }
 
+at::Tensor rdrop_symmetric_kl(const at::Tensor& logits, const at::Tensor& target, int64_t pad_id) {
+  TORCH_CHECK(logits.dim() == 3 && logits.size(0) == 2 * target.size(0) && logits.size(1) == target.size(1),
+              "rdrop_symmetric_kl: logits [2B, T, V] for a target [B, T]");
+  auto halves = torch::log_softmax(logits.to(torch::kFloat), -1).chunk(2, 0);  // 2 x [B, T, V]
+  const at::Tensor& p = halves[0];
+  const at::Tensor& q = halves[1];
+  // KL(p||q) + KL(q||p) = sum over the vocabulary of (p - q) * (log p - log q).
+  auto per_position = ((p.exp() - q.exp()) * (p - q)).sum(-1);  // [B, T]
+  return per_position.masked_fill(target.eq(pad_id), 0.0).sum();
+}
+
 }  // namespace torchmt

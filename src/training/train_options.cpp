@@ -4,6 +4,7 @@
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/util/device.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace torchmt {
@@ -83,6 +84,10 @@ const OptionTable<TrainOptions>& train_option_table() {
            "BPE-dropout: segment each training pair anew every epoch, skipping each merge at this probability "
            "(subword regularisation, e.g. 0.1; 0 = off)",
            optim)
+      .add("rdrop_alpha", &O::rdrop_alpha,
+           "R-Drop: run each batch twice under two dropout masks and add this weight x the symmetric KL "
+           "between the two copies' predictions (regularisation; e.g. 5; 0 = off; about 2x the time per update)",
+           optim)
       .add("clip_norm", &O::clip_norm, "gradient clipping max norm (0 = off)", optim)
       .add("max_bad_steps", &O::max_bad_steps, "non-finite steps in a row before stopping", optim)
       .add("seed", &O::seed, "random seed", optim)
@@ -155,6 +160,7 @@ void TrainOptions::validate() const {
   require(ema_decay == 0 || (ema_decay > 0 && ema_decay < 1), "--ema-decay must be 0 (off) or in (0, 1)");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(bpe_dropout >= 0 && bpe_dropout < 1, "--bpe-dropout must be in [0, 1)");
+  require(rdrop_alpha >= 0 && std::isfinite(rdrop_alpha), "--rdrop-alpha must be 0 (off) or positive");
   require(clip_norm >= 0, "--clip-norm must not be negative");
   require(tie_embeddings == "auto" || tie_embeddings == "true" || tie_embeddings == "false",
           "--tie-embeddings must be auto, true or false");

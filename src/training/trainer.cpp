@@ -50,6 +50,7 @@ TrainSummary TrainingRun::loop() {
                     dtype_, o_.clip_norm);
   step.distribute(reducer_.get(), group_.get());
   step.set_moe_aux_loss(o_.moe_aux_loss);
+  step.set_rdrop(o_.rdrop_alpha);
   int64_t bad_steps = 0;
   std::vector<Batch> batches;
   while (scheduler.keep_going(position_)) {

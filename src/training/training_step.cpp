@@ -53,17 +53,23 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   for (size_t i = 0; i < batches.size(); ++i) {
     const Batch& batch = batches[i];
     if (reducer_ != nullptr && i + 1 == batches.size()) reducer_->arm();
+    const bool rdrop = rdrop_alpha_ > 0;
     at::Tensor logits;
     {
       AutocastGuard autocast(device_, dtype_);
-      logits = model_->forward(batch.src, batch.tgt_in);  // [B, T, V]
+      logits = rdrop ? model_->forward(torch::cat({batch.src, batch.src}),         // [2B, S]
+                                       torch::cat({batch.tgt_in, batch.tgt_in}))  // [2B, T] -> [2B, T, V]
+                     : model_->forward(batch.src, batch.tgt_in);                  // [B, T, V]
     }
-    auto out = criterion_(logits, batch.tgt_out);
+    auto out = criterion_(logits, rdrop ? torch::cat({batch.tgt_out, batch.tgt_out}) : batch.tgt_out);
+    // The translation loss of one copy of the batch: under R-Drop the two copies' mean.
+    at::Tensor loss = rdrop ? out.loss * 0.5 : out.loss;
+    at::Tensor objective = loss;
+    if (rdrop) objective = objective + rdrop_symmetric_kl(logits, batch.tgt_out, criterion_.pad_id()) * (rdrop_alpha_ / 4);
     at::Tensor aux = moe_aux_coefficient_ > 0 ? model_->moe_aux_loss() : at::Tensor();
-    at::Tensor objective = aux.defined() ? out.loss + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens))
-                                         : out.loss;
+    if (aux.defined()) objective = objective + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens));
     (scale.defined() ? objective * scale : objective).backward();
-    loss_sum += out.loss.detach();
+    loss_sum += loss.detach();
     result.tokens += batch.tgt_tokens;
   }
   torch::NoGradGuard no_grad;

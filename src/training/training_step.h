@@ -51,6 +51,11 @@ class TrainingStep {
   // ffn: moe: the load-balancing loss joins the training loss with this weight per target
   // token (Switch Transformer's alpha, 0.01 there); it is not part of the reported loss.
   void set_moe_aux_loss(double coefficient) { moe_aux_coefficient_ = coefficient; }
+  // R-Drop (rdrop_symmetric_kl): alpha > 0 runs every micro-batch twice in one forward (two
+  // dropout masks) and trains on the copies' mean loss plus alpha/4 x their symmetric KL per
+  // target token (the R-Drop paper's fairseq criterion, normalised per token of one copy). The
+  // reported loss is the copies' mean label-smoothed loss; tokens count one copy.
+  void set_rdrop(double alpha) { rdrop_alpha_ = alpha; }
   // fp16 (CUDA): dynamic loss scaling as PyTorch's GradScaler (reference 002). The loss is
   // multiplied by the scale before backward so that small gradients survive fp16, and the
   // gradients divided by it before the update; an update whose gradients overflowed is
@@ -70,6 +75,7 @@ class TrainingStep {
   c10::ScalarType dtype_;
   double clip_norm_;
   double moe_aux_coefficient_ = 0.0;
+  double rdrop_alpha_ = 0.0;
   int64_t growth_interval_ = 2000;  // fp16: the scale itself is optimizer_.state().loss_scale
   GradientReducer* reducer_ = nullptr;
   ProcessGroup* group_ = nullptr;

@@ -55,6 +55,9 @@ struct TrainOptions {
   // BPE-dropout: each training pair segmented anew each epoch with merges skipped at this
   // probability (subword regularisation; 0 = the stored segmentation).
   double bpe_dropout = 0;
+  // R-Drop: each batch twice under two dropout masks, their symmetric KL weighted by this
+  // (0 = off).
+  double rdrop_alpha = 0;
   double clip_norm = 1.0;          // 0 = off
   int64_t max_bad_steps = 5;       // non-finite steps in a row before giving up
   uint64_t seed = 1;
