@@ -50,10 +50,10 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   at::Tensor scale = dtype_ == c10::ScalarType::Half ? optimizer_.state().loss_scale : at::Tensor();
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device_));
   StepResult result;
+  const bool rdrop = rdrop_alpha_ > 0;
   for (size_t i = 0; i < batches.size(); ++i) {
     const Batch& batch = batches[i];
     if (reducer_ != nullptr && i + 1 == batches.size()) reducer_->arm();
-    const bool rdrop = rdrop_alpha_ > 0;
     at::Tensor logits;
     {
       AutocastGuard autocast(device_, dtype_);
