@@ -11,6 +11,7 @@
 #include "test_support.h"
 #include "data/binary_dataset.h"
 #include "data/text_file.h"
+#include "io/checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/stop_signals.h"
 #include "torchmt/training/trainer.h"
@@ -298,6 +299,69 @@ TEST(TrainingCorpora, TrainsOnADatasetAndOnAWeightedMix) {
   EXPECT_NE(metrics.find(",corpus_pairs\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find(",text="), std::string::npos) << metrics;
   EXPECT_NE(metrics.find(";binary="), std::string::npos) << metrics;
+}
+
+// --both-directions: every corpus is drawn a second time with its sides swapped (the same
+// pairs, not a second encoding), the languages are learned from the corpora as given, two
+// vocabularies are refused, and a run draws from both directions.
+TEST(TrainingCorpora, BothDirectionsDrawsEveryPairReversedToo) {
+  TempDir dir;
+  write_corpus(dir);
+  const std::vector<CorpusSpec> specs{{"c", "", dir.file("c.de"), dir.file("c.en"), 0}};
+  PreprocessOptions options;
+  options.corpus.num_threads = 1;
+  const TrainingCorpora one_way(specs, sample_tokenizer(), sample_tokenizer(), dir.file("cache"), options, {});
+  const TrainingCorpora both(specs, sample_tokenizer(), sample_tokenizer(), dir.file("cache"), options, {}, true);
+  ASSERT_EQ(one_way.shares().size(), 1u);
+  const auto shares = both.shares();
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_EQ(shares[0].name, "c");
+  EXPECT_EQ(shares[1].name, "c reversed");
+  ASSERT_EQ(both.forward_shares().size(), 1u);
+  EXPECT_EQ(both.forward_shares()[0].source, shares[0].source);
+  EXPECT_EQ(both.pairs(), 2 * one_way.pairs());
+  const PairSource& forward = *shares[0].source;
+  const PairSource& reversed = *shares[1].source;
+  ASSERT_EQ(reversed.size(), forward.size());
+  ASSERT_GT(forward.size(), 8);
+  for (int64_t i = 0; i < forward.size(); ++i) {
+    ASSERT_EQ(ids_of(reversed, i, true), ids_of(forward, i, false)) << "pair " << i;
+    ASSERT_EQ(ids_of(reversed, i, false), ids_of(forward, i, true)) << "pair " << i;
+    ASSERT_EQ(reversed.line(i), forward.line(i)) << "pair " << i;
+  }
+  EXPECT_NE(ids_of(reversed, 0, true), ids_of(forward, 0, true));
+  EXPECT_EQ(both.counts_field({5, 7}), "c=5;c reversed=7");
+
+  const Tokenizer unigram = Tokenizer::load(test::sample_unigram_spm_path());
+  const std::string error = error_of([&] {
+    TrainingCorpora(specs, sample_tokenizer(), unigram, dir.file("cache2"), options, {}, true);
+  });
+  EXPECT_NE(error.find("--both-directions needs one vocabulary"), std::string::npos) << error;
+
+  TrainOptions o = test::tiny_run(dir.file("run"), dir.file("c.de"), dir.file("c.en"));
+  o.both_directions = true;
+  o.max_steps = 40;
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  de.resize(8);
+  en.resize(8);
+  write_lines(dir.file("v.de"), de);
+  write_lines(dir.file("v.en"), en);
+  o.valid_src = dir.file("v.de");
+  o.valid_tgt = dir.file("v.en");
+  o.valid_batch_size = 64;
+  Trainer(o).run();
+  const std::string metrics = test::read_text(dir.file("run/metrics.csv"));
+  const auto drawn = [&](const std::string& name) {
+    const size_t at = metrics.rfind(name + "=");
+    return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + name.size() + 1));
+  };
+  EXPECT_GT(drawn("train"), 0) << metrics;
+  EXPECT_GT(drawn("train reversed"), 0) << metrics;
+  const auto meta = load_checkpoint(dir.file("run/checkpoint_last.pt"), torch::kCPU).meta;
+  EXPECT_EQ(meta.source_language, "de");
+  EXPECT_EQ(meta.target_language, "en");
+  EXPECT_TRUE(meta.both_directions);
+  EXPECT_EQ(checkpoint_languages(meta).identifier.best("Zwei Männer sitzen auf einer Bank."), "de");
 }
 
 }  // namespace

@@ -2,10 +2,11 @@
 """`torchmt serve` as a LibreTranslate operator runs it: both directions in one server, language
 detection, API keys and limits, and LibreTranslate's other endpoints.
 
-    serve_languages_test.py TORCHMT DEEN_MODEL ENDE_MODEL WORKDIR
+    serve_languages_test.py TORCHMT DEEN_MODEL ENDE_MODEL WORKDIR BOTH_MODEL
 
 The two models record their languages (de->en, en->de) and an identifier; the server is started
-with no language flags. Exit 0 when all hold; prints the first failure otherwise."""
+with no language flags. BOTH_MODEL records de->en trained on both directions: alone it serves
+both pairs. Exit 0 when all hold; prints the first failure otherwise."""
 import http.client
 import json
 import os
@@ -16,7 +17,7 @@ import urllib.parse
 
 from serve_support import start_serve
 
-TORCHMT, DEEN, ENDE, WORK = sys.argv[1:5]
+TORCHMT, DEEN, ENDE, WORK, BOTH = sys.argv[1:6]
 GERMAN = ["Ein Mann fährt mit dem Fahrrad über eine Brücke.", "Zwei Hunde spielen im Schnee."]
 ENGLISH = ["A woman is walking her dog in the park.", "The children are playing outside."]
 
@@ -99,7 +100,33 @@ def translate_cli(model, lines):
     return r.stdout.splitlines()
 
 
+def both_directions():
+    """One model trained on both directions serves de->en and en->de from the same weights."""
+    for flags in ([], ["--source-language", "en", "--target-language", "de"]):
+        proc, port = start("-m", BOTH, *flags)
+        try:
+            status, langs, _ = call(port, "GET", "/languages")
+            check(status == 200 and langs == [{"code": "de", "name": "German", "targets": ["en"]},
+                                              {"code": "en", "name": "English", "targets": ["de"]}],
+                  f"both directions {flags}: /languages: {langs}")
+            status, health, _ = call(port, "GET", "/v1/health")
+            check(status == 200 and [(m["source_language"], m["target_language"]) for m in health["models"]] ==
+                  [("de", "en"), ("en", "de")], f"/v1/health lists the model once a direction: {health}")
+            want_de, want_en = translate_cli(BOTH, GERMAN), translate_cli(BOTH, ENGLISH)
+            status, out, _ = call(port, "POST", "/translate", {"q": ENGLISH, "source": "en", "target": "de"})
+            check(status == 200 and out["translatedText"] == want_en, f"en->de by the one model: {out}")
+            status, out, _ = call(port, "POST", "/translate", {"q": GERMAN[0], "source": "auto", "target": "en"})
+            check(status == 200 and out["translatedText"] == want_de[0], f"auto, de->en by the one model: {out}")
+        finally:
+            stop(proc)
+    r = subprocess.run([TORCHMT, "serve", "-m", BOTH, "-m", ENDE, "--port", "0"], capture_output=True, text=True,
+                       timeout=120)
+    check(r.returncode == 2 and "two models translate en to de" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          f"a second en->de model beside one of both directions: {r.returncode} {r.stderr}")
+
+
 def main():
+    both_directions()
     proc, port = start("-m", DEEN, "-m", ENDE)
     try:
         status, langs, _ = call(port, "GET", "/languages")

@@ -11,6 +11,7 @@
 #include "torchmt/data/language_identifier.h"
 #include "data/text_file.h"
 #include "io/checkpoint.h"
+#include "torchmt/loading/model_loader.h"
 #include "serving/http_api.h"
 #include "serving/http_server.h"
 #include "serving/metrics.h"
@@ -445,14 +446,16 @@ TEST(ServeCommand, EndToEndOverHttp) {
 
 // Two models that record their languages (de->en, en->de: random tiny ones of different seeds,
 // with an identifier learned from the sample), served by one server started without language
-// flags: routing, "auto", /detect, API keys and limits (tests/serve_languages_test.py).
+// flags: routing, "auto", /detect, API keys and limits; and a third trained on both directions
+// (--both-directions), which alone serves both pairs (tests/serve_languages_test.py).
 TEST(ServeCommand, BothDirectionsDetectionAndOperatorControls) {
   if (!HttpServer::available()) GTEST_SKIP() << "built without cpp-httplib";
   test::TempDir dir;
   LanguageIdentifier identifier;
   identifier.learn("de", read_lines(test::sample_de()));
   identifier.learn("en", read_lines(test::sample_en()));
-  auto save = [&](const std::string& name, const std::string& source, const std::string& target, int seed) {
+  auto save = [&](const std::string& name, const std::string& source, const std::string& target, int seed,
+                  bool both_directions = false) {
     ModelConfig c = ModelConfig::preset("tiny");
     c.src_vocab_size = c.tgt_vocab_size = test::sample_tokenizer().vocab_size();
     c.max_positions = 64;
@@ -465,12 +468,22 @@ TEST(ServeCommand, BothDirectionsDetectionAndOperatorControls) {
     meta.source_language = source;
     meta.target_language = target;
     meta.language_identifier = identifier.serialize();
+    meta.both_directions = both_directions;
     save_checkpoint(dir.file(name), model, nullptr, meta);
     return dir.file(name);
   };
-  const std::string deen = save("deen.pt", "de", "en", 5), ende = save("ende.pt", "en", "de", 6);
-  auto r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_languages_test.py " +
-                             test::torchmt_binary() + " " + deen + " " + ende + " " + dir.path().string());
+  const std::string deen = save("deen.pt", "de", "en", 5), ende = save("ende.pt", "en", "de", 6),
+                    both = save("both.pt", "de", "en", 7, true);
+  EXPECT_TRUE(load_checkpoint(both, torch::kCPU).meta.both_directions);
+  EXPECT_FALSE(load_checkpoint(deen, torch::kCPU).meta.both_directions);
+  auto r = test::run_command(test::torchmt_binary() + " languages -m " + both);
+  EXPECT_NE(r.output.find("both directions\tyes"), std::string::npos) << r.output;
+  r = test::run_command(test::torchmt_binary() + " export -m " + both + " -o " + dir.file("both.ts"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(load_translator(dir.file("both.ts"), torch::kCPU, torch::kFloat).languages().both_directions);
+  EXPECT_FALSE(load_translator(deen, torch::kCPU, torch::kFloat).languages().both_directions);
+  r = test::run_command(test::python() + " " + test::source_dir() + "/tests/serve_languages_test.py " +
+                        test::torchmt_binary() + " " + deen + " " + ende + " " + dir.path().string() + " " + both);
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 

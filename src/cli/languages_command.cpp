@@ -59,7 +59,8 @@ int run_languages(int argc, char** argv) {
       for (const auto& l : languages.identifier.languages()) known += (known.empty() ? "" : ",") + l;
       std::cout << "source\t" << (meta.source_language.empty() ? "-" : meta.source_language) << "\n"
                 << "target\t" << (meta.target_language.empty() ? "-" : meta.target_language) << "\n"
-                << "identifier\t" << (known.empty() ? "-" : known) << "\n";
+                << "identifier\t" << (known.empty() ? "-" : known) << "\n"
+                << "both directions\t" << (meta.both_directions ? "yes" : "no") << "\n";
       return kExitOk;
     }
     if (!o->source_language.empty()) meta.source_language = o->source_language;

@@ -158,7 +158,9 @@ int run_serve(int argc, char** argv) {
     LanguagePair languages{model.translator.languages().source, model.translator.languages().target};
     if (languages.source.empty()) {
       languages = {o->source_language, o->target_language};
-    } else if (!o->source_language.empty() && !(languages == LanguagePair{o->source_language, o->target_language})) {
+    } else if (const LanguagePair given{o->source_language, o->target_language};
+               !given.source.empty() && !(languages == given) &&
+               !(model.translator.languages().both_directions && languages == LanguagePair{given.target, given.source})) {
       return usage_error(argv[0], model.name + " translates " + languages.source + " to " + languages.target + ", not " +
                                       o->source_language + " to " + o->target_language + " (--source-language, --target-language)");
     }

@@ -25,6 +25,23 @@ class PairSource {
   virtual void release_pages() const {}
 };
 
+// `forward`'s pairs with their sides swapped (target -> source): a second direction trained
+// from the same encoded corpus, without a second copy of it. `forward` must outlive it.
+class ReversedPairs : public PairSource {
+ public:
+  explicit ReversedPairs(const PairSource& forward) : forward_(forward) {}
+  int64_t size() const override { return forward_.size(); }
+  int64_t src_length(int64_t i) const override { return forward_.tgt_length(i); }
+  int64_t tgt_length(int64_t i) const override { return forward_.src_length(i); }
+  void copy_src(int64_t i, int64_t* out) const override { forward_.copy_tgt(i, out); }
+  void copy_tgt(int64_t i, int64_t* out) const override { forward_.copy_src(i, out); }
+  int64_t line(int64_t i) const override { return forward_.line(i); }
+  void release_pages() const override { forward_.release_pages(); }
+
+ private:
+  const PairSource& forward_;
+};
+
 struct EncodedPair {
   std::vector<int32_t> src, tgt;  // without bos/eos
   int64_t index = 0;              // 0-based line number in the original files

@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, std::string>> language_fields(const Checkpoin
   std::vector<std::pair<std::string, std::string>> fields;
   if (!meta.source_language.empty()) fields.emplace_back("source_language", meta.source_language);
   if (!meta.target_language.empty()) fields.emplace_back("target_language", meta.target_language);
+  if (meta.both_directions) fields.emplace_back("both_directions", "true");
   return fields;
 }
 

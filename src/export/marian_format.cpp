@@ -415,7 +415,8 @@ void MarianExporter::write(const LoadedCheckpoint& checkpoint, const ExportOptio
                           {"tokenizer_class", "MarianTokenizer"}};
   for (const auto& [key, value] : language_fields(checkpoint.meta)) {
     config[key] = value;
-    tokenizer[key == "source_language" ? "source_lang" : "target_lang"] = value;  // MarianTokenizer's names
+    if (key == "source_language" || key == "target_language")
+      tokenizer[key == "source_language" ? "source_lang" : "target_lang"] = value;  // MarianTokenizer's names
   }
   replace_directory(path, [&](const std::string& dir) {
     write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});

@@ -132,7 +132,7 @@ std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta
 }
 
 ModelLanguages checkpoint_languages(const CheckpointMeta& meta) {
-  ModelLanguages languages{meta.source_language, meta.target_language, {}};
+  ModelLanguages languages{meta.source_language, meta.target_language, {}, meta.both_directions};
   if (!meta.language_identifier.empty()) languages.identifier = LanguageIdentifier::deserialize(meta.language_identifier);
   return languages;
 }
@@ -157,6 +157,7 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   meta.source_language = get_string(dict, "source_language");  // since 0.3
   meta.target_language = get_string(dict, "target_language");
   meta.language_identifier = get_bytes(dict, "language_identifier");
+  meta.both_directions = dict.contains("both_directions") && dict.at("both_directions").toBool();  // absent: one direction
   auto pos = dict.at("position").toGenericDict();
   meta.position.step = pos.at("step").toInt();
   meta.position.epoch = pos.at("epoch").toInt();
@@ -223,6 +224,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   if (!meta.source_language.empty()) dict.insert("source_language", meta.source_language);
   if (!meta.target_language.empty()) dict.insert("target_language", meta.target_language);
   if (!meta.language_identifier.empty()) dict.insert("language_identifier", bytes_to_tensor(meta.language_identifier));
+  if (meta.both_directions) dict.insert("both_directions", true);
 
   Dict position = new_dict();
   position.insert("step", meta.position.step);

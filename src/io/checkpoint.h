@@ -42,6 +42,7 @@ struct CheckpointMeta {
   // What the model translates from and into, and its language identifier (serialized); empty
   // for a checkpoint written before torchmt 0.3 recorded them.
   std::string source_language, target_language, language_identifier;
+  bool both_directions = false;  // trained with --both-directions: translates target -> source too
   TrainingPosition position;
 };
 

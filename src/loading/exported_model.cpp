@@ -85,7 +85,8 @@ ExportedModel::ExportedModel(const ModelFile& file, const c10::Device& device) {
       throw std::runtime_error(path + " has a malformed activation_ranges.json: " + first_line(e.what()));
     }
   }
-  ModelLanguages languages{marker.get_or("source_language", ""), marker.get_or("target_language", ""), {}};
+  ModelLanguages languages{marker.get_or("source_language", ""), marker.get_or("target_language", ""), {},
+                           marker.get_or("both_directions", "") == "true"};
   if (!extra["language_identifier.bin"].empty()) {
     try {
       languages.identifier = LanguageIdentifier::deserialize(extra["language_identifier.bin"]);

@@ -103,6 +103,11 @@ struct HttpServer::Impl {
   Impl(std::vector<ServedModel> m, ServiceMetrics& me, ServerOptions o)
       : models(std::move(m)), metrics(me), options(std::move(o)) {
     if (models.empty()) throw std::invalid_argument("serve: no model");
+    // A model trained on both directions (--both-directions) serves the reverse pair as well,
+    // from the same translator and queue: its input's language says which way to translate.
+    for (size_t i = 0, n = models.size(); i < n; ++i)
+      if (const ServedModel m = models[i]; m.translator->languages().both_directions && !m.languages.source.empty())
+        models.push_back({m.translator, m.service, m.name, {m.languages.target, m.languages.source}});
     options.api.search = options.translation.search;
     options.api.pairs.clear();
     auto identifier = std::make_shared<LanguageIdentifier>();

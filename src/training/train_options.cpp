@@ -23,6 +23,10 @@ const OptionTable<TrainOptions>& train_option_table() {
       .add("shuffle_window", &O::shuffle_window,
            "pairs shuffled, then sorted by length and batched together (0 = the whole epoch; memory grows with it)",
            data)
+      .add("both_directions", &O::both_directions,
+           "also train on every training pair reversed (target -> source): one model translates both ways "
+           "(needs one joint vocabulary; validation stays source -> target)",
+           data)
       .add("valid_src", &O::valid_src, "validation source file", data)
       .add("valid_tgt", &O::valid_tgt, "validation target file", data)
       .add("source_language", &O::source_language,

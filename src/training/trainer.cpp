@@ -208,7 +208,7 @@ ValidationReport TrainingRun::validate(std::vector<at::Tensor>& best_average) {
   if (r.best_average) rec.avg_bleu = r.best_average->bleu;
   const std::vector<int64_t> drawn = batcher_->drawn_pairs(position_.epoch, position_.batch_index);
   rec.corpus_pairs = corpora_->counts_field(drawn);
-  if (corpora_->specs().size() > 1) r.corpora_drawn = corpora_->counts_text(drawn);
+  if (corpora_->shares().size() > 1) r.corpora_drawn = corpora_->counts_text(drawn);
   return r;
 }
 

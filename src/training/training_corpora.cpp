@@ -94,8 +94,12 @@ std::string dataset_tokenizer(const std::vector<CorpusSpec>& specs) {
 
 TrainingCorpora::TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& src_tokenizer,
                                  const Tokenizer& tgt_tokenizer, const std::string& cache_dir, const PreprocessOptions& options,
-                                 const std::function<void(const std::string&)>& log)
+                                 const std::function<void(const std::string&)>& log, bool both_directions)
     : specs_(specs) {
+  if (both_directions && src_tokenizer.checksum() != tgt_tokenizer.checksum())
+    throw std::invalid_argument(
+        "--both-directions needs one vocabulary for both languages, and this run's source and target tokenizers "
+        "differ");
   for (const auto& spec : specs_) {
     std::string how;
     if (spec.data.empty()) {
@@ -117,35 +121,46 @@ TrainingCorpora::TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tok
     if (log)
       log("corpus " + spec.name + ": " + m.stats.summary() + " (" + how + ", " + datasets_.back()->dir() + ")");
   }
+  if (both_directions)
+    for (const auto& dataset : datasets_) reversed_.push_back(std::make_unique<ReversedPairs>(*dataset));
 }
 
-std::vector<CorpusShare> TrainingCorpora::shares() const {
+std::vector<CorpusShare> TrainingCorpora::forward_shares() const {
   std::vector<CorpusShare> shares;
   for (size_t k = 0; k < specs_.size(); ++k) shares.push_back({datasets_[k].get(), specs_[k].weight, specs_[k].name});
   return shares;
 }
 
+std::vector<CorpusShare> TrainingCorpora::shares() const {
+  std::vector<CorpusShare> shares = forward_shares();
+  for (size_t k = 0; k < reversed_.size(); ++k)
+    shares.push_back({reversed_[k].get(), specs_[k].weight, specs_[k].name + " reversed"});
+  return shares;
+}
+
 int64_t TrainingCorpora::pairs() const {
   int64_t n = 0;
-  for (const auto& d : datasets_) n += d->size();
+  for (const auto& share : shares()) n += share.source->size();
   return n;
 }
 
 std::string TrainingCorpora::counts_field(const std::vector<int64_t>& drawn) const {
+  const auto all = shares();
   std::string out;
-  for (size_t k = 0; k < specs_.size() && k < drawn.size(); ++k)
-    out += (k ? ";" : "") + specs_[k].name + "=" + std::to_string(drawn[k]);
+  for (size_t k = 0; k < all.size() && k < drawn.size(); ++k)
+    out += (k ? ";" : "") + all[k].name + "=" + std::to_string(drawn[k]);
   return out;
 }
 
 std::string TrainingCorpora::counts_text(const std::vector<int64_t>& drawn) const {
   int64_t total = 0;
   for (int64_t d : drawn) total += d;
+  const auto all = shares();
   std::string out;
-  for (size_t k = 0; k < specs_.size() && k < drawn.size(); ++k) {
+  for (size_t k = 0; k < all.size() && k < drawn.size(); ++k) {
     char share[32];
     std::snprintf(share, sizeof(share), "%.1f%%", total > 0 ? 100.0 * static_cast<double>(drawn[k]) / static_cast<double>(total) : 0.0);
-    out += (k ? ", " : "") + specs_[k].name + " " + with_thousands(drawn[k]) + " (" + share + ")";
+    out += (k ? ", " : "") + all[k].name + " " + with_thousands(drawn[k]) + " (" + share + ")";
   }
   return out;
 }

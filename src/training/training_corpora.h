@@ -35,12 +35,18 @@ std::string dataset_tokenizer(const std::vector<CorpusSpec>& specs);
 class TrainingCorpora {
  public:
   // Opens every dataset (checking it was encoded with the tokenizers and max_sentence_tokens) and
-  // preprocesses text corpora into `cache_dir`; `log` receives one line per corpus.
+  // preprocesses text corpora into `cache_dir`; `log` receives one line per corpus. With
+  // `both_directions`, each corpus is drawn a second time with its sides swapped ("NAME reversed",
+  // the same weight), which needs one tokenizer for both sides (std::invalid_argument otherwise).
   TrainingCorpora(const std::vector<CorpusSpec>& specs, const Tokenizer& src_tokenizer,
                   const Tokenizer& tgt_tokenizer, const std::string& cache_dir,
-                  const PreprocessOptions& options, const std::function<void(const std::string&)>& log);
+                  const PreprocessOptions& options, const std::function<void(const std::string&)>& log,
+                  bool both_directions = false);
+  // What the batcher draws from: the corpora, then their reversed copies.
   std::vector<CorpusShare> shares() const;
-  int64_t pairs() const;
+  // The corpora as given (source -> target), e.g. to learn the languages from.
+  std::vector<CorpusShare> forward_shares() const;
+  int64_t pairs() const;  // of every share
   const std::vector<CorpusSpec>& specs() const { return specs_; }
   // "name=count;name=count" from the batcher's drawn_pairs(), for metrics.csv, and
   // "name 12,345 (66.7%), ..." for the log.
@@ -50,6 +56,7 @@ class TrainingCorpora {
  private:
   std::vector<CorpusSpec> specs_;
   std::vector<std::unique_ptr<BinaryDataset>> datasets_;
+  std::vector<std::unique_ptr<ReversedPairs>> reversed_;  // one per dataset with both_directions
 };
 
 }  // namespace torchmt

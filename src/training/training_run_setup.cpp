@@ -240,7 +240,8 @@ void TrainingRun::read_corpora() {
   preprocess.corpus.num_threads = static_cast<int>(o_.threads);  // --threads bounds every pool of the run
   preprocess.should_stop = [] { return StopSignals::requested(); };
   corpora_ = std::make_unique<TrainingCorpora>(corpus_specs(o_), src_tokenizer(), tgt_tokenizer(), o_.out + "/cache",
-                                               preprocess, [this](const std::string& text) { log_.line(text); });
+                                               preprocess, [this](const std::string& text) { log_.line(text); },
+                                               o_.both_directions);
   if (rank0_) wait_for_rank0();
   log_.line("train: " + with_thousands(corpora_->pairs()) + " pairs ready in " +
             std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s");
@@ -337,6 +338,7 @@ void TrainingRun::describe_run() {
   meta_.src_spm_model = src_tokenizer().serialized();
   if (tgt_tokenizer().serialized() != src_tokenizer().serialized()) meta_.tgt_spm_model = tgt_tokenizer().serialized();
   std::tie(meta_.source_language, meta_.target_language) = run_languages(o_, init_languages_);
+  meta_.both_directions = o_.both_directions;
 }
 
 void TrainingRun::learn_languages() {
@@ -351,7 +353,7 @@ void TrainingRun::learn_languages() {
     return;
   }
   const auto t0 = Clock::now();
-  const LanguageIdentifier identifier = learn_corpus_languages(corpora_->shares(), src_tokenizer(), tgt_tokenizer(),
+  const LanguageIdentifier identifier = learn_corpus_languages(corpora_->forward_shares(), src_tokenizer(), tgt_tokenizer(),
                                                                meta_.source_language, meta_.target_language, 100000);
   meta_.language_identifier = identifier.serialize();
   log_.line("languages: " + direction + ", identifier learned in " +

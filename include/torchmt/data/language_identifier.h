@@ -55,6 +55,7 @@ class LanguageIdentifier {
 struct ModelLanguages {
   std::string source, target;
   LanguageIdentifier identifier;
+  bool both_directions = false;  // trained on the reversed pairs too: also translates target -> source
 };
 
 // English name of an ISO 639-1 code ("de" -> "German"); the code itself when unknown.

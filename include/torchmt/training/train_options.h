@@ -15,6 +15,9 @@ struct TrainOptions {
   // corpora with weights (training_corpora.h)
   std::string train_data;
   int64_t shuffle_window = 1 << 20;  // pairs sorted by length together (0 = the whole epoch)
+  // Also train on every pair reversed (target -> source): one model for both directions, on a
+  // joint vocabulary; validation stays source -> target.
+  bool both_directions = false;
   std::string spm;  // existing joint SentencePiece model; empty = train one into the run dir
   // The languages the model translates from and into (ISO 639 codes), recorded in its
   // checkpoints; empty = what the training files' suffixes say (train.de -> de), if they say it.
