@@ -44,6 +44,18 @@ void expect_same_pairs(const PairSource& a, const PairSource& b) {
   }
 }
 
+// Validation on the sample's first `lines` pairs (the run's end validates and writes metrics.csv).
+void validate_on_the_sample(TrainOptions& o, const TempDir& dir, size_t lines) {
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  de.resize(lines);
+  en.resize(lines);
+  write_lines(dir.file("v.de"), de);
+  write_lines(dir.file("v.en"), en);
+  o.valid_src = dir.file("v.de");
+  o.valid_tgt = dir.file("v.en");
+  o.valid_batch_size = 64;
+}
+
 // The sample with a few pairs that must be skipped, so the line numbers are tested too.
 void write_corpus(const TempDir& dir) {
   auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
@@ -284,16 +296,9 @@ TEST(TrainingCorpora, TrainsOnADatasetAndOnAWeightedMix) {
                                              dir.file("data") + ", weight: 1}\n");
   o.out = dir.file("mix");
   o.train_data = dir.file("mix.yaml");
-  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
-  de.resize(16);
-  en.resize(16);
-  write_lines(dir.file("v.de"), de);
-  write_lines(dir.file("v.en"), en);
-  o.valid_src = dir.file("v.de");
-  o.valid_tgt = dir.file("v.en");
+  validate_on_the_sample(o, dir, 16);
   o.validate_every = 3;
   o.max_steps = 3;
-  o.valid_batch_size = 64;
   Trainer(o).run();
   const std::string metrics = test::read_text(dir.file("mix/metrics.csv"));
   EXPECT_NE(metrics.find(",corpus_pairs\n"), std::string::npos) << metrics;
@@ -341,14 +346,7 @@ TEST(TrainingCorpora, BothDirectionsDrawsEveryPairReversedToo) {
   TrainOptions o = test::tiny_run(dir.file("run"), dir.file("c.de"), dir.file("c.en"));
   o.both_directions = true;
   o.max_steps = 40;
-  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
-  de.resize(8);
-  en.resize(8);
-  write_lines(dir.file("v.de"), de);
-  write_lines(dir.file("v.en"), en);
-  o.valid_src = dir.file("v.de");
-  o.valid_tgt = dir.file("v.en");
-  o.valid_batch_size = 64;
+  validate_on_the_sample(o, dir, 8);
   Trainer(o).run();
   const std::string metrics = test::read_text(dir.file("run/metrics.csv"));
   const auto drawn = [&](const std::string& name) {
