@@ -1,6 +1,8 @@
 #include "cli_options.h"
 
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/decoding/translation_options.h"
+#include "torchmt/decoding/translator.h"
 #include "evaluation/utf8_line_reader.h"
 #include "torchmt/loading/model_loader.h"
 #include "util/heap.h"
@@ -124,6 +126,29 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
 Translator load_cli_translator(TranslatorConfig& config) {
   config.runtime = Runtime::from_environment();
   return load_translator(config);
+}
+
+std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& rescoring,
+                                                    const TranslatorConfig& forward_config, const Translator& forward) {
+  rescoring.validate(forward_config.translation.search);
+  if (!rescoring.enabled()) return nullptr;
+  if (rescoring.reverse_model.empty()) {
+    const std::string problem = self_reverse_problem(forward);
+    if (!problem.empty()) throw std::invalid_argument("--reverse-weight: " + problem);
+    return nullptr;
+  }
+  TranslatorConfig config = forward_config;
+  config.models = {rescoring.reverse_model};
+  config.ensemble_weights.clear();
+  config.shortlist.clear();  // a shortlist restricts the forward direction's output
+  auto reverse = std::make_unique<Translator>(load_cli_translator(config));
+  const ModelLanguages &f = forward.languages(), &r = reverse->languages();
+  const bool reverses = (r.source == f.target && r.target == f.source) ||
+                        (r.both_directions && r.source == f.source && r.target == f.target);
+  if (!f.source.empty() && !r.source.empty() && !reverses)
+    throw std::invalid_argument("--reverse-model " + rescoring.reverse_model + " translates " + r.source + " to " +
+                                r.target + ", not " + f.target + " to " + f.source);
+  return reverse;
 }
 
 void use_heap_policy(const TranslationOptions& options) {

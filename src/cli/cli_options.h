@@ -5,6 +5,7 @@
 // and `--dump-config` (the effective configuration as YAML, ready for --config).
 // cxxopts errors become one line and exit code 2.
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 
 namespace torchmt {
 class Translator;
+struct ReverseRescoring;
 struct TranslationOptions;
 struct TranslatorConfig;
 }
@@ -49,6 +51,13 @@ void use_heap_policy(const TranslationOptions& options);
 // load_translator(config) with the CLI's kernel settings: a Runtime from the environment table
 // (kernels/runtime.h). Throws as load_translator does (std::invalid_argument: a usage error).
 Translator load_cli_translator(TranslatorConfig& config);
+
+// The reverse model --reverse-weight asks for: --reverse-model loaded as `forward_config` says
+// (device, dtype, threads), or null where `forward` is its own (a --both-directions model).
+// Nothing is loaded when rescoring is off. std::invalid_argument (a usage error) for a model
+// that cannot be its own reverse, or a reverse model of other languages.
+std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& rescoring,
+                                                    const TranslatorConfig& forward_config, const Translator& forward);
 
 // A language identifier learned from `--learn CODE=FILE` items (detect, languages); `allowed`, when
 // not empty, the only codes it may name. std::invalid_argument for a malformed item (a usage

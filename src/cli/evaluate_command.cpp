@@ -9,6 +9,7 @@
 #include "evaluation/utf8_line_reader.h"
 #include "util/atomic_file.h"
 #include "util/progress.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
 #include "util/heap.h"
@@ -21,6 +22,7 @@ struct EvaluateCommandOptions {
   std::string hyp, src, ref, save_hyp;
   bool quiet = false;
   TranslatorConfig translator;
+  ReverseRescoring rescoring;
 };
 
 const OptionTable<EvaluateCommandOptions>& evaluate_option_table() {
@@ -32,7 +34,8 @@ const OptionTable<EvaluateCommandOptions>& evaluate_option_table() {
            {"", "scoring", {}})
       .add("save_hyp", &O::save_hyp, "with -m: also write the translations to this file", {"", "scoring", {}})
       .add("quiet", &O::quiet, "no progress on stderr while translating", {"q", "scoring", {}})
-      .include(translator_option_table(), &O::translator);
+      .include(translator_option_table(), &O::translator)
+      .include(reverse_rescoring_option_table(), &O::rescoring);
   return table;
 }
 
@@ -53,9 +56,14 @@ int run_evaluate(int argc, char** argv) {
   o->translator.translation.search.scores = false;  // BLEU and chrF read the texts only
   const std::string hyp_path = translate_first ? o->src : o->hyp;
   const std::string ref_path = o->ref;
-  std::unique_ptr<Translator> translator;
-  if (translate_first &&
-      !check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
+  std::unique_ptr<Translator> translator, reverse;
+  if (!translate_first && o->rescoring.enabled()) return usage_error(argv[0], "--reverse-weight needs -m MODEL with --src FILE");
+  if (translate_first && !check_usage(
+                             [&] {
+                               translator = std::make_unique<Translator>(load_cli_translator(o->translator));
+                               reverse = load_reverse_translator(o->rescoring, o->translator, *translator);
+                             },
+                             argv[0]))
     return kExitUsage;
   if (translator && !translator->dtype_reason().empty()) std::cerr << "dtype auto: " << translator->dtype_reason() << "\n";
 
@@ -77,7 +85,12 @@ int run_evaluate(int argc, char** argv) {
     std::vector<std::string> translated;
     Progress progress("evaluate: translate", "lines", static_cast<int64_t>(hyps.size()),
                       o->quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
-    for (auto& t : translator->translate(hyps, o->translator.translation, [&progress](int64_t n) { progress.add(n); }))
+    const auto done = [&progress](int64_t n) { progress.add(n); };
+    auto translations = o->rescoring.enabled()
+                            ? translate_rescored(*translator, reverse ? *reverse : *translator, o->rescoring.weight,
+                                                 hyps, o->translator.translation, done)
+                            : translator->translate(hyps, o->translator.translation, done);
+    for (auto& t : translations)
       translated.push_back(std::move(t.texts.front()));
     progress.finish();
     hyps = std::move(translated);

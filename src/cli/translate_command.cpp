@@ -23,6 +23,7 @@
 #include "input_lines.h"
 #include "torchmt/util/strings.h"
 #include "data/parallel_corpus.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
 
@@ -99,6 +100,7 @@ void append_confidence(std::string& text, const std::string& translation, const 
 
 struct TranslateCommandOptions {
   TranslatorConfig translator;
+  ReverseRescoring rescoring;
   std::string input = "-", output = "-";
   std::string target_prefix;
   std::string constraints;
@@ -122,6 +124,7 @@ const OptionTable<TranslateCommandOptions>& translate_option_table() {
   using O = TranslateCommandOptions;
   static const auto table = OptionTable<O>("translate")
       .include(translator_option_table(), &O::translator)
+      .include(reverse_rescoring_option_table(), &O::rescoring)
       .add("input", &O::input, "input file (plain or .gz), - for stdin", {"i", "io", {}})
       .add("output", &O::output, "output file, - for stdout", {"o", "io", {}})
       .add("target_prefix", &O::target_prefix,
@@ -222,6 +225,9 @@ int run_translate(int argc, char** argv) {
             if (documents && (!o->target_prefix.empty() || !o->constraints.empty()))
               throw std::invalid_argument(
                   "--target-prefix and --constraints steer one sentence per line (not --split-sentences or --format html)");
+            if ((documents || o->alignments) && o->rescoring.enabled())
+              throw std::invalid_argument("--reverse-weight reranks one sentence per line (not with --split-sentences, "
+                                          "--format html or --alignments)");
             if ((documents || o->alignments) && !o->attention_svg.empty())
               throw std::invalid_argument("--attention-svg draws one sentence per line (not with --split-sentences, "
                                           "--format html or --alignments)");
@@ -234,8 +240,13 @@ int run_translate(int argc, char** argv) {
   alignment_options.head = o->alignment_head;
   // Scores are printed only in the n-best format (and `--dtype auto` measures this search).
   o->translator.translation.search.scores = o->translator.translation.search.nbest > 1;
-  std::unique_ptr<Translator> translator;
-  if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
+  std::unique_ptr<Translator> translator, reverse;
+  if (!check_usage(
+          [&] {
+            translator = std::make_unique<Translator>(load_cli_translator(o->translator));
+            reverse = load_reverse_translator(o->rescoring, o->translator, *translator);
+          },
+          argv[0]))
     return kExitUsage;
   if (!o->attention_svg.empty() && !translator->model()) {
     std::cerr << argv[0] << ": --attention-svg needs one checkpoint, not an export or an ensemble\n";
@@ -312,7 +323,10 @@ int run_translate(int argc, char** argv) {
       count += static_cast<int64_t>(lines.size());
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } else {
-      auto translations = translator->translate(lines, options, line_done, steering);
+      auto translations = o->rescoring.enabled() ? translate_rescored(*translator, reverse ? *reverse : *translator,
+                                                                      o->rescoring.weight, lines, options, line_done,
+                                                                      steering)
+                                                 : translator->translate(lines, options, line_done, steering);
       std::vector<SentenceConfidence> confidences;
       if (!o->confidence.empty()) confidences = rate_translations(*translator, lines, translations, options, confidence_model);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
