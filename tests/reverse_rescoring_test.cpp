@@ -61,7 +61,9 @@ TEST(ReverseRescoring, RanksTheBeamByForwardPlusWeightedReverseScore) {
       reordered += rescored[i].texts.front() != t.texts.front() ? 1 : 0;
     }
     // The reverse scores changed some choice: the test can tell a reranking from none.
-    if (reverse == &other) EXPECT_GT(reordered, 0u);
+    if (reverse == &other) {
+      EXPECT_GT(reordered, 0u);
+    }
   }
 }
 

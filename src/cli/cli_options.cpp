@@ -134,7 +134,7 @@ std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& resc
   if (!rescoring.enabled()) return nullptr;
   if (rescoring.reverse_model.empty()) {
     const std::string problem = self_reverse_problem(forward);
-    if (!problem.empty()) throw std::invalid_argument("--reverse-weight: " + problem);
+    if (!problem.empty()) throw std::invalid_argument("--reverse-weight: " + problem + ": give --reverse-model");
     return nullptr;
   }
   TranslatorConfig config = forward_config;
@@ -142,12 +142,8 @@ std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& resc
   config.ensemble_weights.clear();
   config.shortlist.clear();  // a shortlist restricts the forward direction's output
   auto reverse = std::make_unique<Translator>(load_cli_translator(config));
-  const ModelLanguages &f = forward.languages(), &r = reverse->languages();
-  const bool reverses = (r.source == f.target && r.target == f.source) ||
-                        (r.both_directions && r.source == f.source && r.target == f.target);
-  if (!f.source.empty() && !r.source.empty() && !reverses)
-    throw std::invalid_argument("--reverse-model " + rescoring.reverse_model + " translates " + r.source + " to " +
-                                r.target + ", not " + f.target + " to " + f.source);
+  const std::string problem = reverse_model_problem(forward, *reverse);
+  if (!problem.empty()) throw std::invalid_argument("--reverse-model " + rescoring.reverse_model + " " + problem);
   return reverse;
 }
 

@@ -32,8 +32,16 @@ void ReverseRescoring::validate(const SearchOptions& search) const {
 
 std::string self_reverse_problem(const Translator& forward) {
   if (forward.languages().both_directions) return "";
-  return "the model was not trained with --both-directions, so it cannot score the reverse direction: give "
-         "--reverse-model";
+  return "the model was not trained with --both-directions, so it cannot score the reverse direction";
+}
+
+std::string reverse_model_problem(const Translator& forward, const Translator& reverse) {
+  const ModelLanguages &f = forward.languages(), &r = reverse.languages();
+  if (f.source.empty() || r.source.empty()) return "";  // a model that records none: the user's word
+  const bool reverses = (r.source == f.target && r.target == f.source) ||
+                        (r.both_directions && r.source == f.source && r.target == f.target);
+  if (reverses) return "";
+  return "translates " + r.source + " to " + r.target + ", not " + f.target + " to " + f.source;
 }
 
 std::vector<Translation> translate_rescored(Translator& forward, Translator& reverse, double weight,

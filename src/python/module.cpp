@@ -27,6 +27,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "decoding/greedy_stream.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/decoding/translator.h"
 #include "torchmt/decoding/word_aligner.h"
@@ -122,8 +123,19 @@ class NativeTranslator {
   std::vector<PyTranslation> translate(const std::vector<std::string>& lines, const py::dict& settings,
                                        const std::vector<std::string>& prefixes,
                                        const std::vector<std::vector<std::string>>& constraints, bool alignments,
-                                       bool pieces) {
+                                       bool pieces, double reverse_weight, NativeTranslator* reverse) {
     TranslationOptions options = translation_options(settings);
+    // The reverse direction for reverse_weight (checked by Python): another translator, or this
+    // one where it knows both directions.
+    Translator* back = reverse != nullptr ? reverse->translator_.get() : translator_.get();
+    if (reverse_weight != 0 && reverse == nullptr) {
+      const std::string problem = self_reverse_problem(*translator_);
+      if (!problem.empty()) throw std::invalid_argument("reverse_weight: " + problem + ": give reverse_translator");
+    }
+    if (reverse_weight != 0 && reverse != nullptr) {
+      const std::string problem = reverse_model_problem(*translator_, *back);
+      if (!problem.empty()) throw std::invalid_argument("reverse_translator " + problem);
+    }
     std::vector<LineSteering> steering;
     if (!prefixes.empty() || !constraints.empty()) {
       steering.resize(lines.size());
@@ -135,12 +147,14 @@ class NativeTranslator {
     auto cancel = std::make_shared<std::atomic<bool>>(false);
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyTranslation>>(
-        [&translator, &lines, options, steering, alignments, pieces, cancel] {
+        [&translator, back, reverse_weight, &lines, options, steering, alignments, pieces, cancel] {
           // Between batches: a Ctrl-C ends the call there.
           auto done = [cancel](int64_t) {
             if (cancel->load()) throw Cancelled();
           };
-          auto translations = translator.translate(lines, options, done, steering);
+          auto translations = reverse_weight != 0
+                                  ? translate_rescored(translator, *back, reverse_weight, lines, options, done, steering)
+                                  : translator.translate(lines, options, done, steering);
           std::vector<PyTranslation> out;
           out.reserve(translations.size());
           std::vector<std::string> sources;

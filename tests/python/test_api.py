@@ -512,3 +512,32 @@ def test_filter_corpus_errors(trained, backward_model, tmp_path):
     with pytest.raises(ValueError, match="backward does not translate --tgt into --src"):
         torchmt.filter_corpus(forward, forward, *args, max_score=2.0)
     assert not (tmp_path / "k.de").exists()
+
+
+def test_reverse_weight_reranks_the_beam_as_the_cli(trained, backward_model, binary, sample):
+    lines = sample[0][:6]
+    forward = torchmt.Translator(trained[0], compute_type="float32")
+    backward = torchmt.Translator(backward_model, compute_type="float32")
+    options = dict(beam_size=3, num_hypotheses=2, length_penalty=1.0, return_scores=True)
+    ours = forward.translate_batch(lines, reverse_weight=0.5, reverse_translator=backward, **options)
+    # By hand: the whole beam, each hypothesis plus half the score of its source given it.
+    beam = forward.translate_batch(lines, beam_size=3, num_hypotheses=3, length_penalty=1.0, return_scores=True)
+    for line, mine, full in zip(lines, ours, beam):
+        back = backward.score_batch(full.hypotheses, [line] * len(full.hypotheses), length_penalty=1.0)
+        ranked = sorted(((s + 0.5 * b.score, h) for h, s, b in zip(full.hypotheses, full.scores, back)),
+                        key=lambda x: -x[0])
+        assert mine.hypotheses == [h for _, h in ranked[:2]]
+        assert all(abs(a - s) < 1e-3 for a, (s, _) in zip(mine.scores, ranked))
+    cli = cli_translate(binary, trained[0], lines, "--dtype", "fp32", "--beam", "3", "--lenpen", "1.0",
+                        "--reverse-weight", "0.5", "--reverse-model", backward_model)
+    assert cli == [r.hypotheses[0] for r in ours]
+    with pytest.raises(ValueError, match="both-directions"):
+        forward.translate_batch(lines, beam_size=3, reverse_weight=0.5)
+    with pytest.raises(ValueError, match="translates de to en, not en to de"):
+        forward.translate_batch(lines, beam_size=3, reverse_weight=0.5, reverse_translator=forward)
+    with pytest.raises(ValueError, match="beam_size must be at least 2"):
+        forward.translate_batch(lines, reverse_weight=0.5, reverse_translator=backward)
+    with pytest.raises(ValueError, match="reverse_weight must be"):
+        forward.translate_batch(lines, beam_size=3, reverse_weight=-1, reverse_translator=backward)
+    with pytest.raises(TypeError):
+        forward.translate_batch(lines, beam_size=3, reverse_weight=0.5, reverse_translator="model.pt")

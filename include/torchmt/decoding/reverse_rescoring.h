@@ -29,6 +29,10 @@ const OptionTable<ReverseRescoring>& reverse_rescoring_option_table();
 // Why `forward` cannot be its own reverse model ("" when it can: it records both directions).
 std::string self_reverse_problem(const Translator& forward);
 
+// Why `reverse` cannot score `forward`'s reverse direction ("" when it can, or when either
+// records no languages): "translates en to en, not en to de".
+std::string reverse_model_problem(const Translator& forward, const Translator& reverse);
+
 // translate() with every line's beam (options.search.beam_size hypotheses) reranked by
 // forward score + weight * reverse score, cut to options.search.nbest, best first; each
 // hypothesis's score is the combined one. `reverse` may be `forward` itself.

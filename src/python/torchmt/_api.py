@@ -232,6 +232,8 @@ class Translator:
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
         seed: int = 1,
+        reverse_weight: float = 0.0,
+        reverse_translator: Optional["Translator"] = None,
         _first_line: int = 0,
     ) -> List[TranslationResult]:
         """Translates a batch of sources; one TranslationResult per source, in order.
@@ -255,7 +257,19 @@ class Translator:
             sampling_topk, sampling_topp, sampling_temperature, seed: sample instead of searching
                 (topk 0 = the whole vocabulary); each source's draws depend only on the seed and
                 its position, not on batching or threads.
+            reverse_weight: rerank the beam by score(translation | source) + reverse_weight x
+                score(source | translation) (``torchmt translate --reverse-weight``; 0 = off; needs
+                beam_size >= 2); the reverse score comes from ``reverse_translator`` (a Translator
+                of the other direction), or from this model when it was trained with both directions.
         """
+        if not isinstance(reverse_weight, (int, float)) or isinstance(reverse_weight, bool) or not reverse_weight >= 0:
+            raise ValueError(f"reverse_weight must be a number >= 0, got {reverse_weight!r}")
+        if reverse_weight and beam_size < 2:
+            raise ValueError("reverse_weight reranks a beam: beam_size must be at least 2")
+        if reverse_translator is not None and not isinstance(reverse_translator, Translator):
+            raise TypeError(f"reverse_translator must be a torchmt.Translator, not {type(reverse_translator).__name__}")
+        if reverse_translator is not None and not reverse_weight:
+            raise ValueError("reverse_translator is used by reverse_weight: give it a weight above 0")
         tokens_in, lines = self._source_lines(source)
         n = len(lines)
         prefixes = self._per_source("target_prefix", target_prefix, n, tokens_in)
@@ -277,7 +291,8 @@ class Translator:
                                   sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
                                   max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line)
         raw = self._native.translate(lines, settings, prefixes or [], constraints or [], bool(return_alignments),
-                                     tokens_in)
+                                     tokens_in, float(reverse_weight),
+                                     reverse_translator._native if reverse_translator is not None else None)
         results = []
         for hyps, aligned, truncated in raw:
             results.append(
