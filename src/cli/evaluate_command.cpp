@@ -85,12 +85,8 @@ int run_evaluate(int argc, char** argv) {
     std::vector<std::string> translated;
     Progress progress("evaluate: translate", "lines", static_cast<int64_t>(hyps.size()),
                       o->quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
-    const auto done = [&progress](int64_t n) { progress.add(n); };
-    auto translations = o->rescoring.enabled()
-                            ? translate_rescored(*translator, reverse ? *reverse : *translator, o->rescoring.weight,
-                                                 hyps, o->translator.translation, done)
-                            : translator->translate(hyps, o->translator.translation, done);
-    for (auto& t : translations)
+    for (auto& t : translate_rescored(*translator, reverse ? *reverse : *translator, o->rescoring.weight, hyps,
+                                      o->translator.translation, [&progress](int64_t n) { progress.add(n); }))
       translated.push_back(std::move(t.texts.front()));
     progress.finish();
     hyps = std::move(translated);

@@ -323,10 +323,8 @@ int run_translate(int argc, char** argv) {
       count += static_cast<int64_t>(lines.size());
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } else {
-      auto translations = o->rescoring.enabled() ? translate_rescored(*translator, reverse ? *reverse : *translator,
-                                                                      o->rescoring.weight, lines, options, line_done,
-                                                                      steering)
-                                                 : translator->translate(lines, options, line_done, steering);
+      auto translations = translate_rescored(*translator, reverse ? *reverse : *translator, o->rescoring.weight, lines,
+                                             options, line_done, steering);
       std::vector<SentenceConfidence> confidences;
       if (!o->confidence.empty()) confidences = rate_translations(*translator, lines, translations, options, confidence_model);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

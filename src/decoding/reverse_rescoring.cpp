@@ -49,6 +49,7 @@ std::vector<Translation> translate_rescored(Translator& forward, Translator& rev
                                             const std::function<void(int64_t)>& done,
                                             const std::vector<LineSteering>& steering) {
   ReverseRescoring{weight, {}}.validate(options.search);
+  if (weight == 0) return forward.translate(lines, options, done, steering);
   TranslationOptions whole_beam = options;
   whole_beam.search.nbest = whole_beam.search.beam_size;
   whole_beam.search.scores = true;

@@ -152,9 +152,7 @@ class NativeTranslator {
           auto done = [cancel](int64_t) {
             if (cancel->load()) throw Cancelled();
           };
-          auto translations = reverse_weight != 0
-                                  ? translate_rescored(translator, *back, reverse_weight, lines, options, done, steering)
-                                  : translator.translate(lines, options, done, steering);
+          auto translations = translate_rescored(translator, *back, reverse_weight, lines, options, done, steering);
           std::vector<PyTranslation> out;
           out.reserve(translations.size());
           std::vector<std::string> sources;

@@ -35,7 +35,8 @@ std::string reverse_model_problem(const Translator& forward, const Translator& r
 
 // translate() with every line's beam (options.search.beam_size hypotheses) reranked by
 // forward score + weight * reverse score, cut to options.search.nbest, best first; each
-// hypothesis's score is the combined one. `reverse` may be `forward` itself.
+// hypothesis's score is the combined one. `reverse` may be `forward` itself. Weight 0: plain
+// forward.translate().
 std::vector<Translation> translate_rescored(Translator& forward, Translator& reverse, double weight,
                                             const std::vector<std::string>& lines, const TranslationOptions& options,
                                             const std::function<void(int64_t)>& done = {},
