@@ -143,6 +143,25 @@ TEST(Ensemble, AModelWithItselfTranslatesAsTheModel) {
   }
 }
 
+// An ensemble knows both directions only where every member does (serve's reverse pair and
+// --reverse-weight trust it).
+TEST(Ensemble, BothDirectionsOnlyWhenEveryMemberHasThem) {
+  ModelLanguages both;
+  both.source = "de";
+  both.target = "en";
+  both.both_directions = true;
+  ModelLanguages one = both;
+  one.both_directions = false;
+  for (bool second_both : {false, true}) {
+    std::vector<Translator> members{test::random_translator(), test::random_translator()};
+    members[0].set_languages(both);
+    members[1].set_languages(second_both ? both : one);
+    const Translator ensemble = make_ensemble_translator(std::move(members), {1.0, 1.0}, {"a.pt", "b.pt"});
+    EXPECT_EQ(ensemble.languages().both_directions, second_both);
+    EXPECT_EQ(ensemble.languages().source, "de");
+  }
+}
+
 // Prefixes, constraints and n-best over an ensemble of two different models, and a hypothesis
 // scores (forced decoding) as the search scored it.
 TEST(Ensemble, SearchFeaturesAndScoresOverTwoModels) {

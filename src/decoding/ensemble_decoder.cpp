@@ -165,7 +165,11 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
   Translator ensemble(std::move(factory), config, lead.src_tokenizer(), lead.tgt_tokenizer(), lead.device(),
                       lead.dtype());
   if (lead.runtime()) ensemble.set_runtime(*lead.runtime());
-  ensemble.set_languages(lead.languages());
+  // Both directions only where every member knows both (serve's reverse pair, --reverse-weight).
+  ModelLanguages languages = lead.languages();
+  languages.both_directions = std::all_of(shared->begin(), shared->end(),
+                                          [](const Translator& m) { return m.languages().both_directions; });
+  ensemble.set_languages(std::move(languages));
   if (lead.precision_name() == "int8") ensemble.set_precision_name("int8");  // the members' Linear layers
   return ensemble;
 }
