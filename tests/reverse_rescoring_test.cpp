@@ -77,13 +77,13 @@ TEST(ReverseRescoring, NeedsABeamAndAModelThatKnowsTheOtherDirection) {
   r.weight = 0;
   r.reverse_model = "x.pt";
   EXPECT_THROW(r.validate(greedy.search), std::invalid_argument);
-  EXPECT_NE(self_reverse_problem(model), "");
+  EXPECT_NE(reverse_problem(model, nullptr), "");
   ModelLanguages both;
   both.source = "de";
   both.target = "en";
   both.both_directions = true;
   model.set_languages(both);
-  EXPECT_EQ(self_reverse_problem(model), "");
+  EXPECT_EQ(reverse_problem(model, nullptr), "");
 }
 
 // translate --reverse-weight prints the rescored n-best; the score command gives its parts.

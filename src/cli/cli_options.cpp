@@ -132,18 +132,18 @@ std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& resc
                                                     const TranslatorConfig& forward_config, const Translator& forward) {
   rescoring.validate(forward_config.translation.search);
   if (!rescoring.enabled()) return nullptr;
-  if (rescoring.reverse_model.empty()) {
-    const std::string problem = self_reverse_problem(forward);
-    if (!problem.empty()) throw std::invalid_argument("--reverse-weight: " + problem + ": give --reverse-model");
-    return nullptr;
+  std::unique_ptr<Translator> reverse;
+  if (!rescoring.reverse_model.empty()) {
+    TranslatorConfig config = forward_config;
+    config.models = {rescoring.reverse_model};
+    config.ensemble_weights.clear();
+    config.shortlist.clear();  // a shortlist restricts the forward direction's output
+    reverse = std::make_unique<Translator>(load_cli_translator(config));
   }
-  TranslatorConfig config = forward_config;
-  config.models = {rescoring.reverse_model};
-  config.ensemble_weights.clear();
-  config.shortlist.clear();  // a shortlist restricts the forward direction's output
-  auto reverse = std::make_unique<Translator>(load_cli_translator(config));
-  const std::string problem = reverse_model_problem(forward, *reverse);
-  if (!problem.empty()) throw std::invalid_argument("--reverse-model " + rescoring.reverse_model + " " + problem);
+  const std::string problem = reverse_problem(forward, reverse.get());
+  if (!problem.empty())
+    throw std::invalid_argument(reverse ? "--reverse-model " + rescoring.reverse_model + " " + problem
+                                        : "--reverse-weight: " + problem + ": give --reverse-model");
   return reverse;
 }
 

@@ -30,13 +30,11 @@ void ReverseRescoring::validate(const SearchOptions& search) const {
     throw std::invalid_argument("--reverse-model is used by --reverse-weight: give it a weight above 0");
 }
 
-std::string self_reverse_problem(const Translator& forward) {
-  if (forward.languages().both_directions) return "";
-  return "the model was not trained with --both-directions, so it cannot score the reverse direction";
-}
-
-std::string reverse_model_problem(const Translator& forward, const Translator& reverse) {
-  const ModelLanguages &f = forward.languages(), &r = reverse.languages();
+std::string reverse_problem(const Translator& forward, const Translator* reverse) {
+  const ModelLanguages& f = forward.languages();
+  if (reverse == nullptr)
+    return f.both_directions ? "" : "the model was not trained with --both-directions, so it cannot score the reverse direction";
+  const ModelLanguages& r = reverse->languages();
   if (f.source.empty() || r.source.empty()) return "";  // a model that records none: the user's word
   const bool reverses = (r.source == f.target && r.target == f.source) ||
                         (r.both_directions && r.source == f.source && r.target == f.target);
@@ -67,6 +65,7 @@ std::vector<Translation> translate_rescored(Translator& forward, Translator& rev
   size_t k = 0;
   for (auto& t : translations) {
     const size_t n = t.hypotheses.size();
+    if (n == 0) continue;  // a blank line: its one empty text stays
     for (size_t j = 0; j < n; ++j) t.hypotheses[j].score += weight * reverse_scores[k++].score;
     std::vector<size_t> order(n);
     std::iota(order.begin(), order.end(), 0);
@@ -79,7 +78,6 @@ std::vector<Translation> translate_rescored(Translator& forward, Translator& rev
       kept.push_back(std::move(t.hypotheses[j]));
       texts.push_back(std::move(t.texts[j]));
     }
-    if (n == 0) continue;  // a blank line: its one empty text stays
     t.hypotheses = std::move(kept);
     t.texts = std::move(texts);
   }

@@ -128,14 +128,11 @@ class NativeTranslator {
     // The reverse direction for reverse_weight (checked by Python): another translator, or this
     // one where it knows both directions.
     Translator* back = reverse != nullptr ? reverse->translator_.get() : translator_.get();
-    if (reverse_weight != 0 && reverse == nullptr) {
-      const std::string problem = self_reverse_problem(*translator_);
-      if (!problem.empty()) throw std::invalid_argument("reverse_weight: " + problem + ": give reverse_translator");
-    }
-    if (reverse_weight != 0 && reverse != nullptr) {
-      const std::string problem = reverse_model_problem(*translator_, *back);
-      if (!problem.empty()) throw std::invalid_argument("reverse_translator " + problem);
-    }
+    const std::string problem =
+        reverse_weight != 0 ? reverse_problem(*translator_, reverse ? reverse->translator_.get() : nullptr) : "";
+    if (!problem.empty())
+      throw std::invalid_argument(reverse ? "reverse_translator " + problem
+                                          : "reverse_weight: " + problem + ": give reverse_translator");
     std::vector<LineSteering> steering;
     if (!prefixes.empty() || !constraints.empty()) {
       steering.resize(lines.size());

@@ -26,12 +26,10 @@ struct ReverseRescoring {
 
 const OptionTable<ReverseRescoring>& reverse_rescoring_option_table();
 
-// Why `forward` cannot be its own reverse model ("" when it can: it records both directions).
-std::string self_reverse_problem(const Translator& forward);
-
-// Why `reverse` cannot score `forward`'s reverse direction ("" when it can, or when either
-// records no languages): "translates en to en, not en to de".
-std::string reverse_model_problem(const Translator& forward, const Translator& reverse);
+// Why `reverse` cannot score `forward`'s reverse direction, "" when it can: null `reverse` means
+// `forward` itself, which must record both directions; another model must translate the other
+// way ("translates de to en, not en to de"), unless either records no languages.
+std::string reverse_problem(const Translator& forward, const Translator* reverse);
 
 // translate() with every line's beam (options.search.beam_size hypotheses) reranked by
 // forward score + weight * reverse score, cut to options.search.nbest, best first; each
