@@ -91,13 +91,64 @@ def fetch(port, path):
     return r.status, data
 
 
-def translate_cli(model, lines):
+def translate_cli(model, lines, *flags):
     path = os.path.join(WORK, "in.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.write("".join(l + "\n" for l in lines))
-    r = subprocess.run([TORCHMT, "translate", "-m", model, "-q", "-i", path, "--threads", "1"], capture_output=True,
-                       text=True, check=True)
+    r = subprocess.run([TORCHMT, "translate", "-m", model, "-q", "-i", path, "--threads", "1", *flags],
+                       capture_output=True, text=True, check=True)
     return r.stdout.splitlines()
+
+
+def reranking():
+    """Beams reranked with the reverse direction: by the served model of the other pair (a request's
+    reverse_weight), by the model itself when it knows both directions (the server's --reverse-weight,
+    LibreTranslate's API too), each as `translate --reverse-weight` ranks and scores them."""
+    beam = ["--beam", "3", "--lenpen", "1.0"]
+    nbest = [tuple(l.split(" ||| ")) for l in
+             translate_cli(DEEN, GERMAN, *beam, "--nbest", "3", "--reverse-weight", "0.5", "--reverse-model", ENDE)]
+    plain = translate_cli(DEEN, GERMAN, *beam, "--nbest", "3")
+    proc, port = start("-m", DEEN, "-m", ENDE, *beam)
+    try:
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN, "source": "de", "target": "en", "nbest": 3,
+                                                              "scores": True, "reverse_weight": 0.5})
+        check(status == 200, f"/v1 reverse_weight: {status} {out}")
+        got = [(i, h["text"], h["score"]) for i, t in enumerate(out["translations"])
+               for h in t["sentences"][0]["hypotheses"]]
+        check(len(got) == len(nbest) == len(plain) and
+              all(g[0] == int(w[0]) and g[1] == w[1] and abs(g[2] - float(w[2])) < 1e-3 for g, w in zip(got, nbest)),
+              f"/v1 reranked by the en->de model as the CLI: {got} vs {nbest}")
+        check(all(abs(g[2] - float(p.split(" ||| ")[2])) > 1e-3 for g, p in zip(got, plain)),
+              "the reranked scores are not the plain beam's")
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN[0], "beam": 1, "reverse_weight": 0.5,
+                                                              "source": "de", "target": "en"})
+        check(status == 400 and "beam 2 or more" in out["error"], f"reverse_weight with a greedy request: {out}")
+    finally:
+        stop(proc)
+    proc, port = start("-m", DEEN, *beam)
+    try:
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN[0], "reverse_weight": 0.5})
+        check(status == 400 and "no model translating the other way" in out["error"], f"no reverse served: {out}")
+    finally:
+        stop(proc)
+    r = subprocess.run([TORCHMT, "serve", "-m", DEEN, "--reverse-weight", "0.5", *beam, "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 2 and "has no reverse model" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          f"--reverse-weight with no reverse model: {r.returncode} {r.stderr}")
+    r = subprocess.run([TORCHMT, "serve", "-m", DEEN, "--reverse-weight", "0.5", "--reverse-model", DEEN, *beam,
+                        "--port", "0"], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 2 and "translates de to en, not en to de" in r.stderr,
+          f"a --reverse-model of the same direction: {r.returncode} {r.stderr}")
+    want = translate_cli(BOTH, GERMAN, *beam, "--reverse-weight", "0.5")
+    proc, port = start("-m", BOTH, *beam, "--reverse-weight", "0.5")
+    try:
+        status, out, _ = call(port, "POST", "/translate", {"q": GERMAN, "source": "de", "target": "en"})
+        check(status == 200 and out["translatedText"] == want, f"LibreTranslate's API reranked by the model itself: {out}")
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": GERMAN, "beam": 1, "source": "de", "target": "en"})
+        check(status == 200 and [t["text"] for t in out["translations"]] == translate_cli(BOTH, GERMAN),
+              f"a greedy request is not reranked: {out}")
+    finally:
+        stop(proc)
 
 
 def both_directions():
@@ -127,6 +178,7 @@ def both_directions():
 
 def main():
     both_directions()
+    reranking()
     proc, port = start("-m", DEEN, "-m", ENDE)
     try:
         status, langs, _ = call(port, "GET", "/languages")

@@ -11,6 +11,7 @@
 #include "torchmt/data/language_identifier.h"
 #include "data/text_file.h"
 #include "io/checkpoint.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/loading/model_loader.h"
 #include "serving/http_api.h"
 #include "serving/http_server.h"
@@ -191,6 +192,27 @@ TEST(HttpApi, V1OptionsGoThroughTheRequestTable) {
     EXPECT_NE(std::string(e.what()).find("bogus"), std::string::npos) << e.what();
   }
   EXPECT_EQ(error_json("bad \"x\"\n\xff"), "{\"error\":\"bad \\\"x\\\"\\n\xEF\xBF\xBD\"}");
+}
+
+// reverse_weight: the server's weight is the default of requests with a beam; a request asks for
+// it with a beam, in range.
+TEST(HttpApi, ReverseWeightDefaultsToTheServersForABeam) {
+  auto s = settings();
+  s.search.beam_size = 4;
+  s.reverse_weight = 0.3;
+  EXPECT_DOUBLE_EQ(parse_v1_request("", R"({"q": "a"})", s).options.reverse_weight, 0.3);
+  EXPECT_DOUBLE_EQ(parse_v1_request("", R"({"q": "a", "beam": 1})", s).options.reverse_weight, 0);
+  EXPECT_DOUBLE_EQ(parse_v1_request("", R"({"q": "a", "reverse_weight": 0})", s).options.reverse_weight, 0);
+  EXPECT_DOUBLE_EQ(parse_v1_request("", R"({"q": "a", "beam": 2, "reverse_weight": 1.5})", s).options.reverse_weight, 1.5);
+  auto v1 = [&](const std::string& body) { return status_of([&] { parse_v1_request("application/json", body, s); }); };
+  EXPECT_EQ(v1(R"({"q": "a", "beam": 1, "reverse_weight": 0.5})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "reverse_weight": -0.5})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "reverse_weight": 11})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "reverse_weight": "much"})"), 400);
+  const std::string lt = R"({"q": "a", "source": "de", "target": "en"})";
+  EXPECT_DOUBLE_EQ(parse_libretranslate_request("application/json", lt, s).options.reverse_weight, 0.3);
+  s.search.beam_size = 1;
+  EXPECT_DOUBLE_EQ(parse_libretranslate_request("application/json", lt, s).options.reverse_weight, 0);
 }
 
 TEST(ServiceMetricsText, CountersAndCumulativeHistograms) {
@@ -433,6 +455,42 @@ TEST(TranslationService, ConfidenceOfEachSentenceAsTranslateRatesIt) {
   EXPECT_TRUE(parse_libretranslate_request("application/json", R"({"q": "Ja.", "source": "de", "target": "en", "confidence": true})",
                                            ApiSettings{}).options.confidence);
   EXPECT_THROW(parse_libretranslate_request("application/json", R"({"q": "Ja.", "confidence": 3})", ApiSettings{}), ApiError);
+}
+
+// Reranked jobs get what translate_rescored gives; plain jobs beside them stay plain (they never
+// share a batch); a weight without a reverse model or a beam is refused.
+TEST(TranslationService, RerankedJobsAsTranslateRescored) {
+  auto translator = random_translator();
+  TranslationService service(translator, ServiceOptions{});
+  const std::vector<std::string> lines = {"Guten Morgen!", "", "Wie geht es dir?"};
+  TranslationOptions options;
+  options.search.beam_size = 3;
+  options.search.nbest = 2;
+  options.search.scores = true;
+  ServiceJob reranked{lines, options};
+  reranked.reverse_weight = 0.5;
+  reranked.reverse = &translator;
+  auto first = service.submit(reranked);
+  auto second = service.submit(ServiceJob{lines, options});
+  const auto got = first.get().translations, plain = second.get().translations;
+  const auto want = translate_rescored(translator, translator, 0.5, lines, options);
+  const auto want_plain = translator.translate(lines, options);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].texts, want[i].texts);
+    EXPECT_EQ(plain[i].texts, want_plain[i].texts);
+    ASSERT_EQ(got[i].hypotheses.size(), want[i].hypotheses.size());
+    for (size_t j = 0; j < got[i].hypotheses.size(); ++j) {
+      EXPECT_NEAR(got[i].hypotheses[j].score, want[i].hypotheses[j].score, 1e-5);
+      EXPECT_NEAR(plain[i].hypotheses[j].score, want_plain[i].hypotheses[j].score, 1e-5);
+      EXPECT_GT(std::abs(got[i].hypotheses[j].score - plain[i].hypotheses[j].score), 1e-3);
+    }
+  }
+  reranked.reverse = nullptr;
+  EXPECT_THROW(service.submit(reranked), std::invalid_argument);
+  reranked.reverse = &translator;
+  reranked.options.search.beam_size = reranked.options.search.nbest = 1;
+  EXPECT_THROW(service.submit(reranked), std::invalid_argument);
 }
 
 // The binary end to end (HTTP, both APIs against `torchmt translate`, concurrency, caps,

@@ -128,18 +128,20 @@ Translator load_cli_translator(TranslatorConfig& config) {
   return load_translator(config);
 }
 
+std::unique_ptr<Translator> load_reverse_model(const ReverseRescoring& rescoring, const TranslatorConfig& forward_config) {
+  rescoring.validate(forward_config.translation.search);
+  if (rescoring.reverse_model.empty()) return nullptr;
+  TranslatorConfig config = forward_config;
+  config.models = {rescoring.reverse_model};
+  config.ensemble_weights.clear();
+  config.shortlist.clear();  // a shortlist restricts the forward direction's output
+  return std::make_unique<Translator>(load_cli_translator(config));
+}
+
 std::unique_ptr<Translator> load_reverse_translator(const ReverseRescoring& rescoring,
                                                     const TranslatorConfig& forward_config, const Translator& forward) {
-  rescoring.validate(forward_config.translation.search);
+  std::unique_ptr<Translator> reverse = load_reverse_model(rescoring, forward_config);  // null when off
   if (!rescoring.enabled()) return nullptr;
-  std::unique_ptr<Translator> reverse;
-  if (!rescoring.reverse_model.empty()) {
-    TranslatorConfig config = forward_config;
-    config.models = {rescoring.reverse_model};
-    config.ensemble_weights.clear();
-    config.shortlist.clear();  // a shortlist restricts the forward direction's output
-    reverse = std::make_unique<Translator>(load_cli_translator(config));
-  }
   const std::string problem = reverse_problem(forward, reverse.get());
   if (!problem.empty())
     throw std::invalid_argument(reverse ? "--reverse-model " + rescoring.reverse_model + " " + problem

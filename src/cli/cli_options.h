@@ -52,6 +52,10 @@ void use_heap_policy(const TranslationOptions& options);
 // (kernels/runtime.h). Throws as load_translator does (std::invalid_argument: a usage error).
 Translator load_cli_translator(TranslatorConfig& config);
 
+// --reverse-model loaded as `forward_config` says (device, dtype, threads; no ensemble weights or
+// shortlist), null when not given, after rescoring.validate().
+std::unique_ptr<Translator> load_reverse_model(const ReverseRescoring& rescoring, const TranslatorConfig& forward_config);
+
 // The reverse model --reverse-weight asks for: --reverse-model loaded as `forward_config` says
 // (device, dtype, threads), or null where `forward` is its own (a --both-directions model).
 // Nothing is loaded when rescoring is off. std::invalid_argument (a usage error) for a model

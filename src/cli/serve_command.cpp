@@ -9,6 +9,7 @@
 
 #include "cli_options.h"
 #include "torchmt/data/language_identifier.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/kernels/runtime.h"
 #include "torchmt/loading/model_loader.h"
 #include "serving/http_server.h"
@@ -23,6 +24,7 @@ struct ServeCommandOptions {
   TranslatorConfig translator;
   ServerOptions server;
   ServiceOptions service;
+  ReverseRescoring rescoring;
   std::string confidence_model, source_language, target_language, api_keys;
   bool disable_files = false;
 };
@@ -33,6 +35,7 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
   static const auto table =
       OptionTable<O>("serve")
           .include(translator_option_table(), &O::translator)
+          .include(reverse_rescoring_option_table(), &O::rescoring)
           .add("host", [](O& o) -> std::string& { return o.server.host; },
                "address to listen on (0.0.0.0 = every interface: anyone who reaches the machine can use it)", http)
           .add("port", [](O& o) -> int& { return o.server.port; }, "TCP port (0 = any free port, printed at start)", http)
@@ -141,6 +144,8 @@ int run_serve(int argc, char** argv) {
   std::vector<DirectionModel> loaded;
   o->translator.runtime = Runtime::from_environment();
   if (!check_usage([&] { loaded = load_translators_by_direction(o->translator); }, argv[0])) return kExitUsage;
+  std::unique_ptr<Translator> reverse_model;
+  if (!check_usage([&] { reverse_model = load_reverse_model(o->rescoring, o->translator); }, argv[0])) return kExitUsage;
   ServiceMetrics metrics;
   std::vector<std::unique_ptr<TranslationService>> services;
   std::vector<ServedModel> served;
@@ -171,6 +176,8 @@ int run_serve(int argc, char** argv) {
   server_options.confidence_model = confidence_model;
   server_options.api_keys = server_options_keys;
   server_options.files_translation = !o->disable_files;
+  server_options.api.reverse_weight = o->rescoring.weight;
+  server_options.reverse_model = reverse_model.get();
   std::unique_ptr<HttpServer> server_ptr;
   if (!check_usage([&] { server_ptr = std::make_unique<HttpServer>(served, metrics, server_options); }, argv[0]))
     return kExitUsage;
@@ -193,6 +200,9 @@ int run_serve(int argc, char** argv) {
               << services[i]->plan().threads_per_worker << " threads)" << std::endl;
     if (!t.dtype_reason().empty()) std::cerr << "torchmt serve: dtype auto: " << t.dtype_reason() << std::endl;
   }
+  if (o->rescoring.enabled())
+    std::cerr << "torchmt serve: beams reranked with the reverse direction (--reverse-weight "
+              << o->rescoring.weight << ")" << std::endl;
   if (o->server.host != "127.0.0.1" && o->server.host != "localhost" && o->server.host != "::1")
     std::cerr << "torchmt serve: warning: listening on " << o->server.host
               << ", not on loopback only: whoever reaches this address can use the server" << std::endl;

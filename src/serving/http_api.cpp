@@ -130,6 +130,10 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
   if (const std::string sampling = sampling_problem(s, false); !sampling.empty()) throw ApiError(400, sampling);
   if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
     throw ApiError(400, "attention_layer or attention_head out of range");
+  if (!std::isfinite(o.reverse_weight) || o.reverse_weight < 0 || o.reverse_weight > 10)
+    throw ApiError(400, "reverse_weight must be between 0 and 10");
+  if (o.reverse_weight > 0 && s.beam_size < 2)
+    throw ApiError(400, "reverse_weight reranks a beam: ask for beam 2 or more");
   if (o.format != "text" && o.format != "html")
     throw ApiError(400, "format '" + escape_control(o.format) + "' is not supported (text or html)");
   if (o.format == "html" && o.confidence) throw ApiError(400, "confidence is for format text");
@@ -201,7 +205,10 @@ const OptionTable<RequestOptions>& request_option_table() {
           .add("format", &R::format,
                "text, or html: each text is an HTML document (tags kept, inline tags placed by the alignments)")
           .add("split_sentences", &R::split_sentences,
-               "split each line into sentences and translate them one by one (always for html)");
+               "split each line into sentences and translate them one by one (always for html)")
+          .add("reverse_weight", &R::reverse_weight,
+               "rerank the beam by score(translation | source) + W x score(source | translation), the second by "
+               "the model translating the other way (0 = off; default: the server's --reverse-weight for a beam)");
   return table;
 }
 
@@ -332,6 +339,7 @@ LibreTranslateRequest read_libretranslate_request(const std::string& content_typ
     request.options.search.nbest = n + 1;
     request.options.search.beam_size = std::max(request.options.search.beam_size, n + 1);
   }
+  if (request.options.search.beam_size >= 2) request.options.reverse_weight = settings.reverse_weight;
   if (settings.batch_limit >= 0 && request.list && static_cast<int64_t>(request.texts.size()) > settings.batch_limit)
     throw ApiError(400, "Invalid request: request (" + std::to_string(request.texts.size()) + ") exceeds text limit (" +
                             std::to_string(settings.batch_limit) + ")");
@@ -442,11 +450,14 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   }
   RequestOptions start;
   start.search = settings.search;
+  start.reverse_weight = settings.reverse_weight;
   try {
     request.options = request_option_table().read(config, start, false);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, e.what());
   }
+  // The server's weight reranks the requests that have a beam; one asked for needs it.
+  if (!doc.contains("reverse_weight") && request.options.search.beam_size < 2) request.options.reverse_weight = 0;
   check_options(request.options, settings.limits);
   const auto format = parse_document_format(request.options.format);
   const bool documents = format == DocumentFormat::kHtml || request.options.split_sentences;

@@ -51,6 +51,7 @@ struct LanguagePair {
 struct ApiSettings {
   ApiLimits limits;
   SearchOptions search;  // the server's defaults; /v1 requests may override them
+  double reverse_weight = 0;  // --reverse-weight: requests with a beam are reranked (the default of /v1's)
   // The directions served, one per model: route i is model i. Empty: one model that recorded
   // no languages, which takes any source and target.
   std::vector<LanguagePair> pairs;
@@ -73,6 +74,7 @@ struct RequestOptions {
   std::string api_key;          // the client's key (the server checks it)
   std::string format = "text";  // or "html"
   bool split_sentences = false; // split each line into sentences (always for html)
+  double reverse_weight = 0;    // rerank the beam with the reverse direction (0 = off)
 };
 const OptionTable<RequestOptions>& request_option_table();
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decoding/document_translator.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "torchmt/decoding/translator.h"
 #include "serving/metrics.h"
 #include "serving/translated_files.h"
@@ -126,6 +127,22 @@ struct HttpServer::Impl {
       identifier->merge(model.translator->languages().identifier);
     }
     if (!identifier->empty()) options.api.identifier = identifier;
+    // Each model's reverse direction, for requests reranked with it.
+    for (auto& model : models) {
+      if (reverse_problem(*model.translator, nullptr).empty()) model.reverse = model.translator;
+      for (const auto& other : models)
+        if (!model.reverse && !model.languages.source.empty() && other.languages.source == model.languages.target &&
+            other.languages.target == model.languages.source)
+          model.reverse = other.translator;
+      if (!model.reverse && options.reverse_model) {
+        const std::string problem = reverse_problem(*model.translator, options.reverse_model);
+        if (!problem.empty()) throw std::invalid_argument("--reverse-model " + problem + " (the reverse of " + model.name + ")");
+        model.reverse = options.reverse_model;
+      }
+      if (!model.reverse && options.api.reverse_weight > 0)
+        throw std::invalid_argument("--reverse-weight: " + model.name + " has no reverse model (serve one translating the "
+                                    "other way beside it, give --reverse-model, or train with --both-directions)");
+    }
     languages_json = dump(languages_answer());
     spec_json = dump(openapi_spec());
     settings_json = dump(frontend_settings());
@@ -423,6 +440,12 @@ struct HttpServer::Impl {
     job.alignments = request.options.alignments || (markup && translator.model());
     job.confidence = request.options.confidence;
     job.confidence_model = options.confidence_model;
+    job.reverse_weight = request.options.reverse_weight;
+    if (job.reverse_weight > 0) {
+      if (!model.reverse)
+        throw ApiError(400, "reverse_weight: this server has no model translating the other way for " + model.name);
+      job.reverse = model.reverse;
+    }
     if (job.sentences.empty()) {  // a blank document has nothing to translate
       std::promise<ServiceResult> none;
       none.set_value({});

@@ -50,6 +50,9 @@ struct ServerOptions {
   int64_t req_limit = -1;                   // requests per minute per client address (-1: none); keys have their own
   bool files_translation = true;            // POST /translate_file (.txt, .html)
   int64_t max_file_sentences = 2048;        // sentences of a translated file (413 beyond)
+  // --reverse-model: the reverse direction of a served model that has none among the served
+  // ones (null: none); api.reverse_weight > 0 needs one for every model.
+  Translator* reverse_model = nullptr;
 };
 
 // One model the server routes requests to (its translator and its batching queue).
@@ -58,12 +61,17 @@ struct ServedModel {
   TranslationService* service = nullptr;
   std::string name;        // shown by /v1/health
   LanguagePair languages;  // empty codes: the model recorded none (then it must be the only one)
+  // The model that scores the other way for reverse_weight (set by the server: the model itself
+  // when trained on both directions, else the served model of the reverse pair, else
+  // --reverse-model; null: none).
+  Translator* reverse = nullptr;
 };
 
 class HttpServer {
  public:
   // The models, their translators and services and the metrics must outlive the server.
-  // std::invalid_argument for two models of one direction, or a model without languages beside others.
+  // std::invalid_argument for two models of one direction, a model without languages beside
+  // others, or a --reverse-weight with a model that has no reverse.
   HttpServer(std::vector<ServedModel> models, ServiceMetrics& metrics, ServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

@@ -9,6 +9,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "decoding/greedy_stream.h"
+#include "torchmt/decoding/reverse_rescoring.h"
 #include "serving/metrics.h"
 #include "torchmt/util/device.h"
 #include "util/thread_team.h"
@@ -24,6 +25,11 @@ bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
          x.early_exit == y.early_exit && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
          x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
          a.use_cache == b.use_cache;
+}
+
+// Jobs that may share a whole batch: the same search and the same reranking.
+bool same_batch(const ServiceJob& a, const ServiceJob& b) {
+  return same_search(a.options, b.options) && a.reverse_weight == b.reverse_weight && a.reverse == b.reverse;
 }
 
 // What sentence i of a job asks of the search; its sampling stream is its index in the job.
@@ -82,6 +88,10 @@ std::future<ServiceResult> TranslationService::submit(ServiceJob job) {
   if (!job.constraints.empty() && job.constraints.size() != job.sentences.size())
     throw std::invalid_argument(std::to_string(job.constraints.size()) + " constraint lists for " +
                                 std::to_string(job.sentences.size()) + " sentences");
+  if (job.reverse_weight != 0) {
+    if (job.reverse == nullptr) throw std::invalid_argument("reverse_weight needs a model translating the other way");
+    ReverseRescoring{job.reverse_weight, {}}.validate(job.options.search);
+  }
   auto pending = std::make_unique<Pending>();
   for (const auto& s : job.sentences) {  // outside the lock: tokenizing
     bool truncated = false;
@@ -129,23 +139,24 @@ void TranslationService::publish_queue_locked() {
 bool TranslationService::streamable(const Pending& p) const {
   const auto& o = p.job.options;
   // Constrained sentences take the beam search (a beam of 1 too), which a stream does not run.
-  return !decoders_.empty() && o.search.beam_size == 1 && o.search.nbest == 1 && o.use_cache &&
+  return !decoders_.empty() && o.search.beam_size == 1 && o.search.nbest == 1 && o.use_cache && p.job.reverse_weight == 0 &&
          p.job.constraints.empty() && static_cast<int64_t>(p.job.sentences.size()) < kMaxStreamSentences;
 }
 
 std::vector<std::unique_ptr<TranslationService::Pending>> TranslationService::take_batch_locked() {
   // Whole requests like the oldest, in arrival order: this worker's share of them when
   // others are free too, never more than the budget (the oldest always goes).
-  const TranslationOptions key = queue_.front()->job.options;
+  // The oldest's job lives on in the batch it is moved to.
+  const ServiceJob& key = queue_.front()->job;
   int64_t like = 0;
   for (const auto& p : queue_)
-    if (same_search(p->job.options, key)) like += static_cast<int64_t>(p->job.sentences.size());
+    if (same_batch(p->job, key)) like += static_cast<int64_t>(p->job.sentences.size());
   const int64_t share = (like + idle_workers_ - 1) / std::max<int64_t>(1, idle_workers_);
   --idle_workers_;
   std::vector<std::unique_ptr<Pending>> batch;
   int64_t tokens = 0, sentences = 0;
   for (auto it = queue_.begin(); it != queue_.end() && (batch.empty() || sentences < share);) {
-    if (!same_search((*it)->job.options, key)) {
+    if (!same_batch((*it)->job, key)) {
       ++it;
       continue;
     }
@@ -245,7 +256,7 @@ void TranslationService::worker_loop(size_t worker) {
       auto tokens_like_oldest = [&] {
         int64_t tokens = 0;
         for (const auto& p : queue_)
-          if (same_search(p->job.options, queue_.front()->job.options)) tokens += p->tokens;
+          if (same_batch(p->job, queue_.front()->job)) tokens += p->tokens;
         return tokens;
       };
       wake_.wait_until(lock, deadline, [&] {
@@ -351,7 +362,10 @@ void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
   options.batch_source_tokens = 0;
   std::vector<Translation> translations;
   try {
-    translations = translator_.translate(lines, options, {}, steering);
+    const ServiceJob& job = batch.front()->job;
+    translations = job.reverse_weight > 0
+                       ? translate_rescored(translator_, *job.reverse, job.reverse_weight, lines, options, {}, steering)
+                       : translator_.translate(lines, options, {}, steering);
   } catch (...) {
     for (auto& p : batch) p->promise.set_exception(std::current_exception());
     return;

@@ -61,6 +61,10 @@ struct ServiceJob {
   std::vector<std::vector<std::string>> constraints = {};  // each sentence's target phrases, or none
   bool confidence = false;  // also each sentence's confidence
   std::shared_ptr<const ConfidenceModel> confidence_model = {};  // its calibration; null: the raw estimate
+  // Above 0: the beam reranked with `reverse` (decoding/reverse_rescoring.h), which translates
+  // the other way and must outlive the job; it may be the service's own translator.
+  double reverse_weight = 0;
+  Translator* reverse = nullptr;
 };
 
 struct ServiceResult {
