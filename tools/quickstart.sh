@@ -42,9 +42,10 @@ printf '%s\n' "Ein Mann fährt mit dem Fahrrad durch die Stadt." "Zwei Kinder sp
   "Eine Frau liest ein Buch am Strand." | "$tm" translate -m "$run/checkpoint_best.pt" \
   --attention-svg "$run/attention.svg"
 echo
-echo "== test_2016_flickr (beam 5, length penalty 1.45: chosen on the validation set, tools/recipes/README.md) =="
+lenpen=1.45  # chosen on the validation set (tools/recipes/README.md, "The length penalty")
+echo "== test_2016_flickr (beam 5, length penalty $lenpen) =="
 "$tm" evaluate -m "$run/checkpoint_best.pt" --src $d/test_2016_flickr.de.gz --ref $d/test_2016_flickr.en.gz --beam 5 \
-  --lenpen 1.45 \
+  --lenpen $lenpen \
   | tee "$run/test_2016.txt"
 phase "translate and evaluate"
 
@@ -53,6 +54,6 @@ echo "== wall time =="
 printf '%s\n' "${phases[@]}"
 printf '%-28s %4d s\n' "total" $((SECONDS - total_start))
 echo
-echo "BLEU (test_2016_flickr, beam 5, lenpen 1.45): $(grep -m1 -o '^BLEU = [0-9.]*' "$run/test_2016.txt")"
+echo "BLEU (test_2016_flickr, beam 5, lenpen $lenpen): $(grep -m1 -o '^BLEU = [0-9.]*' "$run/test_2016.txt")"
 echo "Pictures: $run/curves.svg (loss and BLEU), $run/attention.svg (cross-attention of the first sentence)"
 echo "Metrics: $run/metrics.csv   Model: $run/checkpoint_best.pt"
