@@ -136,6 +136,59 @@ TEST(Trainer, InitFromStartsFromTheCheckpointWithANewSchedule) {
   EXPECT_THROW(Trainer(missing).run(), std::runtime_error);
 }
 
+// The pieces `lines` encode to, with the special ids.
+at::Tensor pieces_of(const std::vector<std::string>& lines) {
+  const Tokenizer& tok = test::sample_tokenizer();
+  at::Tensor seen = torch::zeros({tok.vocab_size()}, torch::kBool);
+  for (const auto& line : lines)
+    for (int64_t id : tok.encode(line)) seen[id] = true;
+  const SpecialIds special;
+  for (int64_t id : {special.pad, special.unk, special.bos, special.eos}) seen[id] = true;
+  return seen;
+}
+
+// --output-columns corpus (the default): the checkpoint's open columns are exactly the pieces of
+// the training and validation targets, and no translation holds another; `all` keeps every one
+// open; fine-tuning on other targets keeps open what the model it starts from had open.
+TEST(Trainer, OutputColumnsAreThePiecesOfTheTargets) {
+  test::TempDir dir;
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  write_lines(dir.file("train.de"), std::vector<std::string>(de.begin() + 10, de.end()));
+  write_lines(dir.file("train.en"), std::vector<std::string>(en.begin() + 10, en.end()));
+  write_lines(dir.file("valid.de"), std::vector<std::string>(de.begin(), de.begin() + 10));
+  write_lines(dir.file("valid.en"), std::vector<std::string>(en.begin(), en.begin() + 10));
+  TrainOptions o = tiny_run(dir.file("run"), dir.file("train.de"), dir.file("train.en"));
+  o.valid_src = dir.file("valid.de");
+  o.valid_tgt = dir.file("valid.en");
+  o.max_steps = 4;
+  Trainer(o).run();
+  const at::Tensor expected = pieces_of(en);
+  ASSERT_LT(expected.sum().item<int64_t>(), expected.size(0));  // something to close
+  auto trained = load_checkpoint(dir.file("run/checkpoint_last.pt"), torch::kCPU);
+  EXPECT_TRUE(torch::equal(trained.model->open_output_columns(), expected));
+  auto translator = load_translator(dir.file("run/checkpoint_last.pt"), torch::kCPU, torch::kFloat);
+  TranslationOptions beam;
+  beam.search.beam_size = 4;
+  beam.search.nbest = 4;
+  for (const Translation& t : translator.translate(de, beam))
+    for (const Hypothesis& h : t.hypotheses)
+      for (int64_t id : h.tokens) EXPECT_TRUE(expected[id].item<bool>()) << "closed piece " << id << " produced";
+
+  TrainOptions all = o;
+  all.out = dir.file("all");
+  all.output_columns = "all";
+  Trainer(all).run();
+  EXPECT_TRUE(load_checkpoint(dir.file("all/checkpoint_last.pt"), torch::kCPU).model->open_output_columns().all().item<bool>());
+
+  TrainOptions tuned = tiny_run(dir.file("tuned"), dir.file("train.en"), dir.file("train.de"));
+  tuned.init_from = dir.file("run/checkpoint_last.pt");
+  tuned.max_steps = 1;
+  Trainer(tuned).run();
+  const at::Tensor german = pieces_of(std::vector<std::string>(de.begin() + 10, de.end()));
+  EXPECT_TRUE(torch::equal(load_checkpoint(dir.file("tuned/checkpoint_last.pt"), torch::kCPU).model->open_output_columns(),
+                           expected | german));
+}
+
 TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {
   test::TempDir dir;
   TrainOptions o = tiny_run(dir.file("run"), test::sample_de(), test::sample_en());
@@ -255,6 +308,10 @@ TEST(TrainCommand, BadFlagsAndInputsAreOneLineErrors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("a.de"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("a.en"), std::string::npos) << r.output;
+  r = test::run_command(test::torchmt_binary() + " train --train-src " + dir.file("a.de") + " --train-tgt " +
+                        dir.file("a.de") + " --output-columns some --out " + dir.file("run2"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--output-columns must be corpus or all, not 'some'"), std::string::npos) << r.output;
 }
 
 }  // namespace

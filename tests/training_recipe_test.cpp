@@ -245,5 +245,42 @@ TEST(TrainingStep, RDropIsThePlainUpdateWithoutDropoutAndTrainsItsKlTermWithDrop
   for (const auto& p : strong_model->parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
 }
 
+// Training over the open output columns only is the whole layer's update when the others are
+// closed (their probability is zero there): the same loss, gradient norm and gradients (Adam's
+// first moments after one update; the weights themselves differ by Adam's sign of gradients
+// that are zero but for rounding, e.g. the keys' biases), and the closed columns stay closed.
+TEST(TrainingStep, OpenColumnsOnlyEqualTheWholeLayerWithTheOthersClosed) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelConfig c = ModelConfig::preset("tiny");
+    c.src_vocab_size = c.tgt_vocab_size = 30;
+    c.dropout = 0.0;
+    c.tie_embeddings = tied;
+    // The batch's targets and specials open, and a few columns no target holds.
+    at::Tensor open = torch::zeros({30}, torch::kBool);
+    for (int64_t id : {0, 1, 2, 3, 13, 14, 15, 16, 20, 27}) open[id] = true;
+    std::vector<Transformer> models;
+    std::vector<std::unique_ptr<AdamOptimizer>> optimizers;
+    std::vector<StepResult> results;
+    for (bool columns_only : {false, true}) {
+      torch::manual_seed(3);
+      Transformer model(c);
+      model->close_output_columns(open);
+      optimizers.push_back(std::make_unique<AdamOptimizer>(unique_parameters(*model), AdamOptions{}));
+      TrainingStep step(model, *optimizers.back(), LabelSmoothedCrossEntropy(0.0, 0), torch::kCPU, torch::kFloat, 1.0);
+      if (columns_only) step.set_output_columns(model->open_output_columns());
+      results.push_back(step.run({rdrop_batch()}, 1e-2));
+      results.back().wait();
+      models.push_back(model);
+    }
+    EXPECT_NEAR(results[1].loss, results[0].loss, 1e-5 * results[0].loss);
+    EXPECT_NEAR(results[1].grad_norm, results[0].grad_norm, 1e-4 * results[0].grad_norm);
+    const auto &whole = optimizers[0]->exp_avg(), &part = optimizers[1]->exp_avg();
+    ASSERT_EQ(whole.size(), part.size());
+    for (size_t i = 0; i < whole.size(); ++i) EXPECT_TRUE(torch::allclose(part[i], whole[i], 1e-4, 1e-8)) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(models[1]->open_output_columns(), open));
+  }
+}
+
 }  // namespace
 }  // namespace torchmt

@@ -699,6 +699,43 @@ TEST(Transformer, TiedEmbeddingsShareOneTensor) {
             }())));
 }
 
+// A closed output column has zero probability in the whole layer's softmax, and the softmax over
+// the open columns alone (forward_columns) is the whole layer's on them; opening it again gives
+// it bias 0.
+TEST(Transformer, ClosedOutputColumnsHaveZeroProbabilityAndTheOpenOnesTheirOwnSoftmax) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelConfig c = small_test_config();
+    c.dropout = 0.0;
+    if (tied) c.tgt_vocab_size = c.src_vocab_size;
+    c.tie_embeddings = tied;
+    torch::manual_seed(5);
+    Transformer model(c);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    model->fc_out->bias.uniform_(-1, 1);  // not the fresh zeros, so that reopening shows
+    EXPECT_TRUE(model->open_output_columns().all().item<bool>());
+    at::Tensor open = torch::rand({c.tgt_vocab_size}).lt(0.5);
+    open[c.pad_id] = true;
+    model->close_output_columns(open);
+    EXPECT_TRUE(torch::equal(model->open_output_columns(), open));
+
+    auto src = torch::randint(4, c.src_vocab_size, {2, 6});
+    auto tgt = torch::randint(4, c.tgt_vocab_size, {2, 5});
+    const at::Tensor full = torch::log_softmax(model->forward(src, tgt), -1);  // [B, T, V]
+    EXPECT_TRUE(full.index({"...", open.logical_not()}).exp().eq(0).all().item<bool>());
+    const at::Tensor columns = open.nonzero().flatten();
+    const at::Tensor part = torch::log_softmax(model->forward_columns(src, tgt, columns), -1);  // [B, T, C]
+    EXPECT_TRUE(torch::allclose(part, full.index_select(-1, columns), 1e-5, 1e-5));
+
+    const at::Tensor bias_before = model->fc_out->bias.clone();
+    model->close_output_columns(torch::ones({c.tgt_vocab_size}, torch::kBool));
+    EXPECT_TRUE(model->open_output_columns().all().item<bool>());
+    EXPECT_TRUE(model->fc_out->bias.index({open.logical_not()}).eq(0).all().item<bool>());
+    EXPECT_TRUE(torch::equal(model->fc_out->bias.index({open}), bias_before.index({open})));
+  }
+}
+
 TEST(Transformer, PresetsHaveThePaperShapes) {
   auto base = ModelConfig::preset("base");
   EXPECT_EQ(base.d_model, 512);

@@ -133,4 +133,22 @@ EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::strin
   return encode_pairs(src, tgt, 0, src_tok, tgt_tok, options);
 }
 
+std::vector<bool> target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special) {
+  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+  auto mark = [&](int64_t id) {
+    if (id >= 0 && id < vocab) seen[static_cast<size_t>(id)] = true;
+  };
+  std::vector<int64_t> ids;
+  for (const PairSource* corpus : corpora) {
+    for (int64_t i = 0; i < corpus->size(); ++i) {
+      ids.resize(static_cast<size_t>(corpus->tgt_length(i)));
+      corpus->copy_tgt(i, ids.data());
+      for (int64_t id : ids) mark(id);
+    }
+    corpus->release_pages();
+  }
+  for (int64_t id : {special.pad, special.unk, special.bos, special.eos}) mark(id);
+  return seen;
+}
+
 }  // namespace torchmt

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 
 namespace torchmt {
@@ -24,6 +25,10 @@ class PairSource {
   // A mapped corpus returns the pages it read to the page cache; in memory, nothing to do.
   virtual void release_pages() const {}
 };
+
+// The ids a model trained on `corpora` must be able to predict (train --output-columns corpus):
+// `vocab` flags, set for every id their targets hold and for the special ids.
+std::vector<bool> target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special);
 
 // `forward`'s pairs with their sides swapped (target -> source): a second direction trained
 // from the same encoded corpus, without a second copy of it. `forward` must outlive it.

@@ -183,6 +183,31 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Te
   return forward(src, tgt, make_padding_mask(src, config_.pad_id), make_target_mask(tgt, config_.pad_id));
 }
 
+torch::Tensor TransformerImpl::forward_columns(const torch::Tensor& src, const torch::Tensor& tgt,
+                                               const torch::Tensor& columns) {
+  const auto src_mask = make_padding_mask(src, config_.pad_id);
+  auto hidden = decode(tgt, encode(src, src_mask), src_mask, make_target_mask(tgt, config_.pad_id));  // [B, T, D]
+  return torch::linear(hidden, fc_out->weight.index_select(0, columns),  // [C, D]
+                       fc_out->bias.defined() ? fc_out->bias.index_select(0, columns) : torch::Tensor());
+}
+
+void TransformerImpl::close_output_columns(const torch::Tensor& open) {
+  TORCH_CHECK(open.dim() == 1 && open.size(0) == config_.tgt_vocab_size && open.scalar_type() == torch::kBool,
+              "close_output_columns takes a [", config_.tgt_vocab_size, "] bool tensor");
+  if (!fc_out->bias.defined()) return;
+  torch::NoGradGuard no_grad;
+  auto& bias = fc_out->bias;
+  const auto is_open = open.to(bias.device());
+  const auto was_closed = open_output_columns().logical_not().to(bias.device());
+  bias.masked_fill_(is_open & was_closed, 0.0);
+  bias.masked_fill_(is_open.logical_not(), kClosedColumnBias);
+}
+
+torch::Tensor TransformerImpl::open_output_columns() const {
+  if (!fc_out->bias.defined()) return torch::ones({config_.tgt_vocab_size}, torch::kBool);
+  return fc_out->bias.detach().gt(kClosedColumnBias / 10).to(torch::kCPU);
+}
+
 DecoderCache TransformerImpl::start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask) {
   DecoderCache cache;
   cache.src_mask = without_empty_rows(src_mask);  // once, not at every step

@@ -17,6 +17,7 @@ class LabelSmoothedCrossEntropy {
   // logits [B, T, V] (any float dtype; computed in fp32), target [B, T].
   CriterionOutput operator()(const at::Tensor& logits, const at::Tensor& target) const;
   int64_t pad_id() const { return pad_id_; }
+  double smoothing() const { return smoothing_; }
 
  private:
   double smoothing_;

@@ -84,6 +84,10 @@ const OptionTable<TrainOptions>& train_option_table() {
            "weights; checkpoint_best.pt holds whichever scores higher (0 = off)",
            optim)
       .add("label_smoothing", &O::label_smoothing, "label smoothing epsilon", optim)
+      .add("output_columns", &O::output_columns,
+           "corpus: close the output columns (pieces) no training or validation target holds, so the model never "
+           "predicts them and training computes only the others (faster) | all: train every column",
+           optim)
       .add("bpe_dropout", &O::bpe_dropout,
            "BPE-dropout: segment each training pair anew every epoch, skipping each merge at this probability "
            "(subword regularisation, e.g. 0.1; 0 = off)",
@@ -164,6 +168,8 @@ void TrainOptions::validate() const {
   require(ema_decay == 0 || (ema_decay > 0 && ema_decay < 1), "--ema-decay must be 0 (off) or in (0, 1)");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(bpe_dropout >= 0 && bpe_dropout < 1, "--bpe-dropout must be in [0, 1)");
+  require(output_columns == "corpus" || output_columns == "all",
+          "--output-columns must be corpus or all, not '" + output_columns + "'");
   require(rdrop_alpha >= 0 && std::isfinite(rdrop_alpha), "--rdrop-alpha must be 0 (off) or positive");
   require(clip_norm >= 0, "--clip-norm must not be negative");
   require(tie_embeddings == "auto" || tie_embeddings == "true" || tie_embeddings == "false",

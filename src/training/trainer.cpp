@@ -51,6 +51,7 @@ TrainSummary TrainingRun::loop() {
   step.distribute(reducer_.get(), group_.get());
   step.set_moe_aux_loss(o_.moe_aux_loss);
   step.set_rdrop(o_.rdrop_alpha);
+  step.set_output_columns(model_->open_output_columns());  // the same on every rank: rank 0's weights
   int64_t bad_steps = 0;
   std::vector<Batch> batches;
   while (scheduler.keep_going(position_)) {

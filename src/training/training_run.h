@@ -57,6 +57,7 @@ class TrainingRun {
   void build_batcher();
   void choose_dtype();
   void build_validator();
+  void choose_output_columns();
   void describe_run();
   void resume();
   void learn_languages();

@@ -181,6 +181,7 @@ TrainingRun::TrainingRun(const TrainOptions& o, const TrainHooks& hooks)
   build_batcher();
   choose_dtype();
   build_validator();
+  choose_output_columns();
   describe_run();
   resume();
   learn_languages();
@@ -326,6 +327,41 @@ void TrainingRun::build_validator() {
   validator_.emplace(o_.valid_src, o_.valid_tgt, src_tokenizer(), tgt_tokenizer(), corpus, o_.batch_tokens,
                      o_.valid_batch_size, device_, dtype_);
   log_.line("valid: " + validator_->summary());
+}
+
+// --output-columns corpus: the columns no training or validation target holds are closed
+// (Transformer::close_output_columns); the training step computes only the open ones. A resumed
+// run keeps its checkpoint's; the other ranks take rank 0's with its weights (start_from_rank0).
+void TrainingRun::choose_output_columns() {
+  if (!rank0_ || o_.resume) return;
+  const auto vocab = static_cast<size_t>(model_config_.tgt_vocab_size);
+  std::vector<bool> open(vocab, true);
+  std::string why = "every piece (--output-columns all)";
+  if (o_.output_columns == "corpus" && o_.bpe_dropout > 0) {
+    why = "every piece: BPE-dropout segments the targets anew";
+  } else if (o_.output_columns == "corpus" && !model_->fc_out->bias.defined()) {
+    why = "every piece: the output layer has no bias to close columns with";
+  } else if (o_.output_columns == "corpus") {
+    const auto t0 = Clock::now();
+    std::vector<const PairSource*> corpora;
+    for (const CorpusShare& share : corpora_->shares()) corpora.push_back(share.source);
+    if (validator_) corpora.push_back(&validator_->corpus());
+    open = target_ids(corpora, model_config_.tgt_vocab_size, model_config_.special_ids());
+    why = "the pieces of the training and validation targets";
+    if (!o_.init_from.empty()) {  // fine-tuning never takes a piece away from the model it starts from
+      const at::Tensor before = model_->open_output_columns();
+      const auto* was_open = before.data_ptr<bool>();
+      for (size_t id = 0; id < vocab; ++id) open[id] = open[id] || was_open[id];
+      why += " and the columns " + o_.init_from + " has open";
+    }
+    why += ", found in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s";
+  }
+  at::Tensor mask = torch::zeros({static_cast<int64_t>(vocab)}, torch::kBool);
+  auto* m = mask.data_ptr<bool>();
+  for (size_t id = 0; id < vocab; ++id) m[id] = open[id];
+  model_->close_output_columns(mask);
+  log_.line("output columns: " + with_thousands(mask.sum().item<int64_t>()) + " of " +
+            with_thousands(static_cast<int64_t>(vocab)) + " open (" + why + ")");
 }
 
 // What every checkpoint records besides the weights.

@@ -33,6 +33,25 @@ void start_loss_scaling(OptimizerState& state, c10::Device device, double initia
   state.growth_tracker = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt).device(device));
 }
 
+void TrainingStep::set_output_columns(const at::Tensor& open) {
+  TORCH_CHECK(open.dim() == 1 && open.scalar_type() == torch::kBool, "set_output_columns takes a [V] bool tensor");
+  columns_ = column_of_ = at::Tensor();
+  const int64_t pad = criterion_.pad_id();
+  if (open.all().item<bool>()) {
+    criterion_ = LabelSmoothedCrossEntropy(criterion_.smoothing(), pad);
+    return;
+  }
+  TORCH_CHECK(open[pad].item<bool>(), "set_output_columns: the padding column must stay open");
+  const at::Tensor columns = open.nonzero().flatten();  // [C] ascending
+  const int64_t pad_column = open.narrow(0, 0, pad).sum().item<int64_t>();
+  // A closed id (none in targets the columns were chosen from) would count as padding.
+  at::Tensor column_of = torch::full({open.size(0)}, pad_column, torch::kLong);
+  column_of.index_put_({columns}, torch::arange(columns.size(0), torch::kLong));
+  criterion_ = LabelSmoothedCrossEntropy(criterion_.smoothing(), pad_column);
+  columns_ = columns.to(device_);
+  column_of_ = column_of.to(device_);
+}
+
 void TrainingStep::set_loss_scaling(double initial_scale, int64_t growth_interval) {
   if (dtype_ != c10::ScalarType::Half) return;
   start_loss_scaling(optimizer_.state(), device_, initial_scale);
@@ -55,17 +74,21 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
     const Batch& batch = batches[i];
     if (reducer_ != nullptr && i + 1 == batches.size()) reducer_->arm();
     at::Tensor logits;
+    const at::Tensor src = rdrop ? torch::cat({batch.src, batch.src}) : batch.src;            // [B', S]
+    const at::Tensor tgt_in = rdrop ? torch::cat({batch.tgt_in, batch.tgt_in}) : batch.tgt_in;  // [B', T]
     {
       AutocastGuard autocast(device_, dtype_);
-      logits = rdrop ? model_->forward(torch::cat({batch.src, batch.src}),         // [2B, S]
-                                       torch::cat({batch.tgt_in, batch.tgt_in}))  // [2B, T] -> [2B, T, V]
-                     : model_->forward(batch.src, batch.tgt_in);                  // [B, T, V]
+      logits = columns_.defined() ? model_->forward_columns(src, tgt_in, columns_)  // [B', T, C]
+                                  : model_->forward(src, tgt_in);                   // [B', T, V]
     }
-    auto out = criterion_(logits, rdrop ? torch::cat({batch.tgt_out, batch.tgt_out}) : batch.tgt_out);
+    // The targets as the logits' columns.
+    const at::Tensor gold = columns_.defined() ? column_of_.index_select(0, batch.tgt_out.flatten()).view_as(batch.tgt_out)
+                                               : batch.tgt_out;  // [B, T]
+    auto out = criterion_(logits, rdrop ? torch::cat({gold, gold}) : gold);
     // The translation loss of one copy of the batch: under R-Drop the two copies' mean.
     at::Tensor loss = rdrop ? out.loss * 0.5 : out.loss;
     at::Tensor objective = loss;
-    if (rdrop) objective = objective + rdrop_symmetric_kl(logits, batch.tgt_out, criterion_.pad_id()) * (rdrop_alpha_ / 4);
+    if (rdrop) objective = objective + rdrop_symmetric_kl(logits, gold, criterion_.pad_id()) * (rdrop_alpha_ / 4);
     at::Tensor aux = moe_aux_coefficient_ > 0 ? model_->moe_aux_loss() : at::Tensor();
     if (aux.defined()) objective = objective + aux * (moe_aux_coefficient_ * static_cast<double>(batch.tgt_tokens));
     (scale.defined() ? objective * scale : objective).backward();

@@ -56,6 +56,12 @@ class TrainingStep {
   // target token (the R-Drop paper's fairseq criterion, normalised per token of one copy). The
   // reported loss is the copies' mean label-smoothed loss; tokens count one copy.
   void set_rdrop(double alpha) { rdrop_alpha_ = alpha; }
+  // Trains over the open output columns only (`open` [V] bool: the model's
+  // open_output_columns()): logits, softmax and label smoothing span those columns, the same
+  // distribution as the whole layer's with the closed columns' zero probability, for less work.
+  // Targets must be open columns (a closed one would count as padding). All open: the whole
+  // layer, as without.
+  void set_output_columns(const at::Tensor& open);
   // fp16 (CUDA): dynamic loss scaling as PyTorch's GradScaler (reference 002). The loss is
   // multiplied by the scale before backward so that small gradients survive fp16, and the
   // gradients divided by it before the update; an update whose gradients overflowed is
@@ -76,6 +82,8 @@ class TrainingStep {
   double clip_norm_;
   double moe_aux_coefficient_ = 0.0;
   double rdrop_alpha_ = 0.0;
+  at::Tensor columns_;    // [C] int64 on the device: the open output columns; undefined: all
+  at::Tensor column_of_;  // [V] int64 on the device: a vocabulary id's place in columns_
   int64_t growth_interval_ = 2000;  // fp16: the scale itself is optimizer_.state().loss_scale
   GradientReducer* reducer_ = nullptr;
   ProcessGroup* group_ = nullptr;

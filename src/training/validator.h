@@ -34,6 +34,7 @@ class Validator {
             CorpusOptions corpus_options, int64_t batch_tokens, int64_t translate_batch_size, c10::Device device,
             c10::ScalarType dtype);
   std::string summary() const { return corpus_.stats.summary(); }
+  const EncodedCorpus& corpus() const { return corpus_; }
   // Leaves `model` in train mode. `runtime`: the kernels' settings of its translation (unset:
   // the process's).
   ValidationScores run(Transformer& model, const std::optional<Runtime>& runtime = {}) const;

@@ -117,15 +117,23 @@ void profile_updates(TrainingStep& step, const std::vector<Batch>& batches, cons
   torch::autograd::profiler::disableProfiler()->save(trace_path);
 }
 
+// `open` ([V] bool, or undefined: every column): the output columns trained (train
+// --output-columns corpus), the others closed; FLOPs count the open ones.
 Measured run_ours(const ModelConfig& config, const std::vector<Batch>& batches, int64_t warmup,
                   const std::vector<Batch>& valid, const c10::Device& device, c10::ScalarType dtype,
-                  const std::string& trace_path) {
+                  const std::string& trace_path, const at::Tensor& open = {}) {
   torch::manual_seed(1);
   Transformer model(config);
   model->to(device);
   AdamOptimizer optimizer(unique_parameters(*model), AdamOptions{});
   InverseSqrtSchedule schedule(1.0, config.d_model, 4000);
   TrainingStep step(model, optimizer, LabelSmoothedCrossEntropy(0.1, 0), device, dtype, 1.0);
+  ModelConfig counted = config;
+  if (open.defined()) {
+    model->close_output_columns(open);
+    step.set_output_columns(open);
+    counted.tgt_vocab_size = open.sum().item<int64_t>();
+  }
   int64_t tokens = 0;
   double flops = 0;
   std::optional<Stopwatch> clock;  // started after the warm-up updates; read once at the end
@@ -135,7 +143,7 @@ Measured run_ours(const ModelConfig& config, const std::vector<Batch>& batches, 
     r.wait();  // as the trainer does once per update (for its log line and skip count)
     if (static_cast<int64_t>(i) >= warmup) {
       tokens += r.tokens;
-      flops += 3 * forward_flops(config, batches[i]);
+      flops += 3 * forward_flops(counted, batches[i]);
     }
   }
   const double seconds = clock ? clock->seconds() : 0.0;
@@ -213,6 +221,9 @@ int main(int argc, char** argv) {
       "python-attention", "the Python reference's attention: explicit (the documents' code), sdpa "
       "(F.scaled_dot_product_attention) or both", cxxopts::value<std::string>()->default_value("explicit"))(
       "work-dir", "scratch directory", cxxopts::value<std::string>()->default_value("/tmp/torchmt_bench_train"))(
+      "output-columns", "also train over only the output columns the corpus's targets hold (train --output-columns "
+      "corpus) and print its speed against every column's: all | corpus",
+      cxxopts::value<std::string>()->default_value("all"))(
       "profile", "write a Chrome trace of 3 extra updates per run into this directory",
       cxxopts::value<std::string>()->default_value(""))("no-python", "skip the Python reference")("h,help", "help");
   cxxopts::ParseResult r;
@@ -229,6 +240,9 @@ int main(int argc, char** argv) {
     if (a != "explicit" && a != "sdpa" && a != "both")
       throw std::invalid_argument("--python-attention: expected explicit, sdpa or both, got '" + a + "'");
     attentions = a == "both" ? std::vector<std::string>{"explicit", "sdpa"} : std::vector<std::string>{a};
+    const std::string columns = r["output-columns"].as<std::string>();
+    if (columns != "all" && columns != "corpus")
+      throw std::invalid_argument("--output-columns: expected all or corpus, got '" + columns + "'");
     for (const auto& k : split(r["attention"].as<std::string>())) {
       if (k != "auto" && k != "fused" && k != "explicit")
         throw std::invalid_argument("--attention: expected auto, fused or explicit, got '" + k + "'");
@@ -262,6 +276,12 @@ int main(int argc, char** argv) {
   BatcherOptions bo;
   bo.batch_tokens = r["batch-tokens"].as<int64_t>();
   TokenBatcher batcher(corpus, bo);
+  at::Tensor corpus_columns;  // --output-columns corpus: the pieces of the targets, and the special ids
+  if (r["output-columns"].as<std::string>() == "corpus") {
+    const std::vector<bool> seen = target_ids({&corpus}, tok.vocab_size(), SpecialIds{});
+    corpus_columns = torch::zeros({tok.vocab_size()}, torch::kBool);
+    for (size_t id = 0; id < seen.size(); ++id) corpus_columns[static_cast<int64_t>(id)] = static_cast<bool>(seen[id]);
+  }
   const int64_t warmup = r["warmup"].as<int64_t>();
   std::vector<Batch> valid = take(batcher, 8);  // held out: never trained on below
   const std::vector<Batch> valid_on_device = on_device(valid, device);
@@ -306,6 +326,14 @@ int main(int argc, char** argv) {
       }
       set_attention_kernel(kernel_named(kernels[0]));
       Measured ours = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, trace);
+      if (corpus_columns.defined()) {
+        Measured part = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, "", corpus_columns);
+        std::printf("%-6s %-5s output columns: %lld of %lld (the corpus's targets) %9.0f tok/s = %.2fx every "
+                    "column's, vloss %.4f\n",
+                    preset.c_str(), dtype_name.c_str(), static_cast<long long>(corpus_columns.sum().item<int64_t>()),
+                    static_cast<long long>(corpus_columns.size(0)), part.tokens_per_sec,
+                    part.tokens_per_sec / ours.tokens_per_sec, part.valid_loss);
+      }
       const double ceiling = (dtype == torch::kFloat ? fp32_gflops : bf16_gflops) * 1e9;
       const double mfu = peak > 0 ? ours.flops_per_sec / peak : 0.0;
       for (const auto& attention : r.count("no-python") ? std::vector<std::string>{"-"} : attentions) {

@@ -41,6 +41,19 @@ class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
   // Logits [B, T, V] with padding and causal masks built from config().pad_id.
   torch::Tensor forward(const torch::Tensor& src, const torch::Tensor& tgt);
 
+  // Logits [B, T, C] of the output columns `columns` [C] (int64 ids, ascending) only: training
+  // over the open columns (close_output_columns) computes and differentiates no others.
+  torch::Tensor forward_columns(const torch::Tensor& src, const torch::Tensor& tgt, const torch::Tensor& columns);
+
+  // Output columns a model can never predict (pieces its training targets never hold) are closed:
+  // their fc_out bias is kClosedColumnBias, so their probability is zero (below fp32's smallest
+  // number after the softmax) in every consumer, search, scoring and exports alike, with no mask
+  // to carry. `open` [V] bool; a closed column that `open` opens again gets bias 0.
+  static constexpr float kClosedColumnBias = -1e4f;
+  void close_output_columns(const torch::Tensor& open);
+  // [V] bool: the columns whose bias is above kClosedColumnBias / 10 (every one without a bias).
+  torch::Tensor open_output_columns() const;
+
   // Incremental decoding: cache for a batch of encoded sources, then one step at a time.
   DecoderCache start_cache(const torch::Tensor& memory, const torch::Tensor& src_mask);
   // last_tokens [B] -> logits [B, V] for the next position; extends the cache.

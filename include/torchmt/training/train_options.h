@@ -55,6 +55,9 @@ struct TrainOptions {
   double ema_decay = 0;           // exponential moving average of the weights; 0 = off
   int64_t average_best = 0;       // average the weights of the N best validations; 0 = off
   double label_smoothing = 0.1;
+  // corpus: the output columns (target pieces) no training or validation target holds are closed
+  // and training computes only the open ones | all: every column.
+  std::string output_columns = "corpus";
   // BPE-dropout: each training pair segmented anew each epoch with merges skipped at this
   // probability (subword regularisation; 0 = the stored segmentation).
   double bpe_dropout = 0;
