@@ -326,14 +326,6 @@ int main(int argc, char** argv) {
       }
       set_attention_kernel(kernel_named(kernels[0]));
       Measured ours = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, trace);
-      if (corpus_columns.defined()) {
-        Measured part = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, "", corpus_columns);
-        std::printf("%-6s %-5s output columns: %lld of %lld (the corpus's targets) %9.0f tok/s = %.2fx every "
-                    "column's, vloss %.4f\n",
-                    preset.c_str(), dtype_name.c_str(), static_cast<long long>(corpus_columns.sum().item<int64_t>()),
-                    static_cast<long long>(corpus_columns.size(0)), part.tokens_per_sec,
-                    part.tokens_per_sec / ours.tokens_per_sec, part.valid_loss);
-      }
       const double ceiling = (dtype == torch::kFloat ? fp32_gflops : bf16_gflops) * 1e9;
       const double mfu = peak > 0 ? ours.flops_per_sec / peak : 0.0;
       for (const auto& attention : r.count("no-python") ? std::vector<std::string>{"-"} : attentions) {
@@ -346,6 +338,14 @@ int main(int argc, char** argv) {
         if (py.tokens_per_sec > 0 && peak > 0)
           std::printf("       python MFU %.1f%%\n", 100 * mfu * py.tokens_per_sec / ours.tokens_per_sec);
         std::fflush(stdout);
+      }
+      if (corpus_columns.defined()) {
+        Measured part = run_ours(config, device_batches, warmup, valid_on_device, device, dtype, "", corpus_columns);
+        std::printf("%-6s %-5s output columns: %lld of %lld (the corpus's targets) %9.0f tok/s = %.2fx every "
+                    "column's, vloss %.4f\n",
+                    preset.c_str(), dtype_name.c_str(), static_cast<long long>(corpus_columns.sum().item<int64_t>()),
+                    static_cast<long long>(corpus_columns.size(0)), part.tokens_per_sec,
+                    part.tokens_per_sec / ours.tokens_per_sec, part.valid_loss);
       }
       if (dtype == torch::kFloat) {
         fp32_rate = ours.tokens_per_sec;
