@@ -19,6 +19,7 @@ TrainingStep::TrainingStep(Transformer model, AdamOptimizer& optimizer, LabelSmo
     : model_(std::move(model)),
       optimizer_(optimizer),
       criterion_(criterion),
+      vocabulary_pad_id_(criterion.pad_id()),
       device_(device),
       dtype_(dtype),
       clip_norm_(clip_norm) {
@@ -36,7 +37,7 @@ void start_loss_scaling(OptimizerState& state, c10::Device device, double initia
 void TrainingStep::set_output_columns(const at::Tensor& open) {
   TORCH_CHECK(open.dim() == 1 && open.scalar_type() == torch::kBool, "set_output_columns takes a [V] bool tensor");
   columns_ = column_of_ = at::Tensor();
-  const int64_t pad = criterion_.pad_id();
+  const int64_t pad = vocabulary_pad_id_;
   if (open.all().item<bool>()) {
     criterion_ = LabelSmoothedCrossEntropy(criterion_.smoothing(), pad);
     return;

@@ -76,7 +76,8 @@ class TrainingStep {
  private:
   Transformer model_;
   AdamOptimizer& optimizer_;
-  LabelSmoothedCrossEntropy criterion_;
+  LabelSmoothedCrossEntropy criterion_;  // its pad id: the padding's column (set_output_columns)
+  int64_t vocabulary_pad_id_;            // the padding's vocabulary id
   c10::Device device_;
   c10::ScalarType dtype_;
   double clip_norm_;
