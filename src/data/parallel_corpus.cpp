@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <ATen/ATen.h>
+
 #include "data/text_file.h"
 #include "util/utf8.h"
 #include "torchmt/util/strings.h"
@@ -133,10 +135,11 @@ EncodedCorpus load_parallel_corpus(const std::string& src_path, const std::strin
   return encode_pairs(src, tgt, 0, src_tok, tgt_tok, options);
 }
 
-std::vector<bool> target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special) {
-  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+at::Tensor target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special) {
+  at::Tensor seen = at::zeros({vocab}, at::kBool);
+  bool* flags = seen.data_ptr<bool>();
   auto mark = [&](int64_t id) {
-    if (id >= 0 && id < vocab) seen[static_cast<size_t>(id)] = true;
+    if (id >= 0 && id < vocab) flags[id] = true;
   };
   std::vector<int64_t> ids;
   for (const PairSource* corpus : corpora) {

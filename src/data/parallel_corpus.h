@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+
 #include "torchmt/data/special_ids.h"
 #include "torchmt/data/tokenizer.h"
 
@@ -27,8 +29,8 @@ class PairSource {
 };
 
 // The ids a model trained on `corpora` must be able to predict (train --output-columns corpus):
-// `vocab` flags, set for every id their targets hold and for the special ids.
-std::vector<bool> target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special);
+// [vocab] bool, true for every id their targets hold and for the special ids.
+at::Tensor target_ids(const std::vector<const PairSource*>& corpora, int64_t vocab, const SpecialIds& special);
 
 // `forward`'s pairs with their sides swapped (target -> source): a second direction trained
 // from the same encoded corpus, without a second copy of it. `forward` must outlive it.

@@ -334,8 +334,8 @@ void TrainingRun::build_validator() {
 // run keeps its checkpoint's; the other ranks take rank 0's with its weights (start_from_rank0).
 void TrainingRun::choose_output_columns() {
   if (!rank0_ || o_.resume) return;
-  const auto vocab = static_cast<size_t>(model_config_.tgt_vocab_size);
-  std::vector<bool> open(vocab, true);
+  const int64_t vocab = model_config_.tgt_vocab_size;
+  at::Tensor open = torch::ones({vocab}, torch::kBool);
   std::string why = "every piece (--output-columns all)";
   if (o_.output_columns == "corpus" && o_.bpe_dropout > 0) {
     why = "every piece: BPE-dropout segments the targets anew";
@@ -349,19 +349,14 @@ void TrainingRun::choose_output_columns() {
     open = target_ids(corpora, model_config_.tgt_vocab_size, model_config_.special_ids());
     why = "the pieces of the training and validation targets";
     if (!o_.init_from.empty()) {  // fine-tuning never takes a piece away from the model it starts from
-      const at::Tensor before = model_->open_output_columns();
-      const auto* was_open = before.data_ptr<bool>();
-      for (size_t id = 0; id < vocab; ++id) open[id] = open[id] || was_open[id];
+      open |= model_->open_output_columns();
       why += " and the columns " + o_.init_from + " has open";
     }
     why += ", found in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 4) + " s";
   }
-  at::Tensor mask = torch::zeros({static_cast<int64_t>(vocab)}, torch::kBool);
-  auto* m = mask.data_ptr<bool>();
-  for (size_t id = 0; id < vocab; ++id) m[id] = open[id];
-  model_->close_output_columns(mask);
-  log_.line("output columns: " + with_thousands(mask.sum().item<int64_t>()) + " of " +
-            with_thousands(static_cast<int64_t>(vocab)) + " open (" + why + ")");
+  model_->close_output_columns(open);
+  log_.line("output columns: " + with_thousands(open.sum().item<int64_t>()) + " of " + with_thousands(vocab) + " open (" +
+            why + ")");
 }
 
 // What every checkpoint records besides the weights.

@@ -277,11 +277,7 @@ int main(int argc, char** argv) {
   bo.batch_tokens = r["batch-tokens"].as<int64_t>();
   TokenBatcher batcher(corpus, bo);
   at::Tensor corpus_columns;  // --output-columns corpus: the pieces of the targets, and the special ids
-  if (r["output-columns"].as<std::string>() == "corpus") {
-    const std::vector<bool> seen = target_ids({&corpus}, tok.vocab_size(), SpecialIds{});
-    corpus_columns = torch::zeros({tok.vocab_size()}, torch::kBool);
-    for (size_t id = 0; id < seen.size(); ++id) corpus_columns[static_cast<int64_t>(id)] = static_cast<bool>(seen[id]);
-  }
+  if (r["output-columns"].as<std::string>() == "corpus") corpus_columns = target_ids({&corpus}, tok.vocab_size(), SpecialIds{});
   const int64_t warmup = r["warmup"].as<int64_t>();
   std::vector<Batch> valid = take(batcher, 8);  // held out: never trained on below
   const std::vector<Batch> valid_on_device = on_device(valid, device);
