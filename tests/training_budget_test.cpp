@@ -145,6 +145,9 @@ TEST(TrainRecipes, SetDefaultsThatFlagsAndFilesOverride) {
   EXPECT_EQ(longer.get("max_minutes"), "60");
   EXPECT_EQ(longer.get("dropout"), "0.2");
   EXPECT_EQ(longer.get("preset"), recipe_config("multi30k-15min").get("preset"));
+  // Each budget's own warm-up (chosen apart: tools/recipes/README.md, point AQ).
+  EXPECT_EQ(recipe_config("multi30k-15min").get("warmup_fraction"), "0.15");
+  EXPECT_EQ(longer.get("warmup_fraction"), "0.1");
   for (const std::string name : {"multi30k-15min", "multi30k-60min"}) {
     FlatConfig c = recipe_config(name);
     c.set("train_src", "a");
