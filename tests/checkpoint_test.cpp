@@ -84,6 +84,44 @@ TEST(Checkpoint, MissingCorruptTruncatedAndForeignFilesAreClearErrors) {
   expect_error(dir.file("foreign.pt"), "not a torchmt checkpoint");
 }
 
+// A --both-directions model's columns for each way come back as saved (and reach its languages);
+// a mask that is not one of 0/1 bytes for every piece is a clear error naming the file.
+TEST(Checkpoint, EachWaysOutputColumnsRoundTripAndCorruptOnesAreClearErrors) {
+  test::TempDir dir;
+  const ModelConfig config = checkpoint_config();
+  torch::manual_seed(2);
+  Transformer model(config);
+  CheckpointMeta meta;
+  meta.model = config;
+  meta.both_directions = true;
+  meta.target_columns = {0, 1, 2, 3, 7, 49};
+  meta.source_columns = {0, 1, 2, 3, 8};
+  const std::string path = dir.file("both.pt");
+  save_checkpoint(path, model, nullptr, meta);
+  const auto loaded = load_checkpoint(path, torch::kCPU).meta;
+  EXPECT_EQ(loaded.target_columns, meta.target_columns);
+  EXPECT_EQ(loaded.source_columns, meta.source_columns);
+  EXPECT_EQ(checkpoint_languages(loaded).target_columns, meta.target_columns);
+  EXPECT_EQ(checkpoint_languages(loaded).source_columns, meta.source_columns);
+  EXPECT_TRUE(load_checkpoint(saved_checkpoint(dir, config), torch::kCPU).meta.target_columns.empty());
+
+  const auto bytes = test::read_text(path);
+  for (const auto& bad : {torch::full({config.tgt_vocab_size}, 2, torch::kUInt8), torch::ones({3}, torch::kUInt8)}) {
+    auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+    dict.insert_or_assign("target_columns", bad);
+    const auto archive = torch::pickle_save(c10::IValue(dict));
+    const std::string corrupt = dir.file("corrupt.pt");
+    test::write_text(corrupt, seal_zip(std::string(archive.begin(), archive.end())));
+    try {
+      load_checkpoint(corrupt, torch::kCPU);
+      ADD_FAILURE() << "no error for a target_columns of " << bad.numel();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("corrupt target_columns"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(corrupt), std::string::npos) << e.what();
+    }
+  }
+}
+
 // fp16's dynamic loss scale is part of the optimizer state: a resumed run goes on with it.
 TEST(Checkpoint, TheFp16LossScaleIsSavedAndRestored) {
   test::TempDir dir;

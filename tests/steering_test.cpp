@@ -8,6 +8,7 @@
 #include "data/parallel_corpus.h"
 #include "data/shortlist.h"
 #include "data/text_file.h"
+#include "decoding/output_languages.h"
 #include "decoding/output_restriction.h"
 #include "decoding/transformer_decoder.h"
 #include "torchmt/decoding/translator.h"
@@ -194,6 +195,43 @@ TEST(Shortlist, TheStepMaskFollowsTheRowsThroughSelectsExpansionsAndJoins) {
   EXPECT_TRUE(torch::equal(r.blocked_columns()[6], torch::tensor({true, true, true, true, false})));
   r.reset();
   EXPECT_FALSE(r.active());
+}
+
+// A --both-directions model's way for a sentence: the language its pieces belong to alone, by
+// count; a tie leaves every column. A shortlist narrows the language's columns, and a prefix's or
+// constraint's pieces stay whatever their language.
+TEST(OutputLanguages, ReadsTheWayFromTheSourcesOwnPiecesAndKeepsWhatTheOutputMustHold) {
+  ModelLanguages languages;
+  languages.both_directions = true;
+  languages.target_columns = {0, 1, 2, 5, 6};
+  languages.source_columns = {0, 1, 2, 7, 8};
+  const auto ways = OutputLanguages::of(languages, 10);
+  ASSERT_TRUE(ways);
+  ASSERT_NE(ways->columns_for({7, 8, 5, 3, 2}), nullptr);
+  EXPECT_EQ(*ways->columns_for({7, 8, 5, 3, 2}), languages.target_columns);  // two source-language pieces to one
+  ASSERT_NE(ways->columns_for({5, 6, 7}), nullptr);
+  EXPECT_EQ(*ways->columns_for({5, 6, 7}), languages.source_columns);
+  EXPECT_EQ(ways->columns_for({0, 1, 3, 7, 5}), nullptr);
+  EXPECT_EQ(ways->columns_for({}), nullptr);
+
+  EXPECT_EQ(within_language({}, languages.target_columns, {9, 3, 9}), (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 9}));
+  EXPECT_EQ(within_language({1, 5, 8, 9}, languages.target_columns, {9}), (std::vector<int64_t>{1, 5, 9}));
+
+  ModelLanguages one_way = languages;
+  one_way.both_directions = false;
+  EXPECT_FALSE(OutputLanguages::of(one_way, 10));
+  ModelLanguages unrecorded = languages;
+  unrecorded.source_columns.clear();
+  EXPECT_FALSE(OutputLanguages::of(unrecorded, 10));
+  ModelLanguages unsorted = languages;
+  unsorted.target_columns = {0, 2, 1};
+  EXPECT_THROW(OutputLanguages::of(unsorted, 10), std::invalid_argument);
+  ModelLanguages outside = languages;
+  outside.source_columns = {0, 10};
+  EXPECT_THROW(OutputLanguages::of(outside, 10), std::invalid_argument);
+  Translator translator = random_translator();
+  outside.source_columns = {0, translator.config().tgt_vocab_size};
+  EXPECT_THROW(translator.set_languages(outside), std::invalid_argument);  // not the model's columns
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "data/text_file.h"
 #include "torchmt/decoding/translator.h"
 #include "io/checkpoint.h"
+#include "decoding/output_languages.h"
 #include "torchmt/training/trainer.h"
 
 namespace torchmt {
@@ -187,6 +189,70 @@ TEST(Trainer, OutputColumnsAreThePiecesOfTheTargets) {
   const at::Tensor german = pieces_of(std::vector<std::string>(de.begin() + 10, de.end()));
   EXPECT_TRUE(torch::equal(load_checkpoint(dir.file("tuned/checkpoint_last.pt"), torch::kCPU).model->open_output_columns(),
                            expected | german));
+}
+
+std::vector<int64_t> ids_of(const at::Tensor& mask) {
+  const at::Tensor ids = mask.nonzero().flatten().contiguous();
+  return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+}
+
+// --both-directions: the checkpoint records each way's pieces (the training and validation
+// targets', the training sources'), and a translation keeps to the pieces of the language it
+// goes into, whichever way its sentence goes, where the same model without them does not; the
+// score of each hypothesis is the one translate() printed.
+TEST(Trainer, BothDirectionsKeepEachTranslationToItsLanguage) {
+  test::TempDir dir;
+  auto de = read_lines(test::sample_de()), en = read_lines(test::sample_en());
+  const std::vector<std::string> de_train(de.begin() + 10, de.end()), en_train(en.begin() + 10, en.end());
+  write_lines(dir.file("train.de"), de_train);
+  write_lines(dir.file("train.en"), en_train);
+  write_lines(dir.file("valid.de"), std::vector<std::string>(de.begin(), de.begin() + 10));
+  write_lines(dir.file("valid.en"), std::vector<std::string>(en.begin(), en.begin() + 10));
+  TrainOptions o = tiny_run(dir.file("run"), dir.file("train.de"), dir.file("train.en"));
+  o.valid_src = dir.file("valid.de");
+  o.valid_tgt = dir.file("valid.en");
+  o.both_directions = true;
+  o.max_steps = 4;
+  Trainer(o).run();
+  const std::string path = dir.file("run/checkpoint_last.pt");
+  const auto meta = load_checkpoint(path, torch::kCPU).meta;
+  const std::vector<int64_t> into_en = ids_of(pieces_of(en)), into_de = ids_of(pieces_of(de_train));
+  EXPECT_EQ(meta.target_columns, into_en);
+  EXPECT_EQ(meta.source_columns, into_de);
+  ASSERT_NE(into_en, into_de);
+
+  Translator translator = load_translator(path, torch::kCPU, torch::kFloat);
+  Translator unrestricted = translator;
+  ModelLanguages plain = translator.languages();
+  plain.target_columns.clear();
+  unrestricted.set_languages(plain);
+  const auto ways = OutputLanguages::of(translator.languages(), translator.config().tgt_vocab_size);
+  ASSERT_TRUE(ways);
+  TranslationOptions beam;
+  beam.search.beam_size = 4;
+  beam.search.nbest = 4;
+  beam.search.length_penalty = 1.0;
+  int64_t steered = 0, strays = 0;
+  for (const auto& [lines, into] : {std::make_pair(&de, &into_en), std::make_pair(&en, &into_de)}) {
+    const std::vector<std::string> some(lines->begin(), lines->begin() + 40);
+    const auto restricted = translator.translate(some, beam), free = unrestricted.translate(some, beam);
+    for (size_t i = 0; i < some.size(); ++i) {
+      const std::vector<int64_t>* columns = ways->columns_for(translator.encode_source(some[i]));
+      if (columns == nullptr) continue;  // no piece of the sentence says which way
+      ASSERT_EQ(*columns, *into) << some[i];
+      ++steered;
+      for (const Hypothesis& h : restricted[i].hypotheses) {
+        for (int64_t id : h.tokens)
+          EXPECT_TRUE(std::binary_search(into->begin(), into->end(), id)) << "piece " << id << " in " << some[i];
+        const auto scored = translator.score_tokens({some[i]}, {h.tokens}, beam);
+        EXPECT_NEAR(scored[0].score, h.score, 1e-4) << some[i];
+      }
+      for (const Hypothesis& h : free[i].hypotheses)
+        for (int64_t id : h.tokens) strays += std::binary_search(into->begin(), into->end(), id) ? 0 : 1;
+    }
+  }
+  EXPECT_GT(steered, 60);  // of 80 sentences
+  EXPECT_GT(strays, 0);    // without the columns, the other language's pieces come out
 }
 
 TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {

@@ -61,6 +61,9 @@ int run_languages(int argc, char** argv) {
                 << "target\t" << (meta.target_language.empty() ? "-" : meta.target_language) << "\n"
                 << "identifier\t" << (known.empty() ? "-" : known) << "\n"
                 << "both directions\t" << (meta.both_directions ? "yes" : "no") << "\n";
+      if (!meta.target_columns.empty() && !meta.source_columns.empty())  // translation keeps to each way's pieces
+        std::cout << "output columns\t" << meta.target_columns.size() << " into the target language, "
+                  << meta.source_columns.size() << " into the source language\n";
       return kExitOk;
     }
     if (!o->source_language.empty()) meta.source_language = o->source_language;

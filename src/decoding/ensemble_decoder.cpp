@@ -169,6 +169,12 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
   ModelLanguages languages = lead.languages();
   languages.both_directions = std::all_of(shared->begin(), shared->end(),
                                           [](const Translator& m) { return m.languages().both_directions; });
+  // Each way's columns only where every member keeps to the same ones.
+  const bool same_columns = std::all_of(shared->begin(), shared->end(), [&](const Translator& m) {
+    return m.languages().target_columns == languages.target_columns &&
+           m.languages().source_columns == languages.source_columns;
+  });
+  if (!same_columns || !languages.both_directions) languages.target_columns = languages.source_columns = {};
   ensemble.set_languages(std::move(languages));
   if (lead.precision_name() == "int8") ensemble.set_precision_name("int8");  // the members' Linear layers
   return ensemble;

@@ -11,13 +11,21 @@ namespace torchmt {
 
 std::vector<std::vector<float>> force_decode(IncrementalDecoder& decoder, const at::Tensor& src,
                                              const std::vector<const std::vector<int64_t>*>& targets, int64_t bos_id,
-                                             int64_t eos_id) {
+                                             int64_t eos_id, const std::vector<std::vector<int64_t>>& vocabularies) {
   if (src.size(0) != static_cast<int64_t>(targets.size()))
     throw std::invalid_argument("force_decode: " + std::to_string(src.size(0)) + " sources for " +
+                                std::to_string(targets.size()) + " targets");
+  if (!vocabularies.empty() && vocabularies.size() != targets.size())
+    throw std::invalid_argument("force_decode: " + std::to_string(vocabularies.size()) + " vocabularies for " +
                                 std::to_string(targets.size()) + " targets");
   std::vector<std::vector<float>> out(targets.size());
   if (targets.empty()) return out;
   decoder.start(src);
+  if (std::any_of(vocabularies.begin(), vocabularies.end(), [](const auto& v) { return !v.empty(); })) {
+    std::vector<const std::vector<int64_t>*> lists;
+    for (const auto& v : vocabularies) lists.push_back(&v);
+    decoder.restrict_output(lists);
+  }
   std::vector<size_t> live(targets.size());  // decoder row -> target
   for (size_t r = 0; r < live.size(); ++r) {
     live[r] = r;

@@ -59,7 +59,15 @@ void TransformerDecoder::restrict_output(const std::vector<const std::vector<int
 }
 
 const torch::nn::Linear& TransformerDecoder::restricted_output() {
-  if (!restricted_out_) restricted_out_ = select_output_rows(model_->fc_out, restriction_.columns());
+  if (restricted_out_) return restricted_out_;
+  const at::Tensor& columns = restriction_.columns();
+  for (const auto& [made_for, made] : restricted_made_)
+    if (made_for.size(0) == columns.size(0) && torch::equal(made_for, columns)) restricted_out_ = made;
+  if (!restricted_out_) {
+    restricted_out_ = select_output_rows(model_->fc_out, columns);
+    if (restricted_made_.size() == 2) restricted_made_.erase(restricted_made_.begin());
+    restricted_made_.emplace_back(columns, restricted_out_);
+  }
   return restricted_out_;
 }
 

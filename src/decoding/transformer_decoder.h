@@ -3,6 +3,9 @@
 // the decoder on the newest position only, reading past self-attention K/V and the
 // once-computed cross-attention K/V from an explicit DecoderCache. Without it, each step
 // recomputes the whole prefix (the reference behaviour; kept for tests and benchmarks).
+#include <utility>
+#include <vector>
+
 #include "torchmt/decoding/incremental_decoder.h"
 #include "decoding/output_restriction.h"
 #include "torchmt/model/kv_cache.h"
@@ -43,6 +46,9 @@ class TransformerDecoder : public IncrementalDecoder {
   int64_t rows_ = 0;
   OutputRestriction restriction_;
   torch::nn::Linear restricted_out_{nullptr};  // fc_out's rows restriction_.columns(), made when first needed
+  // The last two made, by their columns: a --both-directions model's batches keep to one of its two
+  // languages (OutputLanguages), which each batch would otherwise select and prepare again.
+  std::vector<std::pair<at::Tensor, torch::nn::Linear>> restricted_made_;
   const torch::nn::Linear& restricted_output();
   // Hidden states [N, D] -> logits [N, U] over restriction_.columns(), -inf where a row may not go.
   at::Tensor restricted_logits(const at::Tensor& hidden);

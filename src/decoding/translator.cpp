@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "data/shortlist.h"
+#include "decoding/output_languages.h"
 #include "torchmt/data/special_ids.h"
 #include "torchmt/decoding/forced_decoding.h"
 #include "decoding/transformer_decoder.h"
@@ -123,7 +124,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     const auto [begin, end] = batches[b];
     std::vector<const std::vector<int64_t>*> rows;
     Steering steer_rows;
-    const bool steered = !steering.empty() || shortlist_ || search.sampling();
+    const bool steered = !steering.empty() || restricts_output() || search.sampling();
     for (size_t r = begin; r < end; ++r) {
       const size_t line = order[r];
       rows.push_back(&sources[line]);
@@ -257,11 +258,16 @@ std::vector<PairScore> Translator::score_tokens(const std::vector<std::string>& 
   run_batches(options, batches.size(), [&](IncrementalDecoder& decoder, size_t b) {
     const auto [begin, end] = batches[b];
     std::vector<const std::vector<int64_t>*> rows, targets;
+    // A target scored under the vocabulary translate() gives its source (the language's columns),
+    // with its own pieces: the score of translate()'s hypothesis is the score it printed.
+    std::vector<std::vector<int64_t>> vocabularies;
     for (size_t r = begin; r < end; ++r) {
       rows.push_back(&sources[order[r]]);
       targets.push_back(&out[order[r]].tokens);
+      const auto* language = output_languages_ ? output_languages_->columns_for(sources[order[r]]) : nullptr;
+      vocabularies.push_back(language ? within_language({}, *language, out[order[r]].tokens) : std::vector<int64_t>());
     }
-    auto scored = force_decode(decoder, source_batch(rows), targets, search.bos_id, search.eos_id);
+    auto scored = force_decode(decoder, source_batch(rows), targets, search.bos_id, search.eos_id, vocabularies);
     for (size_t r = begin; r < end; ++r) {
       PairScore& p = out[order[r]];
       p.log_probs = std::move(scored[r - begin]);
@@ -322,13 +328,21 @@ SentenceSteering Translator::steer(const std::vector<int64_t>& source_ids, const
     throw std::invalid_argument("a line's target prefix and constraints are " + std::to_string(owed) +
                                 " target tokens; the model's output holds at most " +
                                 std::to_string(config_.max_positions - 1));
-  if (shortlist_) {
+  if (restricts_output()) {
     std::vector<int64_t> extra = s.prefix;  // what the output is made to hold stays in its vocabulary
     for (const auto& ids : s.constraints) extra.insert(extra.end(), ids.begin(), ids.end());
-    s.vocabulary = shortlist_->candidates(source_ids, extra);
+    if (shortlist_) s.vocabulary = shortlist_->candidates(source_ids, extra);
+    if (const auto* language = output_languages_ ? output_languages_->columns_for(source_ids) : nullptr)
+      s.vocabulary = within_language(s.vocabulary, *language, std::move(extra));
   }
   s.stream = stream;
   return s;
+}
+
+void Translator::set_languages(ModelLanguages languages) {
+  auto output = OutputLanguages::of(languages, config_.tgt_vocab_size);
+  languages_ = std::make_shared<const ModelLanguages>(std::move(languages));
+  output_languages_ = std::move(output);
 }
 
 void Translator::set_shortlist(std::shared_ptr<const Shortlist> shortlist) {

@@ -107,6 +107,29 @@ std::string get_bytes(const Dict& d, const std::string& key) {
   return std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), static_cast<size_t>(t.numel()));
 }
 
+// A set of output columns as a [vocab] mask of 0/1 bytes (ModelLanguages::target_columns).
+std::string columns_to_mask(const std::vector<int64_t>& columns, int64_t vocab) {
+  std::string mask(static_cast<size_t>(vocab), '\0');
+  for (int64_t id : columns) mask.at(static_cast<size_t>(id)) = 1;
+  return mask;
+}
+
+std::vector<int64_t> mask_to_columns(const std::string& mask, int64_t vocab, const std::string& key,
+                                     const std::string& path) {
+  std::vector<int64_t> columns;
+  if (mask.empty()) return columns;
+  if (static_cast<int64_t>(mask.size()) != vocab)
+    throw std::runtime_error("checkpoint " + path + " has a corrupt " + key + ": " + std::to_string(mask.size()) +
+                             " entries for a " + std::to_string(vocab) + "-piece output");
+  for (size_t id = 0; id < mask.size(); ++id) {
+    if (mask[id] != 0 && mask[id] != 1)
+      throw std::runtime_error("checkpoint " + path + " has a corrupt " + key + ": entry " + std::to_string(id) +
+                               " is neither 0 nor 1");
+    if (mask[id] == 1) columns.push_back(static_cast<int64_t>(id));
+  }
+  return columns;
+}
+
 }  // namespace
 
 std::pair<Tokenizer, Tokenizer> make_tokenizers(const std::string& src_spm_model, const std::string& tgt_spm_model,
@@ -132,7 +155,8 @@ std::pair<Tokenizer, Tokenizer> checkpoint_tokenizers(const CheckpointMeta& meta
 }
 
 ModelLanguages checkpoint_languages(const CheckpointMeta& meta) {
-  ModelLanguages languages{meta.source_language, meta.target_language, {}, meta.both_directions};
+  ModelLanguages languages{meta.source_language, meta.target_language, {}, meta.both_directions, meta.target_columns,
+                           meta.source_columns};
   if (!meta.language_identifier.empty()) languages.identifier = LanguageIdentifier::deserialize(meta.language_identifier);
   return languages;
 }
@@ -158,6 +182,9 @@ CheckpointMeta read_meta(const Dict& dict, const std::string& path) {
   meta.target_language = get_string(dict, "target_language");
   meta.language_identifier = get_bytes(dict, "language_identifier");
   meta.both_directions = dict.contains("both_directions") && dict.at("both_directions").toBool();  // absent: one direction
+  const int64_t vocab = meta.model.tgt_vocab_size;
+  meta.target_columns = mask_to_columns(get_bytes(dict, "target_columns"), vocab, "target_columns", path);
+  meta.source_columns = mask_to_columns(get_bytes(dict, "source_columns"), vocab, "source_columns", path);
   auto pos = dict.at("position").toGenericDict();
   meta.position.step = pos.at("step").toInt();
   meta.position.epoch = pos.at("epoch").toInt();
@@ -225,6 +252,9 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Op
   if (!meta.target_language.empty()) dict.insert("target_language", meta.target_language);
   if (!meta.language_identifier.empty()) dict.insert("language_identifier", bytes_to_tensor(meta.language_identifier));
   if (meta.both_directions) dict.insert("both_directions", true);
+  const int64_t vocab = meta.model.tgt_vocab_size;
+  if (!meta.target_columns.empty()) dict.insert("target_columns", bytes_to_tensor(columns_to_mask(meta.target_columns, vocab)));
+  if (!meta.source_columns.empty()) dict.insert("source_columns", bytes_to_tensor(columns_to_mask(meta.source_columns, vocab)));
 
   Dict position = new_dict();
   position.insert("step", meta.position.step);

@@ -43,6 +43,8 @@ struct CheckpointMeta {
   // for a checkpoint written before torchmt 0.3 recorded them.
   std::string source_language, target_language, language_identifier;
   bool both_directions = false;  // trained with --both-directions: translates target -> source too
+  // Its output columns for each way (ModelLanguages::target_columns, source_columns).
+  std::vector<int64_t> target_columns, source_columns;
   TrainingPosition position;
 };
 

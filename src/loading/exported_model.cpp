@@ -86,7 +86,7 @@ ExportedModel::ExportedModel(const ModelFile& file, const c10::Device& device) {
     }
   }
   ModelLanguages languages{marker.get_or("source_language", ""), marker.get_or("target_language", ""), {},
-                           marker.get_or("both_directions", "") == "true"};
+                           marker.get_or("both_directions", "") == "true", {}, {}};
   if (!extra["language_identifier.bin"].empty()) {
     try {
       languages.identifier = LanguageIdentifier::deserialize(extra["language_identifier.bin"]);

@@ -291,7 +291,8 @@ class NativeTokenStream {
       stream_ = std::make_unique<GreedyStream>(*decoder_);
       const SearchOptions search = translator_.search_options(options_);
       Steering steering;
-      if (search.sampling()) steering.push_back(translator_.steer(ids, LineSteering{}, options_.first_line));
+      if (search.sampling() || translator_.restricts_output())
+        steering.push_back(translator_.steer(ids, LineSteering{}, options_.first_line));
       stream_->join(translator_.source_batch({&ids}), {0}, search, steering);
       ahead_ = advance();
     });

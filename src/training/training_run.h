@@ -58,6 +58,7 @@ class TrainingRun {
   void choose_dtype();
   void build_validator();
   void choose_output_columns();
+  void record_direction_columns(const at::Tensor& into_target, const at::Tensor& into_source);
   void describe_run();
   void resume();
   void learn_languages();
@@ -98,6 +99,7 @@ class TrainingRun {
   ModelConfig model_config_;
   Transformer model_{nullptr};
   std::pair<std::string, std::string> init_languages_;  // --init-from's
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> init_columns_;  // --init-from's target_columns, source_columns
   std::optional<std::string> resumed_identifier_;      // --resume: the checkpoint's, for the same languages
   std::unique_ptr<AdamOptimizer> optimizer_;
   std::unique_ptr<TokenBatcher> batcher_;  // points into corpora_

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <set>
 
 #include <torch/torch.h>
@@ -264,6 +266,7 @@ void TrainingRun::build_model() {
     for (auto& item : model_->named_buffers()) item.value().copy_(buffers[item.key()]);
     meta_.vocabulary = init_->meta.vocabulary;
     init_languages_ = {init_->meta.source_language, init_->meta.target_language};
+    init_columns_ = {init_->meta.target_columns, init_->meta.source_columns};
     log_.line("init: weights and vocabulary of " + o_.init_from + " (step " +
               std::to_string(init_->meta.position.step) + "); new schedule, fresh optimizer state");
     init_.reset();
@@ -343,10 +346,16 @@ void TrainingRun::choose_output_columns() {
     why = "every piece: the output layer has no bias to close columns with";
   } else if (o_.output_columns == "corpus") {
     const auto t0 = Clock::now();
-    std::vector<const PairSource*> corpora;
-    for (const CorpusShare& share : corpora_->shares()) corpora.push_back(share.source);
-    if (validator_) corpora.push_back(&validator_->corpus());
-    open = target_ids(corpora, model_config_.tgt_vocab_size, model_config_.special_ids());
+    // Each way's targets apart (the reversed corpora's are the source language's pieces).
+    std::vector<const PairSource*> forward, reversed;
+    const auto shares = corpora_->shares();
+    const size_t forward_count = corpora_->forward_shares().size();
+    for (size_t k = 0; k < shares.size(); ++k) (k < forward_count ? forward : reversed).push_back(shares[k].source);
+    if (validator_) forward.push_back(&validator_->corpus());
+    const at::Tensor into_target = target_ids(forward, vocab, model_config_.special_ids());
+    const at::Tensor into_source = reversed.empty() ? at::Tensor() : target_ids(reversed, vocab, model_config_.special_ids());
+    open = into_source.defined() ? into_target | into_source : into_target;
+    if (o_.both_directions) record_direction_columns(into_target, into_source);
     why = "the pieces of the training and validation targets";
     if (!o_.init_from.empty()) {  // fine-tuning never takes a piece away from the model it starts from
       open |= model_->open_output_columns();
@@ -357,6 +366,34 @@ void TrainingRun::choose_output_columns() {
   model_->close_output_columns(open);
   log_.line("output columns: " + with_thousands(open.sum().item<int64_t>()) + " of " + with_thousands(vocab) + " open (" +
             why + ")");
+}
+
+// --both-directions: the columns of each way, which translation then keeps to (ModelLanguages::
+// target_columns): the forward targets' pieces (with the validation targets') and the reversed
+// ones'. Fine-tuning adds those of the model it starts from, and records none when that model
+// has none for the same languages: it would take pieces away from it.
+void TrainingRun::record_direction_columns(const at::Tensor& into_target, const at::Tensor& into_source) {
+  const auto pieces = [](const at::Tensor& open) {
+    const at::Tensor ids = open.nonzero().flatten().contiguous();  // [C] ascending
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  };
+  std::vector<int64_t> target = pieces(into_target), source = pieces(into_source);
+  if (!o_.init_from.empty()) {
+    const auto [init_target, init_source] = init_columns_;
+    if (init_target.empty() || init_source.empty() || init_languages_ != run_languages(o_, init_languages_)) return;
+    const auto merge = [](std::vector<int64_t>& into, const std::vector<int64_t>& more) {
+      std::vector<int64_t> both;
+      std::set_union(into.begin(), into.end(), more.begin(), more.end(), std::back_inserter(both));
+      into = std::move(both);
+    };
+    merge(target, init_target);
+    merge(source, init_source);
+  }
+  meta_.target_columns = std::move(target);
+  meta_.source_columns = std::move(source);
+  log_.line("output columns by direction: " + with_thousands(static_cast<int64_t>(meta_.target_columns.size())) +
+            " into the target language, " + with_thousands(static_cast<int64_t>(meta_.source_columns.size())) +
+            " into the source language (translation keeps to them)");
 }
 
 // What every checkpoint records besides the weights.
@@ -418,6 +455,8 @@ void TrainingRun::resume() {
   position_ = saved.position;
   if (saved.source_language == meta_.source_language && saved.target_language == meta_.target_language)
     resumed_identifier_ = saved.language_identifier;
+  meta_.target_columns = saved.target_columns;  // chosen when the run started
+  meta_.source_columns = saved.source_columns;
   batcher_->seek(position_.epoch, position_.batch_index);
   log_.line("resumed " + resumed_from + " at step " + std::to_string(position_.step) + ", epoch " +
             std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));

@@ -56,6 +56,10 @@ struct ModelLanguages {
   std::string source, target;
   LanguageIdentifier identifier;
   bool both_directions = false;  // trained on the reversed pairs too: also translates target -> source
+  // Such a model's output pieces for each way, sorted ids (special ids included): those of the
+  // target language's training text (source -> target) and of the source language's. Empty: not
+  // recorded (one direction, --output-columns all, an export, a model trained before they were).
+  std::vector<int64_t> target_columns, source_columns;
 };
 
 // English name of an ISO 639-1 code ("de" -> "German"); the code itself when unknown.

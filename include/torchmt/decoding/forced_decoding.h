@@ -18,9 +18,11 @@ class Tokenizer;
 // For each row of src [B, S] (on the decoder's device) and its target (ids without bos or eos):
 // the log-probability of each target token and then of eos, targets[r]->size() + 1 values.
 // Rows leave the batch once their eos is scored (select), as finished sentences leave a search.
+// `vocabularies`: one per row (sorted ids, empty: every piece), or none; a row's restricted as a
+// search restricts it (IncrementalDecoder::restrict_output), its target's pieces among them.
 std::vector<std::vector<float>> force_decode(IncrementalDecoder& decoder, const at::Tensor& src,
                                              const std::vector<const std::vector<int64_t>*>& targets, int64_t bos_id,
-                                             int64_t eos_id);
+                                             int64_t eos_id, const std::vector<std::vector<int64_t>>& vocabularies = {});
 
 // A sentence's summed log-probability as the search sums it: in float, step by step (eos included).
 double sum_log_probs(const std::vector<float>& log_probs);

@@ -27,6 +27,7 @@ namespace torchmt {
 
 class WorkerPool;
 class Shortlist;
+class OutputLanguages;
 
 // What a caller asks of one line beyond the options (the search's SentenceSteering, as text).
 struct LineSteering {
@@ -137,9 +138,12 @@ class Translator {
   at::Tensor source_batch(const std::vector<const std::vector<int64_t>*>& rows) const;
   // the texts of t's hypotheses (one empty text when it has none);
   void finish(Translation& t) const;
-  // what the search is asked for a line: its target prefix's ids, its shortlist (when the
-  // translator has one) and sampling's stream (the line's number in the whole input).
+  // what the search is asked for a line: its target prefix's ids, its vocabulary (a shortlist's,
+  // and a --both-directions model's language: OutputLanguages) and sampling's stream (the line's
+  // number in the whole input);
   SentenceSteering steer(const std::vector<int64_t>& source_ids, const LineSteering& line, int64_t stream) const;
+  // whether steer() restricts every line's vocabulary, asked or not.
+  bool restricts_output() const { return shortlist_ || output_languages_; }
 
   // Output vocabulary shortlist for every translation (null: none). Throws std::invalid_argument
   // when its target vocabulary is not the model's size.
@@ -148,7 +152,10 @@ class Translator {
 
   // What the model translates from and into, and its language identifier, as its file recorded
   // them (the loader sets them; empty for a model that recorded none).
-  void set_languages(ModelLanguages languages) { languages_ = std::make_shared<const ModelLanguages>(std::move(languages)); }
+  // A --both-directions model that records each way's columns keeps every translation to the
+  // columns of the language it translates into. Throws std::invalid_argument for columns that
+  // are not the model's.
+  void set_languages(ModelLanguages languages);
   const ModelLanguages& languages() const { return *languages_; }
 
   // The native model, or a null Transformer for a model of another format.
@@ -195,6 +202,7 @@ class Translator {
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
   std::shared_ptr<const ModelLanguages> languages_ = std::make_shared<const ModelLanguages>();  // shared by copies
+  std::shared_ptr<const OutputLanguages> output_languages_;  // from languages_; null: no restriction
 };
 
 }  // namespace torchmt
