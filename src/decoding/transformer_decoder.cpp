@@ -61,6 +61,7 @@ void TransformerDecoder::restrict_output(const std::vector<const std::vector<int
 const torch::nn::Linear& TransformerDecoder::restricted_output() {
   if (restricted_out_) return restricted_out_;
   const at::Tensor& columns = restriction_.columns();
+  if (columns.size(0) == model_->fc_out->weight.size(0)) return restricted_out_ = model_->fc_out;  // a row keeps every column
   for (const auto& [made_for, made] : restricted_made_)
     if (made_for.size(0) == columns.size(0) && torch::equal(made_for, columns)) restricted_out_ = made;
   if (!restricted_out_) {
