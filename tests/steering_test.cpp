@@ -2,6 +2,7 @@
 // reproducibility, and the output vocabulary shortlist (data/shortlist.h).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "data_test_support.h"
@@ -195,6 +196,34 @@ TEST(Shortlist, TheStepMaskFollowsTheRowsThroughSelectsExpansionsAndJoins) {
   EXPECT_TRUE(torch::equal(r.blocked_columns()[6], torch::tensor({true, true, true, true, false})));
   r.reset();
   EXPECT_FALSE(r.active());
+
+  // One list for every row: one mask row and nothing blocked within its columns, until a joined
+  // row or another list parts the rows; then the per-row mask is the one made afresh.
+  const std::vector<int64_t> a2 = a;
+  r.restrict_last({&a, &a2}, 2, 9, torch::kCPU);
+  EXPECT_TRUE(r.shared());
+  EXPECT_EQ(r.allowed().size(0), 1);
+  EXPECT_TRUE(torch::equal(r.columns(), torch::tensor({1, 4, 6}, torch::kLong)));
+  EXPECT_FALSE(r.blocked_columns().defined());
+  r.expand(3);
+  r.select(torch::tensor({5, 0, 2, 2}, torch::kLong));
+  EXPECT_TRUE(r.shared());
+  const auto scores = torch::zeros({4, 9});
+  const auto masked = r.apply(scores);  // [4, 9]: -inf outside the list, log(1/3) within
+  EXPECT_TRUE(torch::isinf(masked.index_select(1, torch::tensor({0, 2, 3, 5, 7, 8}, torch::kLong))).all().item<bool>());
+  EXPECT_TRUE(torch::allclose(masked.index_select(1, r.columns()), torch::full({4, 3}, -std::log(3.0))));
+  r.add_rows(1);
+  EXPECT_FALSE(r.shared());
+  ASSERT_EQ(r.allowed().size(0), 5);
+  expect_fresh("add_rows after one list");
+  EXPECT_TRUE(r.allowed()[4].all().item<bool>());
+  EXPECT_TRUE(torch::equal(r.allowed()[3], r.allowed()[0]));
+  r.reset();
+  r.restrict_last({&a, &b}, 2, 9, torch::kCPU);
+  EXPECT_FALSE(r.shared());  // two lists
+  r.reset();
+  r.restrict_last({&a}, 2, 9, torch::kCPU);
+  EXPECT_FALSE(r.shared());  // a row without a list
 }
 
 // A --both-directions model's way for a sentence: the language its pieces belong to alone, by

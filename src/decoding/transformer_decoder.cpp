@@ -74,7 +74,8 @@ const torch::nn::Linear& TransformerDecoder::restricted_output() {
 
 at::Tensor TransformerDecoder::restricted_logits(const at::Tensor& hidden) {
   auto logits = apply_linear(restricted_output(), hidden).to(torch::kFloat);  // [N, U]
-  return logits.masked_fill_(restriction_.blocked_columns(), -std::numeric_limits<float>::infinity());
+  const at::Tensor& blocked = restriction_.blocked_columns();                 // [N, U]; undefined: none
+  return blocked.defined() ? logits.masked_fill_(blocked, -std::numeric_limits<float>::infinity()) : logits;
 }
 
 at::Tensor TransformerDecoder::step(const at::Tensor& last_tokens) {
@@ -166,8 +167,11 @@ at::Tensor TransformerDecoder::greedy_tokens(const at::Tensor& last_tokens) {
 
 IncrementalDecoder::TopK TransformerDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
                                                         const std::vector<int64_t>& extra_columns) {
-  if (!use_cache_ || restriction_.active()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
-  return projection_top_k(model_->fc_out, step_hidden(last_tokens), width, extra_columns);
+  // A list every row shares is a smaller output layer: screened as the whole one is.
+  if (!use_cache_ || (restriction_.active() && !restriction_.shared()))
+    return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+  const auto& out = restriction_.active() ? restricted_output() : model_->fc_out;
+  return projection_top_k(out, step_hidden(last_tokens), width, extra_columns);
 }
 
 void TransformerDecoder::select(const at::Tensor& index) {
