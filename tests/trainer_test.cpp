@@ -253,6 +253,20 @@ TEST(Trainer, BothDirectionsKeepEachTranslationToItsLanguage) {
   }
   EXPECT_GT(steered, 60);  // of 80 sentences
   EXPECT_GT(strays, 0);    // without the columns, the other language's pieces come out
+
+  // German and English lines in one call translate as among their own language's lines.
+  std::vector<std::string> mixed, de_lines, en_lines;
+  for (size_t i = 0; i < 20; ++i) {
+    mixed.insert(mixed.end(), {de[i], en[i]});
+    de_lines.push_back(de[i]);
+    en_lines.push_back(en[i]);
+  }
+  const auto together = translator.translate(mixed, beam);
+  const auto alone_de = translator.translate(de_lines, beam), alone_en = translator.translate(en_lines, beam);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(together[2 * i].texts, alone_de[i].texts) << de[i];
+    EXPECT_EQ(together[2 * i + 1].texts, alone_en[i].texts) << en[i];
+  }
 }
 
 TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {

@@ -31,13 +31,16 @@ std::shared_ptr<const OutputLanguages> OutputLanguages::of(const ModelLanguages&
   return out;
 }
 
-const std::vector<int64_t>* OutputLanguages::columns_for(const std::vector<int64_t>& source_ids) const {
+int OutputLanguages::way(const std::vector<int64_t>& source_ids) const {
   int64_t evidence = 0;  // > 0: the source language
   for (int64_t id : source_ids)
     if (id >= 0 && id < static_cast<int64_t>(side_.size())) evidence += side_[static_cast<size_t>(id)];
-  if (evidence > 0) return &target_;
-  if (evidence < 0) return &source_;
-  return nullptr;
+  return evidence > 0 ? 1 : evidence < 0 ? -1 : 0;
+}
+
+const std::vector<int64_t>* OutputLanguages::columns_for(const std::vector<int64_t>& source_ids) const {
+  const int w = way(source_ids);
+  return w > 0 ? &target_ : w < 0 ? &source_ : nullptr;
 }
 
 std::vector<int64_t> within_language(const std::vector<int64_t>& candidates, const std::vector<int64_t>& language,

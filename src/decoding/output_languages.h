@@ -22,6 +22,8 @@ class OutputLanguages {
   // pieces belong to the source language's text alone than to the target language's alone, the
   // source language's when fewer, null (every column) when as many.
   const std::vector<int64_t>* columns_for(const std::vector<int64_t>& source_ids) const;
+  // The same reading as a number: +1 into the target language, -1 into the source language, 0 any.
+  int way(const std::vector<int64_t>& source_ids) const;
 
  private:
   std::vector<int64_t> target_, source_;

@@ -117,7 +117,13 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     sources[i] = encode_source(lines[i], &out[i].truncated);
     order.push_back(i);
   }
-  const auto batches = make_batches(sources, order, options);
+  // A --both-directions model: each batch goes one way, so its rows share one output restriction.
+  std::vector<int> ways;
+  if (output_languages_) {
+    ways.assign(lines.size(), 0);
+    for (size_t i : order) ways[i] = output_languages_->way(sources[i]);
+  }
+  const auto batches = make_batches(sources, order, options, ways);
   if (done && order.size() < lines.size()) done(static_cast<int64_t>(lines.size() - order.size()));  // blank lines
   const SearchOptions search = search_options(options);
   run_batches(options, batches.size(), [&](IncrementalDecoder& decoder, size_t b) {
@@ -148,16 +154,19 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
 
 std::vector<std::pair<size_t, size_t>> Translator::make_batches(const std::vector<std::vector<int64_t>>& sources,
                                                                 std::vector<size_t>& order,
-                                                                const TranslationOptions& options) {
+                                                                const TranslationOptions& options,
+                                                                const std::vector<int>& ways) {
   // Longest first: similar lengths share a batch, memory peaks early, and the workers take the
   // slowest batches first, so none is left alone with a long one at the end.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
+  const auto way = [&](size_t line) { return ways.empty() ? 0 : ways[line]; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return way(a) != way(b) ? way(a) < way(b) : sources[a].size() > sources[b].size();
+  });
   std::vector<std::pair<size_t, size_t>> batches;  // [begin, end) ranges of `order`
   for (size_t begin = 0; begin < order.size();) {
     const int64_t longest = static_cast<int64_t>(sources[order[begin]].size());
     size_t end = begin;
-    while (end < order.size()) {
+    while (end < order.size() && way(order[end]) == way(order[begin])) {
       const auto rows = static_cast<int64_t>(end - begin + 1);
       if (options.batch_source_tokens > 0 ? rows * longest > options.batch_source_tokens && end > begin
                                           : rows > std::max<int64_t>(1, options.batch_size))
@@ -167,6 +176,10 @@ std::vector<std::pair<size_t, size_t>> Translator::make_batches(const std::vecto
     batches.emplace_back(begin, end);
     begin = end;
   }
+  // The groups' batches among each other, longest first again.
+  std::stable_sort(batches.begin(), batches.end(), [&](const auto& a, const auto& b) {
+    return sources[order[a.first]].size() > sources[order[b.first]].size();
+  });
   return batches;
 }
 

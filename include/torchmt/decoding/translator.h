@@ -180,10 +180,12 @@ class Translator {
 
  private:
   // Lines sorted longest source first (`order`, sorted here) and cut into batches of
-  // options.batch_size lines or batch_source_tokens: [begin, end) ranges of `order`.
+  // options.batch_size lines or batch_source_tokens: [begin, end) ranges of `order`, longest
+  // first. With `ways` (a group per line), no batch holds lines of two groups.
   static std::vector<std::pair<size_t, size_t>> make_batches(const std::vector<std::vector<int64_t>>& sources,
                                                              std::vector<size_t>& order,
-                                                             const TranslationOptions& options);
+                                                             const TranslationOptions& options,
+                                                             const std::vector<int>& ways = {});
   // run_batch(decoder, b) for every b < batches, on the plan's workers (each its own decoder),
   // under the translator's runtime, dtype and inference mode; the first error is rethrown.
   void run_batches(const TranslationOptions& options, size_t batches,
