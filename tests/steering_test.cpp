@@ -226,6 +226,38 @@ TEST(Shortlist, TheStepMaskFollowsTheRowsThroughSelectsExpansionsAndJoins) {
   EXPECT_FALSE(r.shared());  // a row without a list
 }
 
+// A model whose output layer has columns closed (train --output-columns corpus) computes only
+// its open ones: the translations and scores of the whole layer, which gives the closed ones no
+// probability, greedy and beam, whatever shares a batch.
+TEST(OutputLanguages, AModelWithClosedColumnsTranslatesOverItsOpenOnesAsOverTheWholeLayer) {
+  Translator whole = random_translator();
+  const ModelConfig& c = whole.config();
+  torch::manual_seed(3);
+  at::Tensor open = torch::rand({c.tgt_vocab_size}) < 0.5;  // [V] bool
+  for (int64_t id : {c.pad_id, c.bos_id, c.eos_id}) open[id] = true;
+  whole.model()->close_output_columns(open);  // `whole` read the columns when made: it computes all
+  Translator restricted = whole;
+  restricted.set_languages(whole.languages());
+  ASSERT_FALSE(whole.restricts_output());
+  ASSERT_TRUE(restricted.restricts_output());
+  const auto lines = sample_lines(12);
+  for (int64_t beam : {1, 4}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.search.nbest = beam;
+    options.batch_size = 5;
+    const auto expected = whole.translate(lines, options), got = restricted.translate(lines, options);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ASSERT_EQ(got[i].hypotheses.size(), expected[i].hypotheses.size());
+      for (size_t k = 0; k < got[i].hypotheses.size(); ++k) {
+        EXPECT_EQ(got[i].hypotheses[k].tokens, expected[i].hypotheses[k].tokens) << "line " << i << " beam " << beam;
+        EXPECT_NEAR(got[i].hypotheses[k].score, expected[i].hypotheses[k].score, 1e-4);
+        for (int64_t t : got[i].hypotheses[k].tokens) EXPECT_TRUE(open[t].item<bool>()) << "closed piece " << t;
+      }
+    }
+  }
+}
+
 // A --both-directions model's way for a sentence: the language its pieces belong to alone, by
 // count; a tie leaves every column. A shortlist narrows the language's columns, and a prefix's or
 // constraint's pieces stay whatever their language.

@@ -31,7 +31,14 @@ std::shared_ptr<const OutputLanguages> OutputLanguages::of(const ModelLanguages&
   return out;
 }
 
+std::shared_ptr<const OutputLanguages> OutputLanguages::only(std::vector<int64_t> columns) {
+  auto out = std::make_shared<OutputLanguages>();
+  out->target_ = std::move(columns);
+  return out;
+}
+
 int OutputLanguages::way(const std::vector<int64_t>& source_ids) const {
+  if (side_.empty()) return 1;
   int64_t evidence = 0;  // > 0: the source language
   for (int64_t id : source_ids)
     if (id >= 0 && id < static_cast<int64_t>(side_.size())) evidence += side_[static_cast<size_t>(id)];

@@ -17,6 +17,8 @@ class OutputLanguages {
   // Null unless the model records both ways' columns; std::invalid_argument for ids outside
   // [0, vocab) or unsorted lists.
   static std::shared_ptr<const OutputLanguages> of(const ModelLanguages& languages, int64_t vocab);
+  // Every sentence into `columns` (sorted ids): a one-direction model's open output columns.
+  static std::shared_ptr<const OutputLanguages> only(std::vector<int64_t> columns);
 
   // The columns a translation of `source_ids` may use: the target language's when more of its
   // pieces belong to the source language's text alone than to the target language's alone, the
@@ -27,7 +29,8 @@ class OutputLanguages {
 
  private:
   std::vector<int64_t> target_, source_;
-  std::vector<int8_t> side_;  // per piece: +1 in source-language text only, -1 in target-language text only
+  std::vector<int8_t> side_;  // per piece: +1 in source-language text only, -1 in target-language text only;
+                              // empty: one way (only())
 };
 
 // A sentence's vocabulary (SentenceSteering::vocabulary) within a language's columns: the

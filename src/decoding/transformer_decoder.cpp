@@ -1,5 +1,6 @@
 #include "decoding/transformer_decoder.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <torch/torch.h>
@@ -22,8 +23,28 @@ at::Tensor log_probabilities(at::Tensor logits) {
 
 }  // namespace
 
-TransformerDecoder::TransformerDecoder(Transformer model, bool use_cache)
-    : model_(std::move(model)), use_cache_(use_cache) {}
+TransformerDecoder::TransformerDecoder(Transformer model, bool use_cache, std::shared_ptr<RestrictedOutputs> outputs)
+    : model_(std::move(model)),
+      use_cache_(use_cache),
+      restricted_made_(outputs ? std::move(outputs) : std::make_shared<RestrictedOutputs>()) {}
+
+torch::nn::Linear RestrictedOutputs::get(const torch::nn::Linear& whole, const at::Tensor& columns) {
+  const auto version = [](const at::Tensor& t) { return t.defined() && !t.is_inference() ? t._version() : 0u; };
+  const uint32_t weight_version = version(whole->weight), bias_version = version(whole->bias);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = made_.begin(); it != made_.end(); ++it) {
+    if (it->columns.size(0) != columns.size(0) || !torch::equal(it->columns, columns)) continue;
+    if (it->weight_version == weight_version && it->bias_version == bias_version) {
+      std::rotate(it, it + 1, made_.end());  // the most recently used last
+      return made_.back().layer;
+    }
+    made_.erase(it);  // the whole layer has changed since
+    break;
+  }
+  if (made_.size() == kKept) made_.erase(made_.begin());
+  made_.push_back({columns, weight_version, bias_version, select_output_rows(whole, columns)});
+  return made_.back().layer;
+}
 
 at::Device TransformerDecoder::device() const { return model_->fc_out->weight.device(); }
 
@@ -62,14 +83,7 @@ const torch::nn::Linear& TransformerDecoder::restricted_output() {
   if (restricted_out_) return restricted_out_;
   const at::Tensor& columns = restriction_.columns();
   if (columns.size(0) == model_->fc_out->weight.size(0)) return restricted_out_ = model_->fc_out;  // a row keeps every column
-  for (const auto& [made_for, made] : restricted_made_)
-    if (made_for.size(0) == columns.size(0) && torch::equal(made_for, columns)) restricted_out_ = made;
-  if (!restricted_out_) {
-    restricted_out_ = select_output_rows(model_->fc_out, columns);
-    if (restricted_made_.size() == 2) restricted_made_.erase(restricted_made_.begin());
-    restricted_made_.emplace_back(columns, restricted_out_);
-  }
-  return restricted_out_;
+  return restricted_out_ = restricted_made_->get(model_->fc_out, columns);
 }
 
 at::Tensor TransformerDecoder::restricted_logits(const at::Tensor& hidden) {

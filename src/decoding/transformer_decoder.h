@@ -3,6 +3,8 @@
 // the decoder on the newest position only, reading past self-attention K/V and the
 // once-computed cross-attention K/V from an explicit DecoderCache. Without it, each step
 // recomputes the whole prefix (the reference behaviour; kept for tests and benchmarks).
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -13,9 +15,31 @@
 
 namespace torchmt {
 
+// Output layers over some rows of a model's fc_out (select_output_rows), by their columns, shared
+// by the decoders of one translator: every batch of a --both-directions model or of one with closed
+// columns keeps to one of a few lists (OutputLanguages), which each worker and call would otherwise
+// select and prepare again. The last kKept made are kept; a layer whose weights have changed since
+// (the trainer's model between validations) is made again.
+class RestrictedOutputs {
+ public:
+  static constexpr size_t kKept = 4;
+  torch::nn::Linear get(const torch::nn::Linear& whole, const at::Tensor& columns);
+
+ private:
+  struct Made {
+    at::Tensor columns;
+    uint32_t weight_version, bias_version;  // the whole layer's when made
+    torch::nn::Linear layer;
+  };
+  std::mutex mutex_;
+  std::vector<Made> made_;  // most recently used last
+};
+
 class TransformerDecoder : public IncrementalDecoder {
  public:
-  explicit TransformerDecoder(Transformer model, bool use_cache = true);
+  // `outputs`: restricted output layers shared with other decoders of the model (null: its own).
+  explicit TransformerDecoder(Transformer model, bool use_cache = true,
+                              std::shared_ptr<RestrictedOutputs> outputs = nullptr);
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
   // On the CPU in fp32, the output projection screened (src/kernels/primitives.h): the
@@ -46,9 +70,7 @@ class TransformerDecoder : public IncrementalDecoder {
   int64_t rows_ = 0;
   OutputRestriction restriction_;
   torch::nn::Linear restricted_out_{nullptr};  // fc_out's rows restriction_.columns(), made when first needed
-  // The last two made, by their columns: a --both-directions model's batches keep to one of its two
-  // languages (OutputLanguages), which each batch would otherwise select and prepare again.
-  std::vector<std::pair<at::Tensor, torch::nn::Linear>> restricted_made_;
+  std::shared_ptr<RestrictedOutputs> restricted_made_;
   const torch::nn::Linear& restricted_output();
   // Hidden states [N, D] -> logits [N, U] over restriction_.columns(), -inf where a row may not go.
   at::Tensor restricted_logits(const at::Tensor& hidden);

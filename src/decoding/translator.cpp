@@ -34,12 +34,14 @@ Translator::Translator(Transformer model, Tokenizer src_tokenizer, Tokenizer tgt
       dtype_(dtype),
       cpu_threads_(at::get_num_threads()),
       pool_(std::make_shared<WorkerPool>()) {
-  make_decoder_ = [model = model_](bool use_cache) mutable -> std::unique_ptr<IncrementalDecoder> {
+  make_decoder_ = [model = model_, outputs = std::make_shared<RestrictedOutputs>()](
+                     bool use_cache) mutable -> std::unique_ptr<IncrementalDecoder> {
     // Only a model in training mode (the trainer validating) is written to: concurrent
     // translate() calls (a server's workers) on a model in eval mode only read the flag.
     if (model->is_training()) model->eval();
-    return std::make_unique<TransformerDecoder>(model, use_cache);
+    return std::make_unique<TransformerDecoder>(model, use_cache, outputs);
   };
+  output_languages_ = open_columns_only();
 }
 
 Translator::Translator(DecoderFactory make_decoder, ModelConfig config, Tokenizer src_tokenizer,
@@ -355,7 +357,15 @@ SentenceSteering Translator::steer(const std::vector<int64_t>& source_ids, const
 void Translator::set_languages(ModelLanguages languages) {
   auto output = OutputLanguages::of(languages, config_.tgt_vocab_size);
   languages_ = std::make_shared<const ModelLanguages>(std::move(languages));
-  output_languages_ = std::move(output);
+  output_languages_ = output ? std::move(output) : open_columns_only();
+}
+
+std::shared_ptr<const OutputLanguages> Translator::open_columns_only() const {
+  if (!model_) return nullptr;
+  const at::Tensor open = model_->open_output_columns();  // [V] bool
+  if (open.all().item<bool>()) return nullptr;
+  const at::Tensor ids = open.nonzero().flatten().contiguous();  // [C] ascending
+  return OutputLanguages::only(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()));
 }
 
 void Translator::set_shortlist(std::shared_ptr<const Shortlist> shortlist) {

@@ -228,22 +228,26 @@ torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch
     SkipParameterInit skip;
     part = make_linear(layer->weight.size(1), rows.size(0));
   }
-  part->weight.set_data(layer->weight.index_select(0, rows));  // [U, in]
+  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
+  const auto* whole = q ? usable_preparation(q, layer->weight) : nullptr;
+  // An int8 part runs on its int8 rows alone: no fp32 copy of them (as release_float_weights).
+  const bool int8_only = whole && whole->int8;
+  part->weight.set_data(int8_only ? torch::zeros({1}, layer->weight.options()).expand({rows.size(0), layer->weight.size(1)})
+                                  : layer->weight.index_select(0, rows));  // [U, in]
   part->bias.set_data(layer->bias.defined() ? layer->bias.index_select(0, rows)
                                             : torch::zeros({rows.size(0)}, layer->weight.options()));
-  const auto* q = dynamic_cast<const QuantizableLinearImpl*>(layer.get());
   if (!q) return part;
   auto* p_part = part->as<QuantizableLinearImpl>();
   p_part->input_range = q->input_range;  // same inputs as the whole layer
-  const auto* whole = usable_preparation(q, layer->weight);
   if (!whole) return part;
   // The int8 rows and the screen are taken from the whole layer's, not quantized anew: a
   // shortlist restricts the output projection once per batch.
   const auto r = rows.to(torch::kCPU, torch::kLong).contiguous();
   const std::vector<int64_t> list(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
   auto p = made_from(*p_part);
-  if (whole->int8) {
+  if (int8_only) {
     p->int8 = kernels::select_int8_rows(*whole->int8, list);
+    p->float_released = true;
   } else if (part->weight.device().is_cpu() && part->weight.scalar_type() == torch::kFloat) {
     p->packed = lazy_pack(part->weight);
     // The part screened where the whole layer is (greedy search's columns).

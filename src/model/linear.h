@@ -132,7 +132,8 @@ int64_t packed_weight_bytes(torch::nn::Module& module);
 bool runs_int8(const torch::nn::Linear& layer);
 // The outputs `rows` ([U] int64, on the weight's device) of `layer` as a layer of their own,
 // prepared as `layer` is (int8, packed, or not): the output projection under a shortlist. Its
-// int8 rows are the same integers as the whole layer's (the quantization is per row).
+// int8 rows are the same integers as the whole layer's (the quantization is per row), and an int8
+// part keeps no fp32 copy of them (released, as release_float_weights).
 torch::nn::Linear select_output_rows(const torch::nn::Linear& layer, const torch::Tensor& rows);
 // One layer over the concatenated inputs of `layers` (same outputs) computing the weighted sum of
 // their outputs: weight [out, sum of in] = [s_0 W_0 | s_1 W_1 | ...], bias sum of s_i b_i (an

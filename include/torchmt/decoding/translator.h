@@ -153,8 +153,9 @@ class Translator {
   // What the model translates from and into, and its language identifier, as its file recorded
   // them (the loader sets them; empty for a model that recorded none).
   // A --both-directions model that records each way's columns keeps every translation to the
-  // columns of the language it translates into. Throws std::invalid_argument for columns that
-  // are not the model's.
+  // columns of the language it translates into; any other checkpoint whose output layer has
+  // columns closed (train --output-columns corpus) computes only its open ones. Throws
+  // std::invalid_argument for columns that are not the model's.
   void set_languages(ModelLanguages languages);
   const ModelLanguages& languages() const { return *languages_; }
 
@@ -204,7 +205,9 @@ class Translator {
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
   std::shared_ptr<const ModelLanguages> languages_ = std::make_shared<const ModelLanguages>();  // shared by copies
-  std::shared_ptr<const OutputLanguages> output_languages_;  // from languages_; null: no restriction
+  // From languages_, else the model's open columns (open_columns_only); null: no restriction.
+  std::shared_ptr<const OutputLanguages> output_languages_;
+  std::shared_ptr<const OutputLanguages> open_columns_only() const;
 };
 
 }  // namespace torchmt
