@@ -218,6 +218,10 @@ TEST(Shortlist, TheStepMaskFollowsTheRowsThroughSelectsExpansionsAndJoins) {
   expect_fresh("add_rows after one list");
   EXPECT_TRUE(r.allowed()[4].all().item<bool>());
   EXPECT_TRUE(torch::equal(r.allowed()[3], r.allowed()[0]));
+  r.restrict_last({&a2}, 5, 9, torch::kCPU);  // the joined row takes the others' list: one list again
+  EXPECT_TRUE(r.shared());
+  EXPECT_EQ(r.allowed().size(0), 1);
+  EXPECT_TRUE(torch::equal(r.columns(), torch::tensor({1, 4, 6}, torch::kLong)));
   r.reset();
   r.restrict_last({&a, &b}, 2, 9, torch::kCPU);
   EXPECT_FALSE(r.shared());  // two lists

@@ -68,6 +68,12 @@ void OutputRestriction::restrict_last(const std::vector<const std::vector<int64_
   if (!active()) allowed_ = torch::ones({rows, vocab}, torch::TensorOptions().dtype(torch::kBool).device(device));
   allowed_.narrow(0, rows - n, n).copy_(rows_mask);
   columns_ = allowed_.any(0).nonzero().view({-1});  // [U], sorted
+  // Rows that joined a running batch with the list all the others have: one list again.
+  const at::Tensor first_row = allowed_.narrow(0, 0, 1);  // [1, V]
+  if (allowed_.eq(first_row).all().item<bool>() && !first_row.all().item<bool>()) {
+    allowed_ = first_row.clone();
+    shared_ = true;
+  }
 }
 
 void OutputRestriction::select(const at::Tensor& index) {
