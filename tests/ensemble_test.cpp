@@ -76,8 +76,10 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
   for (int64_t t = 3; t < 120; t += 2) more.push_back(t);
   const std::vector<int64_t> any;
   for (bool stacked : {false, true})
-    for (bool shortlist : {false, true}) {
-      const std::string where = std::string(stacked ? "stacked" : "generic") + (shortlist ? ", shortlist" : "");
+    for (int lists : {0, 1, 2}) {  // none, one per sentence, one list for every sentence
+      const bool shortlist = lists > 0;
+      const std::string where = std::string(stacked ? "stacked" : "generic") +
+                                (lists == 1 ? ", shortlists" : lists == 2 ? ", one shortlist" : "");
       auto da = a.make_decoder(true), db = b.make_decoder(true);
       std::vector<std::unique_ptr<IncrementalDecoder>> members;
       members.push_back(a.make_decoder(true));
@@ -87,7 +89,8 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
                                        : nullptr);
       for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)}) {
         d->start(src);
-        if (shortlist) d->restrict_output({&few, &any, &more});
+        if (lists == 1) d->restrict_output({&few, &any, &more});
+        if (lists == 2) d->restrict_output({&more, &more, &more});
         d->expand_rows(3, 2);  // [6] rows: two beams per sentence
       }
       if (shortlist) {
@@ -97,12 +100,13 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
       for (int step = 0; step < 4; ++step) {
         const auto expected = torch::log_softmax(0.75 * da->step(tokens) + 0.25 * db->step(tokens), -1);  // [6, V]
         at::Tensor got;
-        if (step == 1 && !shortlist) {
+        if (step == 1 && lists != 1) {
           // The search's own steps: greedy's token and beam's entries, as the step would give them.
           const auto greedy = ensemble.greedy_tokens(tokens);
-          EXPECT_TRUE(torch::equal(greedy, std::get<1>(expected.max(-1)))) << where;
+          const auto best = std::get<1>(expected.max(-1));  // [6] columns
+          EXPECT_TRUE(torch::equal(greedy, shortlist ? da->output_columns().index_select(0, best) : best)) << where;
           got = expected;
-        } else if (step == 2 && !shortlist) {
+        } else if (step == 2 && lists != 1) {
           const auto top = ensemble.step_top_k(tokens, 3, {5, 7});
           const auto want = IncrementalDecoder::top_k_of(expected, 3, {5, 7});
           EXPECT_TRUE(torch::allclose(top.values, want.values, 1e-3, 1e-3)) << where;
@@ -121,8 +125,52 @@ TEST(Ensemble, StepIsTheRenormalisedWeightedMeanThroughSelects) {
         for (IncrementalDecoder* d : {da.get(), db.get(), static_cast<IncrementalDecoder*>(&ensemble)})
           step % 2 == 0 ? d->reorder_within_sentences(index) : d->select(index);
         tokens = std::get<1>(got.max(-1)).index_select(0, index);
+        if (shortlist) tokens = da->output_columns().index_select(0, tokens);  // columns -> tokens
       }
     }
+}
+
+// Members whose output layers have columns closed (train --output-columns corpus): the ensemble
+// computes the union of their open columns only (the stacked projection's rows of them) and
+// translates as over the whole layers, greedy and beam, scores included.
+TEST(Ensemble, MembersWithClosedColumnsComputeTheOpenOnesAsTheWholeLayers) {
+  test::TempDir dir;
+  torch::manual_seed(5);
+  const int64_t vocab = test::sample_tokenizer().vocab_size();
+  std::vector<std::string> paths;
+  for (const auto& [from, keep] : {std::make_pair(tiny_checkpoint(), 0.5), std::make_pair(other_checkpoint(), 0.6)}) {
+    auto loaded = load_checkpoint(from, torch::kCPU);
+    at::Tensor open = torch::rand({vocab}) < keep;  // [V] bool
+    for (int64_t id : {loaded.meta.model.pad_id, loaded.meta.model.bos_id, loaded.meta.model.eos_id}) open[id] = true;
+    loaded.model->close_output_columns(open);
+    paths.push_back(dir.file(std::to_string(paths.size()) + ".pt"));
+    save_checkpoint(paths.back(), loaded.model, nullptr, loaded.meta);
+  }
+  TranslatorConfig config;
+  config.device = "cpu";
+  config.dtype = "fp32";
+  config.models = paths;
+  Translator restricted = load_translator(config);
+  Translator whole = load_translator(config);
+  whole.set_open_output_columns({});
+  whole.set_languages(whole.languages());
+  ASSERT_TRUE(restricted.restricts_output());
+  ASSERT_FALSE(whole.restricts_output());
+  const auto lines = test::sample_lines(10);
+  for (int64_t beam : {1, 4}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.search.nbest = beam;
+    options.batch_size = 4;
+    const auto want = whole.translate(lines, options), got = restricted.translate(lines, options);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ASSERT_EQ(got[i].hypotheses.size(), want[i].hypotheses.size());
+      for (size_t h = 0; h < got[i].hypotheses.size(); ++h) {
+        EXPECT_EQ(got[i].hypotheses[h].tokens, want[i].hypotheses[h].tokens) << "beam " << beam << " line " << i;
+        EXPECT_NEAR(got[i].hypotheses[h].score, want[i].hypotheses[h].score, 1e-3);
+      }
+    }
+  }
 }
 
 TEST(Ensemble, AModelWithItselfTranslatesAsTheModel) {

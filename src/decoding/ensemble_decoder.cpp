@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,8 +15,12 @@
 namespace torchmt {
 
 EnsembleDecoder::EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members,
-                                 std::vector<double> weights, torch::nn::Linear stacked)
-    : members_(std::move(members)), weights_(std::move(weights)), stacked_(std::move(stacked)) {
+                                 std::vector<double> weights, torch::nn::Linear stacked,
+                                 std::shared_ptr<RestrictedOutputs> outputs)
+    : members_(std::move(members)),
+      weights_(std::move(weights)),
+      stacked_(std::move(stacked)),
+      outputs_(outputs ? std::move(outputs) : std::make_shared<RestrictedOutputs>()) {
   if (!stacked_.is_empty())
     for (const auto& m : members_) {
       const auto* t = dynamic_cast<const TransformerDecoder*>(m.get());
@@ -32,7 +37,20 @@ EnsembleDecoder::EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>
 
 void EnsembleDecoder::start(const at::Tensor& src) {
   restricted_ = false;
+  projection_ = nullptr;
   for (auto& m : members_) m->start(src);
+}
+
+const OutputRestriction& EnsembleDecoder::restriction() const {
+  return static_cast<const TransformerDecoder&>(*members_.front()).restriction();
+}
+
+const torch::nn::Linear* EnsembleDecoder::stacked_projection() {
+  if (stacked_.is_empty()) return nullptr;
+  if (!restricted_) return &stacked_;
+  if (!restriction().shared()) return nullptr;
+  if (projection_.is_empty()) projection_ = outputs_->get(stacked_, restriction().columns());
+  return &projection_;
 }
 
 at::Tensor EnsembleDecoder::stacked_hidden(const at::Tensor& last_tokens) {
@@ -42,20 +60,25 @@ at::Tensor EnsembleDecoder::stacked_hidden(const at::Tensor& last_tokens) {
 }
 
 at::Tensor EnsembleDecoder::greedy_tokens(const at::Tensor& last_tokens) {
-  if (!stacked_step()) return IncrementalDecoder::greedy_tokens(last_tokens);
-  return projection_greedy_tokens(stacked_, stacked_hidden(last_tokens));
+  const auto* out = stacked_projection();
+  if (!out) return IncrementalDecoder::greedy_tokens(last_tokens);
+  const auto best = projection_greedy_tokens(*out, stacked_hidden(last_tokens));  // [N], columns of *out
+  if (!restricted_) return best;
+  const at::Tensor& columns = restriction().columns();
+  return columns.index_select(0, best.to(columns.device()));  // tokens
 }
 
 IncrementalDecoder::TopK EnsembleDecoder::step_top_k(const at::Tensor& last_tokens, int64_t width,
                                                      const std::vector<int64_t>& extra_columns) {
-  if (!stacked_step()) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
-  return projection_top_k(stacked_, stacked_hidden(last_tokens), width, extra_columns);
+  const auto* out = stacked_projection();
+  if (!out) return IncrementalDecoder::step_top_k(last_tokens, width, extra_columns);
+  return projection_top_k(*out, stacked_hidden(last_tokens), width, extra_columns);
 }
 
 at::Tensor EnsembleDecoder::step(const at::Tensor& last_tokens) {
   // log_softmax(sum w_i log_softmax(z_i)) = log_softmax(sum w_i z_i): each member's normaliser is a
   // per-row constant, so the stacked layer's logits give the same distribution.
-  if (stacked_step()) return projection_log_probs(stacked_, stacked_hidden(last_tokens));
+  if (const auto* out = stacked_projection()) return projection_log_probs(*out, stacked_hidden(last_tokens));
   at::Tensor mixed;  // [N, C]: the weighted mean of the members' log-probabilities
   for (size_t i = 0; i < members_.size(); ++i) {
     at::Tensor lp = members_[i]->step(last_tokens);  // [N, C] float32
@@ -85,11 +108,13 @@ bool EnsembleDecoder::can_join() const {
 
 void EnsembleDecoder::join(const at::Tensor& src) {
   for (auto& m : members_) m->join(src);
+  projection_ = nullptr;
 }
 
 void EnsembleDecoder::restrict_output(const std::vector<const std::vector<int64_t>*>& vocabularies) {
   for (auto& m : members_) m->restrict_output(vocabularies);
   for (const auto* v : vocabularies) restricted_ = restricted_ || (v && !v->empty());
+  projection_ = nullptr;
 }
 
 std::vector<double> parse_ensemble_weights(const std::string& text, size_t members) {
@@ -156,10 +181,11 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
     stacked = stack_linear_inputs(outputs, weights);
   }
   auto shared = std::make_shared<const std::vector<Translator>>(std::move(members));
-  DecoderFactory factory = [shared, weights, stacked](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {
+  auto outputs = std::make_shared<RestrictedOutputs>();
+  DecoderFactory factory = [shared, weights, stacked, outputs](bool use_cache) -> std::unique_ptr<IncrementalDecoder> {
     std::vector<std::unique_ptr<IncrementalDecoder>> decoders;
     for (const Translator& m : *shared) decoders.push_back(m.make_decoder(use_cache));
-    return std::make_unique<EnsembleDecoder>(std::move(decoders), weights, use_cache ? stacked : nullptr);
+    return std::make_unique<EnsembleDecoder>(std::move(decoders), weights, use_cache ? stacked : nullptr, outputs);
   };
   const Translator& lead = shared->front();
   Translator ensemble(std::move(factory), config, lead.src_tokenizer(), lead.tgt_tokenizer(), lead.device(),
@@ -175,6 +201,19 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
            m.languages().source_columns == languages.source_columns;
   });
   if (!same_columns || !languages.both_directions) languages.target_columns = languages.source_columns = {};
+  // Columns closed in every member stay closed: the ensemble computes the others.
+  std::vector<int64_t> open;
+  for (const Translator& m : *shared) {
+    const std::vector<int64_t>& some = m.open_output_columns();
+    if (some.empty()) {  // a member with every column open
+      open.clear();
+      break;
+    }
+    std::vector<int64_t> both;
+    std::set_union(open.begin(), open.end(), some.begin(), some.end(), std::back_inserter(both));
+    open = std::move(both);
+  }
+  ensemble.set_open_output_columns(std::move(open));
   ensemble.set_languages(std::move(languages));
   if (lead.precision_name() == "int8") ensemble.set_precision_name("int8");  // the members' Linear layers
   return ensemble;

@@ -13,6 +13,8 @@
 
 namespace torchmt {
 
+class OutputRestriction;
+class RestrictedOutputs;
 class Translator;
 
 class EnsembleDecoder : public IncrementalDecoder {
@@ -20,9 +22,10 @@ class EnsembleDecoder : public IncrementalDecoder {
   // `weights`: one per member, positive; normalised to sum to 1 here. `stacked` (optional): the
   // members' output projections as one layer over their concatenated hidden states, weighted
   // (stack_linear_inputs), when every member is a cached TransformerDecoder: then a step projects
-  // once, through that layer's screen, instead of once per member.
+  // once, through that layer's screen, instead of once per member; under a list every row shares
+  // (OutputRestriction::shared), through its rows of that list, made by `outputs` (null: its own).
   EnsembleDecoder(std::vector<std::unique_ptr<IncrementalDecoder>> members, std::vector<double> weights,
-                  torch::nn::Linear stacked = nullptr);
+                  torch::nn::Linear stacked = nullptr, std::shared_ptr<RestrictedOutputs> outputs = nullptr);
   void start(const at::Tensor& src) override;
   at::Tensor step(const at::Tensor& last_tokens) override;
   at::Tensor greedy_tokens(const at::Tensor& last_tokens) override;
@@ -40,9 +43,15 @@ class EnsembleDecoder : public IncrementalDecoder {
   std::vector<std::unique_ptr<IncrementalDecoder>> members_;
   std::vector<double> weights_;
   torch::nn::Linear stacked_{nullptr};
-  bool restricted_ = false;  // a shortlist is on: each member projects its own columns
-  // The stacked projection applies (no shortlist): the members' hidden states side by side [N, sum D].
-  bool stacked_step() const { return !stacked_.is_empty() && !restricted_; }
+  std::shared_ptr<RestrictedOutputs> outputs_;
+  bool restricted_ = false;  // a shortlist or the models' columns: the members restrict their rows
+  torch::nn::Linear projection_{nullptr};  // this batch's stacked projection, made when first needed
+  // The stacked layer a step projects through: the whole one, its rows of a list every row shares,
+  // or null (rows with lists of their own: each member projects its own columns).
+  const torch::nn::Linear* stacked_projection();
+  // The lead member's restriction (every member has the same: restrict_output gives each the lists).
+  const OutputRestriction& restriction() const;
+  // The members' hidden states side by side [N, sum D].
   at::Tensor stacked_hidden(const at::Tensor& last_tokens);
 };
 

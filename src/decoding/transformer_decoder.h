@@ -60,6 +60,7 @@ class TransformerDecoder : public IncrementalDecoder {
   // The decoder's last hidden states [N, D] for the next tokens, before the output projection
   // (an ensemble projects its members' together); advances the cache as step() does. Cache only.
   at::Tensor step_hidden(const at::Tensor& last_tokens);
+  const OutputRestriction& restriction() const { return restriction_; }
 
  private:
   Transformer model_;

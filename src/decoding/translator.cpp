@@ -360,12 +360,15 @@ void Translator::set_languages(ModelLanguages languages) {
   output_languages_ = output ? std::move(output) : open_columns_only();
 }
 
-std::shared_ptr<const OutputLanguages> Translator::open_columns_only() const {
-  if (!model_) return nullptr;
-  const at::Tensor open = model_->open_output_columns();  // [V] bool
-  if (open.all().item<bool>()) return nullptr;
-  const at::Tensor ids = open.nonzero().flatten().contiguous();  // [C] ascending
-  return OutputLanguages::only(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()));
+std::shared_ptr<const OutputLanguages> Translator::open_columns_only() {
+  if (model_) {  // as the model has them now
+    open_columns_.clear();
+    if (const at::Tensor open = model_->open_output_columns(); !open.all().item<bool>()) {  // [V] bool
+      const at::Tensor ids = open.nonzero().flatten().contiguous();                         // [C] ascending
+      open_columns_.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+    }
+  }
+  return open_columns_.empty() ? nullptr : OutputLanguages::only(open_columns_);
 }
 
 void Translator::set_shortlist(std::shared_ptr<const Shortlist> shortlist) {

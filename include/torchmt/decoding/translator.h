@@ -158,6 +158,10 @@ class Translator {
   // std::invalid_argument for columns that are not the model's.
   void set_languages(ModelLanguages languages);
   const ModelLanguages& languages() const { return *languages_; }
+  // The model's open output columns (sorted ids) when some are closed; empty: every column open.
+  // A translator without a model of its own (an ensemble) is given them before set_languages.
+  const std::vector<int64_t>& open_output_columns() const { return open_columns_; }
+  void set_open_output_columns(std::vector<int64_t> columns) { open_columns_ = std::move(columns); }
 
   // The native model, or a null Transformer for a model of another format.
   Transformer& model() { return model_; }
@@ -205,9 +209,10 @@ class Translator {
   std::shared_ptr<WorkerPool> pool_;  // the workers' threads, kept between calls (and copies)
   std::shared_ptr<const Shortlist> shortlist_;
   std::shared_ptr<const ModelLanguages> languages_ = std::make_shared<const ModelLanguages>();  // shared by copies
-  // From languages_, else the model's open columns (open_columns_only); null: no restriction.
+  // From languages_, else the open columns (open_columns_only); null: no restriction.
   std::shared_ptr<const OutputLanguages> output_languages_;
-  std::shared_ptr<const OutputLanguages> open_columns_only() const;
+  std::vector<int64_t> open_columns_;
+  std::shared_ptr<const OutputLanguages> open_columns_only();  // reads a model's columns afresh
 };
 
 }  // namespace torchmt
