@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the data tests: the bundled sample and a BPE model trained on it once per run.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,29 @@ inline Translator random_translator() {
   c.max_positions = 64;
   torch::manual_seed(9);
   return Translator(Transformer(c), sample_tokenizer(), sample_tokenizer(), torch::kCPU, torch::kFloat);
+}
+
+// `got` translates `lines` as `want` does, greedy and beam 4 (4-best), `batch_size` lines a batch:
+// the same hypotheses, scores within `tolerance`; `check` (optional) sees each of got's.
+inline void expect_same_translations(Translator& want, Translator& got, const std::vector<std::string>& lines,
+                                     int64_t batch_size, double tolerance,
+                                     const std::function<void(const Hypothesis&)>& check = {}) {
+  for (int64_t beam : {1, 4}) {
+    TranslationOptions options;
+    options.search.beam_size = beam;
+    options.search.nbest = beam;
+    options.batch_size = batch_size;
+    const auto expected = want.translate(lines, options), actual = got.translate(lines, options);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ASSERT_EQ(actual[i].hypotheses.size(), expected[i].hypotheses.size()) << "line " << i;
+      for (size_t k = 0; k < actual[i].hypotheses.size(); ++k) {
+        const Hypothesis &a = actual[i].hypotheses[k], &e = expected[i].hypotheses[k];
+        EXPECT_EQ(a.tokens, e.tokens) << "line " << i << " beam " << beam;
+        EXPECT_NEAR(a.score, e.score, tolerance) << "line " << i << " beam " << beam;
+        if (check) check(a);
+      }
+    }
+  }
 }
 
 }  // namespace torchmt::test

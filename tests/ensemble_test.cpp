@@ -156,39 +156,13 @@ TEST(Ensemble, MembersWithClosedColumnsComputeTheOpenOnesAsTheWholeLayers) {
   whole.set_languages(whole.languages());
   ASSERT_TRUE(restricted.restricts_output());
   ASSERT_FALSE(whole.restricts_output());
-  const auto lines = test::sample_lines(10);
-  for (int64_t beam : {1, 4}) {
-    TranslationOptions options;
-    options.search.beam_size = beam;
-    options.search.nbest = beam;
-    options.batch_size = 4;
-    const auto want = whole.translate(lines, options), got = restricted.translate(lines, options);
-    for (size_t i = 0; i < lines.size(); ++i) {
-      ASSERT_EQ(got[i].hypotheses.size(), want[i].hypotheses.size());
-      for (size_t h = 0; h < got[i].hypotheses.size(); ++h) {
-        EXPECT_EQ(got[i].hypotheses[h].tokens, want[i].hypotheses[h].tokens) << "beam " << beam << " line " << i;
-        EXPECT_NEAR(got[i].hypotheses[h].score, want[i].hypotheses[h].score, 1e-3);
-      }
-    }
-  }
+  test::expect_same_translations(whole, restricted, test::sample_lines(10), 4, 1e-3);
 }
 
 TEST(Ensemble, AModelWithItselfTranslatesAsTheModel) {
   Translator single = load_translator(unscreened({tiny_checkpoint()}));
   Translator twice = load_translator(unscreened({tiny_checkpoint(), tiny_checkpoint()}));
-  const auto lines = test::sample_lines(10);
-  for (int64_t beam : {1, 4}) {
-    TranslationOptions options;
-    options.search.beam_size = beam;
-    options.search.nbest = beam;
-    options.batch_size = 4;
-    const auto one = single.translate(lines, options), two = twice.translate(lines, options);
-    for (size_t i = 0; i < lines.size(); ++i) {
-      ASSERT_EQ(one[i].texts, two[i].texts) << "beam " << beam << " line " << i;
-      for (size_t h = 0; h < one[i].hypotheses.size(); ++h)
-        EXPECT_NEAR(one[i].hypotheses[h].score, two[i].hypotheses[h].score, 1e-4);
-    }
-  }
+  test::expect_same_translations(single, twice, test::sample_lines(10), 4, 1e-4);
 }
 
 // An ensemble knows both directions only where every member does (serve's reverse pair and

@@ -244,22 +244,9 @@ TEST(OutputLanguages, AModelWithClosedColumnsTranslatesOverItsOpenOnesAsOverTheW
   restricted.set_languages(whole.languages());
   ASSERT_FALSE(whole.restricts_output());
   ASSERT_TRUE(restricted.restricts_output());
-  const auto lines = sample_lines(12);
-  for (int64_t beam : {1, 4}) {
-    TranslationOptions options;
-    options.search.beam_size = beam;
-    options.search.nbest = beam;
-    options.batch_size = 5;
-    const auto expected = whole.translate(lines, options), got = restricted.translate(lines, options);
-    for (size_t i = 0; i < lines.size(); ++i) {
-      ASSERT_EQ(got[i].hypotheses.size(), expected[i].hypotheses.size());
-      for (size_t k = 0; k < got[i].hypotheses.size(); ++k) {
-        EXPECT_EQ(got[i].hypotheses[k].tokens, expected[i].hypotheses[k].tokens) << "line " << i << " beam " << beam;
-        EXPECT_NEAR(got[i].hypotheses[k].score, expected[i].hypotheses[k].score, 1e-4);
-        for (int64_t t : got[i].hypotheses[k].tokens) EXPECT_TRUE(open[t].item<bool>()) << "closed piece " << t;
-      }
-    }
-  }
+  test::expect_same_translations(whole, restricted, sample_lines(12), 5, 1e-4, [&](const Hypothesis& h) {
+    for (int64_t t : h.tokens) EXPECT_TRUE(open[t].item<bool>()) << "closed piece " << t;
+  });
 }
 
 // A --both-directions model's way for a sentence: the language its pieces belong to alone, by
