@@ -29,7 +29,9 @@ TransformerDecoder::TransformerDecoder(Transformer model, bool use_cache, std::s
       restricted_made_(outputs ? std::move(outputs) : std::make_shared<RestrictedOutputs>()) {}
 
 torch::nn::Linear RestrictedOutputs::get(const torch::nn::Linear& whole, const at::Tensor& columns) {
-  const auto version = [](const at::Tensor& t) { return t.defined() && !t.is_inference() ? t._version() : 0u; };
+  const auto version = [](const at::Tensor& t) {
+    return t.defined() && !t.is_inference() ? static_cast<uint32_t>(t._version()) : 0u;
+  };
   const uint32_t weight_version = version(whole->weight), bias_version = version(whole->bias);
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = made_.begin(); it != made_.end(); ++it) {

@@ -119,7 +119,8 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     sources[i] = encode_source(lines[i], &out[i].truncated);
     order.push_back(i);
   }
-  // A --both-directions model: each batch goes one way, so its rows share one output restriction.
+  // Output kept to a language (OutputLanguages): each batch goes one way, so its rows share one
+  // output restriction.
   std::vector<int> ways;
   if (output_languages_) {
     ways.assign(lines.size(), 0);
