@@ -363,11 +363,8 @@ void Translator::set_languages(ModelLanguages languages) {
 
 std::shared_ptr<const OutputLanguages> Translator::open_columns_only() {
   if (model_) {  // as the model has them now
-    open_columns_.clear();
-    if (const at::Tensor open = model_->open_output_columns(); !open.all().item<bool>()) {  // [V] bool
-      const at::Tensor ids = open.nonzero().flatten().contiguous();                         // [C] ascending
-      open_columns_.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-    }
+    const at::Tensor open = model_->open_output_columns();  // [V] bool
+    open_columns_ = open.all().item<bool>() ? std::vector<int64_t>() : column_ids(open);
   }
   return open_columns_.empty() ? nullptr : OutputLanguages::only(open_columns_);
 }

@@ -203,6 +203,11 @@ void TransformerImpl::close_output_columns(const torch::Tensor& open) {
   bias.masked_fill_(is_open.logical_not(), kClosedColumnBias);
 }
 
+std::vector<int64_t> column_ids(const torch::Tensor& mask) {
+  const torch::Tensor ids = mask.to(torch::kCPU).nonzero().flatten().contiguous();  // [C] ascending
+  return {ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()};
+}
+
 torch::Tensor TransformerImpl::open_output_columns() const {
   if (!fc_out->bias.defined()) return torch::ones({config_.tgt_vocab_size}, torch::kBool);
   return fc_out->bias.detach().gt(kClosedColumnBias / 10).to(torch::kCPU);

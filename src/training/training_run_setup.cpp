@@ -373,11 +373,7 @@ void TrainingRun::choose_output_columns() {
 // ones'. Fine-tuning adds those of the model it starts from, and records none when that model
 // has none for the same languages: it would take pieces away from it.
 void TrainingRun::record_direction_columns(const at::Tensor& into_target, const at::Tensor& into_source) {
-  const auto pieces = [](const at::Tensor& open) {
-    const at::Tensor ids = open.nonzero().flatten().contiguous();  // [C] ascending
-    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-  };
-  std::vector<int64_t> target = pieces(into_target), source = pieces(into_source);
+  std::vector<int64_t> target = column_ids(into_target), source = column_ids(into_source);
   if (!o_.init_from.empty()) {
     const auto [init_target, init_source] = init_columns_;
     if (init_target.empty() || init_source.empty() || init_languages_ != run_languages(o_, init_languages_)) return;

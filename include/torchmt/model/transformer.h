@@ -79,6 +79,9 @@ class TransformerImpl : public torch::nn::Cloneable<TransformerImpl> {
 };
 TORCH_MODULE(Transformer);
 
+// The ids a [V] bool mask of output columns holds (open_output_columns, a corpus's pieces), ascending.
+std::vector<int64_t> column_ids(const torch::Tensor& mask);
+
 // Parameter count (tied tensors counted once).
 int64_t count_parameters(const Transformer& model);
 
