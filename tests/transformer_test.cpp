@@ -495,7 +495,7 @@ TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeyValueHeads) {
   auto [out_g, w_g] = gqa->forward_with_weights(x, memory, memory, mask);
   auto [out_m, w_m] = mha->forward_with_weights(x, memory, memory, mask);
   EXPECT_TRUE(torch::allclose(w_g, w_m, 1e-5, 1e-5));
-  // One decoding query per sentence: the single-query CPU kernel reads the shared heads.
+  // One decoding query per sentence: the CPU attention kernel reads the shared heads.
   auto q1 = x.narrow(1, 0, 1);
   auto kg = gqa->split_heads(gqa->W_k, memory), vg = gqa->split_heads(gqa->W_v, memory);  // [B, G, S, d_k]
   EXPECT_EQ(kg.size(1), groups);

@@ -187,13 +187,16 @@ ScreenStats screen_stats();
 
 // ---- Attention, normalisation, rotary positions ------------------------------------------------
 
-// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, 1, d_k] and k, v [B / r, G, Tk, d_k] (G divides
+// softmax(q k^T / sqrt(d_k) + mask) v for q [B, H, Tq, d_k] and k, v [B / r, G, Tk, d_k] (G divides
 // H; query head h reads K/V head h / (H / G): grouped-query attention; query row b reads K/V row
-// b / r: the r beams of a sentence share its cross-attention K/V), fp32 or bf16; returns the heads
-// merged, [B, 1, H * d_k], in q's dtype. `mask` (bool, true = may attend) broadcasts to
-// [B / r, H, 1, Tk]; a query whose keys are all masked attends to all of them.
-at::Tensor try_single_query_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          const at::Tensor& mask);
+// b / r: the r beams of a sentence share its cross-attention K/V), fp32 or bf16, outside autograd;
+// returns the heads merged, [B, Tq, H * d_k], in q's dtype. `mask` (bool, true = may attend)
+// broadcasts to [B / r, H, Tq, Tk]; a query whose keys are all masked attends to all of them.
+// Each query row is computed alone, in 8-lane vectors on every level from avx2 up: the same bits
+// for a row in a decoding step, a forced decoding and the encoder, on every CPU (the GEMM
+// libraries' attention does not: MKL's AVX-512 copies round otherwise, and int8 quantizes it).
+at::Tensor try_attention_rows_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& mask);
 
 // x cos + rotate_half(x) sin (apply_rotary_pos_emb for one tensor) for x [B, H, T, d_k] with a
 // contiguous last dimension; cos and sin broadcast to x. Agrees with the composite to rounding.

@@ -90,8 +90,10 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              const torch::Tensor& mask, bool mask_sanitized, bool causal) {
-  if (auto merged = kernels::try_single_query_attention_cpu(q, k, v, mask); merged.defined())  // [B, 1, D]
-    return apply_linear(W_o, merged);
+  // Inference on the CPU: the kernel layer's rows, unless a benchmark forces an ATen path.
+  if (attention_kernel() == AttentionKernel::kAuto)
+    if (auto merged = kernels::try_attention_rows_cpu(q, k, v, mask); merged.defined())  // [B, Tq, D]
+      return apply_linear(W_o, merged);
   if (k.size(0) != q.size(0)) {
     // K/V (and mask) rows shared by q.size(0) / k.size(0) consecutive query rows (the beams
     // of a sentence, kv_cache.h): the other paths take one row each.

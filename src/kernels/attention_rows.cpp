@@ -15,13 +15,13 @@ namespace torchmt::kernels {
 namespace {
 
 struct HeadView {
-  int64_t heads, keys, dim;
+  int64_t heads, queries, keys, dim;
   int64_t group;                                        // query heads per K/V head (grouped-query attention)
   int64_t rows_per_kv;                                  // query rows per K/V and mask row (beams of a sentence)
-  int64_t q_stride_b, q_stride_h;                       // q [B, H, 1, d], last dim contiguous
+  int64_t q_stride_b, q_stride_h, q_stride_t;           // q [B, H, Tq, d], last dim contiguous
   int64_t k_stride_b, k_stride_h, k_stride_t;           // k [B, H, Tk, d], last dim contiguous
   int64_t v_stride_b, v_stride_h, v_stride_t;           // v [B, H, Tk, d], last dim contiguous
-  int64_t m_stride_b, m_stride_h, m_stride_t;           // mask [B, H, 1, Tk] (expanded), or none
+  int64_t m_stride_b, m_stride_h, m_stride_q, m_stride_t;  // mask [B, H, Tq, Tk] (expanded), or none
   float scale;
 };
 
@@ -109,7 +109,8 @@ TORCHMT_VECTOR_INLINE void attend_head(const float* query, const T* k, int64_t k
   for (int64_t j = 0; j < dim; ++j) store_from_float(out + j, sum[j]);
 }
 
-// Heads [begin, end) of the flattened B x H; out [B, 1, H * d] contiguous.
+// Heads [begin, end) of the flattened B x H, each of its query rows on its own (the same
+// arithmetic for a row whatever the other rows are); out [B, Tq, H * d] contiguous.
 template <typename T>
 TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, const bool* mask, const HeadView& s,
                                         int64_t begin, int64_t end, T* out) {
@@ -117,28 +118,31 @@ TORCHMT_VECTOR_INLINE void attend_heads(const T* q, const T* k, const T* v, cons
   std::vector<float> query(static_cast<size_t>(s.dim));
   for (int64_t bh = begin; bh < end; ++bh) {
     const int64_t b = bh / s.heads, h = bh % s.heads, kb = b / s.rows_per_kv;
-    const T* qh = q + b * s.q_stride_b + h * s.q_stride_h;
-    for (int64_t j = 0; j < s.dim; ++j) query[j] = load_as_float(qh + j) * s.scale;
-    const bool* mh = mask ? mask + kb * s.m_stride_b + h * s.m_stride_h : nullptr;
-    // Keys [lo, hi) hold every allowed one: source padding masks a row's last keys, and in a
-    // batch that rows joined, a row's first self-attention keys. Keys outside get weight
-    // exp(-inf) = 0 and add nothing, so skipping them changes no bit and saves their work.
-    int64_t lo = 0, hi = s.keys;
-    if (mh) {
-      while (lo < s.keys && !mh[lo * s.m_stride_t]) ++lo;
-      while (hi > lo && !mh[(hi - 1) * s.m_stride_t]) --hi;
-      if (lo == hi) lo = 0, hi = s.keys;  // nothing allowed: every key, as unmasked (ATen's rows of a uniform average)
-    }
-    const bool any_allowed = mh == nullptr || lo > 0 || hi < s.keys || mh[lo * s.m_stride_t];
-    const bool check_mask = any_allowed && mh != nullptr;
     const T* kh = k + kb * s.k_stride_b + (h / s.group) * s.k_stride_h;
     const T* vh = v + kb * s.v_stride_b + (h / s.group) * s.v_stride_h;
-    T* oh = out + (b * s.heads + h) * s.dim;  // [B, 1, H, d] = [B, 1, D]
-    float* sc = scores.data();
-    switch (s.dim) {
-      case 32: attend_head<4>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
-      case 64: attend_head<8>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
-      default: attend_head<0>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
+    for (int64_t row = 0; row < s.queries; ++row) {
+      const T* qh = q + b * s.q_stride_b + h * s.q_stride_h + row * s.q_stride_t;
+      for (int64_t j = 0; j < s.dim; ++j) query[j] = load_as_float(qh + j) * s.scale;
+      const bool* mh = mask ? mask + kb * s.m_stride_b + h * s.m_stride_h + row * s.m_stride_q : nullptr;
+      // Keys [lo, hi) hold every allowed one: source padding masks a row's last keys, a causal
+      // mask the keys after the row's position, and in a batch that rows joined, a row's first
+      // self-attention keys. Keys outside get weight exp(-inf) = 0 and add nothing, so skipping
+      // them changes no bit and saves their work.
+      int64_t lo = 0, hi = s.keys;
+      if (mh) {
+        while (lo < s.keys && !mh[lo * s.m_stride_t]) ++lo;
+        while (hi > lo && !mh[(hi - 1) * s.m_stride_t]) --hi;
+        if (lo == hi) lo = 0, hi = s.keys;  // nothing allowed: every key, as unmasked (ATen's rows of a uniform average)
+      }
+      const bool any_allowed = mh == nullptr || lo > 0 || hi < s.keys || mh[lo * s.m_stride_t];
+      const bool check_mask = any_allowed && mh != nullptr;
+      T* oh = out + ((b * s.queries + row) * s.heads + h) * s.dim;  // [B, Tq, H, d] = [B, Tq, D]
+      float* sc = scores.data();
+      switch (s.dim) {
+        case 32: attend_head<4>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
+        case 64: attend_head<8>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
+        default: attend_head<0>(query.data(), kh, s.k_stride_t, vh, s.v_stride_t, mh, s.m_stride_t, check_mask, lo, hi, s.dim, sc, oh); break;
+      }
     }
   }
 }
@@ -153,16 +157,17 @@ bool last_dim_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.si
 
 }  // namespace
 
-at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+at::Tensor try_attention_rows_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                           const at::Tensor& mask_in) {
-  if (at::GradMode::is_enabled() || !q_in.device().is_cpu() || q_in.dim() != 4 || q_in.size(2) != 1 ||
+  if (at::GradMode::is_enabled() || !q_in.device().is_cpu() || q_in.dim() != 4 || q_in.size(2) == 0 ||
       k_in.dim() != 4 || v_in.dim() != 4)
     return {};
   const at::ScalarType dtype = q_in.scalar_type();
   if ((dtype != at::kFloat && dtype != at::kBFloat16) || k_in.scalar_type() != dtype || v_in.scalar_type() != dtype ||
       !k_in.device().is_cpu() || !v_in.device().is_cpu())
     return {};
-  const int64_t batch = q_in.size(0), heads = q_in.size(1), dim = q_in.size(3), keys = k_in.size(2);
+  const int64_t batch = q_in.size(0), heads = q_in.size(1), queries = q_in.size(2), dim = q_in.size(3);
+  const int64_t keys = k_in.size(2);
   const int64_t kv_heads = k_in.size(1), kv_batch = k_in.size(0);
   if (k_in.sizes() != v_in.sizes() || kv_batch == 0 || batch % kv_batch != 0 || kv_heads == 0 ||
       heads % kv_heads != 0 || k_in.size(3) != dim || keys == 0)
@@ -170,26 +175,28 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
   at::Tensor mask;
   if (mask_in.defined()) {
     if (mask_in.scalar_type() != at::kBool || !mask_in.device().is_cpu() || mask_in.dim() > 4) return {};
-    const int64_t target[4] = {kv_batch, heads, 1, keys};  // right-aligned broadcast, one row per K/V row
+    const int64_t target[4] = {kv_batch, heads, queries, keys};  // right-aligned broadcast, one row per K/V row
     for (int64_t i = 0; i < mask_in.dim(); ++i) {
       const int64_t size = mask_in.size(mask_in.dim() - 1 - i);
       if (size != 1 && size != target[3 - i]) return {};
     }
-    mask = mask_in.expand({kv_batch, heads, 1, keys});  // [B_kv, H, 1, Tk], strides 0 where broadcast
+    mask = mask_in.expand({kv_batch, heads, queries, keys});  // [B_kv, H, Tq, Tk], strides 0 where broadcast
   }
-  RECORD_FUNCTION("torchmt::single_query_attention", std::vector<c10::IValue>());
+  RECORD_FUNCTION("torchmt::attention_rows", std::vector<c10::IValue>());
   const at::Tensor q = last_dim_contiguous(q_in) ? q_in : q_in.contiguous();
   const at::Tensor k = last_dim_contiguous(k_in) ? k_in : k_in.contiguous();
   const at::Tensor v = last_dim_contiguous(v_in) ? v_in : v_in.contiguous();
 
   HeadView s{};
   s.heads = heads;
+  s.queries = queries;
   s.group = heads / kv_heads;
   s.rows_per_kv = batch / kv_batch;
   s.keys = keys;
   s.dim = dim;
   s.q_stride_b = q.stride(0);
   s.q_stride_h = q.stride(1);
+  s.q_stride_t = q.stride(2);
   s.k_stride_b = k.stride(0);
   s.k_stride_h = k.stride(1);
   s.k_stride_t = k.stride(2);
@@ -199,13 +206,14 @@ at::Tensor try_single_query_attention_cpu(const at::Tensor& q_in, const at::Tens
   if (mask.defined()) {
     s.m_stride_b = mask.stride(0);
     s.m_stride_h = mask.stride(1);
+    s.m_stride_q = mask.stride(2);
     s.m_stride_t = mask.stride(3);
   }
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-  at::Tensor out = at::empty({batch, 1, heads * dim}, q.options());  // [B, 1, D]
+  at::Tensor out = at::empty({batch, queries, heads * dim}, q.options());  // [B, Tq, D]
   const bool* mp = mask.defined() ? mask.data_ptr<bool>() : nullptr;
   // Fork only when each thread gets ~64k multiply-adds.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (2 * keys * dim));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (2 * queries * keys * dim));
   if (dtype == at::kFloat) {
     parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
       attend_heads_fp32(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), mp, s, b0, b1,
