@@ -158,7 +158,7 @@ bool last_dim_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.si
 }  // namespace
 
 at::Tensor try_attention_rows_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                          const at::Tensor& mask_in) {
+                                  const at::Tensor& mask_in) {
   if (at::GradMode::is_enabled() || !q_in.device().is_cpu() || q_in.dim() != 4 || q_in.size(2) == 0 ||
       k_in.dim() != 4 || v_in.dim() != 4)
     return {};

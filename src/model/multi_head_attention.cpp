@@ -90,8 +90,10 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                              const torch::Tensor& mask, bool mask_sanitized, bool causal) {
-  // Inference on the CPU: the kernel layer's rows, unless a benchmark forces an ATen path.
-  if (attention_kernel() == AttentionKernel::kAuto)
+  // Inference on the CPU: the kernel layer's rows, unless a benchmark forces an ATen path. Not in
+  // training mode: no attention dropout there, and a checkpointed layer's forward (no gradients)
+  // must compute what its recomputation with gradients does.
+  if (attention_kernel() == AttentionKernel::kAuto && !is_training())
     if (auto merged = kernels::try_attention_rows_cpu(q, k, v, mask); merged.defined())  // [B, Tq, D]
       return apply_linear(W_o, merged);
   if (k.size(0) != q.size(0)) {
