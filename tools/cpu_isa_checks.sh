@@ -9,7 +9,8 @@
 #     lines may differ on near-ties: at most 5 of 1,000;
 #   - greedy and beam 5 in fp32 and int8: lines that differ from the highest level's, seconds.
 # int8 must be identical on avx2 and every level above it (the same integers; ATen's kernels at
-# avx2 on all of them); portable's float kernels (no FMA) and ATen's portable ones round otherwise,
+# avx2 on all of them; attention in the kernel layer's rows, not MKL's GEMMs, whose AVX-512 code
+# rounds otherwise on Intel); portable's float kernels (no FMA) and ATen's portable ones round otherwise,
 # so its int8 lines, like fp32's anywhere the GEMM libraries round differently, are counted, not
 # failed. Prints one summary line per check; exits 1
 # when a check that must hold does not. ISA_CHECK_FROM=avx2 starts at a higher level;
