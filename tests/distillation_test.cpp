@@ -9,6 +9,7 @@
 #include "test_support.h"
 #include "data/shortlist.h"
 #include "data/text_file.h"
+#include "io/checkpoint.h"
 #include "torchmt/loading/model_loader.h"
 #include "torchmt/training/distillation.h"
 
@@ -158,6 +159,59 @@ TEST(Distillation, TheStudentCanLearnFromTheOriginalPairsToo) {
   EXPECT_NE(test::read_text(dir.path().string() + "/out/student/config.yaml").find("corpora.yaml"), std::string::npos);
 }
 
+// Back-translation: a teacher that translates both ways also translates the targets into
+// OUT/teacher/back/, and the student learns from those pairs too; a one-way teacher is refused.
+TEST(Distillation, TeachersThatTranslateBothWaysTranslateTheTargetsBackToo) {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  write_distill_sources(d);
+  // The tiny model as a --both-directions one (its columns not recorded: every piece open either way).
+  auto both = load_checkpoint(test::tiny_checkpoint(), torch::kCPU);
+  both.meta.both_directions = true;
+  save_checkpoint(d + "/both.pt", both.model, nullptr, both.meta);
+
+  DistillOptions o = distill_options(d);
+  o.teacher.models = {d + "/both.pt"};
+  o.back_translate = true;
+  std::vector<std::string> lines;
+  TrainHooks hooks;
+  hooks.on_progress = [&](int64_t, const std::string& line) { lines.push_back(line); };
+  const DistillSummary s = distill(o, hooks);
+  EXPECT_FALSE(s.interrupted);
+  EXPECT_EQ(s.teacher_lines, static_cast<int64_t>(kDistillLines));
+  EXPECT_EQ(s.back_lines, static_cast<int64_t>(kDistillLines));
+  EXPECT_EQ(s.untranslated_lines, 3);  // the sources' three; every target is readable
+  EXPECT_EQ(s.back_tgt, d + "/out/teacher/back/train.en");
+  EXPECT_EQ(s.back_src, d + "/out/teacher/back/train.de");
+  EXPECT_EQ(read_lines(s.back_tgt), read_lines(d + "/train.en"));
+  TranslatorConfig config = o.teacher;
+  Translator teacher = load_translator(config);
+  EXPECT_EQ(read_lines(s.back_src), teacher.translate_text(read_lines(d + "/train.en"), config.translation));
+  EXPECT_NE(std::find_if(lines.begin(), lines.end(),
+                         [](const std::string& l) { return l.find("teachers, back: 30 of 30 lines saved") != std::string::npos; }),
+            lines.end());
+  const std::string corpora = test::read_text(d + "/out/teacher/corpora.yaml");
+  EXPECT_NE(corpora.find("name: teachers"), std::string::npos);
+  EXPECT_NE(corpora.find("name: back"), std::string::npos);
+  EXPECT_EQ(corpora.find("name: originals"), std::string::npos);
+  EXPECT_EQ(s.student.steps, 2);
+
+  // Again: both ways reused, nothing translated.
+  o.student.max_steps = 3;
+  const DistillSummary again = distill(o);
+  EXPECT_TRUE(again.teacher_reused);
+  EXPECT_EQ(read_lines(again.back_src), read_lines(s.back_src));
+
+  // A teacher that translates one way cannot translate back: one line, before any student trains.
+  DistillOptions one_way = distill_options(d);
+  one_way.student.out = d + "/one_way";
+  one_way.back_translate = true;
+  const std::string error = test::error_of([&] { distill(one_way); });
+  EXPECT_NE(error.find("--back-translate"), std::string::npos) << error;
+  EXPECT_NE(error.find("--both-directions"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(d + "/one_way/student"));
+}
+
 TEST(Distillation, BadOptionsAndFilesAreOneLine) {
   test::TempDir dir;
   write_distill_sources(dir.path().string());
@@ -178,6 +232,11 @@ TEST(Distillation, BadOptionsAndFilesAreOneLine) {
               o.with_originals = true;
               o.student.train_tgt.clear();
             }).find("--with-originals needs --train-tgt"),
+            std::string::npos);
+  EXPECT_NE(error([](DistillOptions& o) {
+              o.back_translate = true;
+              o.student.train_tgt.clear();
+            }).find("--back-translate needs --train-tgt"),
             std::string::npos);
   EXPECT_NE(error([](DistillOptions& o) { o.chunk_lines = 0; }).find("--chunk-lines"), std::string::npos);
   EXPECT_NE(error([](DistillOptions& o) { o.student.train_data = "corpora.yaml"; }).find("--train-data"),

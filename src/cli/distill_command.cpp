@@ -17,8 +17,9 @@ int run_distill(int argc, char** argv) {
   int code = kExitOk;
   auto line = parse_command_line(
       "Sequence-level distillation: the teachers (--teacher-model, repeated: an ensemble) translate the training\n"
-      "sources with beam search into OUT/teacher/, a student (the train command's options) trains on their\n"
-      "translations into OUT/student/, and OUT/shortlist.txt lets it translate in int8 with a shortlist.\n"
+      "sources with beam search into OUT/teacher/ (--back-translate: the targets too, into OUT/teacher/back/), a\n"
+      "student (the train command's options) trains on their translations into OUT/student/, and\n"
+      "OUT/shortlist.txt lets it translate in int8 with a shortlist.\n"
       "A run that stopped goes on where it stopped; --max-minutes is the whole pipeline's budget.",
       table.rows(), argc, argv, code);
   if (!line) return code;
@@ -41,7 +42,9 @@ int run_distill(int argc, char** argv) {
   if (s.student.best_bleu >= 0) std::snprintf(bleu, sizeof(bleu), ", best validation BLEU %.2f", s.student.best_bleu);
   const std::string model = s.student.best_checkpoint.empty() ? options->student.out + "/student/checkpoint_last.pt"
                                                               : s.student.best_checkpoint;
-  std::cerr << "done: teachers " << with_thousands(s.teacher_lines) << " lines in " << clock_text(s.teacher_seconds)
+  std::cerr << "done: teachers " << with_thousands(s.teacher_lines) << " lines"
+            << (options->back_translate ? " and " + with_thousands(s.back_lines) + " back" : std::string()) << " in "
+            << clock_text(s.teacher_seconds)
             << (s.teacher_reused ? " (an earlier run's)" : "") << "; student " << s.student.steps
             << " steps in this run, " << static_cast<int64_t>(s.student.train_seconds) << " s of training"
             << bleu << "\n"

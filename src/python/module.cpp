@@ -407,6 +407,9 @@ py::dict distill(const std::map<std::string, std::string>& values,
   out["teacher_reused"] = s.teacher_reused;
   out["teacher_lines"] = s.teacher_lines;
   out["untranslated_lines"] = s.untranslated_lines;
+  out["back_src"] = s.back_src;
+  out["back_tgt"] = s.back_tgt;
+  out["back_lines"] = s.back_lines;
   out["teacher_seconds"] = s.teacher_seconds;
   out["student"] = train_summary(s.student);
   out["shortlist"] = s.shortlist;

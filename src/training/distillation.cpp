@@ -41,6 +41,10 @@ const OptionTable<DistillOptions>& distill_option_table() {
           .add("with_originals", &O::with_originals,
                "the student trains on the original pairs (--train-src, --train-tgt) as well as on the teachers' "
                "translations", group)
+          .add("back_translate", &O::back_translate,
+               "the teachers also translate the training targets (--train-tgt) back into the source language, and "
+               "the student trains on those pairs as well (data diversification); the teachers must translate both "
+               "ways (trained with --both-directions)", group)
           .add("chunk_lines", &O::chunk_lines,
                "source lines the teachers translate between two saves of their corpus (an interrupted run "
                "translates at most this many again)", group)
@@ -57,6 +61,8 @@ void DistillOptions::validate() const {
   require(student.train_data.empty(), "--train-data: distill reads text (--train-src, and --train-tgt with "
                                       "--with-originals), not a dataset or a corpus list");
   require(!with_originals || !student.train_tgt.empty(), "--with-originals needs --train-tgt");
+  require(!back_translate || !student.train_tgt.empty(), "--back-translate needs --train-tgt (the targets the teachers "
+                                                         "translate back)");
   require(chunk_lines >= 1, "--chunk-lines must be at least 1");
   require(student.nproc_per_node == 1, "--nproc-per-node: distill trains its student in one process");
   try {
@@ -119,9 +125,24 @@ class Distillation {
   }
 
   DistillSummary run() {
-    fs::create_directories(teacher_dir_);
-    teacher_corpus();
+    const TeacherCorpus forward = teacher_corpus({o_.student.train_src, teacher_dir_, "teachers", false});
+    summary_.teacher_src = forward.input_copy;
+    summary_.teacher_tgt = forward.translation;
+    summary_.teacher_lines = forward.lines;
+    summary_.untranslated_lines = forward.untranslated;
+    summary_.teacher_reused = forward.reused;
+    summary_.teacher_seconds = forward.seconds;
     if (summary_.interrupted) return summary_;
+    if (o_.back_translate) {
+      const TeacherCorpus back = teacher_corpus({o_.student.train_tgt, teacher_dir_ + "/back", "teachers, back", true});
+      summary_.back_src = back.translation;
+      summary_.back_tgt = back.input_copy;
+      summary_.back_lines = back.lines;
+      summary_.untranslated_lines += back.untranslated;
+      summary_.teacher_reused = summary_.teacher_reused && back.reused;
+      summary_.teacher_seconds += back.seconds;
+      if (summary_.interrupted) return summary_;
+    }
     train_student();
     if (summary_.interrupted) return summary_;
     build_shortlist();
@@ -129,18 +150,32 @@ class Distillation {
   }
 
  private:
+  // One way the teachers translate: the lines of `input` into `dir`, where a copy of them (line for
+  // line) stands beside their translations. Forward: the sources; back: the targets.
+  struct TeacherPass {
+    std::string input, dir, label;
+    bool back = false;
+  };
+  struct TeacherCorpus {
+    std::string input_copy, translation;
+    int64_t lines = 0, untranslated = 0;
+    double seconds = 0;
+    bool reused = false;
+  };
+
   void say(const std::string& text) {
     if (hooks_.on_progress) hooks_.on_progress(-1, text);
     log_.line(text);
   }
 
   // What the teachers' corpus is a function of: a run with the same key reuses it.
-  std::string teacher_key() const {
+  std::string teacher_key(const TeacherPass& pass) const {
     const auto& t = o_.teacher;
     const auto& s = t.translation.search;
     std::string k = "torchmt distill teacher corpus 1\n";
     for (const auto& m : t.models) k += std::to_string(hash_file(m)) + "\n";
-    k += "weights " + t.ensemble_weights + "\nsource " + std::to_string(hash_file(o_.student.train_src)) + "\n";
+    k += "weights " + t.ensemble_weights + "\nsource " + std::to_string(hash_file(pass.input)) + "\n";
+    if (pass.back) k += "back\n";
     if (!t.shortlist.empty()) k += "shortlist " + std::to_string(hash_file(t.shortlist)) + "\n";
     k += "dtype " + t.dtype + "\nbeam " + std::to_string(s.beam_size) + " nbest " + std::to_string(s.nbest) +
          " lenpen " + real_text(s.length_penalty) + " len " + real_text(s.max_len_a) + " " +
@@ -150,32 +185,31 @@ class Distillation {
     return fnv1a_hex(k);
   }
 
-  // Step 1: <out>/teacher/train.<src>, train.<tgt>, manifest.json; while under way the same
-  // names with ".partial" and progress.json (lines done, bytes of each file, seconds spent).
-  void teacher_corpus() {
+  // Step 1: <out>/teacher/train.<src>, train.<tgt>, manifest.json (with back_translate also
+  // <out>/teacher/back/: the targets and their translations); while under way the same names with
+  // ".partial" and progress.json (lines done, bytes of each file, seconds spent).
+  TeacherCorpus teacher_corpus(const TeacherPass& pass) {
     for (const auto& m : o_.teacher.models)
       if (!fs::exists(m)) throw std::runtime_error("--teacher-model " + m + ": file not found");
-    if (!fs::exists(o_.student.train_src))
-      throw std::runtime_error("--train-src " + o_.student.train_src + ": file not found");
-    const std::string key = teacher_key();
-    const std::string manifest_path = teacher_dir_ + "/manifest.json";
+    const std::string flag = pass.back ? "--train-tgt " : "--train-src ";
+    if (!fs::exists(pass.input)) throw std::runtime_error(flag + pass.input + ": file not found");
+    fs::create_directories(pass.dir);
+    const std::string key = teacher_key(pass);
+    const std::string manifest_path = pass.dir + "/manifest.json";
     if (fs::exists(manifest_path)) try {
       const auto m = read_json(manifest_path);
       // The files by their names in this directory: a moved or copied pipeline directory still reads.
-      const std::string src = teacher_dir_ + "/" + m.value("src", ""), tgt = teacher_dir_ + "/" + m.value("tgt", "");
+      // "src" names the source language's file, "tgt" the target language's, whichever way it went.
+      const std::string src = pass.dir + "/" + m.value("src", ""), tgt = pass.dir + "/" + m.value("tgt", "");
       if (m.value("key", "") == key && fs::is_regular_file(src) && fs::is_regular_file(tgt)) {
-        summary_.teacher_src = src;
-        summary_.teacher_tgt = tgt;
-        summary_.teacher_lines = m.at("lines").get<int64_t>();
-        summary_.untranslated_lines = m.at("untranslated").get<int64_t>();
-        summary_.teacher_seconds = m.at("seconds").get<double>();
-        summary_.teacher_reused = true;
-        say("teachers: their translations of " + with_thousands(summary_.teacher_lines) + " lines are in " +
-            summary_.teacher_tgt + " (an earlier run's)");
-        return;
+        TeacherCorpus c{pass.back ? tgt : src, pass.back ? src : tgt, m.at("lines").get<int64_t>(),
+                        m.at("untranslated").get<int64_t>(), m.at("seconds").get<double>(), true};
+        say(pass.label + ": their translations of " + with_thousands(c.lines) + " lines are in " + c.translation +
+            " (an earlier run's)");
+        return c;
       }
-      say("teachers: the teachers, the sources or the search changed since " + manifest_path +
-          " was written: translating again");
+      say(pass.label + ": the teachers, the " + (pass.back ? "targets" : "sources") + " or the search changed since " +
+          manifest_path + " was written: translating again");
       fs::remove(manifest_path);
     } catch (const nlohmann::json::exception& e) {
       throw damaged(manifest_path, e);
@@ -183,35 +217,45 @@ class Distillation {
     if (fs::exists(out_ + "/student/checkpoint_last.pt"))
       throw std::runtime_error(out_ + "/student holds a student trained on other teacher translations than these "
                                       "will be: remove it, or give another --out");
-    translate_sources(key, manifest_path);
+    return translate_lines(pass, key, manifest_path);
   }
 
-  void translate_sources(const std::string& key, const std::string& manifest_path) {
+  TeacherCorpus translate_lines(const TeacherPass& pass, const std::string& key, const std::string& manifest_path) {
     const Stopwatch watch;  // loading included: what the budget pays for
     Translator teacher = load_translator(o_.teacher);
     const ModelLanguages& languages = teacher.languages();
     const std::string src_code = !languages.source.empty() ? languages.source : suffix_of(o_.student.train_src);
     const std::string tgt_code = !languages.target.empty() ? languages.target
                                  : !o_.student.train_tgt.empty() ? suffix_of(o_.student.train_tgt) : "";
-    const std::string src_path = teacher_dir_ + "/train." + (src_code.empty() || src_code == tgt_code ? "src" : src_code);
-    const std::string tgt_path = teacher_dir_ + "/train." + (tgt_code.empty() || src_code == tgt_code ? "tgt" : tgt_code);
+    if (pass.back && !languages.both_directions)
+      throw std::invalid_argument("--back-translate: the teachers translate " +
+                                  (src_code.empty() ? std::string("one way") : src_code + " -> " + tgt_code) +
+                                  " only; back-translation needs teachers trained with --both-directions");
+    const bool named = !src_code.empty() && !tgt_code.empty() && src_code != tgt_code;
+    const std::string src_path = pass.dir + "/train." + (named ? src_code : "src");
+    const std::string tgt_path = pass.dir + "/train." + (named ? tgt_code : "tgt");
+    // Forward the sources are copied beside their translations; back the targets.
+    const std::string input_path = pass.back ? tgt_path : src_path, output_path = pass.back ? src_path : tgt_path;
     // One SentencePiece model on both sides: the student can share it (and its shortlist).
-    if (teacher.src_tokenizer().checksum() == teacher.tgt_tokenizer().checksum() &&
+    if (!pass.back && teacher.src_tokenizer().checksum() == teacher.tgt_tokenizer().checksum() &&
         !teacher.src_tokenizer().has_vocabulary())
-      atomic_write(teacher_dir_ + "/spm.model", teacher.src_tokenizer().serialized());
+      atomic_write(pass.dir + "/spm.model", teacher.src_tokenizer().serialized());
 
-    const std::string src_partial = src_path + ".partial", tgt_partial = tgt_path + ".partial";
-    const std::string progress_path = teacher_dir_ + "/progress.json";
+    const std::string input_partial = input_path + ".partial", output_partial = output_path + ".partial";
+    const std::string progress_path = pass.dir + "/progress.json";
+    // The records count bytes by language, as they name files: src_bytes, tgt_bytes.
+    const char* input_key = pass.back ? "tgt_bytes" : "src_bytes";
+    const char* output_key = pass.back ? "src_bytes" : "tgt_bytes";
     int64_t done = 0, untranslated = 0;
     double seconds_before = 0;
     if (fs::exists(progress_path)) try {
       const auto p = read_json(progress_path);
-      if (p.value("key", "") == key && fs::exists(src_partial) && fs::exists(tgt_partial) &&
-          fs::file_size(src_partial) >= p.at("src_bytes").get<uint64_t>() &&
-          fs::file_size(tgt_partial) >= p.at("tgt_bytes").get<uint64_t>()) {
+      if (p.value("key", "") == key && fs::exists(input_partial) && fs::exists(output_partial) &&
+          fs::file_size(input_partial) >= p.at(input_key).get<uint64_t>() &&
+          fs::file_size(output_partial) >= p.at(output_key).get<uint64_t>()) {
         // What was appended after the last count is a chunk cut short: dropped.
-        fs::resize_file(src_partial, p.at("src_bytes").get<uint64_t>());
-        fs::resize_file(tgt_partial, p.at("tgt_bytes").get<uint64_t>());
+        fs::resize_file(input_partial, p.at(input_key).get<uint64_t>());
+        fs::resize_file(output_partial, p.at(output_key).get<uint64_t>());
         done = p.at("lines").get<int64_t>();
         untranslated = p.at("untranslated").get<int64_t>();
         seconds_before = p.at("seconds").get<double>();
@@ -220,25 +264,25 @@ class Distillation {
       throw damaged(progress_path, e);
     }
     if (done == 0) {
-      for (const auto& f : {src_partial, tgt_partial}) fs::remove(f);
+      for (const auto& f : {input_partial, output_partial}) fs::remove(f);
     }
-    const int64_t total = count_lines(o_.student.train_src);
-    say("teachers: " + (done > 0 ? "going on from line " + with_thousands(done) + " of " : std::string("translating ")) +
-        with_thousands(total) + " source lines with " + std::to_string(o_.teacher.models.size()) + " model" +
-        (o_.teacher.models.size() > 1 ? "s" : "") + " (" + teacher.precision_name() + ", beam " +
-        std::to_string(o_.teacher.translation.search.beam_size) + ", " +
-        std::to_string(o_.teacher.translation.search.nbest) + "-best) -> " + tgt_path);
+    const int64_t total = count_lines(pass.input);
+    say(pass.label + ": " + (done > 0 ? "going on from line " + with_thousands(done) + " of " : std::string("translating ")) +
+        with_thousands(total) + (pass.back ? " target lines with " : " source lines with ") +
+        std::to_string(o_.teacher.models.size()) + " model" + (o_.teacher.models.size() > 1 ? "s" : "") + " (" +
+        teacher.precision_name() + ", beam " + std::to_string(o_.teacher.translation.search.beam_size) + ", " +
+        std::to_string(o_.teacher.translation.search.nbest) + "-best) -> " + output_path);
 
     StopSignals signals(hooks_.stop_on_signals);
-    Progress progress("teachers", "lines", total - done);
-    LineReader reader(o_.student.train_src);
+    Progress progress(pass.label, "lines", total - done);
+    LineReader reader(pass.input);
     reader.set_max_line_bytes(kMaxSourceLineBytes);
     std::string line;
     for (int64_t skipped = 0; skipped < done && reader.next(line); ++skipped) {
     }
     TranslationOptions options = o_.teacher.translation;
-    uint64_t src_bytes = fs::exists(src_partial) ? fs::file_size(src_partial) : 0;
-    uint64_t tgt_bytes = fs::exists(tgt_partial) ? fs::file_size(tgt_partial) : 0;
+    uint64_t input_bytes = fs::exists(input_partial) ? fs::file_size(input_partial) : 0;
+    uint64_t output_bytes = fs::exists(output_partial) ? fs::file_size(output_partial) : 0;
     const Stopwatch translating;
     while (true) {
       std::vector<std::string> chunk;
@@ -267,51 +311,47 @@ class Distillation {
       } catch (const StopRequested&) {
         progress.finish();
         summary_.interrupted = true;
-        say("teachers: interrupted; " + with_thousands(done) + " of " + with_thousands(total) +
+        say(pass.label + ": interrupted; " + with_thousands(done) + " of " + with_thousands(total) +
             " lines are saved, the next run goes on from there");
-        return;
+        return {};
       }
-      std::string src_text, tgt_text;
+      std::string input_text, output_text;
       for (size_t i = 0; i < chunk.size(); ++i) {
         if (input_of[i] == SIZE_MAX) {
           ++untranslated;
           progress.add(1);
-          src_text += chunk[i] + "\n";
-          tgt_text += "\n";
+          input_text += chunk[i] + "\n";
+          output_text += "\n";
           continue;
         }
         for (const auto& text : translations[input_of[i]].texts) {
-          src_text += chunk[i] + "\n";
-          tgt_text += text + "\n";
+          input_text += chunk[i] + "\n";
+          output_text += text + "\n";
         }
       }
-      append_durably(src_partial, src_text);
-      append_durably(tgt_partial, tgt_text);
-      src_bytes += src_text.size();
-      tgt_bytes += tgt_text.size();
+      append_durably(input_partial, input_text);
+      append_durably(output_partial, output_text);
+      input_bytes += input_text.size();
+      output_bytes += output_text.size();
       done += static_cast<int64_t>(chunk.size());
       atomic_write(progress_path, nlohmann::json{{"key", key},
                                                  {"lines", done},
                                                  {"untranslated", untranslated},
-                                                 {"src_bytes", src_bytes},
-                                                 {"tgt_bytes", tgt_bytes},
+                                                 {input_key, input_bytes},
+                                                 {output_key, output_bytes},
                                                  {"seconds", seconds_before + watch.seconds()}}
                                       .dump(1));
       // The caller's callback hears of each saved chunk; stderr has the progress line.
       if (hooks_.on_progress)
-        hooks_.on_progress(-1, "teachers: " + with_thousands(done) + " of " + with_thousands(total) + " lines saved");
+        hooks_.on_progress(-1, pass.label + ": " + with_thousands(done) + " of " + with_thousands(total) + " lines saved");
     }
     progress.finish();
-    fs::rename(src_partial, src_path);
-    fs::rename(tgt_partial, tgt_path);
-    summary_.teacher_src = src_path;
-    summary_.teacher_tgt = tgt_path;
-    summary_.teacher_lines = done;
-    summary_.untranslated_lines = untranslated;
-    summary_.teacher_seconds = seconds_before + watch.seconds();
+    fs::rename(input_partial, input_path);
+    fs::rename(output_partial, output_path);
+    const TeacherCorpus c{input_path, output_path, done, untranslated, seconds_before + watch.seconds(), false};
     atomic_write(manifest_path, nlohmann::json{{"key", key},
                                                {"teachers", o_.teacher.models},
-                                               {"source", fs::absolute(o_.student.train_src).string()},
+                                               {pass.back ? "targets" : "source", fs::absolute(pass.input).string()},
                                                {"src", fs::path(src_path).filename().string()},
                                                {"tgt", fs::path(tgt_path).filename().string()},
                                                {"lines", done},
@@ -319,28 +359,32 @@ class Distillation {
                                                {"beam", o_.teacher.translation.search.beam_size},
                                                {"nbest", o_.teacher.translation.search.nbest},
                                                {"precision", teacher.precision_name()},
-                                               {"seconds", summary_.teacher_seconds}}
+                                               {"seconds", c.seconds}}
                                     .dump(1) +
                                     "\n");
     fs::remove(progress_path);
-    say("teachers: " + with_thousands(done) + " lines translated in " +
-        clock_text(translating.seconds()) + (untranslated > 0 ? " (" + with_thousands(untranslated) +
-        " empty, not UTF-8 or over 1 MB: left untranslated)" : std::string()));
+    say(pass.label + ": " + with_thousands(done) + " lines translated in " + clock_text(translating.seconds()) +
+        (untranslated > 0 ? " (" + with_thousands(untranslated) + " empty, not UTF-8 or over 1 MB: left untranslated)"
+                          : std::string()));
+    return c;
   }
 
   // Step 2: the student, on the teachers' corpus (and the original pairs), in <out>/student.
   void train_student() {
     TrainOptions s = o_.student;
     s.out = out_ + "/student";
-    if (o_.with_originals) {
+    if (o_.with_originals || o_.back_translate) {
       const std::string list = teacher_dir_ + "/corpora.yaml";
       // Equal weights: as many pairs drawn from each (one per source line). Absolute paths: the list
       // reads the same from any directory.
-      atomic_write(list, "corpora:\n  - {name: teachers, src: " + quoted(fs::absolute(summary_.teacher_src).string()) +
-                             ", tgt: " + quoted(fs::absolute(summary_.teacher_tgt).string()) +
-                             ", weight: 1}\n  - {name: originals, src: " +
-                             quoted(fs::absolute(s.train_src).string()) + ", tgt: " +
-                             quoted(fs::absolute(s.train_tgt).string()) + ", weight: 1}\n");
+      auto entry = [](const std::string& name, const std::string& src, const std::string& tgt) {
+        return "  - {name: " + name + ", src: " + quoted(fs::absolute(src).string()) +
+               ", tgt: " + quoted(fs::absolute(tgt).string()) + ", weight: 1}\n";
+      };
+      std::string text = "corpora:\n" + entry("teachers", summary_.teacher_src, summary_.teacher_tgt);
+      if (o_.back_translate) text += entry("back", summary_.back_src, summary_.back_tgt);
+      if (o_.with_originals) text += entry("originals", s.train_src, s.train_tgt);
+      atomic_write(list, text);
       s.train_data = list;
       s.train_src.clear();
       s.train_tgt.clear();
@@ -359,7 +403,8 @@ class Distillation {
     }
     s.resume = fs::exists(s.out + "/checkpoint_last.pt");
     say(std::string("student: ") + (s.resume ? "resuming " : "training ") + s.out + " on " +
-        (o_.with_originals ? "the teachers' translations and the original pairs" : "the teachers' translations") +
+        (o_.back_translate ? "the teachers' translations both ways" : "the teachers' translations") +
+        (o_.with_originals ? " and the original pairs" : "") +
         (s.max_minutes > 0 ? " for at most " + clock_text(s.max_minutes * 60) + " of training" : std::string()));
     student_spm_ = s.spm.empty() ? s.out + "/spm.model" : s.spm;
     summary_.student = Trainer(s).run(hooks_);

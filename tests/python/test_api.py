@@ -452,9 +452,13 @@ def test_distill_teaches_a_student_with_the_teachers_translations(trained, sampl
     with open(summary["teacher_tgt"], encoding="utf-8") as f:
         assert [line.rstrip("\n") for line in f] == want
     again = torchmt.distill(teacher_model=[trained[0]], teacher_dtype="fp32", teacher_threads=1, **options)
-    assert again["teacher_reused"] and again["student"]["steps"] == 0
+    assert again["teacher_reused"] and again["student"]["steps"] == 0 and again["back_lines"] == 0
     with pytest.raises(ValueError, match="teacher-model"):
         torchmt.distill(**options)
+    # Back-translation needs a teacher that translates both ways; this one translates de -> en only.
+    with pytest.raises(ValueError, match="both-directions"):
+        torchmt.distill(teacher_model=[trained[0]], teacher_dtype="fp32", teacher_threads=1, back_translate=True,
+                        **dict(options, out=str(tmp_path / "back")))
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,9 @@
 //      <out>/teacher/ (train.<src>, train.<tgt>: a parallel corpus a user can read), a chunk at a
 //      time, so that an interrupted run goes on where it stopped and a finished one is reused
 //      while the teachers, the sources and the search stay the same;
+//      With back_translate, teachers that translate both ways (trained with --both-directions) also
+//      translate the training targets back into <out>/teacher/back/ (data diversification: each
+//      original pair gives a pair with a translated target and one with a translated source);
 //   2. a student (the train command's options) trains on the teachers' outputs, with the original
 //      pairs too when asked, into <out>/student/; a later run resumes it;
 //   3. <out>/shortlist.txt, the student's output vocabulary shortlist from the teachers' corpus,
@@ -29,6 +32,7 @@ struct DistillOptions {
   // sources are what the teachers translate).
   TrainOptions student;
   bool with_originals = false;  // the student trains on the original pairs as well
+  bool back_translate = false;  // the teachers translate the targets back too; the student learns from both
   int64_t chunk_lines = 2000;   // source lines translated between two saves of the teachers' corpus
 
   DistillOptions();
@@ -43,7 +47,11 @@ struct DistillSummary {
   bool teacher_reused = false;           // translated by an earlier run
   int64_t teacher_lines = 0;             // source lines translated (nbest hypotheses each)
   int64_t untranslated_lines = 0;        // empty, invalid UTF-8 or over 1 MB sources: an empty translation
-  double teacher_seconds = 0;            // spent translating, over every run of the pipeline
+  // With back_translate: the targets' translations (back_src) beside the targets (back_tgt), and
+  // the target lines translated (untranslated ones counted in untranslated_lines too).
+  std::string back_src, back_tgt;
+  int64_t back_lines = 0;
+  double teacher_seconds = 0;            // spent translating (both ways), over every run of the pipeline
   TrainSummary student;
   std::string shortlist;                 // built for the student; empty when interrupted before it
   bool interrupted = false;

@@ -574,11 +574,12 @@ def distill(on_progress: Optional[Callable[[int, str], None]] = None, **options:
         torchmt.distill(teacher_model=["a.pt", "b.pt"], train_src="train.de", train_tgt="train.en",
                         valid_src="val.de", valid_tgt="val.en", preset="small", out="runs/student")
 
-    The teachers translate the sources into ``out/teacher/``, the student trains into
+    The teachers translate the sources into ``out/teacher/`` (``back_translate=True``: the targets
+    too, into ``out/teacher/back/``), the student trains into
     ``out/student/``, ``out/shortlist.txt`` is its shortlist. A call that stopped (Ctrl-C raises
     KeyboardInterrupt once the step in flight is saved) goes on where it stopped when made again.
     ``on_progress(step, line)`` receives each progress line. Returns the summary (teacher_lines,
-    teacher_seconds, student: the training summary, shortlist, ...).
+    back_lines, teacher_seconds, student: the training summary, shortlist, ...).
     """
     values, lists = _command_options("distill", options)
     if on_progress is not None and not callable(on_progress):
