@@ -59,7 +59,7 @@ void DistillOptions::validate() const {
   require(!teacher.models.empty(), "missing required option --teacher-model (the teacher; repeated: an ensemble)");
   require(!student.train_src.empty(), "missing required option --train-src (the sources the teachers translate)");
   require(student.train_data.empty(), "--train-data: distill reads text (--train-src, and --train-tgt with "
-                                      "--with-originals), not a dataset or a corpus list");
+                                      "--with-originals or --back-translate), not a dataset or a corpus list");
   require(!with_originals || !student.train_tgt.empty(), "--with-originals needs --train-tgt");
   require(!back_translate || !student.train_tgt.empty(), "--back-translate needs --train-tgt (the targets the teachers "
                                                          "translate back)");
