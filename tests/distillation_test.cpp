@@ -173,6 +173,8 @@ TEST(Distillation, TeachersThatTranslateBothWaysTranslateTheTargetsBackToo) {
   DistillOptions o = distill_options(d);
   o.teacher.models = {d + "/both.pt"};
   o.back_translate = true;
+  o.student.init_from = d + "/both.pt";  // the student continues its teacher: no --spm, no spm.model of its own
+  o.student.max_sentence_tokens = 60;    // within the tiny model's 64 positions
   std::vector<std::string> lines;
   TrainHooks hooks;
   hooks.on_progress = [&](int64_t, const std::string& line) { lines.push_back(line); };
@@ -195,6 +197,7 @@ TEST(Distillation, TeachersThatTranslateBothWaysTranslateTheTargetsBackToo) {
   EXPECT_NE(corpora.find("name: back"), std::string::npos);
   EXPECT_EQ(corpora.find("name: originals"), std::string::npos);
   EXPECT_EQ(s.student.steps, 2);
+  EXPECT_NO_THROW(Shortlist::load(s.shortlist, test::sample_tokenizer(), test::sample_tokenizer()));
 
   // Again: both ways reused, nothing translated.
   o.student.max_steps = 3;

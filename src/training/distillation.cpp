@@ -406,19 +406,20 @@ class Distillation {
         (o_.back_translate ? "the teachers' translations both ways" : "the teachers' translations") +
         (o_.with_originals ? " and the original pairs" : "") +
         (s.max_minutes > 0 ? " for at most " + clock_text(s.max_minutes * 60) + " of training" : std::string()));
-    student_spm_ = s.spm.empty() ? s.out + "/spm.model" : s.spm;
     summary_.student = Trainer(s).run(hooks_);
     summary_.interrupted = summary_.student.interrupted;
   }
 
-  // Step 3: the student's shortlist, from the corpus it learned from.
+  // Step 3: the student's shortlist, from the corpus it learned from, in the vocabulary its
+  // checkpoint carries (a --spm file's, one trained into the run, or an --init-from checkpoint's).
   void build_shortlist() {
-    const Tokenizer tokenizer = Tokenizer::load(student_spm_);
+    const Translator student = load_translator(out_ + "/student/checkpoint_last.pt", torch::kCPU, torch::kFloat);
+    const Tokenizer& src = student.src_tokenizer();
+    const Tokenizer& tgt = student.tgt_tokenizer();
     CorpusOptions corpus_options;
     corpus_options.max_sentence_tokens = int64_t{1} << 20;  // nothing skipped for length
-    const auto corpus =
-        load_parallel_corpus(summary_.teacher_src, summary_.teacher_tgt, tokenizer, tokenizer, corpus_options);
-    const auto shortlist = Shortlist::build(corpus, tokenizer, tokenizer, ShortlistOptions{});
+    const auto corpus = load_parallel_corpus(summary_.teacher_src, summary_.teacher_tgt, src, tgt, corpus_options);
+    const auto shortlist = Shortlist::build(corpus, src, tgt, ShortlistOptions{});
     summary_.shortlist = out_ + "/shortlist.txt";
     shortlist.save(summary_.shortlist);
     say("shortlist: " + summary_.shortlist + " from " + with_thousands(corpus.size()) + " pairs");
@@ -434,7 +435,7 @@ class Distillation {
 
   DistillOptions o_;
   const TrainHooks& hooks_;
-  std::string out_, teacher_dir_, student_spm_;
+  std::string out_, teacher_dir_;
   Progress log_;
   DistillSummary summary_;
 };
