@@ -205,13 +205,14 @@ TEST(Distillation, TeachersThatTranslateBothWaysTranslateTheTargetsBackToo) {
   EXPECT_TRUE(again.teacher_reused);
   EXPECT_EQ(read_lines(again.back_src), read_lines(s.back_src));
 
-  // A teacher that translates one way cannot translate back: one line, before any student trains.
+  // A teacher that translates one way cannot translate back: one line, before it translates anything.
   DistillOptions one_way = distill_options(d);
   one_way.student.out = d + "/one_way";
   one_way.back_translate = true;
   const std::string error = test::error_of([&] { distill(one_way); });
   EXPECT_NE(error.find("--back-translate"), std::string::npos) << error;
   EXPECT_NE(error.find("--both-directions"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(d + "/one_way/teacher/manifest.json"));  // no forward corpus either
   EXPECT_FALSE(fs::exists(d + "/one_way/student"));
 }
 

@@ -227,13 +227,13 @@ class Distillation {
     const std::string src_code = !languages.source.empty() ? languages.source : suffix_of(o_.student.train_src);
     const std::string tgt_code = !languages.target.empty() ? languages.target
                                  : !o_.student.train_tgt.empty() ? suffix_of(o_.student.train_tgt) : "";
-    if (pass.back && !languages.both_directions)
+    // Checked by whichever pass loads the teachers first: a one-way teacher is refused before it translates anything.
+    if (o_.back_translate && !languages.both_directions)
       throw std::invalid_argument("--back-translate: the teachers translate " +
                                   (src_code.empty() ? std::string("one way") : src_code + " -> " + tgt_code) +
                                   " only; back-translation needs teachers trained with --both-directions");
-    const bool named = !src_code.empty() && !tgt_code.empty() && src_code != tgt_code;
-    const std::string src_path = pass.dir + "/train." + (named ? src_code : "src");
-    const std::string tgt_path = pass.dir + "/train." + (named ? tgt_code : "tgt");
+    const std::string src_path = pass.dir + "/train." + (src_code.empty() || src_code == tgt_code ? "src" : src_code);
+    const std::string tgt_path = pass.dir + "/train." + (tgt_code.empty() || src_code == tgt_code ? "tgt" : tgt_code);
     // Forward the sources are copied beside their translations; back the targets.
     const std::string input_path = pass.back ? tgt_path : src_path, output_path = pass.back ? src_path : tgt_path;
     // One SentencePiece model on both sides: the student can share it (and its shortlist).
