@@ -7,6 +7,7 @@
 #include "torchmt/model/dropout.h"
 
 #include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 
 namespace torchmt {
 namespace {
@@ -79,6 +80,57 @@ TEST_P(DropoutKernel, Bf16MatchesFp32RoundedOnce) {
   auto y32 = hashed_dropout(x.to(torch::kFloat), 0.1, 5);
   ASSERT_EQ(y16.scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(torch::equal(y16, y32.to(torch::kBFloat16)));
+}
+
+TEST_P(DropoutKernel, FusedBiasReluDropoutIsTheComposedOpsWithDropoutsMask) {
+  // 300 x 77: rows not a multiple of the backward's row blocks, a row not a multiple of 16.
+  auto h = torch::randn({3, 100, 77});
+  auto bias = torch::randn({77}) * 0.5;
+  for (double p : {0.0, 0.2}) {
+    const auto expected = hashed_dropout(torch::relu(h + bias), p, 41);
+    EXPECT_TRUE(torch::equal(kernels::bias_relu_dropout_forward(h, bias, p, 41), expected)) << p;
+    // bf16: the same fp32 arithmetic, rounded once.
+    const auto h16 = h.to(torch::kBFloat16);
+    const auto y16 = kernels::bias_relu_dropout_forward(h16, bias, p, 41);
+    ASSERT_EQ(y16.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(y16, hashed_dropout(torch::relu(h16.to(torch::kFloat) + bias), p, 41).to(torch::kBFloat16)));
+  }
+}
+
+TEST_P(DropoutKernel, FusedBiasReluDropoutGradientsAreTheComposedOps) {
+  auto h = torch::randn({300, 77}, torch::requires_grad());
+  auto bias = (torch::randn({77}) * 0.5).requires_grad_();
+  auto upstream = torch::randn({300, 77});
+  torch::manual_seed(5);
+  auto y = bias_relu_dropout(h, bias, 0.25);
+  (y * upstream).sum().backward();
+  // The reference with the seed the fused op drew: the same draw after the same manual_seed.
+  auto h2 = h.detach().clone().requires_grad_(), bias2 = bias.detach().clone().requires_grad_();
+  torch::manual_seed(5);
+  Dropout dropout(0.25);
+  dropout->train();
+  auto y2 = dropout(torch::relu(h2 + bias2));
+  EXPECT_TRUE(torch::equal(y.detach(), y2.detach()));
+  (y2 * upstream).sum().backward();
+  EXPECT_TRUE(torch::allclose(h.grad(), h2.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+  // The bias gradient is summed in the same order on any number of threads.
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  auto [gh1, gb1] = kernels::bias_relu_dropout_backward(upstream, y.detach(), 0.25);
+  torch::set_num_threads(2);
+  auto [gh2, gb2] = kernels::bias_relu_dropout_backward(upstream, y.detach(), 0.25);
+  torch::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(gh1, gh2));
+  EXPECT_TRUE(torch::equal(gb1, gb2));
+}
+
+TEST(Dropout, FusedBiasReluDropoutFallsBackOutsideFp32AndBf16) {
+  auto h = torch::randn({8, 5}, torch::kDouble);
+  auto bias = torch::randn({5});
+  auto y = bias_relu_dropout(h, bias, 0.0);
+  EXPECT_EQ(y.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(torch::equal(y, torch::relu(h + bias.to(torch::kDouble))));
 }
 
 }  // namespace

@@ -34,17 +34,60 @@ struct MaskParams {
   float scale;         // 1 / (1 - p)
 };
 
-// out[i] = in[i] * (keep(i) ? scale : 0) for i in [begin, end), in fp32 arithmetic.
-TORCHMT_VECTOR_INLINE void mask_range_f32_body(const float* in, float* out, int64_t begin, int64_t end, MaskParams m) {
-  for (int64_t i = begin; i < end; ++i)
-    out[i] = in[i] * (keep(static_cast<uint64_t>(i), m.seed, m.threshold) ? m.scale : 0.0f);
+MaskParams mask_params(double p, uint64_t seed) {
+  const double scaled = p * 4294967296.0;
+  return {seed, static_cast<uint32_t>(std::min(scaled, 4294967295.0)), static_cast<float>(1.0 / (1.0 - p))};
 }
 
+// keep() for the 16 indices first, first + 1, ..., first + 15 at once, as int32 lanes of -1
+// (kept) or 0; the same hash, so the same mask as keep() element by element. The caller keeps a
+// block within one 2^32 span of indices (index >> 32 is one value for all 16).
+TORCHMT_VECTOR_INLINE i32x16 keep16(uint64_t first, const MaskParams& m) {
+  const u32x16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  u32x16 x = (lanes + static_cast<uint32_t>(first)) * 0x9E3779B9u;
+  x ^= static_cast<uint32_t>(m.seed) ^ static_cast<uint32_t>(first >> 32) * 0x85EBCA6Bu;
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x ^= static_cast<uint32_t>(m.seed >> 32);
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  // x >= threshold from the borrow of x - threshold, in integer arithmetic: GCC turns vector
+  // comparisons whose results are combined into 16 scalar ones.
+  const u32x16 t = u32x16{} + m.threshold;
+  const u32x16 borrow = (~x & t) | (~(x ^ t) & (x - t));  // sign bit: x < t
+  return ~(reinterpret_cast<i32x16>(borrow) >> 31);
+}
+
+// v > 0 lane by lane (-1 / 0), from the bits: sign clear and not all zero.
+TORCHMT_VECTOR_INLINE i32x16 positive(f32x16 v) {
+  const u32x16 bits = reinterpret_cast<u32x16>(v);
+  return ~(reinterpret_cast<i32x16>(bits) >> 31) & (reinterpret_cast<i32x16>(u32x16{} - bits) >> 31);
+}
+
+// Whether the 16 indices from `first` share index >> 32 (keep16's condition).
+TORCHMT_VECTOR_INLINE bool one_span(uint64_t first) { return static_cast<uint32_t>(first) <= 0xFFFFFFFFu - 15u; }
+
+// out[i] = in[i] * (keep(i) ? scale : 0) for i in [begin, end), in fp32 arithmetic; T is float
+// or bf16 bits (uint16_t).
+template <typename T>
+TORCHMT_VECTOR_INLINE void mask_range_body(const T* in, T* out, int64_t begin, int64_t end, MaskParams m) {
+  const f32x16 scale = splat(m.scale), zero = splat(0.0f);
+  int64_t i = begin;
+  for (; i + kLanes <= end && one_span(static_cast<uint64_t>(i)); i += kLanes) {
+    const f32x16 v = load16_as_float(in + i);
+    store16_from_float(out + i, select<f32x16>(keep16(static_cast<uint64_t>(i), m), v * scale, zero));
+  }
+  for (; i < end; ++i)
+    store_from_float(out + i, load_as_float(in + i) * (keep(static_cast<uint64_t>(i), m.seed, m.threshold) ? m.scale : 0.0f));
+}
+
+TORCHMT_VECTOR_INLINE void mask_range_f32_body(const float* in, float* out, int64_t begin, int64_t end, MaskParams m) {
+  mask_range_body(in, out, begin, end, m);
+}
 TORCHMT_VECTOR_INLINE void mask_range_bf16_body(const uint16_t* in, uint16_t* out, int64_t begin, int64_t end,
                                                 MaskParams m) {
-  for (int64_t i = begin; i < end; ++i)
-    out[i] = float_to_bf16(bf16_to_float(in[i]) *
-                           (keep(static_cast<uint64_t>(i), m.seed, m.threshold) ? m.scale : 0.0f));
+  mask_range_body(in, out, begin, end, m);
 }
 
 TORCHMT_VECTOR_KERNEL(void, mask_range_f32, mask_range_f32_body, (const float* in, float* out, int64_t begin, int64_t end, MaskParams m),
@@ -71,21 +114,162 @@ void mask_range(const scalar_t* in, scalar_t* out, int64_t begin, int64_t end, M
   }
 }
 
+// Rows [r0, r1) of y = relu(h + bias) * mask: h and y [rows, F] (T: float or bf16 bits), bias
+// [F] fp32; element (r, j) is index r * F + j of the mask.
+template <typename T>
+TORCHMT_VECTOR_INLINE void bias_relu_mask_rows_body(const T* h, const float* bias, T* y, int64_t F, int64_t r0,
+                                                    int64_t r1, MaskParams m) {
+  const f32x16 scale = splat(m.scale), zero = splat(0.0f);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* hr = h + r * F;
+    T* yr = y + r * F;
+    const auto row = static_cast<uint64_t>(r * F);
+    int64_t j = 0;
+    for (; j + kLanes <= F && one_span(row + static_cast<uint64_t>(j)); j += kLanes) {
+      const f32x16 v = load16_as_float(hr + j) + load16(bias + j);
+      const i32x16 kept = keep16(row + static_cast<uint64_t>(j), m) & positive(v);
+      store16_from_float(yr + j, select<f32x16>(kept, v * scale, zero));
+    }
+    for (; j < F; ++j) {
+      const float v = load_as_float(hr + j) + bias[j];
+      store_from_float(yr + j, v > 0.0f && keep(row + static_cast<uint64_t>(j), m.seed, m.threshold) ? v * m.scale : 0.0f);
+    }
+  }
+}
+
+// Rows [r0, r1) of grad_h = (y > 0) ? grad_y * scale : 0, and their sum over the rows added
+// into bias_grad [F] (fp32).
+template <typename T>
+TORCHMT_VECTOR_INLINE void relu_mask_backward_rows_body(const T* grad_y, const T* y, T* grad_h, float* bias_grad,
+                                                        int64_t F, int64_t r0, int64_t r1, float scale_) {
+  const f32x16 scale = splat(scale_), zero = splat(0.0f);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = grad_y + r * F;
+    const T* yr = y + r * F;
+    T* out = grad_h + r * F;
+    int64_t j = 0;
+    for (; j + kLanes <= F; j += kLanes) {
+      const f32x16 g = select<f32x16>(positive(load16_as_float(yr + j)), load16_as_float(gr + j) * scale, zero);
+      store16_from_float(out + j, g);
+      store16(bias_grad + j, load16(bias_grad + j) + load16_as_float(out + j));
+    }
+    for (; j < F; ++j) {
+      store_from_float(out + j, load_as_float(yr + j) > 0.0f ? load_as_float(gr + j) * scale_ : 0.0f);
+      bias_grad[j] += load_as_float(out + j);
+    }
+  }
+}
+
+TORCHMT_VECTOR_INLINE void bias_relu_mask_rows_f32_body(const float* h, const float* bias, float* y, int64_t F,
+                                                        int64_t r0, int64_t r1, MaskParams m) {
+  bias_relu_mask_rows_body(h, bias, y, F, r0, r1, m);
+}
+TORCHMT_VECTOR_INLINE void bias_relu_mask_rows_bf16_body(const uint16_t* h, const float* bias, uint16_t* y, int64_t F,
+                                                         int64_t r0, int64_t r1, MaskParams m) {
+  bias_relu_mask_rows_body(h, bias, y, F, r0, r1, m);
+}
+TORCHMT_VECTOR_INLINE void relu_mask_backward_rows_f32_body(const float* grad_y, const float* y, float* grad_h,
+                                                            float* bias_grad, int64_t F, int64_t r0, int64_t r1,
+                                                            float scale) {
+  relu_mask_backward_rows_body(grad_y, y, grad_h, bias_grad, F, r0, r1, scale);
+}
+TORCHMT_VECTOR_INLINE void relu_mask_backward_rows_bf16_body(const uint16_t* grad_y, const uint16_t* y,
+                                                             uint16_t* grad_h, float* bias_grad, int64_t F, int64_t r0,
+                                                             int64_t r1, float scale) {
+  relu_mask_backward_rows_body(grad_y, y, grad_h, bias_grad, F, r0, r1, scale);
+}
+
+TORCHMT_VECTOR_KERNEL(void, bias_relu_mask_rows_f32, bias_relu_mask_rows_f32_body,
+                      (const float* h, const float* bias, float* y, int64_t F, int64_t r0, int64_t r1, MaskParams m),
+                      (h, bias, y, F, r0, r1, m))
+TORCHMT_VECTOR_KERNEL(void, bias_relu_mask_rows_bf16, bias_relu_mask_rows_bf16_body,
+                      (const uint16_t* h, const float* bias, uint16_t* y, int64_t F, int64_t r0, int64_t r1,
+                       MaskParams m),
+                      (h, bias, y, F, r0, r1, m))
+TORCHMT_VECTOR_KERNEL(void, relu_mask_backward_rows_f32, relu_mask_backward_rows_f32_body,
+                      (const float* grad_y, const float* y, float* grad_h, float* bias_grad, int64_t F, int64_t r0,
+                       int64_t r1, float scale),
+                      (grad_y, y, grad_h, bias_grad, F, r0, r1, scale))
+TORCHMT_VECTOR_KERNEL(void, relu_mask_backward_rows_bf16, relu_mask_backward_rows_bf16_body,
+                      (const uint16_t* grad_y, const uint16_t* y, uint16_t* grad_h, float* bias_grad, int64_t F,
+                       int64_t r0, int64_t r1, float scale),
+                      (grad_y, y, grad_h, bias_grad, F, r0, r1, scale))
+
+bool fused_bias_relu_inputs(const at::Tensor& h, const at::Tensor& bias) {
+  return h.device().is_cpu() && (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16) &&
+         h.dim() >= 1 && bias.defined() && bias.device().is_cpu() && bias.scalar_type() == at::kFloat &&
+         bias.dim() == 1 && bias.size(0) == h.size(-1) && h.size(-1) > 0;
+}
+
+// Row blocks of the backward: a fixed split (not the thread count), so the bias gradient's sum
+// is the same on any number of threads.
+constexpr int64_t kRowsPerBiasBlock = 64;
+
 }  // namespace
 
 at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed) {
   RECORD_FUNCTION("torchmt::hashed_dropout", std::vector<c10::IValue>{});
   auto in = x.contiguous();
   auto out = at::empty_like(in, at::MemoryFormat::Contiguous);
-  const double scaled = p * 4294967296.0;
-  const MaskParams params{seed, static_cast<uint32_t>(std::min(scaled, 4294967295.0)),
-                          static_cast<float>(1.0 / (1.0 - p))};
+  const MaskParams params = mask_params(p, seed);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, in.scalar_type(), "hashed_dropout", [&] {
     const scalar_t* src = in.data_ptr<scalar_t>();
     scalar_t* dst = out.data_ptr<scalar_t>();
     parallel_for(0, in.numel(), 32768, [&](int64_t begin, int64_t end) { mask_range(src, dst, begin, end, params); });
   });
   return out;
+}
+
+bool fused_bias_relu_dropout_applies(const at::Tensor& h, const at::Tensor& bias, double p) {
+  return p >= 0.0 && p < 1.0 && fused_bias_relu_inputs(h, bias);
+}
+
+at::Tensor bias_relu_dropout_forward(const at::Tensor& h, const at::Tensor& bias, double p, uint64_t seed) {
+  RECORD_FUNCTION("torchmt::bias_relu_dropout", std::vector<c10::IValue>{});
+  TORCH_CHECK(fused_bias_relu_dropout_applies(h, bias, p), "bias_relu_dropout_forward: unsupported inputs");
+  auto in = h.contiguous();
+  auto b = bias.contiguous();
+  auto out = at::empty_like(in, at::MemoryFormat::Contiguous);
+  const int64_t F = in.size(-1), rows = in.numel() / F;
+  const MaskParams params = mask_params(p, seed);
+  const float* bp = b.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, 32768 / F);
+  if (in.scalar_type() == at::kFloat) {
+    const float* src = in.data_ptr<float>();
+    float* dst = out.data_ptr<float>();
+    parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { bias_relu_mask_rows_f32(src, bp, dst, F, r0, r1, params); });
+  } else {
+    const auto* src = reinterpret_cast<const uint16_t*>(in.data_ptr<at::BFloat16>());
+    auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { bias_relu_mask_rows_bf16(src, bp, dst, F, r0, r1, params); });
+  }
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& grad_y, const at::Tensor& y, double p) {
+  RECORD_FUNCTION("torchmt::bias_relu_dropout_backward", std::vector<c10::IValue>{});
+  auto g = grad_y.to(y.scalar_type()).contiguous();
+  auto yc = y.contiguous();
+  auto grad_h = at::empty_like(yc, at::MemoryFormat::Contiguous);
+  const int64_t F = yc.size(-1), rows = yc.numel() / F;
+  const int64_t blocks = std::max<int64_t>(1, (rows + kRowsPerBiasBlock - 1) / kRowsPerBiasBlock);
+  auto partial = at::zeros({blocks, F}, yc.options().dtype(at::kFloat));  // [blocks, F]
+  float* pp = partial.data_ptr<float>();
+  const auto scale = static_cast<float>(1.0 / (1.0 - p));
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * kRowsPerBiasBlock, r1 = std::min(rows, r0 + kRowsPerBiasBlock);
+      if (yc.scalar_type() == at::kFloat)
+        relu_mask_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), grad_h.data_ptr<float>(), pp + blk * F, F,
+                                    r0, r1, scale);
+      else
+        relu_mask_backward_rows_bf16(reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()),
+                                     reinterpret_cast<const uint16_t*>(yc.data_ptr<at::BFloat16>()),
+                                     reinterpret_cast<uint16_t*>(grad_h.data_ptr<at::BFloat16>()), pp + blk * F, F, r0,
+                                     r1, scale);
+    }
+  });
+  return {grad_h, partial.sum(0)};  // [F]
 }
 
 }  // namespace torchmt::kernels

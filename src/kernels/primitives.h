@@ -247,4 +247,18 @@ void label_smoothed_cross_entropy_rows(const uint16_t* logits, const int64_t* ta
 // same mask.
 at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed);
 
+// A feed-forward layer's hidden activation in training, one pass each way instead of the bias's
+// copy, ReLU and dropout (three passes forward, three back): y = relu(h + bias) with
+// hashed_dropout_mask's mask for (seed, index in y) applied. h: the first Linear's output without
+// its bias ([..., F], fp32 or bf16, CPU), bias [F] fp32; y in h's dtype. Applies to those inputs
+// and p in [0, 1).
+bool fused_bias_relu_dropout_applies(const at::Tensor& h, const at::Tensor& bias, double p);
+at::Tensor bias_relu_dropout_forward(const at::Tensor& h, const at::Tensor& bias, double p, uint64_t seed);
+// Its gradients from y alone (no mask to recompute, nothing saved beyond y, which the second
+// Linear keeps anyway): y > 0 where the element was kept and h + bias > 0 (but for a positive
+// value under y's dtype's smallest, whose gradient is then dropped), so
+// grad_h = y > 0 ? grad_y / (1 - p) : 0 (y's dtype) and grad_bias its sum over the rows (fp32,
+// summed in a fixed order of row blocks whatever the thread count).
+std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& grad_y, const at::Tensor& y, double p);
+
 }  // namespace torchmt::kernels

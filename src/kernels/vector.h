@@ -215,6 +215,8 @@ TORCHMT_VECTOR_INLINE uint16_t float_to_bf16(float value) {
 // values are read widened to fp32 and written back rounded to the element type.
 TORCHMT_VECTOR_INLINE f32x16 load16_as_float(const float* p) { return load16(p); }
 TORCHMT_VECTOR_INLINE f32x16 load16_as_float(const uint16_t* p) { return load16_bf16(p); }
+TORCHMT_VECTOR_INLINE void store16_from_float(float* p, f32x16 v) { store16(p, v); }
+TORCHMT_VECTOR_INLINE void store16_from_float(uint16_t* p, f32x16 v) { store16_bf16(p, v); }
 TORCHMT_VECTOR_INLINE float load_as_float(const float* p) { return *p; }
 TORCHMT_VECTOR_INLINE float load_as_float(const uint16_t* p) { return bf16_to_float(*p); }
 TORCHMT_VECTOR_INLINE void store_from_float(float* p, float v) { *p = v; }

@@ -31,6 +31,23 @@ class HashedDropoutFunction : public torch::autograd::Function<HashedDropoutFunc
   }
 };
 
+class BiasReluDropoutFunction : public torch::autograd::Function<BiasReluDropoutFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& bias, double p,
+                            int64_t seed) {
+    auto y = kernels::bias_relu_dropout_forward(h, bias, p, static_cast<uint64_t>(seed));
+    ctx->saved_data["p"] = p;
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto y = ctx->get_saved_variables()[0];
+    auto [grad_h, grad_bias] = kernels::bias_relu_dropout_backward(grads[0], y, ctx->saved_data["p"].toDouble());
+    return {grad_h, grad_bias, at::Tensor(), at::Tensor()};
+  }
+};
+
 uint64_t draw_seed() {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -44,6 +61,15 @@ torch::Tensor hashed_dropout(const torch::Tensor& x, double p, uint64_t seed) {
   if (p <= 0.0) return x;
   if (p >= 1.0) return x * 0;
   return HashedDropoutFunction::apply(x, p, static_cast<int64_t>(seed));
+}
+
+torch::Tensor bias_relu_dropout(const torch::Tensor& h, const torch::Tensor& bias, double p) {
+  if (!kernels::fused_bias_relu_dropout_applies(h, bias, p)) {
+    auto y = torch::relu(h + bias.to(h.scalar_type()));
+    if (p <= 0.0) return y;
+    return y.device().is_cpu() ? hashed_dropout(y, p, draw_seed()) : torch::dropout(y, p, /*train=*/true);
+  }
+  return BiasReluDropoutFunction::apply(h, bias, p, static_cast<int64_t>(draw_seed()));
 }
 
 DropoutImpl::DropoutImpl(double p_) : p(p_) {

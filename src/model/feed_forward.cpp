@@ -19,6 +19,11 @@ void FeedForwardImpl::reset() {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  if (options.activation() == Activation::kReLU && is_training() && x.device().is_cpu() && linear1->bias.defined()) {
+    // CPU training: the bias, ReLU and dropout as one pass each way (bias_relu_dropout).
+    auto h = torch::linear(x, linear1->weight);  // [..., F], the bias added in the fused pass
+    return apply_linear(linear2, bias_relu_dropout(h, linear1->bias, dropout->p));
+  }
   auto h = apply_linear(linear1, x);
   switch (options.activation()) {
     case Activation::kGELU: h = torch::gelu(h); break;

@@ -26,4 +26,10 @@ TORCH_MODULE(Dropout);
 // x * keep / (1 - p) with keep[i] = hash(seed, i) >= p (CPU, contiguous result); differentiable.
 torch::Tensor hashed_dropout(const torch::Tensor& x, double p, uint64_t seed);
 
+// dropout(relu(h + bias), p) (p = 0: none): a feed-forward layer's hidden activation in training,
+// from its first Linear's output without the bias, in h's dtype. On the CPU in fp32 or bf16 one
+// fused pass each way (kernels::bias_relu_dropout_forward: Dropout's mask for the seed it draws),
+// elsewhere the separate ops; differentiable in h and bias.
+torch::Tensor bias_relu_dropout(const torch::Tensor& h, const torch::Tensor& bias, double p);
+
 }  // namespace torchmt
