@@ -2,6 +2,7 @@
 // contract with the rest of the model (identity in eval mode).
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "torchmt/model/dropout.h"
@@ -123,6 +124,43 @@ TEST_P(DropoutKernel, FusedBiasReluDropoutGradientsAreTheComposedOps) {
   torch::set_num_threads(threads);
   EXPECT_TRUE(torch::equal(gh1, gh2));
   EXPECT_TRUE(torch::equal(gb1, gb2));
+}
+
+TEST_P(DropoutKernel, ResidualIsTheSumWithDropoutsMaskAndItsGradients) {
+  // The residual stream's and the sublayer's dtypes: fp32 training, fp32 + bf16, bf16 autocast.
+  const std::vector<std::pair<c10::ScalarType, c10::ScalarType>> kinds = {
+      {torch::kFloat, torch::kFloat}, {torch::kFloat, torch::kBFloat16}, {torch::kBFloat16, torch::kBFloat16}};
+  for (const auto& [tx, ty] : kinds) {
+    auto x = torch::randn({5, 37, 19}).to(tx).requires_grad_();
+    auto y = torch::randn({5, 37, 19}).to(ty).requires_grad_();
+    auto upstream = torch::randn({5, 37, 19}).to(tx);
+    Dropout dropout(0.3);
+    dropout->train();
+    torch::manual_seed(9);
+    auto out = dropout->residual(x, y);
+    ASSERT_EQ(out.scalar_type(), tx);
+    (out * upstream).sum().backward();
+    // The composed ops with the same seed: the same mask, the sum in fp32 rounded once (the
+    // vector copies fuse y * scale + x into one FMA: within fp32's last bit, bf16's last bit).
+    torch::manual_seed(9);
+    auto generator = at::detail::getDefaultCPUGenerator();
+    const uint64_t seed = generator.get<at::CPUGeneratorImpl>()->random64();  // the draw residual() made
+    const auto keep = hashed_dropout(torch::ones({5, 37, 19}), 0.3, seed).ne(0);
+    const double scale = 1.0 / (1.0 - 0.3);
+    const auto kept_y = torch::where(keep, y.detach().to(torch::kFloat) * scale, torch::zeros({}));
+    const double tolerance = tx == torch::kFloat ? 1e-6 : 1.0 / 128;
+    const auto expected = (x.detach().to(torch::kFloat) + kept_y).to(tx).to(torch::kFloat);
+    EXPECT_TRUE(torch::allclose(out.detach().to(torch::kFloat), expected, tolerance, 1e-6)) << tx << ty;
+    EXPECT_TRUE(torch::equal(x.grad(), upstream));
+    ASSERT_EQ(y.grad().scalar_type(), ty);
+    EXPECT_TRUE(torch::equal(y.grad(), torch::where(keep, upstream.to(torch::kFloat) * scale, torch::zeros({})).to(ty)))
+        << tx << ty;
+  }
+  // Eval mode: the plain sum.
+  Dropout dropout(0.3);
+  dropout->eval();
+  auto x = torch::randn({4, 3}), y = torch::randn({4, 3});
+  EXPECT_TRUE(torch::equal(dropout->residual(x, y), x + y));
 }
 
 TEST(Dropout, FusedBiasReluDropoutFallsBackOutsideFp32AndBf16) {

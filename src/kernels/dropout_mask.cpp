@@ -195,6 +195,58 @@ TORCHMT_VECTOR_KERNEL(void, relu_mask_backward_rows_bf16, relu_mask_backward_row
                        int64_t r0, int64_t r1, float scale),
                       (grad_y, y, grad_h, bias_grad, F, r0, r1, scale))
 
+// out[i] = x[i] + (keep(i) ? y[i] * scale : 0) for i in [begin, end) in fp32 arithmetic, rounded
+// once to x's type: X and Y float or bf16 bits.
+template <typename X, typename Y>
+TORCHMT_VECTOR_INLINE void residual_mask_range_body(const X* x, const Y* y, X* out, int64_t begin, int64_t end,
+                                                    MaskParams m) {
+  const f32x16 scale = splat(m.scale), zero = splat(0.0f);
+  int64_t i = begin;
+  for (; i + kLanes <= end && one_span(static_cast<uint64_t>(i)); i += kLanes) {
+    const f32x16 v = select<f32x16>(keep16(static_cast<uint64_t>(i), m), load16_as_float(y + i) * scale, zero);
+    store16_from_float(out + i, load16_as_float(x + i) + v);
+  }
+  for (; i < end; ++i)
+    store_from_float(out + i, load_as_float(x + i) + (keep(static_cast<uint64_t>(i), m.seed, m.threshold)
+                                                          ? load_as_float(y + i) * m.scale
+                                                          : 0.0f));
+}
+
+// out[i] = keep(i) ? g[i] * scale : 0, from fp32 g into bf16 bits.
+TORCHMT_VECTOR_INLINE void mask_into_range_bf16_body(const float* g, uint16_t* out, int64_t begin, int64_t end,
+                                                     MaskParams m) {
+  const f32x16 scale = splat(m.scale), zero = splat(0.0f);
+  int64_t i = begin;
+  for (; i + kLanes <= end && one_span(static_cast<uint64_t>(i)); i += kLanes)
+    store16_from_float(out + i, select<f32x16>(keep16(static_cast<uint64_t>(i), m), load16(g + i) * scale, zero));
+  for (; i < end; ++i)
+    store_from_float(out + i, keep(static_cast<uint64_t>(i), m.seed, m.threshold) ? g[i] * m.scale : 0.0f);
+}
+
+TORCHMT_VECTOR_INLINE void residual_mask_range_f32_body(const float* x, const float* y, float* out, int64_t begin,
+                                                        int64_t end, MaskParams m) {
+  residual_mask_range_body(x, y, out, begin, end, m);
+}
+TORCHMT_VECTOR_INLINE void residual_mask_range_f32_bf16_body(const float* x, const uint16_t* y, float* out,
+                                                             int64_t begin, int64_t end, MaskParams m) {
+  residual_mask_range_body(x, y, out, begin, end, m);
+}
+TORCHMT_VECTOR_INLINE void residual_mask_range_bf16_body(const uint16_t* x, const uint16_t* y, uint16_t* out,
+                                                         int64_t begin, int64_t end, MaskParams m) {
+  residual_mask_range_body(x, y, out, begin, end, m);
+}
+TORCHMT_VECTOR_KERNEL(void, residual_mask_range_f32, residual_mask_range_f32_body,
+                      (const float* x, const float* y, float* out, int64_t begin, int64_t end, MaskParams m),
+                      (x, y, out, begin, end, m))
+TORCHMT_VECTOR_KERNEL(void, residual_mask_range_f32_bf16, residual_mask_range_f32_bf16_body,
+                      (const float* x, const uint16_t* y, float* out, int64_t begin, int64_t end, MaskParams m),
+                      (x, y, out, begin, end, m))
+TORCHMT_VECTOR_KERNEL(void, residual_mask_range_bf16, residual_mask_range_bf16_body,
+                      (const uint16_t* x, const uint16_t* y, uint16_t* out, int64_t begin, int64_t end, MaskParams m),
+                      (x, y, out, begin, end, m))
+TORCHMT_VECTOR_KERNEL(void, mask_into_range_bf16, mask_into_range_bf16_body,
+                      (const float* g, uint16_t* out, int64_t begin, int64_t end, MaskParams m), (g, out, begin, end, m))
+
 bool fused_bias_relu_inputs(const at::Tensor& h, const at::Tensor& bias) {
   return h.device().is_cpu() && (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16) &&
          h.dim() >= 1 && bias.defined() && bias.device().is_cpu() && bias.scalar_type() == at::kFloat &&
@@ -270,6 +322,50 @@ std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& g
     }
   });
   return {grad_h, partial.sum(0)};  // [F]
+}
+
+bool fused_residual_dropout_applies(const at::Tensor& x, const at::Tensor& y, double p) {
+  const auto tx = x.scalar_type(), ty = y.scalar_type();
+  const bool types = (tx == at::kFloat && (ty == at::kFloat || ty == at::kBFloat16)) ||
+                     (tx == at::kBFloat16 && ty == at::kBFloat16);
+  return p >= 0.0 && p < 1.0 && types && x.device().is_cpu() && y.device().is_cpu() && x.sizes() == y.sizes();
+}
+
+at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, double p, uint64_t seed) {
+  RECORD_FUNCTION("torchmt::residual_dropout", std::vector<c10::IValue>{});
+  TORCH_CHECK(fused_residual_dropout_applies(x, y, p), "residual_dropout_forward: unsupported inputs");
+  auto xc = x.contiguous(), yc = y.contiguous();
+  auto out = at::empty_like(xc, at::MemoryFormat::Contiguous);
+  const MaskParams params = mask_params(p, seed);
+  const auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
+  if (xc.scalar_type() == at::kBFloat16) {
+    const uint16_t *xp = bits(xc), *yp = bits(yc);
+    uint16_t* op = bits(out);
+    parallel_for(0, xc.numel(), 32768, [&](int64_t b, int64_t e) { residual_mask_range_bf16(xp, yp, op, b, e, params); });
+  } else if (yc.scalar_type() == at::kBFloat16) {
+    const float* xp = xc.data_ptr<float>();
+    const uint16_t* yp = bits(yc);
+    float* op = out.data_ptr<float>();
+    parallel_for(0, xc.numel(), 32768,
+                 [&](int64_t b, int64_t e) { residual_mask_range_f32_bf16(xp, yp, op, b, e, params); });
+  } else {
+    const float *xp = xc.data_ptr<float>(), *yp = yc.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    parallel_for(0, xc.numel(), 32768, [&](int64_t b, int64_t e) { residual_mask_range_f32(xp, yp, op, b, e, params); });
+  }
+  return out;
+}
+
+at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t seed, at::ScalarType dtype) {
+  if (grad.scalar_type() != at::kFloat || dtype != at::kBFloat16) return hashed_dropout_mask(grad, p, seed).to(dtype);
+  RECORD_FUNCTION("torchmt::hashed_dropout", std::vector<c10::IValue>{});
+  auto g = grad.contiguous();
+  auto out = at::empty(g.sizes(), g.options().dtype(dtype));
+  const MaskParams params = mask_params(p, seed);
+  const float* gp = g.data_ptr<float>();
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) { mask_into_range_bf16(gp, op, b, e, params); });
+  return out;
 }
 
 }  // namespace torchmt::kernels

@@ -261,4 +261,14 @@ at::Tensor bias_relu_dropout_forward(const at::Tensor& h, const at::Tensor& bias
 // summed in a fixed order of row blocks whatever the thread count).
 std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& grad_y, const at::Tensor& y, double p);
 
+// A residual connection in training, x + dropout(y), one pass instead of the mask's and the sum's
+// (and back, one instead of the mask's and, where y's dtype is not the sum's, a cast): x and y of
+// one shape on the CPU, fp32 + fp32, fp32 + bf16 or bf16 + bf16, p in [0, 1); the sum in fp32
+// arithmetic rounded once to x's dtype, y's element i kept by hashed_dropout_mask's rule for
+// (seed, i).
+bool fused_residual_dropout_applies(const at::Tensor& x, const at::Tensor& y, double p);
+at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, double p, uint64_t seed);
+// hashed_dropout_mask of `grad` written in `dtype` (y's gradient from the sum's).
+at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t seed, at::ScalarType dtype);
+
 }  // namespace torchmt::kernels

@@ -21,4 +21,13 @@ at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const
   return out;
 }
 
+at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y, Dropout& dropout,
+                          at::Tensor* sum) {
+  if (!dropout->is_training() || dropout->p == 0.0) return add_layer_norm(norm, x, y, sum);
+  auto s = dropout->residual(x, y);
+  auto out = norm(s);
+  if (sum) *sum = std::move(s);
+  return out;
+}
+
 }  // namespace torchmt

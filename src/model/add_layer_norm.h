@@ -3,11 +3,18 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "torchmt/model/dropout.h"
+
 namespace torchmt {
 
 // norm(x + y), and x + y in *sum when sum is not null: one fused pass in CPU inference
 // (kernels::try_add_layer_norm_cpu), else the two ATen ops (training, autocast, CUDA).
 at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y,
+                          at::Tensor* sum = nullptr);
+
+// norm(x + dropout(y)) and that sum in *sum: in training the sum is dropout->residual(x, y) (one
+// fused pass on the CPU), else add_layer_norm(norm, x, y, sum) (dropout is the identity there).
+at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y, Dropout& dropout,
                           at::Tensor* sum = nullptr);
 
 }  // namespace torchmt

@@ -48,6 +48,24 @@ class BiasReluDropoutFunction : public torch::autograd::Function<BiasReluDropout
   }
 };
 
+class ResidualDropoutFunction : public torch::autograd::Function<ResidualDropoutFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y, double p,
+                            int64_t seed) {
+    ctx->saved_data["p"] = p;
+    ctx->saved_data["seed"] = seed;
+    ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());
+    return kernels::residual_dropout_forward(x, y, p, static_cast<uint64_t>(seed));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto y_dtype = static_cast<at::ScalarType>(ctx->saved_data["y_dtype"].toInt());
+    auto grad_y = kernels::hashed_dropout_mask_into(grads[0], ctx->saved_data["p"].toDouble(),
+                                                    static_cast<uint64_t>(ctx->saved_data["seed"].toInt()), y_dtype);
+    return {grads[0], grad_y, at::Tensor(), at::Tensor()};
+  }
+};
+
 uint64_t draw_seed() {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -74,6 +92,12 @@ torch::Tensor bias_relu_dropout(const torch::Tensor& h, const torch::Tensor& bia
 
 DropoutImpl::DropoutImpl(double p_) : p(p_) {
   if (p < 0.0 || p > 1.0) throw std::invalid_argument("dropout probability must be in [0, 1]");
+}
+
+torch::Tensor DropoutImpl::residual(const torch::Tensor& x, const torch::Tensor& y) {
+  if (!is_training() || p == 0.0) return x + y;
+  if (!kernels::fused_residual_dropout_applies(x, y, p)) return x + forward(y);
+  return ResidualDropoutFunction::apply(x, y, p, static_cast<int64_t>(draw_seed()));
 }
 
 torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {

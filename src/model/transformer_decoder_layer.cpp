@@ -56,13 +56,13 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
   } else {
     self_out = self_attn(in, in, in, tgt_mask, /*causal=*/true, rotary);
   }
-  // Residual sums and the LayerNorm that follows are one fused pass in CPU inference
-  // (add_layer_norm.h).
+  // Residual sums and the LayerNorm that follows are one fused pass in CPU inference; in training
+  // each dropout and its sum are one (add_layer_norm.h).
   torch::Tensor h, cross_in;
   if (pre) {
-    cross_in = add_layer_norm(layer.norm2, x, layer.dropout(self_out), &h);
+    cross_in = add_layer_norm(layer.norm2, x, self_out, layer.dropout, &h);
   } else {
-    h = cross_in = add_layer_norm(layer.norm1, x, layer.dropout(self_out));
+    h = cross_in = add_layer_norm(layer.norm1, x, self_out, layer.dropout);
   }
   torch::Tensor cross;
   if (cache) {
@@ -75,11 +75,11 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
     cross = cross_attn(cross_in, memory, memory, src_mask);
   }
   if (pre) {
-    const auto ffn_in = add_layer_norm(layer.norm3, h, layer.dropout(cross), &h);
-    return h + layer.dropout(layer.ffn(ffn_in));
+    const auto ffn_in = add_layer_norm(layer.norm3, h, cross, layer.dropout, &h);
+    return layer.dropout->residual(h, layer.ffn(ffn_in));
   }
-  h = add_layer_norm(layer.norm2, h, layer.dropout(cross));
-  return add_layer_norm(layer.norm3, h, layer.dropout(layer.ffn(h)));
+  h = add_layer_norm(layer.norm2, h, cross, layer.dropout);
+  return add_layer_norm(layer.norm3, h, layer.ffn(h), layer.dropout);
 }
 
 }  // namespace

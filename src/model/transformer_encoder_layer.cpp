@@ -42,12 +42,13 @@ torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const
   if (options.norm() == Norm::kPre) {
     auto n = norm1(x);
     torch::Tensor h;
-    const auto ffn_in = add_layer_norm(norm2, x, dropout(self_attn(n, n, n, mask, /*causal=*/false, rotary)), &h);
-    return h + dropout(ffn(ffn_in));
+    const auto ffn_in = add_layer_norm(norm2, x, self_attn(n, n, n, mask, /*causal=*/false, rotary), dropout, &h);
+    return dropout->residual(h, ffn(ffn_in));
   }
-  // Residual sum and LayerNorm: one fused pass in CPU inference (add_layer_norm.h).
-  auto h = add_layer_norm(norm1, x, dropout(self_attn(x, x, x, mask, /*causal=*/false, rotary)));
-  return add_layer_norm(norm2, h, dropout(ffn(h)));
+  // Residual sum and LayerNorm: one fused pass in CPU inference; in training the dropout and the
+  // sum are one (add_layer_norm.h).
+  auto h = add_layer_norm(norm1, x, self_attn(x, x, x, mask, /*causal=*/false, rotary), dropout);
+  return add_layer_norm(norm2, h, ffn(h), dropout);
 }
 
 }  // namespace torchmt

@@ -27,7 +27,7 @@ class AdamOptimizer {
   // device): where it is non-zero the update and the step count are left unchanged, decided
   // on the device, so the caller need not wait for the gradients to be checked.
   void step(double lr, const at::Tensor& found_inf = {});
-  void zero_grad();  // releases every .grad (set_to_none)
+  void zero_grad();
 
   const std::vector<at::Tensor>& params() const { return params_; }
   // State for checkpoints: exp_avg, exp_avg_sq, step, one entry per parameter each.
