@@ -66,6 +66,15 @@ TEST(Dropout, ModuleFollowsTorchManualSeed) {
   EXPECT_FALSE(torch::equal(a, b));  // each call draws a fresh seed
 }
 
+TEST_P(DropoutKernel, TheVectorMaskIsTheScalarOne) {
+  // Elements past the last whole 16-lane block take the scalar rule: a tensor of n elements has
+  // positions 16 * (n / 16) .. n - 1 there, so n = 1..48 covers positions 0..47 by the scalar rule,
+  // which the long tensor covers by the vector one.
+  const auto full = hashed_dropout(torch::ones({1000}), 0.5, 77);
+  for (int64_t n = 1; n <= 48; ++n)
+    EXPECT_TRUE(torch::equal(hashed_dropout(torch::ones({n}), 0.5, 77), full.slice(0, 0, n))) << n;
+}
+
 TEST_P(DropoutKernel, GradientIsTheSameMaskTimesTheScale) {
   auto x = torch::randn({37, 53}, torch::requires_grad());
   auto y = hashed_dropout(x, 0.2, 99);

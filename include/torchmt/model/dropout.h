@@ -18,8 +18,9 @@ class DropoutImpl : public torch::nn::Cloneable<DropoutImpl> {
   explicit DropoutImpl(double p = 0.5);
   void reset() override {}
   torch::Tensor forward(const torch::Tensor& x);
-  // x + forward(y), a residual connection: in CPU training with x in fp32 and y in fp32 or bf16 one
-  // fused pass each way (kernels::residual_dropout_forward: forward's mask for the seed it draws).
+  // x + forward(y), a residual connection: in CPU training (x and y both fp32, both bf16, or fp32
+  // and bf16) one fused pass each way (kernels::residual_dropout_forward: forward's mask for the
+  // seed it draws).
   torch::Tensor residual(const torch::Tensor& x, const torch::Tensor& y);
 
   double p;
