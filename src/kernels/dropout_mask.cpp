@@ -247,12 +247,6 @@ TORCHMT_VECTOR_KERNEL(void, residual_mask_range_bf16, residual_mask_range_bf16_b
 TORCHMT_VECTOR_KERNEL(void, mask_into_range_bf16, mask_into_range_bf16_body,
                       (const float* g, uint16_t* out, int64_t begin, int64_t end, MaskParams m), (g, out, begin, end, m))
 
-bool fused_bias_relu_inputs(const at::Tensor& h, const at::Tensor& bias) {
-  return h.device().is_cpu() && (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16) &&
-         h.dim() >= 1 && bias.defined() && bias.device().is_cpu() && bias.scalar_type() == at::kFloat &&
-         bias.dim() == 1 && bias.size(0) == h.size(-1) && h.size(-1) > 0;
-}
-
 // Row blocks of the backward: a fixed split (not the thread count), so the bias gradient's sum
 // is the same on any number of threads.
 constexpr int64_t kRowsPerBiasBlock = 64;
@@ -273,7 +267,10 @@ at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed) {
 }
 
 bool fused_bias_relu_dropout_applies(const at::Tensor& h, const at::Tensor& bias, double p) {
-  return p >= 0.0 && p < 1.0 && fused_bias_relu_inputs(h, bias);
+  return p >= 0.0 && p < 1.0 && h.device().is_cpu() &&
+         (h.scalar_type() == at::kFloat || h.scalar_type() == at::kBFloat16) && h.dim() >= 1 && bias.defined() &&
+         bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.dim() == 1 && bias.size(0) == h.size(-1) &&
+         h.size(-1) > 0;
 }
 
 at::Tensor bias_relu_dropout_forward(const at::Tensor& h, const at::Tensor& bias, double p, uint64_t seed) {
