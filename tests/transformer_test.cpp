@@ -503,6 +503,40 @@ TEST(GroupedQueryAttention, EqualsMultiHeadAttentionWithRepeatedKeyValueHeads) {
   EXPECT_TRUE(torch::allclose(step, mha(q1, memory, memory, mask), 1e-5, 1e-5));
 }
 
+// Training projects self-attention's Q, K, V (cross-attention's K, V) as one GEMM over the
+// concatenated weights: the same outputs and the same gradients, per parameter, as one
+// projection at a time (eval mode with gradients on; dropout 0 makes the two modes one function).
+TEST(MultiHeadAttention, ProjectionsAsOneGemmInTrainingEqualOneAtATime) {
+  const int64_t d = 32, heads = 4;
+  for (const int64_t groups : {heads, int64_t{2}}) {
+    torch::manual_seed(7);
+    MultiHeadAttention attn(MultiHeadAttentionOptions(d, heads).dropout(0.0).kv_heads(groups));
+    auto x = torch::randn({2, 5, d});
+    auto memory = torch::randn({2, 7, d});
+    auto mask = torch::ones({2, 1, 1, 7}, torch::kBool);
+    mask.index_put_({1, 0, 0, torch::indexing::Slice(4)}, false);
+    auto run = [&](bool training, bool self) {
+      attn->train(training);
+      attn->zero_grad();
+      auto out = self ? attn(x, x, x) : attn(x, memory, memory, mask);
+      (out * out).sum().backward();
+      std::map<std::string, torch::Tensor> grads;
+      for (const auto& p : attn->named_parameters()) grads[p.key()] = p.value().grad().clone();
+      return std::make_pair(out.detach(), grads);
+    };
+    for (const bool self : {true, false}) {
+      const auto [out_t, grads_t] = run(/*training=*/true, self);
+      const auto [out_e, grads_e] = run(/*training=*/false, self);
+      EXPECT_TRUE(torch::allclose(out_t, out_e, 1e-5, 1e-5)) << "groups " << groups << " self " << self;
+      ASSERT_EQ(grads_t.size(), 8u);
+      for (const auto& [name, g] : grads_t) {
+        EXPECT_GT(g.abs().max().item<float>(), 0.f) << name;
+        EXPECT_TRUE(torch::allclose(g, grads_e.at(name), 1e-4, 1e-5)) << name << " groups " << groups << " self " << self;
+      }
+    }
+  }
+}
+
 // MoE: each token goes to exactly top_k experts, and the dispatched computation equals the
 // dense one (every expert on every token, weighted by the gate where chosen).
 TEST(MixtureOfExperts, EachTokenGoesToTopKExpertsAndDispatchEqualsDenseComputation) {

@@ -165,6 +165,21 @@ torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& 
   return y.defined() ? y : torch::linear(x, layer->weight, layer->bias);
 }
 
+std::vector<torch::Tensor> apply_linears_together(const std::vector<const torch::nn::Linear*>& layers,
+                                                  const torch::Tensor& x) {
+  std::vector<torch::Tensor> weights, biases;
+  std::vector<int64_t> sizes;
+  for (const auto* layer : layers) {
+    weights.push_back((*layer)->weight);
+    if ((*layer)->bias.defined()) biases.push_back((*layer)->bias);
+    sizes.push_back((*layer)->weight.size(0));
+  }
+  if (!biases.empty() && biases.size() != layers.size())
+    throw std::invalid_argument("apply_linears_together: every layer has a bias or none does");
+  const auto y = torch::linear(x, torch::cat(weights), biases.empty() ? torch::Tensor() : torch::cat(biases));
+  return y.split_with_sizes(sizes, -1);  // [..., out_i] each
+}
+
 std::vector<int64_t> try_linear_argmax(const torch::nn::Linear& layer, const torch::Tensor& x,
                                        const torch::Tensor& blocked) {
   const auto* p = usable_preparation(dynamic_cast<const QuantizableLinearImpl*>(layer.get()), x);

@@ -66,6 +66,13 @@ torch::nn::Linear make_linear(int64_t in_features, int64_t out_features);
 
 torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x);
 
+// The layers that read the same input as one GEMM (attention's Q, K and V in training): the
+// weights and biases concatenated per call, so the parameters stay the layers' own, and the output
+// split into one view per layer ([..., out_i] each). Gradients flow to every layer as apply_linear's
+// do. Not for inference: prepared layers keep apply_linear, one at a time.
+std::vector<torch::Tensor> apply_linears_together(const std::vector<const torch::nn::Linear*>& layers,
+                                                  const torch::Tensor& x);
+
 // While one is alive on this thread, apply_linear hands every layer's input to `observe` before
 // computing it: static int8 calibration records each Linear's input range (export --calibrate).
 class ObserveLinearInputs {

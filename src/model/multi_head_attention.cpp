@@ -41,10 +41,29 @@ void MultiHeadAttentionImpl::reset() {
 }
 
 torch::Tensor MultiHeadAttentionImpl::split_heads(torch::nn::Linear& projection, const torch::Tensor& x) const {
-  const int64_t batch = x.size(0);
-  const int64_t heads = projection->weight.size(0) / head_dim;
-  return apply_linear(projection, x).view({batch, -1, heads, head_dim})  // [B, T, n, d_k]
-      .transpose(1, 2);                                                  // [B, n, T, d_k]
+  return to_heads(apply_linear(projection, x));
+}
+
+torch::Tensor MultiHeadAttentionImpl::to_heads(const torch::Tensor& projected) const {
+  const int64_t batch = projected.size(0);
+  return projected.view({batch, projected.size(1), -1, head_dim})  // [B, T, n, d_k]
+      .transpose(1, 2);                                            // [B, n, T, d_k]
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::project(const torch::Tensor& query,
+                                                                                        const torch::Tensor& key,
+                                                                                        const torch::Tensor& value) {
+  // Training: projections of one input as one GEMM each way (larger products run nearer the
+  // GEMM's peak). Inference keeps one prepared layer at a time.
+  if (is_training() && query.is_same(key) && key.is_same(value)) {
+    const auto qkv = apply_linears_together({&W_q, &W_k, &W_v}, query);  // [B, T, D], [B, T, G*d_k] x 2
+    return {to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2])};
+  }
+  if (is_training() && key.is_same(value)) {
+    const auto kv = apply_linears_together({&W_k, &W_v}, key);  // [B, Tk, G*d_k] x 2
+    return {split_heads(W_q, query), to_heads(kv[0]), to_heads(kv[1])};
+  }
+  return {split_heads(W_q, query), split_heads(W_k, key), split_heads(W_v, value)};
 }
 
 torch::Tensor MultiHeadAttentionImpl::merge_heads(const torch::Tensor& x) const {
@@ -120,10 +139,9 @@ torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
                                               const torch::Tensor& value, const torch::Tensor& mask, bool causal,
                                               const RotaryTables& rotary) {
-  auto q = split_heads(W_q, query);  // [B, H, Tq, d_k]
-  auto k = split_heads(W_k, key);    // [B, G, Tk, d_k]
+  auto [q, k, v] = project(query, key, value);  // [B, H, Tq, d_k], [B, G, Tk, d_k] x 2
   if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
-  return attend(q, k, split_heads(W_v, value), mask, /*mask_sanitized=*/false, causal);
+  return attend(q, k, v, mask, /*mask_sanitized=*/false, causal);
 }
 
 std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_weights(const torch::Tensor& query,
@@ -132,10 +150,9 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
                                                                                       const torch::Tensor& mask,
                                                                                       const RotaryTables& rotary) {
   torch::Tensor weights;
-  auto q = split_heads(W_q, query);  // [B, H, Tq, d_k]
-  auto k = split_heads(W_k, key);    // [B, G, Tk, d_k]
+  auto [q, k, v] = project(query, key, value);  // [B, H, Tq, d_k], [B, G, Tk, d_k] x 2
   if (rotary.defined()) std::tie(q, k) = apply_rotary_pos_emb(q, k, rotary.sin, rotary.cos);
-  auto out = attend_explicit(q, k, split_heads(W_v, value), mask, &weights, /*mask_sanitized=*/false);
+  auto out = attend_explicit(q, k, v, mask, &weights, /*mask_sanitized=*/false);
   return {apply_linear(W_o, merge_heads(out)), weights};
 }
 

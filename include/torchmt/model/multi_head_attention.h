@@ -80,6 +80,11 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   Dropout dropout{nullptr};
 
  private:
+  // y [B, T, n * d_k] -> [B, n, T, d_k]
+  torch::Tensor to_heads(const torch::Tensor& projected) const;
+  // The heads of Q, K and V from query, key and value (split_heads through W_q, W_k, W_v).
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& query, const torch::Tensor& key,
+                                                                  const torch::Tensor& value);
   torch::Tensor merge_heads(const torch::Tensor& x) const;
   bool use_fused_kernel(const torch::Tensor& q, bool padding_mask) const;
   // softmax(QK^T / sqrt(d_k)) V on heads -> [B, H, Tq, d_k]; stores the weights if asked.
