@@ -178,7 +178,7 @@ TEST_P(FusedInferenceOpsTest, AddLayerNormModuleHelperUsesTheCompositeForTrainin
   torch::nn::init::normal_(norm->bias);
   auto x = torch::randn({2, 3, 16}, torch::requires_grad()), y = torch::randn({2, 3, 16});
   at::Tensor sum;
-  auto out = add_layer_norm(norm, x, y, &sum);  // grad mode on: the ATen ops, differentiable
+  auto out = add_layer_norm(norm, x, y, &sum);  // grad mode on: differentiable (the training path)
   ASSERT_TRUE(out.requires_grad());
   out.sum().backward();
   EXPECT_TRUE(x.grad().defined());

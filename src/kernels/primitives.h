@@ -11,6 +11,7 @@
 // of dispatch and allocation whatever its size (tools/bench/DECISIONS.md has the figures).
 #include <cstdint>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -270,5 +271,20 @@ bool fused_residual_dropout_applies(const at::Tensor& x, const at::Tensor& y, do
 at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, double p, uint64_t seed);
 // hashed_dropout_mask of `grad` written in `dtype` (y's gradient from the sum's).
 at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t seed, at::ScalarType dtype);
+
+// LayerNorm over the last dimension in training, one pass each way where ATen's mixed-dtype CPU
+// kernels (bf16 input, fp32 weight) took several: x fp32 or bf16, weight and bias fp32 [dim].
+// Forward: y in x's dtype (fp32 arithmetic, rounded once), each row's mean and 1 / std (fp32
+// [rows]) for the backward. Backward: x's gradient in x's dtype; the weight's and bias's (fp32)
+// summed over fixed blocks of rows, the same on any thread count.
+bool layer_norm_training_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_training_forward(const at::Tensor& x,
+                                                                           const at::Tensor& weight,
+                                                                           const at::Tensor& bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_training_backward(const at::Tensor& grad_y,
+                                                                            const at::Tensor& x,
+                                                                            const at::Tensor& mean,
+                                                                            const at::Tensor& rstd,
+                                                                            const at::Tensor& weight);
 
 }  // namespace torchmt::kernels

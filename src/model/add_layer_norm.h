@@ -7,8 +7,12 @@
 
 namespace torchmt {
 
+// norm(x): in CPU training (fp32 or bf16 x, fp32 parameters) one pass each way
+// (kernels::layer_norm_training_forward / _backward), else the module.
+at::Tensor layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x);
+
 // norm(x + y), and x + y in *sum when sum is not null: one fused pass in CPU inference
-// (kernels::try_add_layer_norm_cpu), else the two ATen ops (training, autocast, CUDA).
+// (kernels::try_add_layer_norm_cpu), else the sum and layer_norm (training, autocast, CUDA).
 at::Tensor add_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, const at::Tensor& y,
                           at::Tensor* sum = nullptr);
 

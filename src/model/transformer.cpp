@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "model/activation_checkpoint.h"
+#include "model/add_layer_norm.h"
 #include "model/linear.h"
 
 #include "model/masks.h"
@@ -146,7 +147,7 @@ torch::Tensor TransformerImpl::encode(const torch::Tensor& src, const torch::Ten
       x = layer->forward(x, src_mask, rotary);
     }
   }
-  return encoder_norm ? encoder_norm(x) : x;
+  return encoder_norm ? layer_norm(encoder_norm, x) : x;
 }
 
 torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Tensor& memory,
@@ -170,7 +171,7 @@ torch::Tensor TransformerImpl::decode(const torch::Tensor& tgt, const torch::Ten
     x = layer->forward(x, memory, src_mask, tgt_mask, cross_weights ? &weights : nullptr, rotary);
     if (cross_weights) cross_weights->push_back(weights);
   }
-  return decoder_norm ? decoder_norm(x) : x;
+  return decoder_norm ? layer_norm(decoder_norm, x) : x;
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& src, const torch::Tensor& tgt,

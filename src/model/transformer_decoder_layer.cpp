@@ -37,7 +37,7 @@ torch::Tensor run_layer(TransformerDecoderLayerImpl& layer, const torch::Tensor&
   auto& self_attn = layer.self_attn;
   auto& cross_attn = layer.cross_attn;
   const bool pre = layer.options.norm() == Norm::kPre;
-  const auto in = pre ? layer.norm1(x) : x;
+  const auto in = pre ? layer_norm(layer.norm1, x) : x;
   torch::Tensor self_out;
   if (cache) {
     auto q = self_attn->split_heads(self_attn->W_q, in);  // [B, H, 1, d_k]

@@ -40,7 +40,7 @@ void TransformerEncoderLayerImpl::reset() {
 torch::Tensor TransformerEncoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& mask,
                                                    const RotaryTables& rotary) {
   if (options.norm() == Norm::kPre) {
-    auto n = norm1(x);
+    auto n = layer_norm(norm1, x);
     torch::Tensor h;
     const auto ffn_in = add_layer_norm(norm2, x, self_attn(n, n, n, mask, /*causal=*/false, rotary), dropout, &h);
     return dropout->residual(h, ffn(ffn_in));
