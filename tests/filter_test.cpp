@@ -41,7 +41,8 @@ struct Memorised {
       for (auto [src, tgt, out] : {std::make_tuple("s.de", "s.en", "deen"), std::make_tuple("s.en", "s.de", "ende")}) {
         TrainOptions o = test::tiny_run(d + "/" + out, d + "/" + src, d + "/" + tgt);
         o.label_smoothing = 0.0;
-        o.max_steps = 300;
+        o.max_steps = 200;
+        o.lr_factor = 0.5;  // as Trainer.OverfitsThirtyPairs: at 1.0 a pair was left unlearnt by some roundings
         o.dropout = 0.0;
         o.batch_tokens = 3000;  // the whole corpus in one batch
         Trainer(o).run();

@@ -34,6 +34,7 @@ TEST(Trainer, OverfitsThirtyPairsAndReproducesThemGreedily) {
   TrainOptions o = tiny_run(dir.file("run"), dir.file("s.de"), dir.file("s.en"));
   o.label_smoothing = 0.0;
   o.max_steps = 200;
+  o.lr_factor = 0.5;  // at 1.0 (a peak of 0.018) a seed in three ended with pairs unlearnt, the seed's luck
   o.dropout = 0.0;
   o.batch_tokens = 2000;  // the whole corpus in one batch
   auto summary = Trainer(o).run();

@@ -11,6 +11,7 @@
 #include "training/training_step.h"
 
 #include "kernel_isa_support.h"
+#include "kernels/primitives.h"
 
 namespace torchmt {
 namespace {
@@ -134,6 +135,42 @@ TEST(AdamOptimizer, MatchesTorchAdamUpdates) {
   }
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6));
   EXPECT_EQ(ours.steps()[0].item<float>(), 5.0f);
+}
+
+// The factor training scales the gradients by (per token, clipped), applied inside the step.
+TEST(AdamOptimizer, AGradientFactorIsTheUpdateOfTheScaledGradients) {
+  torch::manual_seed(6);
+  auto a = torch::randn({40, 3}, torch::requires_grad());
+  auto b = a.detach().clone().requires_grad_(true);
+  AdamOptimizer ours({a}, AdamOptions{});
+  torch::optim::Adam reference({b}, torch::optim::AdamOptions(1e-3).betas({0.9, 0.98}).eps(1e-9));
+  for (int step = 0; step < 5; ++step) {
+    auto g = torch::randn({40, 3});
+    const auto factor = torch::full({}, 0.01 * (step + 1));
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g * factor;
+    ours.step(1e-3, torch::zeros({}), factor);
+    reference.step();
+  }
+  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6));
+}
+
+TEST(TrainingStep, TheGradientsSumOfSquaresIsTheirNormSquaredOnAnyThreadCount) {
+  torch::manual_seed(7);
+  // Chunks of 16,384: a tensor of several, tensors under one vector, a tail.
+  std::vector<at::Tensor> tensors = {torch::randn({70000}), torch::randn({5}), torch::randn({300, 257}),
+                                     torch::randn({})};
+  const double expected = at::linalg_vector_norm(at::stack(at::_foreach_norm(tensors, 2)), 2).item<double>();
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  const auto one = kernels::sum_of_squares(tensors);
+  torch::set_num_threads(2);
+  const auto two = kernels::sum_of_squares(tensors);
+  torch::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(one, two));
+  EXPECT_NEAR(std::sqrt(one.item<double>()), expected, 1e-5 * expected);
+  EXPECT_FALSE(kernels::sum_of_squares_applies({torch::randn({4, 3}).t()}));  // not contiguous
+  EXPECT_FALSE(kernels::sum_of_squares_applies({torch::randn({4}, torch::kDouble)}));
 }
 
 // ffn: moe: the load-balancing loss trains the gates (and, through their inputs, what lies

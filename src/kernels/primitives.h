@@ -272,6 +272,12 @@ at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, do
 // hashed_dropout_mask of `grad` written in `dtype` (y's gradient from the sum's).
 at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t seed, at::ScalarType dtype);
 
+// The sum of the squares of every element of `tensors` (contiguous fp32 CPU tensors: the
+// gradients whose norm training clips), as an fp32 scalar: one pass over all of them where a norm
+// per tensor was a call each; summed in double over fixed chunks, the same on any thread count.
+bool sum_of_squares_applies(const std::vector<at::Tensor>& tensors);
+at::Tensor sum_of_squares(const std::vector<at::Tensor>& tensors);
+
 // LayerNorm over the last dimension in training, one pass each way where ATen's mixed-dtype CPU
 // kernels (bf16 input, fp32 weight) took several: x fp32 or bf16, weight and bias fp32 [dim].
 // Forward: y in x's dtype (fp32 arithmetic, rounded once), each row's mean and 1 / std (fp32

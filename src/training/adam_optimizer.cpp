@@ -27,7 +27,7 @@ void AdamOptimizer::zero_grad() {
   if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
-void AdamOptimizer::step(double lr, const at::Tensor& found_inf) {
+void AdamOptimizer::step(double lr, const at::Tensor& found_inf, const at::Tensor& grad_factor) {
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> params, grads, m, v, steps;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -41,13 +41,16 @@ void AdamOptimizer::step(double lr, const at::Tensor& found_inf) {
   if (params.empty()) return;
 #if TORCHMT_HAS_FUSED_ADAM
   at::_foreach_add_(steps, 1.0);  // the kernels read the already-incremented step
+  // The kernel divides each gradient by grad_scale as it reads it (and stores the result): the
+  // factor's multiply without a pass of its own.
   at::_fused_adam_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
                    options_.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
-                   /*grad_scale=*/c10::nullopt,
+                   grad_factor.defined() ? c10::optional<at::Tensor>(grad_factor.reciprocal()) : c10::nullopt,
                    found_inf.defined() ? c10::optional<at::Tensor>(found_inf) : c10::nullopt);
   // The kernel skipped a non-finite update: take its step count back as well (as torch.optim does).
   if (found_inf.defined()) at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), found_inf));
 #else
+  if (grad_factor.defined()) at::_foreach_mul_(grads, grad_factor);
   if (found_inf.defined() && found_inf.item<double>() != 0.0) return;  // host check: no fused kernel here
   at::_foreach_add_(steps, 1.0);
   // Multi-tensor fallback with the same arithmetic as torch.optim.Adam(foreach=True).

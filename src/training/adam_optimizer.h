@@ -23,10 +23,11 @@ class AdamOptimizer {
   // `params` must be distinct tensors (tied weights listed once: see unique_parameters).
   AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options);
 
-  // Uses each parameter's .grad(). `found_inf` (optional, a float scalar on the parameters'
-  // device): where it is non-zero the update and the step count are left unchanged, decided
-  // on the device, so the caller need not wait for the gradients to be checked.
-  void step(double lr, const at::Tensor& found_inf = {});
+  // Uses each parameter's .grad(), times `grad_factor` (optional, a float scalar on the
+  // parameters' device: the gradients are left scaled by it). `found_inf` (optional, likewise):
+  // where it is non-zero the update and the step count are left unchanged, decided on the
+  // device, so the caller need not wait for the gradients to be checked.
+  void step(double lr, const at::Tensor& found_inf = {}, const at::Tensor& grad_factor = {});
   void zero_grad();
 
   const std::vector<at::Tensor>& params() const { return params_; }

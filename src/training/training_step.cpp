@@ -10,6 +10,7 @@
 #include "training/process_group.h"
 #include "torchmt/util/device.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/primitives.h"
 #include "util/heap.h"
 
 namespace torchmt {
@@ -110,20 +111,22 @@ StepResult TrainingStep::run(const std::vector<Batch>& batches, double lr) {
   for (const auto& p : optimizer_.params())
     if (p.grad().defined()) grads.push_back(p.grad());
   // Gradients of the summed loss, normalised per target token over the whole update, and
-  // clipped to clip_norm, in one multiply by a factor computed on the device (no host sync;
-  // the same arithmetic as torch.nn.utils.clip_grad_norm_ after a division by the tokens).
-  // Under fp16 the gradients are the scaled loss's: the factor also divides by the scale.
+  // clipped to clip_norm, by a factor computed on the device (no host sync; the same arithmetic
+  // as torch.nn.utils.clip_grad_norm_ after a division by the tokens) that the optimizer applies
+  // as it reads them. Under fp16 the gradients are the scaled loss's: the factor also divides by
+  // the scale.
   const double per_token = 1.0 / static_cast<double>(std::max<int64_t>(1, result.tokens));
   at::Tensor unscale = torch::full({}, per_token, loss_sum.options());
   if (scale.defined()) unscale = unscale / scale;
   at::Tensor norm = grads.empty() ? torch::zeros({}, loss_sum.options())
-                                  : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * unscale;
+                    : kernels::sum_of_squares_applies(grads)
+                        ? kernels::sum_of_squares(grads).sqrt() * unscale
+                        : at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2) * unscale;
   at::Tensor factor = unscale.clone();
   if (clip_norm_ > 0) factor = factor * (clip_norm_ / (norm + 1e-6)).clamp_max(1.0);
-  if (!grads.empty()) at::_foreach_mul_(grads, factor);
   // A non-finite loss or gradient skips the update on the device (found_inf).
   at::Tensor found_inf = (loss_sum.isfinite() & norm.isfinite()).logical_not().to(torch::kFloat);
-  optimizer_.step(lr, found_inf);
+  optimizer_.step(lr, found_inf, factor);
   optimizer_.zero_grad();
   if (scale.defined())
     at::_amp_update_scale_(scale, optimizer_.state().growth_tracker, found_inf, 2.0, 0.5, growth_interval_);
