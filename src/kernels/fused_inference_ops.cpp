@@ -73,7 +73,6 @@ TORCHMT_VECTOR_INLINE void add_norm_rows(const T* x, const T* y, const T* weight
                                          int64_t dim, int64_t begin, int64_t end, T* sum, T* out,
                                          float* scratch) {
   const int64_t vec_end = dim - dim % kLanes;
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   for (int64_t row = begin; row < end; ++row) {
     const T* xr = x + row * dim;
     const T* yr = y + row * dim;
@@ -95,16 +94,8 @@ TORCHMT_VECTOR_INLINE void add_norm_rows(const T* x, const T* y, const T* weight
       store_from_float(sr + j, load_as_float(xr + j) + load_as_float(yr + j));
       total += scratch[j] = load_as_float(sr + j) - pivot;
     }
-    const float mean = total * inv_dim;  // of the offsets
-    // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
-    f32x16 sq = splat(0.0f);
-    for (int64_t j = 0; j < vec_end; j += kLanes) {
-      const f32x16 d = load16(scratch + j) - mean;
-      sq += d * d;
-    }
-    float squares = tree_sum16(sq);
-    for (int64_t j = vec_end; j < dim; ++j) squares += (scratch[j] - mean) * (scratch[j] - mean);
-    const float rstd = 1.0f / std::sqrt(squares * inv_dim + eps);
+    float mean = 0.0f, rstd = 0.0f;  // the offsets' mean
+    offset_moments(scratch, dim, total, eps, &mean, &rstd);
     // (x - mean) * rstd rather than ATen's x * rstd - mean * rstd, which loses the same low bits.
     T* orow = out + row * dim;
     for (int64_t j = 0; j < vec_end; j += kLanes)

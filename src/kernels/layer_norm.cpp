@@ -18,15 +18,13 @@ namespace {
 constexpr int64_t kRowsPerBlock = 64;
 
 // Rows [begin, end) of x [rows, dim]: y = (x - mean) * rstd * weight + bias in T, each row's mean
-// and rstd in fp32. The moments are taken of the offsets from the row's first value, in two
-// passes (the inference kernel's arithmetic, fused_inference_ops.cpp), so a row with a large mean
-// keeps its low bits.
+// and rstd in fp32, the moments of the offsets from the row's first value (offset_moments, as the
+// inference kernel takes them).
 template <typename T>
 TORCHMT_VECTOR_INLINE void norm_rows(const T* x, const float* weight, const float* bias, float eps, int64_t dim,
                                      int64_t begin, int64_t end, T* y, float* mean_out, float* rstd_out,
                                      float* scratch) {
   const int64_t vec_end = dim - dim % kLanes;
-  const float inv_dim = 1.0f / static_cast<float>(dim);
   for (int64_t row = begin; row < end; ++row) {
     const T* xr = x + row * dim;
     const float pivot = load_as_float(xr);
@@ -38,15 +36,8 @@ TORCHMT_VECTOR_INLINE void norm_rows(const T* x, const float* weight, const floa
     }
     float total = tree_sum16(lanes);
     for (int64_t j = vec_end; j < dim; ++j) total += scratch[j] = load_as_float(xr + j) - pivot;
-    const float mean = total * inv_dim;  // of the offsets
-    f32x16 sq = splat(0.0f);
-    for (int64_t j = 0; j < vec_end; j += kLanes) {
-      const f32x16 d = load16(scratch + j) - mean;
-      sq += d * d;
-    }
-    float squares = tree_sum16(sq);
-    for (int64_t j = vec_end; j < dim; ++j) squares += (scratch[j] - mean) * (scratch[j] - mean);
-    const float rstd = 1.0f / std::sqrt(squares * inv_dim + eps);
+    float mean = 0.0f, rstd = 0.0f;  // the offsets' mean
+    offset_moments(scratch, dim, total, eps, &mean, &rstd);
     mean_out[row] = pivot + mean;
     rstd_out[row] = rstd;
     T* yr = y + row * dim;

@@ -3,6 +3,7 @@
 // GCC/Clang vector types, so the arithmetic is SIMD by construction (auto-vectorisation
 // without -ffast-math left the reductions and the bf16 conversions scalar), compiled per
 // instruction set by TORCHMT_VECTOR_KERNEL.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -179,6 +180,26 @@ TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
   std::memcpy(&lo8, &v, sizeof lo8);
   std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
   return tree_sum16(lo8, hi8);
+}
+
+// LayerNorm's moments of a row given as its dim offsets from a pivot (the row's first value:
+// exact for values near each other) summing to `total`: the offsets' mean and 1 / sqrt(variance +
+// eps), in two passes (mean, then squared deviations), so a row whose mean is large against its
+// spread keeps its low bits.
+TORCHMT_VECTOR_INLINE void offset_moments(const float* offsets, int64_t dim, float total, float eps, float* mean,
+                                          float* rstd) {
+  const int64_t vec_end = dim - dim % kLanes;
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  const float m = total * inv_dim;
+  f32x16 sq = splat(0.0f);
+  for (int64_t j = 0; j < vec_end; j += kLanes) {
+    const f32x16 d = load16(offsets + j) - m;
+    sq += d * d;
+  }
+  float squares = tree_sum16(sq);
+  for (int64_t j = vec_end; j < dim; ++j) squares += (offsets[j] - m) * (offsets[j] - m);
+  *mean = m;
+  *rstd = 1.0f / std::sqrt(squares * inv_dim + eps);
 }
 
 TORCHMT_VECTOR_INLINE float max_of16(f32x16 v) {
