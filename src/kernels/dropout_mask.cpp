@@ -247,9 +247,6 @@ TORCHMT_VECTOR_KERNEL(void, residual_mask_range_bf16, residual_mask_range_bf16_b
 TORCHMT_VECTOR_KERNEL(void, mask_into_range_bf16, mask_into_range_bf16_body,
                       (const float* g, uint16_t* out, int64_t begin, int64_t end, MaskParams m), (g, out, begin, end, m))
 
-// Row blocks of the backward: a fixed split (not the thread count), so the bias gradient's sum
-// is the same on any number of threads.
-constexpr int64_t kRowsPerBiasBlock = 64;
 
 }  // namespace
 
@@ -301,22 +298,19 @@ std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& g
   auto yc = y.contiguous();
   auto grad_h = at::empty_like(yc, at::MemoryFormat::Contiguous);
   const int64_t F = yc.size(-1), rows = yc.numel() / F;
-  const int64_t blocks = std::max<int64_t>(1, (rows + kRowsPerBiasBlock - 1) / kRowsPerBiasBlock);
-  auto partial = at::zeros({blocks, F}, yc.options().dtype(at::kFloat));  // [blocks, F]
+  // The bias gradient's sums per fixed row block (the same on any thread count).
+  auto partial = at::zeros({row_sum_blocks(rows), F}, yc.options().dtype(at::kFloat));  // [blocks, F]
   float* pp = partial.data_ptr<float>();
   const auto scale = static_cast<float>(1.0 / (1.0 - p));
-  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t r0 = blk * kRowsPerBiasBlock, r1 = std::min(rows, r0 + kRowsPerBiasBlock);
-      if (yc.scalar_type() == at::kFloat)
-        relu_mask_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), grad_h.data_ptr<float>(), pp + blk * F, F,
-                                    r0, r1, scale);
-      else
-        relu_mask_backward_rows_bf16(reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()),
-                                     reinterpret_cast<const uint16_t*>(yc.data_ptr<at::BFloat16>()),
-                                     reinterpret_cast<uint16_t*>(grad_h.data_ptr<at::BFloat16>()), pp + blk * F, F, r0,
-                                     r1, scale);
-    }
+  for_each_row_sum_block(rows, [&](int64_t blk, int64_t r0, int64_t r1) {
+    if (yc.scalar_type() == at::kFloat)
+      relu_mask_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), grad_h.data_ptr<float>(), pp + blk * F, F,
+                                  r0, r1, scale);
+    else
+      relu_mask_backward_rows_bf16(reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()),
+                                   reinterpret_cast<const uint16_t*>(yc.data_ptr<at::BFloat16>()),
+                                   reinterpret_cast<uint16_t*>(grad_h.data_ptr<at::BFloat16>()), pp + blk * F, F, r0,
+                                   r1, scale);
   });
   return {grad_h, partial.sum(0)};  // [F]
 }

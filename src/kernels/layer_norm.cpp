@@ -13,10 +13,6 @@
 namespace torchmt::kernels {
 namespace {
 
-// Rows of a block whose weight and bias gradients are summed together: fixed, so the sums are the
-// same on any number of threads (as the feed-forward's bias gradient, dropout_mask.cpp).
-constexpr int64_t kRowsPerBlock = 64;
-
 // Rows [begin, end) of x [rows, dim]: y = (x - mean) * rstd * weight + bias in T, each row's mean
 // and rstd in fp32, the moments of the offsets from the row's first value (offset_moments, as the
 // inference kernel takes them).
@@ -157,21 +153,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_training_backward(cons
   auto w = weight.contiguous();
   auto grad_x = at::empty_like(xc, at::MemoryFormat::Contiguous);
   const int64_t dim = xc.size(-1), rows = xc.numel() / dim;
-  const int64_t blocks = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int64_t blocks = row_sum_blocks(rows);
   auto partial = at::zeros({2, blocks, dim}, xc.options().dtype(at::kFloat));  // weight's and bias's sums per block
   float* pw = partial.data_ptr<float>();
   float* pb = pw + blocks * dim;
-  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t r0 = blk * kRowsPerBlock, r1 = std::min(rows, r0 + kRowsPerBlock);
-      if (xc.scalar_type() == at::kFloat)
-        norm_backward_rows_f32(g.data_ptr<float>(), xc.data_ptr<float>(), mean.data_ptr<float>(),
-                               rstd.data_ptr<float>(), w.data_ptr<float>(), dim, r0, r1, grad_x.data_ptr<float>(),
-                               pw + blk * dim, pb + blk * dim);
-      else
-        norm_backward_rows_bf16(bits(g), bits(xc), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                w.data_ptr<float>(), dim, r0, r1, bits(grad_x), pw + blk * dim, pb + blk * dim);
-    }
+  for_each_row_sum_block(rows, [&](int64_t blk, int64_t r0, int64_t r1) {
+    if (xc.scalar_type() == at::kFloat)
+      norm_backward_rows_f32(g.data_ptr<float>(), xc.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                             w.data_ptr<float>(), dim, r0, r1, grad_x.data_ptr<float>(), pw + blk * dim,
+                             pb + blk * dim);
+    else
+      norm_backward_rows_bf16(bits(g), bits(xc), mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr<float>(),
+                              dim, r0, r1, bits(grad_x), pw + blk * dim, pb + blk * dim);
   });
   const auto sums = partial.sum(1);  // [2, dim]
   return {grad_x, sums[0], sums[1]};
