@@ -155,6 +155,38 @@ TEST(AdamOptimizer, AGradientFactorIsTheUpdateOfTheScaledGradients) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-6));
 }
 
+// zero_grad drops the gradients as torch.optim's zero_grad(set_to_none) does: the next backward's
+// gradient becomes .grad unchanged, and a parameter it does not reach keeps its weights and state.
+TEST(AdamOptimizer, ZeroGradDropsTheGradientsAsTorchOptimSetToNone) {
+  torch::manual_seed(8);
+  auto a = torch::randn({5, 3}, torch::requires_grad());
+  auto unused_later = torch::randn({3}, torch::requires_grad());
+  auto ra = a.detach().clone().requires_grad_(true);
+  auto ru = unused_later.detach().clone().requires_grad_(true);
+  AdamOptimizer ours({a, unused_later}, AdamOptions{});
+  torch::optim::Adam reference({ra, ru}, torch::optim::AdamOptions(1e-3).betas({0.9, 0.98}).eps(1e-9));
+  for (int step = 0; step < 4; ++step) {
+    const auto x = torch::randn({3});
+    // Both parameters in the first update, only `a` afterwards.
+    auto loss = [&](const at::Tensor& w, const at::Tensor& u) {
+      auto y = torch::mv(w, x).pow(2).sum();
+      return step == 0 ? y + (u * x).sum() : y;
+    };
+    loss(a, unused_later).backward();
+    loss(ra, ru).backward();
+    ours.step(1e-3);
+    reference.step();
+    ours.zero_grad();
+    reference.zero_grad(/*set_to_none=*/true);
+    EXPECT_FALSE(a.grad().defined());
+    EXPECT_FALSE(unused_later.grad().defined());
+  }
+  EXPECT_TRUE(torch::allclose(a, ra, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(unused_later, ru, 1e-6, 1e-6));
+  EXPECT_EQ(ours.steps()[1].item<float>(), 1.0f);  // stepped in the first update only
+  EXPECT_EQ(ours.steps()[0].item<float>(), 4.0f);
+}
+
 TEST(TrainingStep, TheGradientsSumOfSquaresIsTheirNormSquaredOnAnyThreadCount) {
   torch::manual_seed(7);
   // Chunks of 16,384: a tensor of several, tensors under one vector, a tail.

@@ -19,12 +19,9 @@ AdamOptimizer::AdamOptimizer(std::vector<at::Tensor> params, AdamOptions options
 }
 
 void AdamOptimizer::zero_grad() {
-  // One multi-tensor kernel instead of a launch per parameter (265 launches an update for
-  // base on CUDA, where the step is bound by launch overhead).
-  std::vector<at::Tensor> grads;
-  for (auto& p : params_)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (!grads.empty()) at::_foreach_zero_(grads);
+  // Dropped, not zeroed (torch.optim's set_to_none): the next backward's first gradient becomes
+  // .grad as it is, where zeros would cost a fill and an add per parameter.
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
 }
 
 void AdamOptimizer::step(double lr, const at::Tensor& found_inf, const at::Tensor& grad_factor) {

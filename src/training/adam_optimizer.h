@@ -28,6 +28,8 @@ class AdamOptimizer {
   // where it is non-zero the update and the step count are left unchanged, decided on the
   // device, so the caller need not wait for the gradients to be checked.
   void step(double lr, const at::Tensor& found_inf = {}, const at::Tensor& grad_factor = {});
+  // Drops every .grad: a parameter no later backward reaches is then skipped by step(), as
+  // torch.optim does after zero_grad(set_to_none=True).
   void zero_grad();
 
   const std::vector<at::Tensor>& params() const { return params_; }

@@ -108,11 +108,11 @@ void GradientReducer::finish() {
   if (!overlap_) arm();
   for (auto& b : buckets_) fill_missing(b);
   launch_ready();
-  // Which parameters have a gradient on some rank (after this backward, or kept zeroed from
-  // an earlier update). One that has none anywhere keeps none, as DDP leaves globally unused
-  // parameters and as one process would: the optimizer skips a parameter without .grad (a
-  // mixture's expert that no token has reached yet), so it must not get a zero gradient here
-  // and an Adam step count one process would not give it.
+  // Which parameters have a gradient on some rank after this update's backward passes. One
+  // that has none anywhere keeps none, as DDP leaves globally unused parameters and as one
+  // process would: the optimizer skips a parameter without .grad (a mixture's expert that no
+  // token reached in this update), so it must not get a zero gradient here and an Adam step
+  // one process would not give it.
   at::Tensor used = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kFloat);  // [params]
   auto* used_flag = used.data_ptr<float>();
   for (size_t i = 0; i < params_.size(); ++i) used_flag[i] = params_[i].grad().defined() ? 1.0f : 0.0f;
