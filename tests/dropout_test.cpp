@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "torchmt/model/dropout.h"
+#include "model/masks.h"
 
 #include "kernel_isa_support.h"
 #include "kernels/primitives.h"
@@ -170,6 +171,100 @@ TEST_P(DropoutKernel, ResidualIsTheSumWithDropoutsMaskAndItsGradients) {
   dropout->eval();
   auto x = torch::randn({4, 3}), y = torch::randn({4, 3});
   EXPECT_TRUE(torch::equal(dropout->residual(x, y), x + y));
+}
+
+// Attention's weights in training: the fused pass each way against softmax, the mask's fill and
+// dropout composed in double, with the seed the module drew. Keys 7, 16 and 37 (a row shorter
+// than, equal to and longer than the 16 lanes); no mask, padding, causal with padding, and a row
+// with nothing allowed (every key taken).
+TEST_P(DropoutKernel, AttentionWeightsAreTheComposedOpsAndTheirGradients) {
+  for (int64_t keys : {7, 16, 37}) {
+    const int64_t batch = 3, heads = 2, queries = 5;
+    auto padding = torch::ones({batch, 1, 1, keys}, torch::kBool);
+    padding.index_put_({1, 0, 0, torch::indexing::Slice(keys - 3, torch::indexing::None)}, false);
+    auto causal = torch::ones({queries, keys}, torch::kBool).tril(keys - queries).view({1, 1, queries, keys});
+    auto with_empty_row = (causal & padding).clone();  // [B, 1, Tq, Tk]
+    with_empty_row.index_put_({2, 0, 3}, false);
+    for (const auto& mask : {torch::Tensor(), padding, (causal & padding).contiguous(), with_empty_row}) {
+      for (double p : {0.0, 0.2}) {
+        for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+          const auto info = "keys " + std::to_string(keys) + " p " + std::to_string(p) +
+                            (mask.defined() ? " mask " + std::to_string(mask.dim()) : " no mask") +
+                            (dtype == torch::kFloat ? " fp32" : " bf16");
+          auto scores = (torch::randn({batch, heads, queries, keys}) * 3).to(dtype).requires_grad_();
+          const auto upstream = torch::randn({batch, heads, queries, keys}).to(dtype);
+          const double scale = 0.125;
+          Dropout dropout(p);
+          dropout->train();
+          torch::manual_seed(11);
+          auto weights = dropout->attention(scores, mask, scale);
+          ASSERT_EQ(weights.scalar_type(), dtype) << info;
+          (weights * upstream).sum().backward();
+          // The reference in double from the same inputs and the seed attention() drew.
+          torch::manual_seed(11);
+          auto generator = at::detail::getDefaultCPUGenerator();
+          const uint64_t seed = generator.get<at::CPUGeneratorImpl>()->random64();
+          const auto keep = hashed_dropout(torch::ones({batch, heads, queries, keys}), p, seed).ne(0);
+          auto s64 = scores.detach().to(torch::kDouble).requires_grad_();
+          auto scaled = s64 * scale;
+          if (mask.defined())
+            scaled = scaled.masked_fill(without_empty_rows(mask).logical_not(), -std::numeric_limits<double>::infinity());
+          const auto expected = torch::where(keep, torch::softmax(scaled, -1) / (1.0 - p), torch::zeros({}, torch::kDouble));
+          (expected * upstream.to(torch::kDouble)).sum().backward();
+          // fp32: within a few of fp32's last bits; bf16: its last bit.
+          const double tolerance = dtype == torch::kFloat ? 1e-5 : 1.0 / 128;
+          EXPECT_TRUE(torch::allclose(weights.detach().to(torch::kDouble), expected.detach(), tolerance, 1e-6)) << info;
+          EXPECT_TRUE(torch::allclose(scores.grad().to(torch::kDouble), s64.grad(), dtype == torch::kFloat ? 1e-4 : 1.0 / 32,
+                                      dtype == torch::kFloat ? 1e-6 : 1e-2))
+              << info;
+          if (mask.defined()) {  // a key not allowed gets no weight and no gradient (but in an empty row)
+            const auto closed = without_empty_rows(mask).logical_not().expand_as(weights);
+            EXPECT_EQ(weights.detach().masked_select(closed).abs().sum().item<double>(), 0.0) << info;
+            EXPECT_EQ(scores.grad().masked_select(closed).abs().sum().item<double>(), 0.0) << info;
+          }
+        }
+      }
+    }
+  }
+  // A row with an inf or NaN score: NaN where ATen's softmax gives NaN, the other rows untouched.
+  {
+    auto scores = torch::randn({1, 1, 4, 20});
+    scores.index_put_({0, 0, 1, 3}, INFINITY);
+    scores.index_put_({0, 0, 2, 17}, NAN);
+    auto [y, weights] = kernels::attention_softmax_dropout_forward(scores, {}, 0.5, 0.0, 1);
+    const auto expected = torch::softmax(scores * 0.5, -1);
+    EXPECT_TRUE(torch::equal(y.isnan(), expected.isnan()));
+    EXPECT_TRUE(torch::allclose(y.index({0, 0, 0}), expected.index({0, 0, 0}), 1e-5, 1e-7));
+    EXPECT_TRUE(torch::allclose(y.index({0, 0, 3}), expected.index({0, 0, 3}), 1e-5, 1e-7));
+  }
+  // Rows are independent: the same on 1 and 2 threads.
+  auto scores = torch::randn({2, 4, 30, 37}).to(torch::kBFloat16);
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  auto [y1, d1] = kernels::attention_softmax_dropout_forward(scores, {}, 0.125, 0.1, 77);
+  auto g1 = kernels::attention_softmax_dropout_backward(d1, y1, 0.125, 0.1, 77);
+  torch::set_num_threads(2);
+  auto [y2, d2] = kernels::attention_softmax_dropout_forward(scores, {}, 0.125, 0.1, 77);
+  auto g2 = kernels::attention_softmax_dropout_backward(d1, y1, 0.125, 0.1, 77);
+  torch::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(y1, y2) && torch::equal(d1, d2) && torch::equal(g1, g2));
+}
+
+// Outside the kernel's inputs (fp64 scores here) and in eval mode: the composed ops.
+TEST(Dropout, AttentionFallsBackToTheComposedOps) {
+  auto scores = torch::randn({2, 2, 3, 4}, torch::kDouble);
+  auto mask = torch::ones({2, 1, 1, 4}, torch::kBool);
+  mask.index_put_({0, 0, 0, 3}, false);
+  const auto expected = torch::softmax((scores * 0.5).masked_fill(mask.logical_not(), -INFINITY), -1);
+  Dropout dropout(0.0);
+  dropout->train();
+  EXPECT_TRUE(torch::allclose(dropout->attention(scores, mask, 0.5), expected));
+  Dropout eval_dropout(0.3);
+  eval_dropout->eval();
+  torch::Tensor softmax;
+  EXPECT_TRUE(torch::allclose(eval_dropout->attention(scores.to(torch::kFloat), mask, 0.5, false, &softmax),
+                              expected.to(torch::kFloat)));
+  EXPECT_TRUE(torch::allclose(softmax, expected.to(torch::kFloat)));
 }
 
 TEST(Dropout, FusedBiasReluDropoutFallsBackOutsideFp32AndBf16) {

@@ -8,6 +8,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "bf16_bits.h"
 #include "vector.h"
 #include "parallel.h"
 
@@ -220,10 +221,8 @@ at::Tensor try_attention_rows_cpu(const at::Tensor& q_in, const at::Tensor& k_in
                         out.data_ptr<float>());
     });
   } else {
-    const auto bits = [](const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); };
     parallel_for(0, batch * heads, grain, [&](int64_t b0, int64_t b1) {
-      attend_heads_bf16(bits(q), bits(k), bits(v), mp, s, b0, b1,
-                        reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()));
+      attend_heads_bf16(bf16_bits(q), bf16_bits(k), bf16_bits(v), mp, s, b0, b1, bf16_bits(out));
     });
   }
   return out;

@@ -1,4 +1,8 @@
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
 #include <type_traits>
 
 #include <ATen/Dispatch.h>
@@ -6,6 +10,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "bf16_bits.h"
 #include "primitives.h"
 #include "vector.h"
 #include "parallel.h"
@@ -248,6 +253,209 @@ TORCHMT_VECTOR_KERNEL(void, mask_into_range_bf16, mask_into_range_bf16_body,
                       (const float* g, uint16_t* out, int64_t begin, int64_t end, MaskParams m), (g, out, begin, end, m))
 
 
+// Attention's weights [rows, keys] of a [B, H, Tq, Tk] score tensor, one row at a time.
+struct SoftmaxRows {
+  int64_t heads, queries, keys;
+  int64_t m_stride_b, m_stride_h, m_stride_q, m_stride_t;  // the mask expanded to the scores' shape
+  int64_t elements, mask_elements;  // the scores' and the mask's storage, for reads past a row's end
+  float scale;
+};
+
+// 16 values from p as fp32, of which the first n matter: past them a full load where it stays in
+// [p, end), else zeros (a copy through a padded buffer stalls the load that follows it).
+template <typename T>
+TORCHMT_VECTOR_INLINE f32x16 load16_row(const T* p, int64_t n, const T* end) {
+  if (n >= kLanes || p + kLanes <= end) return load16_as_float(p);
+  f32x16 v = splat(0.0f);
+  for (int64_t l = 0; l < n; ++l) v[l] = load_as_float(p + l);
+  return v;
+}
+// The mask's 16 entries from m (stride apart): -1 where true; lanes from n on are the caller's.
+TORCHMT_VECTOR_INLINE i32x16 allowed16(const bool* m, int64_t stride, int64_t n, const bool* end) {
+  using u8x16 = uint8_t __attribute__((vector_size(16)));
+  u8x16 bytes = u8x16{};
+  if (stride == 1 && (n >= kLanes || m + kLanes <= end))
+    std::memcpy(&bytes, m, sizeof bytes);
+  else
+    for (int64_t l = 0; l < n && l < kLanes; ++l) bytes[l] = m[l * stride] ? 1 : 0;
+  return __builtin_convertvector(bytes != 0, i32x16);
+}
+// v's first n lanes stored to p: all 16 where they stay before `end` (lanes past n land on later
+// rows of the caller's range, which it writes afterwards), else n through a padded buffer.
+template <typename T>
+TORCHMT_VECTOR_INLINE void store16_first(T* p, f32x16 v, int64_t n, const T* end) {
+  if (n >= kLanes || p + kLanes <= end) return store16_from_float(p, v);
+  T padded[kLanes];
+  store16_from_float(padded, v);
+  std::memcpy(p, padded, sizeof(T) * static_cast<size_t>(n));
+}
+
+// Rows [r0, r1): y = softmax(s * scale) over the allowed keys (a row with none allowed takes every
+// key, as without_empty_rows), d = y with the mask for (seed, index) applied (skipped when d is
+// null); fp32 arithmetic, each output rounded once. x: scratch of keys + 16 floats.
+template <typename T>
+TORCHMT_VECTOR_INLINE void softmax_dropout_rows_body(const T* s, const bool* mask, const SoftmaxRows& g, T* y, T* d,
+                                                     int64_t r0, int64_t r1, MaskParams m, float* x) {
+  const int64_t keys = g.keys;
+  const f32x16 neg_inf = splat(-std::numeric_limits<float>::infinity()), zero = splat(0.0f);
+  const f32x16 scale = splat(g.scale), keep_scale = splat(m.scale);
+  const i32x16 lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const T* s_end = s + g.elements;
+  const bool* mask_end = mask ? mask + g.mask_elements : nullptr;
+  const T* y_end = y + r1 * keys;  // this call's rows
+  const T* d_end = d ? d + r1 * keys : nullptr;
+  int64_t q = r0 % g.queries, h = r0 / g.queries % g.heads, b = r0 / (g.heads * g.queries);
+  for (int64_t r = r0; r < r1; ++r) {
+    const bool* mr = mask ? mask + b * g.m_stride_b + h * g.m_stride_h + q * g.m_stride_q : nullptr;
+    if (++q == g.queries) {
+      q = 0;
+      if (++h == g.heads) h = 0, ++b;
+    }
+    const T* sr = s + r * keys;
+    // x = s * scale where allowed, -inf elsewhere and past the row's end (to a multiple of 16);
+    // lane_bad: NaN where an allowed score is inf or NaN.
+    f32x16 lane_max, lane_bad;
+    auto scaled = [&] {
+      lane_max = neg_inf;
+      lane_bad = zero;
+      for (int64_t j = 0; j < keys; j += kLanes) {
+        const int64_t n = keys - j;
+        i32x16 allowed = lane_index < static_cast<int32_t>(n < kLanes ? n : kLanes);
+        if (mr) allowed &= allowed16(mr + j * g.m_stride_t, g.m_stride_t, n, mask_end);
+        const f32x16 v = select<f32x16>(allowed, load16_row(sr + j, n, s_end) * scale, neg_inf);
+        store16(x + j, v);
+        lane_max = max_lanes(v, lane_max);
+        lane_bad += select<f32x16>(allowed, v * 0.0f, zero);
+      }
+    };
+    scaled();
+    float max = tree_max16(lane_max);
+    if (mr && max == -std::numeric_limits<float>::infinity()) {
+      bool some = false;
+      for (int64_t j = 0; j < keys && !some; ++j) some = mr[j * g.m_stride_t];
+      if (!some) {  // nothing allowed: every key
+        mr = nullptr;
+        scaled();
+        max = tree_max16(lane_max);
+      }
+    }
+    // exp(x - max), 0 where x is -inf (exp_nonpositive(-inf) is exp(-87)).
+    f32x16 lane_sum = lane_bad;
+    const f32x16 max16 = splat(max);
+    for (int64_t j = 0; j < keys; j += kLanes) {
+      const f32x16 v = load16(x + j);
+      const f32x16 e = select<f32x16>(v > neg_inf, exp_nonpositive(v - max16), zero);
+      store16(x + j, e);
+      lane_sum += e;
+    }
+    float total = tree_sum16(lane_sum);
+    if (!std::isfinite(total)) {
+      // An inf or NaN score: std::exp, whose NaNs propagate as ATen's softmax's do.
+      total = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) {
+        const bool allowed = mr == nullptr || mr[j * g.m_stride_t];
+        x[j] = allowed ? std::exp(load_as_float(sr + j) * g.scale - max) : 0.0f;
+        total += x[j];
+      }
+    }
+    const f32x16 inv = splat(1.0f / total);
+    T* yr = y + r * keys;
+    T* dr = d ? d + r * keys : nullptr;
+    const uint64_t first = static_cast<uint64_t>(r * keys);
+    for (int64_t j = 0; j < keys; j += kLanes) {
+      const f32x16 p = load16(x + j) * inv;
+      store16_first(yr + j, p, keys - j, y_end);
+      if (dr == nullptr) continue;
+      f32x16 dropped;
+      if (one_span(first + j)) {
+        dropped = select<f32x16>(keep16(first + j, m), p * keep_scale, zero);
+      } else {
+        for (int l = 0; l < kLanes; ++l) dropped[l] = keep(first + j + l, m.seed, m.threshold) ? p[l] * m.scale : 0.0f;
+      }
+      store16_first(dr + j, dropped, keys - j, d_end);
+    }
+  }
+}
+
+// Rows [r0, r1) of the scores' gradient from the weights' (grad_d) and the softmax y:
+// g = grad_d with the mask applied (when dropout), grad_s = scale * y * (g - sum(g * y)). All
+// three [rows, keys]; `elements`: their size, for reads past a row's end.
+template <typename T>
+TORCHMT_VECTOR_INLINE void softmax_dropout_backward_rows_body(const T* grad_d, const T* y, T* grad_s, int64_t keys,
+                                                              int64_t elements, int64_t r0, int64_t r1, float scale,
+                                                              bool dropout, MaskParams m, float* x) {
+  const f32x16 keep_scale = splat(m.scale), zero = splat(0.0f), scale16 = splat(scale);
+  const i32x16 lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const T* g_end = grad_d + elements;
+  const T* y_end = y + elements;
+  T* out_end = grad_s + r1 * keys;  // this call's rows
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* gr = grad_d + r * keys;
+    const T* yr = y + r * keys;
+    const uint64_t first = static_cast<uint64_t>(r * keys);
+    f32x16 lane_dot = zero;
+    for (int64_t j = 0; j < keys; j += kLanes) {
+      const int64_t n = keys - j;
+      const i32x16 in_row = lane_index < static_cast<int32_t>(n < kLanes ? n : kLanes);
+      f32x16 gv = select<f32x16>(in_row, load16_row(gr + j, n, g_end), zero);
+      if (dropout) {
+        if (one_span(first + j)) {
+          gv = select<f32x16>(keep16(first + j, m), gv * keep_scale, zero);
+        } else {
+          for (int l = 0; l < kLanes; ++l) gv[l] = keep(first + j + l, m.seed, m.threshold) ? gv[l] * m.scale : 0.0f;
+        }
+      }
+      store16(x + j, gv);
+      lane_dot += gv * select<f32x16>(in_row, load16_row(yr + j, n, y_end), zero);
+    }
+    const f32x16 dot16 = splat(tree_sum16(lane_dot));
+    T* out = grad_s + r * keys;
+    for (int64_t j = 0; j < keys; j += kLanes)
+      store16_first(out + j, scale16 * load16_row(yr + j, keys - j, y_end) * (load16(x + j) - dot16), keys - j, out_end);
+  }
+}
+
+TORCHMT_VECTOR_INLINE void softmax_dropout_rows_f32_body(const float* s, const bool* mask, const SoftmaxRows& g,
+                                                         float* y, float* d, int64_t r0, int64_t r1, MaskParams m,
+                                                         float* x) {
+  softmax_dropout_rows_body(s, mask, g, y, d, r0, r1, m, x);
+}
+TORCHMT_VECTOR_INLINE void softmax_dropout_rows_bf16_body(const uint16_t* s, const bool* mask, const SoftmaxRows& g,
+                                                          uint16_t* y, uint16_t* d, int64_t r0, int64_t r1,
+                                                          MaskParams m, float* x) {
+  softmax_dropout_rows_body(s, mask, g, y, d, r0, r1, m, x);
+}
+TORCHMT_VECTOR_INLINE void softmax_dropout_backward_rows_f32_body(const float* grad_d, const float* y, float* grad_s,
+                                                                  int64_t keys, int64_t elements, int64_t r0,
+                                                                  int64_t r1, float scale, bool dropout, MaskParams m,
+                                                                  float* x) {
+  softmax_dropout_backward_rows_body(grad_d, y, grad_s, keys, elements, r0, r1, scale, dropout, m, x);
+}
+TORCHMT_VECTOR_INLINE void softmax_dropout_backward_rows_bf16_body(const uint16_t* grad_d, const uint16_t* y,
+                                                                   uint16_t* grad_s, int64_t keys, int64_t elements,
+                                                                   int64_t r0, int64_t r1, float scale, bool dropout,
+                                                                   MaskParams m, float* x) {
+  softmax_dropout_backward_rows_body(grad_d, y, grad_s, keys, elements, r0, r1, scale, dropout, m, x);
+}
+TORCHMT_VECTOR_KERNEL(void, softmax_dropout_rows_f32, softmax_dropout_rows_f32_body,
+                      (const float* s, const bool* mask, const SoftmaxRows& g, float* y, float* d, int64_t r0,
+                       int64_t r1, MaskParams m, float* x),
+                      (s, mask, g, y, d, r0, r1, m, x))
+TORCHMT_VECTOR_KERNEL(void, softmax_dropout_rows_bf16, softmax_dropout_rows_bf16_body,
+                      (const uint16_t* s, const bool* mask, const SoftmaxRows& g, uint16_t* y, uint16_t* d,
+                       int64_t r0, int64_t r1, MaskParams m, float* x),
+                      (s, mask, g, y, d, r0, r1, m, x))
+TORCHMT_VECTOR_KERNEL(void, softmax_dropout_backward_rows_f32, softmax_dropout_backward_rows_f32_body,
+                      (const float* grad_d, const float* y, float* grad_s, int64_t keys, int64_t elements, int64_t r0,
+                       int64_t r1, float scale, bool dropout, MaskParams m, float* x),
+                      (grad_d, y, grad_s, keys, elements, r0, r1, scale, dropout, m, x))
+TORCHMT_VECTOR_KERNEL(void, softmax_dropout_backward_rows_bf16, softmax_dropout_backward_rows_bf16_body,
+                      (const uint16_t* grad_d, const uint16_t* y, uint16_t* grad_s, int64_t keys, int64_t elements,
+                       int64_t r0, int64_t r1, float scale, bool dropout, MaskParams m, float* x),
+                      (grad_d, y, grad_s, keys, elements, r0, r1, scale, dropout, m, x))
+
+
+
 }  // namespace
 
 at::Tensor hashed_dropout_mask(const at::Tensor& x, double p, uint64_t seed) {
@@ -285,8 +493,8 @@ at::Tensor bias_relu_dropout_forward(const at::Tensor& h, const at::Tensor& bias
     float* dst = out.data_ptr<float>();
     parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { bias_relu_mask_rows_f32(src, bp, dst, F, r0, r1, params); });
   } else {
-    const auto* src = reinterpret_cast<const uint16_t*>(in.data_ptr<at::BFloat16>());
-    auto* dst = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    const uint16_t* src = bf16_bits(in);
+    uint16_t* dst = bf16_bits(out);
     parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { bias_relu_mask_rows_bf16(src, bp, dst, F, r0, r1, params); });
   }
   return out;
@@ -307,10 +515,7 @@ std::pair<at::Tensor, at::Tensor> bias_relu_dropout_backward(const at::Tensor& g
       relu_mask_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), grad_h.data_ptr<float>(), pp + blk * F, F,
                                   r0, r1, scale);
     else
-      relu_mask_backward_rows_bf16(reinterpret_cast<const uint16_t*>(g.data_ptr<at::BFloat16>()),
-                                   reinterpret_cast<const uint16_t*>(yc.data_ptr<at::BFloat16>()),
-                                   reinterpret_cast<uint16_t*>(grad_h.data_ptr<at::BFloat16>()), pp + blk * F, F, r0,
-                                   r1, scale);
+      relu_mask_backward_rows_bf16(bf16_bits(g), bf16_bits(yc), bf16_bits(grad_h), pp + blk * F, F, r0, r1, scale);
   });
   return {grad_h, partial.sum(0)};  // [F]
 }
@@ -328,14 +533,13 @@ at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, do
   auto xc = x.contiguous(), yc = y.contiguous();
   auto out = at::empty_like(xc, at::MemoryFormat::Contiguous);
   const MaskParams params = mask_params(p, seed);
-  const auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
   if (xc.scalar_type() == at::kBFloat16) {
-    const uint16_t *xp = bits(xc), *yp = bits(yc);
-    uint16_t* op = bits(out);
+    const uint16_t *xp = bf16_bits(xc), *yp = bf16_bits(yc);
+    uint16_t* op = bf16_bits(out);
     parallel_for(0, xc.numel(), 32768, [&](int64_t b, int64_t e) { residual_mask_range_bf16(xp, yp, op, b, e, params); });
   } else if (yc.scalar_type() == at::kBFloat16) {
     const float* xp = xc.data_ptr<float>();
-    const uint16_t* yp = bits(yc);
+    const uint16_t* yp = bf16_bits(yc);
     float* op = out.data_ptr<float>();
     parallel_for(0, xc.numel(), 32768,
                  [&](int64_t b, int64_t e) { residual_mask_range_f32_bf16(xp, yp, op, b, e, params); });
@@ -354,8 +558,74 @@ at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t s
   auto out = at::empty(g.sizes(), g.options().dtype(dtype));
   const MaskParams params = mask_params(p, seed);
   const float* gp = g.data_ptr<float>();
-  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  uint16_t* op = bf16_bits(out);
   parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) { mask_into_range_bf16(gp, op, b, e, params); });
+  return out;
+}
+
+
+bool attention_softmax_dropout_applies(const at::Tensor& scores, const at::Tensor& mask, double p) {
+  if (!(p >= 0.0 && p < 1.0) || !scores.device().is_cpu() || scores.dim() != 4 || !scores.is_contiguous() ||
+      (scores.scalar_type() != at::kFloat && scores.scalar_type() != at::kBFloat16))
+    return false;
+  if (!mask.defined()) return true;
+  if (mask.scalar_type() != at::kBool || !mask.device().is_cpu() || mask.dim() > 4) return false;
+  for (int64_t i = 1; i <= mask.dim(); ++i)  // right-aligned broadcast to the scores' shape
+    if (mask.size(-i) != 1 && mask.size(-i) != scores.size(-i)) return false;
+  return true;
+}
+
+std::pair<at::Tensor, at::Tensor> attention_softmax_dropout_forward(const at::Tensor& scores, const at::Tensor& mask,
+                                                                    double scale, double p, uint64_t seed) {
+  RECORD_FUNCTION("torchmt::attention_softmax_dropout", std::vector<c10::IValue>{});
+  TORCH_CHECK(attention_softmax_dropout_applies(scores, mask, p), "attention_softmax_dropout_forward: unsupported inputs");
+  SoftmaxRows g{scores.size(1), scores.size(2), scores.size(3), 0, 0, 0, 0, scores.numel(), 0, static_cast<float>(scale)};
+  at::Tensor expanded;
+  if (mask.defined()) {
+    expanded = mask.expand(scores.sizes());  // [B, H, Tq, Tk], strides 0 where broadcast
+    g.m_stride_b = expanded.stride(0);
+    g.m_stride_h = expanded.stride(1);
+    g.m_stride_q = expanded.stride(2);
+    g.m_stride_t = expanded.stride(3);
+    for (int64_t i = 0; i < 4; ++i) g.mask_elements += (expanded.size(i) - 1) * expanded.stride(i);
+    g.mask_elements += 1;  // one past the last entry the rows reach
+  }
+  const bool* mp = expanded.defined() ? expanded.data_ptr<bool>() : nullptr;
+  auto y = at::empty_like(scores);
+  at::Tensor d = p > 0.0 ? at::empty_like(scores) : y;
+  const MaskParams params = mask_params(p, seed);
+  const int64_t rows = g.keys > 0 ? scores.numel() / g.keys : 0;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.keys));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> x(static_cast<size_t>(g.keys + kLanes));
+    if (scores.scalar_type() == at::kFloat)
+      softmax_dropout_rows_f32(scores.data_ptr<float>(), mp, g, y.data_ptr<float>(),
+                               p > 0.0 ? d.data_ptr<float>() : nullptr, r0, r1, params, x.data());
+    else
+      softmax_dropout_rows_bf16(bf16_bits(scores), mp, g, bf16_bits(y), p > 0.0 ? bf16_bits(d) : nullptr, r0, r1,
+                                params, x.data());
+  });
+  return {y, d};
+}
+
+at::Tensor attention_softmax_dropout_backward(const at::Tensor& grad, const at::Tensor& y, double scale, double p,
+                                              uint64_t seed) {
+  RECORD_FUNCTION("torchmt::attention_softmax_dropout_backward", std::vector<c10::IValue>{});
+  TORCH_CHECK(y.is_contiguous() && grad.sizes() == y.sizes(), "attention_softmax_dropout_backward: y and grad");
+  auto g = grad.to(y.scalar_type()).contiguous();
+  auto out = at::empty_like(y);
+  const int64_t keys = y.size(-1), rows = keys > 0 ? y.numel() / keys : 0;
+  const MaskParams params = mask_params(p, seed);
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, keys));
+  parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> x(static_cast<size_t>(keys + kLanes));
+    if (y.scalar_type() == at::kFloat)
+      softmax_dropout_backward_rows_f32(g.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), keys,
+                                        y.numel(), r0, r1, static_cast<float>(scale), p > 0.0, params, x.data());
+    else
+      softmax_dropout_backward_rows_bf16(bf16_bits(g), bf16_bits(y), bf16_bits(out), keys, y.numel(), r0, r1,
+                                         static_cast<float>(scale), p > 0.0, params, x.data());
+  });
   return out;
 }
 

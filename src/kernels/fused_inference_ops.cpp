@@ -8,6 +8,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "bf16_bits.h"
 #include "vector.h"
 #include "torchmt/util/device.h"
 #include "parallel.h"
@@ -165,8 +166,6 @@ TORCHMT_VECTOR_INLINE void log_softmax_rows_body(float* x, int64_t n, int64_t be
 TORCHMT_VECTOR_KERNEL(void, log_softmax_rows_fp32, log_softmax_rows_body, (float* x, int64_t n, int64_t begin, int64_t end),
                       (x, n, begin, end))
 
-const uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
-uint16_t* bf16_bits_mut(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
 }  // namespace
 
@@ -213,7 +212,7 @@ at::Tensor rotate_checked(const at::Tensor& x, const at::Tensor& sin_in, const a
     });
   } else {
     parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-      rotary_rows_bf16(bf16_bits(x), bf16_bits(cos), bf16_bits(sin), bf16_bits_mut(out), v, b, e);
+      rotary_rows_bf16(bf16_bits(x), bf16_bits(cos), bf16_bits(sin), bf16_bits(out), v, b, e);
     });
   }
   return out;
@@ -256,7 +255,7 @@ std::pair<at::Tensor, at::Tensor> try_add_layer_norm_cpu(const at::Tensor& x, co
                          e, dim, begin, end, sum.data_ptr<float>(), out.data_ptr<float>(), scratch.data());
     else
       add_norm_rows_bf16(bf16_bits(x), bf16_bits(y), bf16_bits(weight), bf16_bits(bias), e, dim, begin, end,
-                         bf16_bits_mut(sum), bf16_bits_mut(out), scratch.data());
+                         bf16_bits(sum), bf16_bits(out), scratch.data());
   });
   return {sum, out};
 }

@@ -6,6 +6,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "bf16_bits.h"
 #include "primitives.h"
 #include "vector.h"
 #include "parallel.h"
@@ -102,8 +103,6 @@ TORCHMT_VECTOR_KERNEL(void, norm_backward_rows_f32, norm_backward_rows, (const f
 TORCHMT_VECTOR_KERNEL(void, norm_backward_rows_bf16, norm_backward_rows, (const uint16_t* grad_y, const uint16_t* x, const float* mean, const float* rstd, const float* weight, int64_t dim, int64_t begin, int64_t end, uint16_t* grad_x, float* grad_weight, float* grad_bias),
                       (grad_y, x, mean, rstd, weight, dim, begin, end, grad_x, grad_weight, grad_bias))
 
-uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
 }  // namespace
 
 bool layer_norm_training_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -136,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_training_forward(const
       norm_rows_f32(xc.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), e, dim, begin, end,
                     y.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(), scratch.data());
     else
-      norm_rows_bf16(bits(xc), w.data_ptr<float>(), b.data_ptr<float>(), e, dim, begin, end, bits(y),
+      norm_rows_bf16(bf16_bits(xc), w.data_ptr<float>(), b.data_ptr<float>(), e, dim, begin, end, bf16_bits(y),
                      mean.data_ptr<float>(), rstd.data_ptr<float>(), scratch.data());
   });
   return {y, mean, rstd};
@@ -163,8 +162,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_training_backward(cons
                              w.data_ptr<float>(), dim, r0, r1, grad_x.data_ptr<float>(), pw + blk * dim,
                              pb + blk * dim);
     else
-      norm_backward_rows_bf16(bits(g), bits(xc), mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr<float>(),
-                              dim, r0, r1, bits(grad_x), pw + blk * dim, pb + blk * dim);
+      norm_backward_rows_bf16(bf16_bits(g), bf16_bits(xc), mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr<float>(),
+                              dim, r0, r1, bf16_bits(grad_x), pw + blk * dim, pb + blk * dim);
   });
   const auto sums = partial.sum(1);  // [2, dim]
   return {grad_x, sums[0], sums[1]};

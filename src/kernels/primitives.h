@@ -272,6 +272,19 @@ at::Tensor residual_dropout_forward(const at::Tensor& x, const at::Tensor& y, do
 // hashed_dropout_mask of `grad` written in `dtype` (y's gradient from the sum's).
 at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t seed, at::ScalarType dtype);
 
+// Attention's weights in training, one pass each way where ATen took four (the scale, the mask's
+// fill, softmax, dropout) and four back: scores [B, H, Tq, Tk] (contiguous fp32 or bf16, CPU),
+// mask undefined or bool broadcast to them (true = may attend; a row with no key allowed takes
+// every key, as without_empty_rows does), p in [0, 1). Forward: y = softmax(scores * scale) over
+// the allowed keys and the weights, y with hashed_dropout_mask's mask for (seed, index) applied
+// (y itself when p = 0), in fp32 arithmetic rounded once to the scores' dtype. Backward: the
+// scores' gradient from the weights' and y.
+bool attention_softmax_dropout_applies(const at::Tensor& scores, const at::Tensor& mask, double p);
+std::pair<at::Tensor, at::Tensor> attention_softmax_dropout_forward(const at::Tensor& scores, const at::Tensor& mask,
+                                                                    double scale, double p, uint64_t seed);
+at::Tensor attention_softmax_dropout_backward(const at::Tensor& grad, const at::Tensor& y, double scale, double p,
+                                              uint64_t seed);
+
 // The sum of the squares of every element of `tensors` (contiguous fp32 CPU tensors: the
 // gradients whose norm training clips), as an fp32 scalar: one pass over all of them where a norm
 // per tensor was a call each; summed in double over fixed chunks, the same on any thread count.

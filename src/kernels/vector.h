@@ -182,6 +182,21 @@ TORCHMT_VECTOR_INLINE float tree_sum16(f32x16 v) {
   return tree_sum16(lo8, hi8);
 }
 
+// The largest of the 16 lanes as a tree (NaN lanes are passed over), from its 8-lane halves.
+TORCHMT_VECTOR_INLINE float tree_max16(f32x16 v) {
+  using f32x4 = float __attribute__((vector_size(16)));
+  f32x8 lo8, hi8;
+  std::memcpy(&lo8, &v, sizeof lo8);
+  std::memcpy(&hi8, reinterpret_cast<const char*>(&v) + sizeof lo8, sizeof hi8);
+  const f32x8 m8 = max_lanes(lo8, hi8);
+  f32x4 lo4, hi4;
+  std::memcpy(&lo4, &m8, sizeof lo4);
+  std::memcpy(&hi4, reinterpret_cast<const char*>(&m8) + sizeof lo4, sizeof hi4);
+  const f32x4 m4 = lo4 > hi4 ? lo4 : hi4;
+  const float a = m4[0] > m4[2] ? m4[0] : m4[2], b = m4[1] > m4[3] ? m4[1] : m4[3];
+  return a > b ? a : b;
+}
+
 // LayerNorm's moments of a row given as its dim offsets from a pivot (the row's first value:
 // exact for values near each other) summing to `total`: the offsets' mean and 1 / sqrt(variance +
 // eps), in two passes (mean, then squared deviations), so a row whose mean is large against its

@@ -1,6 +1,7 @@
 #include "torchmt/model/dropout.h"
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
@@ -12,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "../kernels/primitives.h"
+#include "model/masks.h"
 
 namespace torchmt {
 namespace {
@@ -66,6 +68,29 @@ class ResidualDropoutFunction : public torch::autograd::Function<ResidualDropout
   }
 };
 
+class AttentionSoftmaxDropoutFunction : public torch::autograd::Function<AttentionSoftmaxDropoutFunction> {
+ public:
+  // The mask as an optional: an undefined tensor cannot be one of apply()'s inputs.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& scores,
+                            const c10::optional<at::Tensor>& mask, double scale, double p, int64_t seed) {
+    auto [y, weights] = kernels::attention_softmax_dropout_forward(scores, mask.value_or(at::Tensor()), scale, p,
+                                                                   static_cast<uint64_t>(seed));
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["p"] = p;
+    ctx->saved_data["seed"] = seed;
+    ctx->save_for_backward({y});
+    return weights;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto y = ctx->get_saved_variables()[0];
+    auto grad = kernels::attention_softmax_dropout_backward(grads[0], y, ctx->saved_data["scale"].toDouble(),
+                                                            ctx->saved_data["p"].toDouble(),
+                                                            static_cast<uint64_t>(ctx->saved_data["seed"].toInt()));
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 uint64_t draw_seed() {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
@@ -98,6 +123,21 @@ torch::Tensor DropoutImpl::residual(const torch::Tensor& x, const torch::Tensor&
   if (!is_training() || p == 0.0) return x + y;
   if (!kernels::fused_residual_dropout_applies(x, y, p)) return x + forward(y);
   return ResidualDropoutFunction::apply(x, y, p, static_cast<int64_t>(draw_seed()));
+}
+
+torch::Tensor DropoutImpl::attention(const torch::Tensor& scores, const torch::Tensor& mask, double scale,
+                                     bool mask_sanitized, torch::Tensor* softmax_out) {
+  const double rate = is_training() ? p : 0.0;
+  if (softmax_out == nullptr && is_training() && kernels::attention_softmax_dropout_applies(scores, mask, rate))
+    return AttentionSoftmaxDropoutFunction::apply(scores, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
+                                                  scale, rate, rate > 0.0 ? static_cast<int64_t>(draw_seed()) : 0);
+  auto scaled = scores * scale;  // [B, H, Tq, Tk]
+  if (mask.defined())
+    scaled = scaled.masked_fill((mask_sanitized ? mask : without_empty_rows(mask)).logical_not(),
+                                -std::numeric_limits<float>::infinity());
+  auto weights = torch::softmax(scaled, -1);
+  if (softmax_out) *softmax_out = weights;
+  return forward(weights);
 }
 
 torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {

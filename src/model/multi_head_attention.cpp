@@ -90,21 +90,17 @@ torch::Tensor MultiHeadAttentionImpl::attend_explicit(const torch::Tensor& q, co
                                                       torch::Tensor* weights_out, bool mask_sanitized) {
   const int64_t batch = q.size(0), heads = q.size(1), tq = q.size(2), groups = k.size(1), tk = k.size(2);
   const int64_t per_group = heads / groups;
-  const double scale = std::sqrt(static_cast<double>(head_dim));
   // Grouped heads broadcast over their K/V head instead of copying it per query head.
   auto scores = per_group == 1
-                    ? torch::matmul(q, k.transpose(-2, -1)) / scale  // [B, H, Tq, Tk]
-                    : (torch::matmul(q.reshape({batch, groups, per_group * tq, head_dim}),  // [B, G, H/G*Tq, d_k]
-                                     k.transpose(-2, -1)) / scale)
-                          .view({batch, heads, tq, tk});                                    // [B, H, Tq, Tk]
-  if (mask.defined())
-    scores = scores.masked_fill((mask_sanitized ? mask : without_empty_rows(mask)).logical_not(),
-                                -std::numeric_limits<float>::infinity());
-  auto weights = torch::softmax(scores, -1);
-  if (weights_out) *weights_out = weights;
-  if (per_group == 1) return torch::matmul(dropout(weights), v);  // [B, H, Tq, d_k]
-  return torch::matmul(dropout(weights).view({batch, groups, per_group * tq, tk}), v)  // [B, G, H/G*Tq, d_k]
-      .view({batch, heads, tq, head_dim});                                             // [B, H, Tq, d_k]
+                    ? torch::matmul(q, k.transpose(-2, -1))  // [B, H, Tq, Tk]
+                    : torch::matmul(q.reshape({batch, groups, per_group * tq, head_dim}),  // [B, G, H/G*Tq, d_k]
+                                    k.transpose(-2, -1))
+                          .view({batch, heads, tq, tk});  // [B, H, Tq, Tk]
+  auto weights = dropout->attention(scores, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)), mask_sanitized,
+                                    weights_out);  // [B, H, Tq, Tk]
+  if (per_group == 1) return torch::matmul(weights, v);  // [B, H, Tq, d_k]
+  return torch::matmul(weights.view({batch, groups, per_group * tq, tk}), v)  // [B, G, H/G*Tq, d_k]
+      .view({batch, heads, tq, head_dim});                                     // [B, H, Tq, d_k]
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -22,6 +22,13 @@ class DropoutImpl : public torch::nn::Cloneable<DropoutImpl> {
   // and bf16) one fused pass each way (kernels::residual_dropout_forward: forward's mask for the
   // seed it draws).
   torch::Tensor residual(const torch::Tensor& x, const torch::Tensor& y);
+  // forward(softmax(scores * scale)) over the keys `mask` allows (bool, broadcast to scores
+  // [B, H, Tq, Tk]; a row with none allowed takes every key unless the caller has done that:
+  // mask_sanitized): attention's weights, the softmax before dropout also in *softmax_out if
+  // asked. In CPU training (fp32 or bf16 scores, no softmax_out) one fused pass each way
+  // (kernels::attention_softmax_dropout_forward: forward's mask for the seed it draws).
+  torch::Tensor attention(const torch::Tensor& scores, const torch::Tensor& mask, double scale,
+                          bool mask_sanitized = false, torch::Tensor* softmax_out = nullptr);
 
   double p;
 };
