@@ -73,6 +73,13 @@ TORCHMT_VECTOR_INLINE i32x16 positive(f32x16 v) {
 // Whether the 16 indices from `first` share index >> 32 (keep16's condition).
 TORCHMT_VECTOR_INLINE bool one_span(uint64_t first) { return static_cast<uint32_t>(first) <= 0xFFFFFFFFu - 15u; }
 
+// v's 16 lanes as elements first, ..., first + 15 under the mask: kept ones times the scale.
+TORCHMT_VECTOR_INLINE f32x16 masked16(f32x16 v, uint64_t first, const MaskParams& m) {
+  if (one_span(first)) return select<f32x16>(keep16(first, m), v * m.scale, splat(0.0f));
+  for (int l = 0; l < kLanes; ++l) v[l] = keep(first + l, m.seed, m.threshold) ? v[l] * m.scale : 0.0f;
+  return v;
+}
+
 // out[i] = in[i] * (keep(i) ? scale : 0) for i in [begin, end), in fp32 arithmetic; T is float
 // or bf16 bits (uint16_t).
 template <typename T>
@@ -252,7 +259,6 @@ TORCHMT_VECTOR_KERNEL(void, residual_mask_range_bf16, residual_mask_range_bf16_b
 TORCHMT_VECTOR_KERNEL(void, mask_into_range_bf16, mask_into_range_bf16_body,
                       (const float* g, uint16_t* out, int64_t begin, int64_t end, MaskParams m), (g, out, begin, end, m))
 
-
 // Attention's weights [rows, keys] of a [B, H, Tq, Tk] score tensor, one row at a time.
 struct SoftmaxRows {
   int64_t heads, queries, keys;
@@ -298,7 +304,7 @@ TORCHMT_VECTOR_INLINE void softmax_dropout_rows_body(const T* s, const bool* mas
                                                      int64_t r0, int64_t r1, MaskParams m, float* x) {
   const int64_t keys = g.keys;
   const f32x16 neg_inf = splat(-std::numeric_limits<float>::infinity()), zero = splat(0.0f);
-  const f32x16 scale = splat(g.scale), keep_scale = splat(m.scale);
+  const f32x16 scale = splat(g.scale);
   const i32x16 lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const T* s_end = s + g.elements;
   const bool* mask_end = mask ? mask + g.mask_elements : nullptr;
@@ -366,13 +372,7 @@ TORCHMT_VECTOR_INLINE void softmax_dropout_rows_body(const T* s, const bool* mas
       const f32x16 p = load16(x + j) * inv;
       store16_first(yr + j, p, keys - j, y_end);
       if (dr == nullptr) continue;
-      f32x16 dropped;
-      if (one_span(first + j)) {
-        dropped = select<f32x16>(keep16(first + j, m), p * keep_scale, zero);
-      } else {
-        for (int l = 0; l < kLanes; ++l) dropped[l] = keep(first + j + l, m.seed, m.threshold) ? p[l] * m.scale : 0.0f;
-      }
-      store16_first(dr + j, dropped, keys - j, d_end);
+      store16_first(dr + j, masked16(p, first + j, m), keys - j, d_end);
     }
   }
 }
@@ -384,7 +384,7 @@ template <typename T>
 TORCHMT_VECTOR_INLINE void softmax_dropout_backward_rows_body(const T* grad_d, const T* y, T* grad_s, int64_t keys,
                                                               int64_t elements, int64_t r0, int64_t r1, float scale,
                                                               bool dropout, MaskParams m, float* x) {
-  const f32x16 keep_scale = splat(m.scale), zero = splat(0.0f), scale16 = splat(scale);
+  const f32x16 zero = splat(0.0f), scale16 = splat(scale);
   const i32x16 lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const T* g_end = grad_d + elements;
   const T* y_end = y + elements;
@@ -398,13 +398,7 @@ TORCHMT_VECTOR_INLINE void softmax_dropout_backward_rows_body(const T* grad_d, c
       const int64_t n = keys - j;
       const i32x16 in_row = lane_index < static_cast<int32_t>(n < kLanes ? n : kLanes);
       f32x16 gv = select<f32x16>(in_row, load16_row(gr + j, n, g_end), zero);
-      if (dropout) {
-        if (one_span(first + j)) {
-          gv = select<f32x16>(keep16(first + j, m), gv * keep_scale, zero);
-        } else {
-          for (int l = 0; l < kLanes; ++l) gv[l] = keep(first + j + l, m.seed, m.threshold) ? gv[l] * m.scale : 0.0f;
-        }
-      }
+      if (dropout) gv = masked16(gv, first + j, m);
       store16(x + j, gv);
       lane_dot += gv * select<f32x16>(in_row, load16_row(yr + j, n, y_end), zero);
     }
@@ -453,8 +447,6 @@ TORCHMT_VECTOR_KERNEL(void, softmax_dropout_backward_rows_bf16, softmax_dropout_
                       (const uint16_t* grad_d, const uint16_t* y, uint16_t* grad_s, int64_t keys, int64_t elements,
                        int64_t r0, int64_t r1, float scale, bool dropout, MaskParams m, float* x),
                       (grad_d, y, grad_s, keys, elements, r0, r1, scale, dropout, m, x))
-
-
 
 }  // namespace
 
@@ -562,7 +554,6 @@ at::Tensor hashed_dropout_mask_into(const at::Tensor& grad, double p, uint64_t s
   parallel_for(0, g.numel(), 32768, [&](int64_t b, int64_t e) { mask_into_range_bf16(gp, op, b, e, params); });
   return out;
 }
-
 
 bool attention_softmax_dropout_applies(const at::Tensor& scores, const at::Tensor& mask, double p) {
   if (!(p >= 0.0 && p < 1.0) || !scores.device().is_cpu() || scores.dim() != 4 || !scores.is_contiguous() ||

@@ -166,7 +166,6 @@ TORCHMT_VECTOR_INLINE void log_softmax_rows_body(float* x, int64_t n, int64_t be
 TORCHMT_VECTOR_KERNEL(void, log_softmax_rows_fp32, log_softmax_rows_body, (float* x, int64_t n, int64_t begin, int64_t end),
                       (x, n, begin, end))
 
-
 }  // namespace
 
 bool rotary_cpu_applies(const at::Tensor& x, const at::Tensor& sin_in, const at::Tensor& cos_in) {
