@@ -50,9 +50,13 @@ def test_torchscript_export_translates_as_its_checkpoint(trained, binary, sample
     assert r.returncode == 0, r.stderr
     lines = sample[0][:40]
     ts = torchmt.Translator(exported, compute_type="float32")
-    ckpt = torchmt.Translator(trained[0], compute_type="float32")
-    assert [r.hypotheses for r in ts.translate_batch(lines, beam_size=3, num_hypotheses=2)] == \
-        [r.hypotheses for r in ckpt.translate_batch(lines, beam_size=3, num_hypotheses=2)]
+    # The export's steps compute the whole output projection; the checkpoint's beam screen takes
+    # int8 logits in the normaliser's tail (~2e-4), enough to flip a near-tie (line 30 on a Zen 3).
+    ckpt = torchmt.Translator(trained[0], compute_type="float32", runtime={"screened_beam": False})
+    got = ts.translate_batch(lines, beam_size=3, num_hypotheses=2, return_scores=True)
+    want = ckpt.translate_batch(lines, beam_size=3, num_hypotheses=2, return_scores=True)
+    assert [r.hypotheses for r in got] == [r.hypotheses for r in want]
+    assert [s for r in got for s in r.scores] == pytest.approx([s for r in want for s in r.scores], abs=1e-4)
 
 
 def test_token_input_gives_token_output(trained, sample):
