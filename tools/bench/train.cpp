@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -288,10 +289,24 @@ int main(int argc, char** argv) {
   std::printf("bench_train: %s, device %s, %d CPU threads, batch_tokens %lld, native CPU bf16: %s\n", src.c_str(),
               device.str().c_str(), torch::get_num_threads(), static_cast<long long>(bo.batch_tokens),
               cpu_has_native_bf16() ? "yes" : "no");
-  const double fp32_gflops = matmul_gflops(torch::kFloat, device),
-               bf16_gflops = matmul_gflops(torch::kBFloat16, device);
-  std::printf("matmul ceiling measured here: fp32 %.0f GFLOP/s, bf16 %.0f GFLOP/s = %.2fx%s\n", fp32_gflops,
-              bf16_gflops, bf16_gflops / fp32_gflops,
+  // Only the dtypes asked: on a CPU without native bf16 its matmul is ATen's scalar fallback (minutes).
+  std::map<c10::ScalarType, double> ceiling_gflops;  // GFLOP/s of each requested dtype's matmul
+  std::string ceilings;
+  for (const auto& name : split(r["dtypes"].as<std::string>())) {
+    const auto dtype = resolve_dtype(name, device);
+    if (ceiling_gflops.count(dtype)) continue;
+    const double gflops = ceiling_gflops[dtype] = matmul_gflops(dtype, device);
+    char figure[64];
+    std::snprintf(figure, sizeof figure, "%s%s %.0f GFLOP/s", ceilings.empty() ? "" : ", ", dtype_name(dtype).c_str(),
+                  gflops);
+    ceilings += figure;
+  }
+  if (ceiling_gflops.count(torch::kFloat) && ceiling_gflops.count(torch::kBFloat16)) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, " = %.2fx", ceiling_gflops[torch::kBFloat16] / ceiling_gflops[torch::kFloat]);
+    ceilings += ratio;
+  }
+  std::printf("matmul ceiling measured here: %s%s\n", ceilings.c_str(),
               peak > 0 ? (", datasheet peak given: " + std::to_string(static_cast<int64_t>(peak / 1e12)) + " TFLOP/s")
                              .c_str()
                        : "");
@@ -324,7 +339,7 @@ int main(int argc, char** argv) {
       // The trace is of the configuration training runs: the corpus's columns where asked.
       Measured ours = run_ours(config, device_batches, warmup, valid_on_device, device, dtype,
                                corpus_columns.defined() ? "" : trace);
-      const double ceiling = (dtype == torch::kFloat ? fp32_gflops : bf16_gflops) * 1e9;
+      const double ceiling = ceiling_gflops.at(dtype) * 1e9;
       const double mfu = peak > 0 ? ours.flops_per_sec / peak : 0.0;
       for (const auto& attention : r.count("no-python") ? std::vector<std::string>{"-"} : attentions) {
         Measured py;
