@@ -33,6 +33,24 @@ TEST(AtomicWrite, WritesReplacesAndLeavesNoTemporary) {
   EXPECT_EQ(names_in(dir.path().string()).size(), 2u);
 }
 
+TEST(SameFileTwice, AnOutputThatIsAnInputOrAnotherOutputIsNamed) {
+  test::TempDir dir;
+  const auto in = dir.file("in.de"), out = dir.file("out.en");
+  atomic_write(in, "Ein Hund.\n");
+  std::filesystem::create_symlink(in, dir.file("link.de"));
+  EXPECT_EQ(same_file_twice({{"--src", in}}, {{"-o", out}}), std::nullopt);
+  EXPECT_EQ(same_file_twice({{"--src", "-"}}, {{"-o", "-"}, {"--scores", ""}, {"--dropped", ""}}), std::nullopt);
+  EXPECT_EQ(same_file_twice({{"--src", in}}, {{"-o", in}}).value_or(""),
+            "-o '" + in + "' is the --src file: writing it would replace that input");
+  // Another spelling of it, and a link to it, are the same file.
+  const std::string dotted = dir.path().string() + "/./in.de";
+  EXPECT_NE(same_file_twice({{"--src", in}}, {{"-o", dotted}}), std::nullopt);
+  EXPECT_NE(same_file_twice({{"--src", in}}, {{"-o", dir.file("link.de")}}), std::nullopt);
+  // Two outputs that do not exist yet, one file.
+  EXPECT_EQ(same_file_twice({{"--src", in}}, {{"--kept-src", out}, {"--kept-tgt", out}}).value_or(""),
+            "--kept-src and --kept-tgt name the same file '" + out + "'");
+}
+
 TEST(AtomicWrite, AFailedWriteKeepsThePreviousFile) {
   test::TempDir dir;
   const auto path = dir.file("checkpoint.pt");

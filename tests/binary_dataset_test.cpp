@@ -108,7 +108,7 @@ TEST(BinaryDataset, IncompleteTruncatedOrFlippedIsRefusedByName) {
   auto restore = [&] {
     for (const auto& [path, bytes] : pristine) test::write_text(path, bytes);
   };
-  for (const std::string name : {"src.tokens", "tgt.tokens", "offsets.bin", "lengths.bin", "lines.bin"}) {
+  for (const std::string name : {"src.tokens", "tgt.tokens", "offsets.bin", "lengths.bin", "lines.bin", "spm.model"}) {
     const std::string path = out + "/" + name;
     std::string bytes = test::read_text(path);
     test::write_text(path, bytes.substr(0, bytes.size() - 2));

@@ -279,7 +279,16 @@ TEST(DistillCommand, RunsEndToEndAndRefusesABadFlagInOneLine) {
       << ok.output;
   const auto bad = test::run_command(command + " --teacher-beam 0");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.output.find("--teacher-beam must be at least 1"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--teacher-beam must be between 1 and 1024"), std::string::npos) << bad.output;
+  // Sides that disagree are refused before the teachers translate anything.
+  test::write_text(dir.path().string() + "/short.en", "A dog.\n");
+  const auto mismatch = test::run_command(test::torchmt_binary() + " distill --teacher-model " + test::tiny_checkpoint() +
+                                          " --train-src " + dir.path().string() + "/train.de --train-tgt " +
+                                          dir.path().string() + "/short.en --preset tiny --max-steps 2 --out " +
+                                          dir.path().string() + "/out2");
+  EXPECT_EQ(mismatch.exit_code, 1) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("short.en"), std::string::npos) << mismatch.output;
+  EXPECT_FALSE(fs::exists(dir.path().string() + "/out2/teacher")) << mismatch.output;
 }
 
 }  // namespace

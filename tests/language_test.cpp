@@ -159,8 +159,14 @@ TEST(LanguageIdentifier, LanguagesCommandGivesAnOldCheckpointItsLanguages) {
   const Translator before = load_translator(old, torch::kCPU, torch::kFloat);
   EXPECT_EQ(const_cast<Translator&>(t).translate_text({"Ein Hund."}, {}),
             const_cast<Translator&>(before).translate_text({"Ein Hund."}, {}));
-  // Refused in one line: a language not given, a bad code, a missing text file, -o onto itself.
+  // Refused in one line: a language not given, a bad code, a missing text file, a language
+  // learned twice or from a file with no text, -o onto itself.
+  test::write_text(dir.file("empty.txt"), "\n \n");
   for (const auto& [args, want] : std::vector<std::pair<std::string, int>>{
+           {" -o " + dir.file("x.pt") + " --source-language de --target-language en --learn de=" + test::sample_de() +
+                " --learn de=" + test::sample_en(), 2},
+           {" -o " + dir.file("x.pt") + " --source-language de --target-language en --learn de=" + dir.file("empty.txt") +
+                " --learn en=" + test::sample_en(), 1},
            {" -o " + dir.file("x.pt"), 2},
            {" -o " + dir.file("x.pt") + " --source-language German --target-language en", 2},
            {" -o " + dir.file("x.pt") + " --source-language de --target-language en --learn fr=" + test::sample_de(), 2},

@@ -87,6 +87,18 @@ TEST(OptionTable, UnknownKeysAndBadValuesNameTheKey) {
     EXPECT_NE(std::string(e.what()).find("rate"), std::string::npos) << e.what();
   }
   EXPECT_THROW(t.read(FlatConfig::parse("on: maybe\n")), std::invalid_argument);
+  // A narrower field does not wrap round: 2^32 + 7 is no 7, -1 no 4294967295.
+  for (const char* seed : {"4294967303", "-1"}) {
+    try {
+      t.read(FlatConfig::parse(std::string("seed: ") + seed + "\n"));
+      FAIL() << "seed " << seed << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("config key seed is out of range: " + std::string(seed) + " (from 0 to 4294967295)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(t.read(FlatConfig::parse("seed: 4294967295\n")).seed, 4294967295u);
   EXPECT_THROW(t.read(FlatConfig::parse("name: [a, b]\n")), std::invalid_argument);
 }
 

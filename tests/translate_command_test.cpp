@@ -191,6 +191,25 @@ TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
   EXPECT_EQ(count_lines(r.output), 1u) << r.output;
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --beam 0 < /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --beam 4294967298 < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--beam must be between 1 and 1024"), std::string::npos) << r.output;
+  // -o naming the input would replace the user's sources with their translations.
+  test::write_text(dir.file("in.de"), "Ein Hund.\n");
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " -o " +
+                        dir.file("in.de"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is the -i/--input file"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+  EXPECT_EQ(test::read_text(dir.file("in.de")), "Ein Hund.\n");
+  r = test::run_command(tm() + " score -m " + tiny_checkpoint() + " --src " + dir.file("in.de") + " --tgt " +
+                        dir.file("in.de") + " -o " + dir.file("in.de"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(test::read_text(dir.file("in.de")), "Ein Hund.\n");
+  std::filesystem::copy_file(tiny_checkpoint(), dir.file("m.pt"));
+  r = test::run_command(tm() + " export -m " + dir.file("m.pt") + " -o " + dir.file("m.pt"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is the -m/--model file"), std::string::npos) << r.output;
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --bogus < /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " in.de < /dev/null");  // no -i

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "io/checkpoint.h"
 
 namespace torchmt::cli {
@@ -32,6 +33,9 @@ int run_average(int argc, char** argv) {
     return kExitUsage;
   }
   const auto& inputs = o->inputs;
+  std::vector<NamedPath> named;
+  for (const auto& input : inputs) named.emplace_back("input", input);
+  if (auto clash = same_file_twice(named, {{"-o/--output", o->output}})) return usage_error(argv[0], *clash);
   auto averaged = average_checkpoints(inputs);
   save_checkpoint(o->output, averaged.model, nullptr, averaged.meta);
   std::cerr << "averaged " << inputs.size() << " checkpoints into " << o->output << "\n";

@@ -54,6 +54,13 @@ int usage_error(const char* program, const std::string& message) {
   return kExitUsage;
 }
 
+std::vector<std::pair<std::string, std::string>> translator_inputs(const TranslatorConfig& config,
+                                                                   std::vector<std::pair<std::string, std::string>> more) {
+  for (const auto& model : config.models) more.emplace_back("-m/--model", model);
+  more.emplace_back("--shortlist", config.shortlist);
+  return more;
+}
+
 std::optional<CommandLine> parse_command_line(const std::string& description, const std::vector<OptionRow>& rows,
                                               int argc, char** argv, int& exit_code, const std::string& positional) {
   cxxopts::Options options(argv[0], description);
@@ -156,6 +163,7 @@ void use_heap_policy(const TranslationOptions& options) {
 
 LanguageIdentifier learn_languages(const std::vector<std::string>& items, const std::vector<std::string>& allowed) {
   LanguageIdentifier identifier;
+  std::vector<std::string> codes;
   for (const auto& item : items) {
     const auto eq = item.find('=');
     const std::string code = item.substr(0, eq);
@@ -163,7 +171,14 @@ LanguageIdentifier learn_languages(const std::vector<std::string>& items, const 
     check_language_code(code, "--learn");
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), code) == allowed.end())
       throw std::invalid_argument("--learn " + item + ": the model translates " + allowed.front() + " to " + allowed.back());
-    identifier.learn(code, evaluation::read_utf8_lines(item.substr(eq + 1)));
+    if (std::find(codes.begin(), codes.end(), code) != codes.end())
+      throw std::invalid_argument("--learn " + item + ": " + code + " is given twice (one file per language)");
+    codes.push_back(code);
+    const std::string file = item.substr(eq + 1);
+    const auto lines = evaluation::read_utf8_lines(file);
+    if (std::all_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find_first_not_of(" \t") == std::string::npos; }))
+      throw std::runtime_error("--learn " + item + ": " + file + " has no text to learn " + code + " from");
+    identifier.learn(code, lines);
   }
   return identifier;
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -70,6 +71,11 @@ LanguageIdentifier learn_languages(const std::vector<std::string>& items, const 
 
 // Prints "PROGRAM: MESSAGE (see --help)" and returns kExitUsage.
 int usage_error(const char* program, const std::string& message);
+
+// The files a translator reads (-m models, --shortlist) as {flag, path}, for same_file_twice
+// (util/atomic_file.h), with `more` after them.
+std::vector<std::pair<std::string, std::string>> translator_inputs(
+    const TranslatorConfig& config, std::vector<std::pair<std::string, std::string>> more = {});
 
 // The options `line` gives (`start` for the keys it does not name). A bad value is a usage
 // error (one line, kExitUsage); with --dump-config prints the effective configuration and

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
 #include "evaluation/confidence_fit.h"
@@ -55,6 +56,10 @@ int run_confidence(int argc, char** argv) {
   if (!o) return code;
   if (o->src.empty()) return usage_error(argv[0], "missing required option --src");
   if (o->ref.empty()) return usage_error(argv[0], "missing required option --ref");
+  if (auto clash = same_file_twice(translator_inputs(o->translator, {{"--src", o->src}, {"--ref", o->ref},
+                                                                     {"--calibration", o->calibration}}),
+                                   {{"--fit", o->fit}}))
+    return usage_error(argv[0], *clash);
   std::optional<ConfidenceModel> calibration;
   if (!o->calibration.empty() &&
       !check_usage([&] { calibration = ConfidenceModel::load(o->calibration); }, argv[0]))

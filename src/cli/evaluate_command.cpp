@@ -1,5 +1,6 @@
 // torchmt evaluate: sacreBLEU-exact corpus BLEU and chrF of a hypothesis file against a reference.
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <iostream>
@@ -53,6 +54,15 @@ int run_evaluate(int argc, char** argv) {
   if (translate_first == !o->hyp.empty())
     return usage_error(argv[0], "give either --hyp FILE, or -m MODEL with --src FILE");
   if (translate_first && o->src.empty()) return usage_error(argv[0], "missing required option --src");
+  if (!translate_first && !o->save_hyp.empty())
+    return usage_error(argv[0], "--save-hyp saves the translations of -m MODEL (with --hyp there are none to save)");
+  if (auto clash = same_file_twice(translator_inputs(o->translator, {{"--src", o->src}, {"--ref", o->ref},
+                                                                     {"--reverse-model", o->rescoring.reverse_model}}),
+                                   {{"--save-hyp", o->save_hyp}}))
+    return usage_error(argv[0], *clash);
+  if (const auto dir = std::filesystem::path(o->save_hyp).parent_path(); !o->save_hyp.empty() && !dir.empty() &&
+                                                                          !std::filesystem::is_directory(dir))
+    return usage_error(argv[0], "--save-hyp '" + o->save_hyp + "': no directory " + dir.string());
   o->translator.translation.search.scores = false;  // BLEU and chrF read the texts only
   const std::string hyp_path = translate_first ? o->src : o->hyp;
   const std::string ref_path = o->ref;

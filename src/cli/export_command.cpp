@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "data/text_file.h"
 #include "export/calibration.h"
 #include "export/exporter.h"
@@ -69,6 +70,9 @@ int run_export(int argc, char** argv) {
       [&] {
         if (o->model.empty()) throw std::invalid_argument("missing required option -m/--model");
         if (o->output.empty()) throw std::invalid_argument("missing required option -o/--output");
+        if (auto clash = same_file_twice({{"-m/--model", o->model}, {"--calibrate", o->calibrate}},
+                                         {{"-o/--output", o->output}}))
+          throw std::invalid_argument(*clash);
         const bool int8_dtype = o->dtype == "int8";
         export_options.dtype = int8_dtype ? c10::ScalarType::Float : parse_export_dtype(o->dtype);
         exporter = make_exporter(o->format);

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "export/marian_format.h"
 #include "io/checkpoint.h"
 
@@ -36,6 +37,8 @@ int run_import(int argc, char** argv) {
   if (o->inputs.size() != 1) return usage_error(argv[0], "give one model directory to import");
   if (o->output.empty()) return usage_error(argv[0], "missing required option -o/--output");
   if (o->format != "marian") return usage_error(argv[0], "unknown --format '" + o->format + "' (expected marian)");
+  if (auto clash = same_file_twice({{"input", o->inputs.front()}}, {{"-o/--output", o->output}}))
+    return usage_error(argv[0], *clash);
   const auto start = std::chrono::steady_clock::now();
   const LoadedCheckpoint checkpoint = import_marian(o->inputs[0]);
   save_checkpoint(o->output, checkpoint.model, nullptr, checkpoint.meta);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
       // One write each: data-parallel workers share stderr.
       std::cerr << "torchmt " + name + ": error: " +
                        torchmt::escape_control(torchmt::first_line(e.what_without_backtrace())) + "\n"
+                << std::flush;
+    } catch (const std::bad_alloc&) {
+      std::cerr << "torchmt " + name + ": error: out of memory (smaller batches, beams or models need less)\n"
                 << std::flush;
     } catch (const std::exception& e) {
       // One line whatever the message quotes (a key or value with a newline in it).

@@ -14,6 +14,7 @@
 #include "torchmt/decoding/forced_decoding.h"
 #include "torchmt/decoding/translation_options.h"
 #include "torchmt/loading/model_loader.h"
+#include "util/atomic_file.h"
 #include "util/heap.h"
 #include "util/progress.h"
 
@@ -69,6 +70,9 @@ int run_score(int argc, char** argv) {
   if (o->tgt.empty()) return usage_error(argv[0], "missing required option --tgt");
   if (o->buffer_size < 1) return usage_error(argv[0], "--buffer-size must be at least 1");
   if (o->src == "-" && o->tgt == "-") return usage_error(argv[0], "--src and --tgt cannot both be standard input");
+  if (auto clash = same_file_twice(translator_inputs(o->translator, {{"--src", o->src}, {"--tgt", o->tgt}}),
+                                   {{"-o/--output", o->output}}))
+    return usage_error(argv[0], *clash);
   const int64_t src_lines = count_lines(o->src), tgt_lines = count_lines(o->tgt);
   if (src_lines >= 0 && tgt_lines >= 0 && src_lines != tgt_lines) {
     std::cerr << argv[0] << ": " << line_count_mismatch(o->src, src_lines, o->tgt, tgt_lines) << "\n";

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "data/parallel_corpus.h"
 #include "data/shortlist.h"
 #include "torchmt/loading/model_loader.h"
@@ -45,6 +46,11 @@ int run_shortlist(int argc, char** argv) {
     if (value->empty()) return usage_error(argv[0], std::string("missing required option --") + name);
   if (o->shortlist.per_source < 0 || o->shortlist.frequent < 0 || o->shortlist.min_count < 1)
     return usage_error(argv[0], "--per-source and --frequent must not be negative, --min-count at least 1");
+  if (o->shortlist.per_source == 0 && o->shortlist.frequent == 0)
+    return usage_error(argv[0], "--per-source 0 with --frequent 0 lists no target piece at all");
+  if (auto clash = same_file_twice({{"-m/--model", o->model}, {"--src", o->src}, {"--tgt", o->tgt}},
+                                   {{"-o/--output", o->output}}))
+    return usage_error(argv[0], *clash);
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_translator(o->model, torch::kCPU, torch::kFloat)); },

@@ -219,6 +219,14 @@ int run_translate(int argc, char** argv) {
               throw std::invalid_argument("--confidence-model needs --confidence text or tsv");
             if (!(o->confidence_threshold >= 0.0 && o->confidence_threshold <= 1.0))
               throw std::invalid_argument("--confidence-threshold must be between 0 and 1");
+            if (auto clash = same_file_twice(
+                    translator_inputs(o->translator, {{"-i/--input", o->input},
+                                                      {"--target-prefix", o->target_prefix},
+                                                      {"--constraints", o->constraints},
+                                                      {"--confidence-model", o->confidence_model},
+                                                      {"--reverse-model", o->rescoring.reverse_model}}),
+                    {{"-o/--output", o->output}, {"--attention-svg", o->attention_svg}}))
+              throw std::invalid_argument(*clash);
             if (!o->confidence_model.empty()) confidence_model = ConfidenceModel::load(o->confidence_model);
             if (o->alignments && o->translator.translation.search.nbest > 1)
               throw std::invalid_argument("--alignments prints the best translation's: it cannot go with --nbest");

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "torchmt/data/tokenizer.h"
 #include "util/progress.h"
 #include "torchmt/util/strings.h"
@@ -95,6 +96,10 @@ int run_vocab(int argc, char** argv) {
   const std::string& src = o->src;
   const std::string& tgt = o->tgt;
   const std::string& out = o->out;
+  std::vector<NamedPath> outputs;
+  for (const char* side : o->separate ? std::vector<const char*>{".src", ".tgt"} : std::vector<const char*>{""})
+    for (const char* kind : {".model", ".vocab"}) outputs.emplace_back("--out", out + side + kind);
+  if (auto clash = same_file_twice({{"--src", src}, {"--tgt", tgt}}, outputs)) return usage_error(argv[0], *clash);
   if (o->separate) {
     VocabTrainingOptions s = base, t = base;
     s.inputs = {src};

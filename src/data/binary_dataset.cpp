@@ -329,12 +329,15 @@ std::unique_ptr<BinaryDataset> BinaryDataset::open(const std::string& dir, bool 
       m.tgt_tokens > kLimit || (m.token_bytes != 2 && m.token_bytes != 4))
     throw DamagedFileError("dataset manifest " + manifest_path + " is damaged (impossible counts)");
   // The sizes the counts imply: a manifest that disagrees with itself is damaged too.
-  const std::vector<std::pair<std::string, uint64_t>> expected = {
+  std::vector<std::pair<std::string, uint64_t>> expected = {
       {kSrcTokens, static_cast<uint64_t>(m.src_tokens * m.token_bytes)},
       {kTgtTokens, static_cast<uint64_t>(m.tgt_tokens * m.token_bytes)},
       {kOffsets, 16 * (n + 1)},
       {kLengths, 4 * n},
       {kLines, 8 * n}};
+  // The tokenizer's size is the manifest's own word; checked like the others (train reads it).
+  const auto spm = std::find_if(m.files.begin(), m.files.end(), [](const auto& file) { return file.name == kSpm; });
+  if (spm != m.files.end()) expected.emplace_back(kSpm, spm->bytes);
   struct Check {
     std::string path;
     uint32_t expected;

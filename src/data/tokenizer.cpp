@@ -201,6 +201,22 @@ std::vector<std::string> Vocabulary::pieces_from_json(const std::string& json) {
 
 std::string Vocabulary::pieces_to_json(const std::vector<std::string>& pieces) { return nlohmann::json(pieces).dump(); }
 
+namespace {
+// SentencePiece's trainer status in one line, without its source location: "[!sentences_.empty()]"
+// as what it means.
+std::string trainer_message(std::string message) {
+  if (message.find("!sentences_.empty()") != std::string::npos) return "the input files hold no text";
+  if (const auto at = message.find(".cc("); at != std::string::npos) {
+    const auto end = message.find(") ", at);
+    if (end != std::string::npos) message.erase(0, end + 2);
+  }
+  for (auto& c : message)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  return message;
+}
+}  // namespace
+
 void train_bpe_vocab(const VocabTrainingOptions& options) {
   if (options.inputs.empty()) throw std::runtime_error("no input files to train a vocabulary on");
   if (options.model_prefix.empty()) throw std::runtime_error("no output prefix for the vocabulary");
@@ -234,7 +250,7 @@ void train_bpe_vocab(const VocabTrainingOptions& options) {
     std::string proto;
     auto status = sentencepiece::SentencePieceTrainer::Train(args, &sentences, &proto);
     if (sentences.exception()) std::rethrow_exception(sentences.exception());
-    if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + std::string(status.message()));
+    if (!status.ok()) throw std::runtime_error("training the vocabulary failed: " + trainer_message(status.message()));
     return proto;
   };
   // SentencePiece's trainer cannot be interrupted: where a stop must be honoured, it runs in a

@@ -76,7 +76,8 @@ void TranslatorConfig::validate() const {
   for (const auto& m : models) require(!m.empty(), "-m/--model: an empty path");
   if (!ensemble_weights.empty()) (void)parse_ensemble_weights(ensemble_weights, models.size());
   require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
-  require(s.beam_size >= 1, "--beam must be at least 1");
+  require(s.beam_size >= 1 && s.beam_size <= kMaxBeamSize,
+          "--beam must be between 1 and " + std::to_string(kMaxBeamSize));
   require(s.nbest >= 1 && s.nbest <= s.beam_size, "--nbest must be between 1 and --beam");
   require(translation.batch_size >= 1, "--batch-size must be at least 1");
   require(translation.batch_source_tokens >= 0, "--batch-source-tokens must not be negative");

@@ -85,14 +85,19 @@ void CorpusFilterOptions::validate() const {
   };
   require(!src.empty() && !tgt.empty(), "give the corpus: --src and --tgt");
   require(!kept_src.empty() && !kept_tgt.empty(), "give where the kept pairs go: --kept-src and --kept-tgt");
+  // The ranges first: a negative or NaN value is named as such, not as a missing choice.
+  require(max_score >= 0 && std::isfinite(max_score), "--max-score must be a positive number");
+  require(keep_fraction >= 0 && keep_fraction <= 1, "--keep-fraction must be in (0, 1]");
+  require(reference_quantile > 0 && reference_quantile <= 1, "--reference-quantile must be in (0, 1]");
   require((max_score > 0) + (keep_fraction > 0) + !reference_src.empty() == 1,
           "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt");
   require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
-  require(reference_quantile > 0 && reference_quantile <= 1, "--reference-quantile must be in (0, 1]");
-  require(max_score >= 0 && std::isfinite(max_score), "--max-score must be positive");
-  require(keep_fraction >= 0 && keep_fraction <= 1, "--keep-fraction must be in (0, 1]");
   require(buffer_size >= 1, "--buffer-size must be at least 1");
   require(src != "-" && tgt != "-", "--src and --tgt must be files (they are read twice)");
+  if (auto clash = same_file_twice(
+          {{"--src", src}, {"--tgt", tgt}, {"--reference-src", reference_src}, {"--reference-tgt", reference_tgt}},
+          {{"--kept-src", kept_src}, {"--kept-tgt", kept_tgt}, {"--dropped", dropped}, {"--scores", scores}}))
+    throw std::invalid_argument(*clash);
 }
 
 std::string CorpusFilterReport::summary() const {

@@ -184,6 +184,8 @@ LoadedCheckpoint import_marian(const std::string& directory) {
   if (c.d_model % c.num_heads != 0 || c.d_model % 2 != 0)
     throw std::runtime_error(config_file.string() + ": d_model " + std::to_string(c.d_model) +
                              " must be even and a multiple of the heads");
+  if (config.contains("activation_function") && !config["activation_function"].is_string())
+    throw std::runtime_error(config_file.string() + ": 'activation_function' is not a string");
   const std::string activation = config.value("activation_function", std::string("swish"));
   if (activation == "swish" || activation == "silu") {
     c.activation = Activation::kSwish;

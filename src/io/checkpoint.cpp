@@ -346,6 +346,13 @@ LoadedCheckpoint load_checkpoint(const ModelFile& file, const c10::Device& devic
   });
 }
 
+namespace {
+std::string direction_text(const CheckpointMeta& meta) {
+  const auto code = [](const std::string& c) { return c.empty() ? std::string("?") : c; };
+  return code(meta.source_language) + "->" + code(meta.target_language);
+}
+}  // namespace
+
 LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
   if (paths.empty()) throw std::invalid_argument("no checkpoints to average");
   auto first = load_checkpoint(paths[0], torch::kCPU);
@@ -358,6 +365,11 @@ LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
     if (other.meta.src_spm_checksum != first.meta.src_spm_checksum ||
         other.meta.tgt_spm_checksum != first.meta.tgt_spm_checksum)
       throw std::runtime_error(paths[i] + " was trained with a different tokenizer than " + paths[0]);
+    // A joint vocabulary's two directions have one shape and one tokenizer: their average is noise.
+    if (other.meta.source_language != first.meta.source_language ||
+        other.meta.target_language != first.meta.target_language)
+      throw std::runtime_error(paths[i] + " translates " + direction_text(other.meta) + ", " + paths[0] + " " +
+                               direction_text(first.meta));
     auto other_params = unique_parameters(*other.model);
     for (size_t j = 0; j < params.size(); ++j) params[j].add_(other_params[j]);
   }

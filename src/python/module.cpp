@@ -258,7 +258,8 @@ class NativeTranslator {
     auto require = [](bool ok, const std::string& message) {
       if (!ok) throw std::invalid_argument(message);
     };
-    require(search.beam_size >= 1, "beam_size must be at least 1");
+    require(search.beam_size >= 1 && search.beam_size <= kMaxBeamSize,
+            "beam_size must be between 1 and " + std::to_string(kMaxBeamSize));
     require(search.nbest >= 1 && search.nbest <= search.beam_size, "num_hypotheses must be between 1 and beam_size");
     require(search.length_penalty >= 0, "length_penalty must not be negative");
     require(search.max_len_a >= 0 && search.max_len_b >= 0, "max_len_a and max_len_b must not be negative");

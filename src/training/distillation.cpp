@@ -444,6 +444,11 @@ class Distillation {
 
 DistillSummary distill(DistillOptions options, const TrainHooks& hooks) {
   options.validate();
+  // A corpus whose sides disagree: said now, not after the teachers have translated it.
+  if (const auto& s = options.student; !s.train_tgt.empty()) {
+    const int64_t src_lines = count_lines(s.train_src), tgt_lines = count_lines(s.train_tgt);
+    if (src_lines != tgt_lines) throw std::runtime_error(line_count_mismatch(s.train_src, src_lines, s.train_tgt, tgt_lines));
+  }
   return Distillation(std::move(options), hooks).run();
 }
 

@@ -146,4 +146,26 @@ void replace_directory(const std::string& path, const std::function<void(const s
   }
 }
 
+std::optional<std::string> same_file_twice(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  namespace fs = std::filesystem;
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec, ea, eb;
+    if (fs::equivalent(a, b, ec)) return true;  // both exist: links and other spellings included
+    const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+    return !ea && !eb && ca == cb;
+  };
+  const auto named = [](const std::string& p) { return !p.empty() && p != "-"; };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [out_flag, out] = outputs[i];
+    if (!named(out)) continue;
+    for (const auto& [in_flag, in] : inputs)
+      if (named(in) && same(out, in))
+        return out_flag + " '" + out + "' is the " + in_flag + " file: writing it would replace that input";
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (named(outputs[j].second) && same(out, outputs[j].second))
+        return out_flag + " and " + outputs[j].first + " name the same file '" + out + "'";
+  }
+  return std::nullopt;
+}
+
 }  // namespace torchmt

@@ -3,8 +3,11 @@
 // renamed over the target, then the directory fsync'ed. A kill or a full disk at any moment
 // leaves either the previous file or the new one, never a partial file, and no temporary.
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace torchmt {
 
@@ -49,5 +52,12 @@ bool remove_tree(const std::string& path) noexcept;
 // `path`, which then takes path's place (a previous directory there is removed once replaced).
 // The caller decides beforehand whether `path` may be replaced.
 void replace_directory(const std::string& path, const std::function<void(const std::string& dir)>& fill);
+
+// A file named as an output and as an input, or as two outputs ({name, path} pairs, a name being
+// the flag or field; "-" and "" are skipped). Writing it would replace an input the user may have
+// only there, or one output with the other: callers refuse it before any work. The message naming
+// both, or nullopt.
+using NamedPath = std::pair<std::string, std::string>;
+std::optional<std::string> same_file_twice(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs);
 
 }  // namespace torchmt

@@ -52,8 +52,12 @@ DtypeChoice choose_dtype_by_measuring(const c10::Device& device, const std::stri
   std::snprintf(note, sizeof(note), "fp32 %.0f vs bf16 %.0f %s, %.2fx", fp32, bf16, unit.c_str(),
                 bf16 / std::max(fp32, 1e-9));
   const std::string value = use_bf16 ? "bf16" : "fp32";
-  cache.put(full_key, {value, note});
-  return {use_bf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float, value + ": measured now (" + note + ")"};
+  // A cache it cannot write (TORCHMT_CACHE_DIR a file, a read-only home) costs a probe every run: said.
+  const std::string kept = cache.put(full_key, {value, note})
+                               ? std::string()
+                               : "; not kept: cannot write " + (cache.path().empty() ? "a cache (no HOME)" : cache.path());
+  return {use_bf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float,
+          value + ": measured now (" + note + kept + ")"};
 }
 
 }  // namespace torchmt

@@ -12,6 +12,10 @@
 
 namespace torchmt {
 
+// The widest beam: millions of hypotheses would only exhaust memory (the kernel kills the
+// process without a word).
+constexpr int64_t kMaxBeamSize = 1024;
+
 struct SearchOptions {
   int64_t beam_size = 1;          // 1 = greedy
   double length_penalty = 0.6;    // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-prob

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -63,6 +65,21 @@ inline std::string real_text(double v) {
   return buf;
 }
 
+// An integer option's value in its field's type, or a one-line error: a 32-bit field given
+// 4294967596 must not wrap round to 300.
+template <typename T>
+T narrowed(const std::string& key, int64_t value) {
+  if constexpr (std::is_integral_v<T> && (sizeof(T) < sizeof(int64_t) || std::is_unsigned_v<T>)) {
+    const int64_t lowest = static_cast<int64_t>(std::numeric_limits<T>::min());
+    bool fits = value >= lowest;
+    if constexpr (sizeof(T) < sizeof(int64_t)) fits = fits && value <= static_cast<int64_t>(std::numeric_limits<T>::max());
+    if (!fits)
+      throw std::invalid_argument("config key " + key + " is out of range: " + std::to_string(value) + " (from " +
+                                  std::to_string(lowest) + " to " + std::to_string(std::numeric_limits<T>::max()) + ")");
+  }
+  return static_cast<T>(value);
+}
+
 template <typename Options>
 class OptionTable {
  public:
@@ -81,7 +98,7 @@ class OptionTable {
       else if constexpr (std::is_same_v<T, std::vector<std::string>>) field = c.get_list(k);
       else if constexpr (std::is_same_v<T, bool>) field = c.get_bool(k);
       else if constexpr (std::is_floating_point_v<T>) field = static_cast<T>(c.get_double(k));
-      else field = static_cast<T>(c.get_int(k));
+      else field = narrowed<T>(k, c.get_int(k));
     };
     e.write = [ref](const Options& o, FlatConfig& c, const std::string& k) {
       // The accessor takes a non-const Options (one accessor reads and writes); it is only read here.
