@@ -62,6 +62,8 @@ const std::vector<EnvVariable>& environment_table() {
       {"TORCHMT_TARGETS", EnvKind::kText, "CMake targets", "all", "build only these targets", kScripts},
       {"TORCHMT_SKIP_INSTALL", EnvKind::kFlag, "0|1", "0", "1: only configure and build (no apt-get or pip)",
        kScripts},
+      {"TORCHMT_SETUP", EnvKind::kChoice, "full|cli", "full",
+       "cli: set-up installs and configures only what the CLI needs (the quickstart's)", kScripts},
       {"TORCHMT_JOBS", EnvKind::kInteger, "1 or more", "the number of cores", "parallel compile jobs", kScripts},
       {"TORCHMT_TEST_JOBS", EnvKind::kInteger, "1 or more", "2", "parallel test processes (ctest -j)", kScripts},
   };
