@@ -54,8 +54,7 @@ int usage_error(const char* program, const std::string& message) {
   return kExitUsage;
 }
 
-std::vector<std::pair<std::string, std::string>> translator_inputs(const TranslatorConfig& config,
-                                                                   std::vector<std::pair<std::string, std::string>> more) {
+std::vector<NamedPath> translator_inputs(const TranslatorConfig& config, std::vector<NamedPath> more) {
   for (const auto& model : config.models) more.emplace_back("-m/--model", model);
   more.emplace_back("--shortlist", config.shortlist);
   return more;

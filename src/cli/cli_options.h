@@ -8,7 +8,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -16,6 +15,7 @@
 #include "commands.h"
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/util/option_table.h"
+#include "util/atomic_file.h"
 
 namespace torchmt {
 class Translator;
@@ -74,8 +74,7 @@ int usage_error(const char* program, const std::string& message);
 
 // The files a translator reads (-m models, --shortlist) as {flag, path}, for same_file_twice
 // (util/atomic_file.h), with `more` after them.
-std::vector<std::pair<std::string, std::string>> translator_inputs(
-    const TranslatorConfig& config, std::vector<std::pair<std::string, std::string>> more = {});
+std::vector<NamedPath> translator_inputs(const TranslatorConfig& config, std::vector<NamedPath> more = {});
 
 // The options `line` gives (`start` for the keys it does not name). A bad value is a usage
 // error (one line, kExitUsage); with --dump-config prints the effective configuration and

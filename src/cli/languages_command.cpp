@@ -1,10 +1,10 @@
 // torchmt languages: what a checkpoint says it translates; and, for one written before torchmt 0.3
 // recorded it, a copy that knows its languages and has a language identifier learned from texts
 // (--learn de=train.de), without training: what `serve` needs for /detect and source "auto".
-#include <filesystem>
 #include <iostream>
 
 #include "cli_options.h"
+#include "util/atomic_file.h"
 #include "torchmt/data/language_identifier.h"
 #include "io/checkpoint.h"
 
@@ -48,8 +48,8 @@ int run_languages(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     return usage_error(argv[0], e.what());
   }
-  if (writing && std::filesystem::exists(o->output) && std::filesystem::equivalent(o->output, o->model))
-    return usage_error(argv[0], "-o must name a new file, not the checkpoint itself");
+  if (auto clash = same_file_twice({{"-m/--model", o->model}}, {{"-o/--output", writing ? o->output : ""}}))
+    return usage_error(argv[0], *clash);
   try {
     LoadedCheckpoint checkpoint = load_checkpoint(o->model, c10::Device(c10::kCPU));
     CheckpointMeta& meta = checkpoint.meta;
