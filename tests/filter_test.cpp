@@ -140,6 +140,22 @@ TEST(Filter, CommandKeepsTheCleanPairsAndReportsTheRest) {
   EXPECT_NE(r.output.find(", the 0.5 quantile of 40 reference pairs' scores"), std::string::npos) << r.output;
   const double threshold = std::stod(r.output.substr(at + 20));
   EXPECT_NEAR(threshold, reference[20], 1e-4 * std::max(1.0, std::fabs(reference[20])));
+
+  // A pair over a model's length is scored cut and named by its line.
+  std::vector<std::string> few_de(de.begin(), de.begin() + 5), few_en(en.begin(), en.begin() + 5);
+  std::string long_side;
+  for (int i = 0; i < 100; ++i) long_side += few_en[0] + " ";
+  few_de.push_back(few_de[0]);
+  few_en.push_back(long_side);
+  write_lines(dir.file("l.de"), few_de);
+  write_lines(dir.file("l.en"), few_en);
+  r = test::run_command(test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " + m.ende +
+                        " --src " + dir.file("l.de") + " --tgt " + dir.file("l.en") + " --kept-src " + dir.file("lk.de") +
+                        " --kept-tgt " + dir.file("lk.en") + " --max-score 1000 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 pair with a side longer than a model accepts, scored cut: line 6 of " + dir.file("l.de")),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {

@@ -98,6 +98,16 @@ TEST(CorpusStats, SummaryFormat) {
   EXPECT_EQ(with_thousands(999), "999");
 }
 
+TEST(LineSample, NamesTheFirstLinesAndCountsTheRest) {
+  LineSample lines(3);
+  EXPECT_EQ(lines.describe(), "");
+  lines.add(17);
+  EXPECT_EQ(lines.describe(), "line 17");
+  for (int64_t n : {203, 204, 1000, 2000}) lines.add(n);
+  EXPECT_EQ(lines.count(), 5);
+  EXPECT_EQ(lines.describe(), "lines 17, 203, 204 and 2 more");
+}
+
 TEST(ParallelCorpus, LineCountMismatchNamesBothFilesAndCounts) {
   TempDir dir;
   auto lines = read_lines(sample_en());

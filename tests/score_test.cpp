@@ -243,5 +243,22 @@ TEST(ScoreCommand, BadInputIsOneLineAndNoOutput) {
   EXPECT_NE(r.output.find("missing.de"), std::string::npos) << r.output;
 }
 
+// A pair over the model's length is scored cut, never the job lost, and the warning names its
+// line (counted across windows) so the user can find it.
+TEST(ScoreCommand, ALongPairIsScoredCutAndNamedByItsLine) {
+  test::TempDir dir;
+  std::string long_target;
+  for (int i = 0; i < 100; ++i) long_target += "a dog runs ";
+  std::ofstream(dir.file("three.de")) << "Ein Hund.\nZwei Katzen.\nEin Mann.\n";
+  std::ofstream(dir.file("three.en")) << "A dog.\nTwo cats.\n" << long_target << "\n";
+  const auto r = test::run_command(tm() + " score -m " + tiny_checkpoint() + " --dtype fp32 -q --buffer-size 2 --src " +
+                                   dir.file("three.de") + " --tgt " + dir.file("three.en") + " -o " + dir.file("out.tsv"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(split(test::read_text(dir.file("out.tsv")), '\n').size(), 3u);
+  EXPECT_NE(r.output.find("1 pair longer than the model accepts, scored cut: line 3 of " + dir.file("three.de")),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace torchmt

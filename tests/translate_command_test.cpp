@@ -183,6 +183,21 @@ TEST(TranslateCommand, AttentionPictureIsAnSvg) {
   EXPECT_NE(svg.find("head 1"), std::string::npos);
 }
 
+// A line over the model's length is translated cut, and the warning names it (counted across windows).
+TEST(TranslateCommand, ALongLineIsTranslatedCutAndNamedByItsLine) {
+  test::TempDir dir;
+  std::string long_line;
+  for (int i = 0; i < 100; ++i) long_line += "ein Hund läuft ";
+  test::write_text(dir.file("in.de"), "Ein Hund.\nZwei Katzen.\n" + long_line + "\nEin Mann.\n");
+  const auto r = test::run_command(tm() + " translate -q -m " + tiny_checkpoint() + " --buffer-size 2 -i " +
+                                   dir.file("in.de") + " -o " + dir.file("out.en"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines(test::read_text(dir.file("out.en"))), 4u);
+  EXPECT_NE(r.output.find("1 input line longer than the model accepts, translated cut: line 3 of " + dir.file("in.de")),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
   test::TempDir dir;
   auto r = test::run_command(tm() + " translate -m " + dir.file("missing.pt") + " < /dev/null");

@@ -104,9 +104,11 @@ int run_filter(int argc, char** argv) {
   if (report.reference_pairs > 0)
     std::cerr << "filter: --max-score " << report.threshold << ", the " << f.reference_quantile << " quantile of "
               << report.reference_pairs << " reference pairs' scores\n";
-  if (report.truncated > 0)
-    std::cerr << argv[0] << ": warning: " << report.truncated
-              << " pairs had a side longer than a model accepts and were scored cut\n";
+  if (report.truncated.count() > 0)
+    std::cerr << argv[0] << ": warning: " << report.truncated.count()
+              << (report.truncated.count() == 1 ? " pair" : " pairs")
+              << " with a side longer than a model accepts, scored cut: " << report.truncated.describe() << " of "
+              << f.src << " and " << f.tgt << "\n";
   std::cerr << "filter: " << report.summary() << "\n";
   return kExitOk;
 }

@@ -91,7 +91,8 @@ int run_score(int argc, char** argv) {
                     show_progress ? ProgressStyle::kAuto : ProgressStyle::kQuiet);
   const auto window = static_cast<size_t>(o->buffer_size);
   std::vector<std::string> src, tgt;
-  int64_t count = 0, truncated = 0, tokens = 0;
+  int64_t count = 0, tokens = 0;
+  LineSample cut;
   double seconds = 0;
   const Tokenizer& target_tokenizer = translator->tgt_tokenizer();
   while (true) {
@@ -109,8 +110,9 @@ int run_score(int argc, char** argv) {
                                           [&progress](int64_t n) { progress.add(n); });
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::string text;
-    for (const PairScore& s : scores) {
-      truncated += s.truncated ? 1 : 0;
+    for (size_t i = 0; i < scores.size(); ++i) {
+      const PairScore& s = scores[i];
+      if (s.truncated) cut.add(count + static_cast<int64_t>(i) + 1);
       tokens += static_cast<int64_t>(s.log_probs.size());
       append_number(text, s.score);
       text += '\t';
@@ -148,9 +150,10 @@ int run_score(int argc, char** argv) {
   }
   output.commit();
   progress.finish();
-  if (truncated > 0)
-    std::cerr << argv[0] << ": warning: " << truncated
-              << " pairs were longer than the model accepts and were cut before scoring\n";
+  if (cut.count() > 0)
+    std::cerr << argv[0] << ": warning: " << cut.count() << (cut.count() == 1 ? " pair" : " pairs")
+              << " longer than the model accepts, scored cut: " << cut.describe() << " of " << o->src << " and "
+              << o->tgt << "\n";
   std::cerr << "scored " << count << " pairs in " << seconds << " s ("
             << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " pairs/s, "
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, "

@@ -294,7 +294,8 @@ int run_translate(int argc, char** argv) {
   std::vector<LineSteering> steering;
   std::string first_line;
   Translation first_translation;
-  int64_t count = 0, tokens = 0, truncated = 0;
+  int64_t count = 0, tokens = 0;
+  LineSample cut;
   double seconds = 0;
   while (input.read(window, lines)) {
     const auto start = std::chrono::steady_clock::now();
@@ -339,7 +340,7 @@ int run_translate(int argc, char** argv) {
       for (size_t i = 0; i < translations.size(); ++i, ++count) {
         const auto& t = translations[i];
         for (const auto& h : t.hypotheses) tokens += static_cast<int64_t>(h.tokens.size()) + 1;
-        truncated += t.truncated ? 1 : 0;
+        if (t.truncated) cut.add(count + 1);
         if (!confidences.empty()) {
           append_confidence(text, t.texts.front(), t.hypotheses.empty() ? nullptr : &confidences[i],
                             o->confidence == "tsv", o->confidence_threshold);
@@ -372,8 +373,10 @@ int run_translate(int argc, char** argv) {
   if (constraints) constraints->check_ended();
   output.commit();
   progress.finish();
-  if (truncated > 0)
-    std::cerr << argv[0] << ": warning: " << truncated << " input lines were longer than the model accepts and were cut\n";
+  if (cut.count() > 0)
+    std::cerr << argv[0] << ": warning: " << cut.count() << (cut.count() == 1 ? " input line" : " input lines")
+              << " longer than the model accepts, translated cut: " << cut.describe() << " of "
+              << (o->input == "-" ? "standard input" : o->input) << "\n";
   std::cerr << "translated " << count << " lines in " << seconds << " s ("
             << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " lines/s, ";
   if (!documents && !o->alignments)  // (documents do not count their tokens)

@@ -215,7 +215,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   };
   for (size_t i = 0; i < verdicts.size() && src_again.next(s) && tgt_again.next(t); ++i) {
     const PairVerdict& v = verdicts[i];
-    report.truncated += v.score.truncated ? 1 : 0;
+    if (v.score.truncated) report.truncated.add(static_cast<int64_t>(i) + 1);
     if (all_scores) {
       if (v.reason.empty()) append_scores(sc, v.score);
       else sc += "\t\t";

@@ -454,7 +454,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   out["kept"] = r.kept;
   out["dropped_by_score"] = r.dropped_by_score;
   out["unscorable"] = r.unscorable;
-  out["truncated"] = r.truncated;
+  out["truncated"] = r.truncated.count();
   out["threshold"] = r.threshold;
   out["reference_pairs"] = r.reference_pairs;
   out["summary"] = r.summary();

@@ -59,4 +59,16 @@ std::string escape_control(std::string_view text) {
   return out;
 }
 
+std::string LineSample::describe() const {
+  if (count_ == 0) return "";
+  std::string out = count_ == 1 ? "line " : "lines ";
+  for (size_t i = 0; i < first_.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(first_[i]);
+  }
+  if (count_ > static_cast<int64_t>(first_.size()))
+    out += " and " + with_thousands(count_ - static_cast<int64_t>(first_.size())) + " more";
+  return out;
+}
+
 }  // namespace torchmt

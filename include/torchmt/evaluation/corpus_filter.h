@@ -9,6 +9,7 @@
 #include <string>
 
 #include "torchmt/decoding/translator.h"
+#include "torchmt/util/strings.h"
 
 namespace torchmt {
 
@@ -37,7 +38,7 @@ struct CorpusFilterOptions {
 struct CorpusFilterReport {
   int64_t pairs = 0, kept = 0;
   int64_t dropped_by_score = 0, unscorable = 0;  // the dropped pairs, by why
-  int64_t truncated = 0;        // scored with a side cut to what a model accepts
+  LineSample truncated;         // the pairs scored with a side cut to what a model accepts
   double threshold = 0.0;       // the score kept pairs are at most
   int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)
   std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"

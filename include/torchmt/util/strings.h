@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace torchmt {
 
@@ -28,5 +29,24 @@ std::string escape_control(std::string_view text);
 
 // The text before the first '\n': LibTorch's errors carry a backtrace or context lines after it.
 inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// Line numbers a job passed over or changed (lines cut to what a model accepts, ...): the first
+// few kept, so a warning can name them without flooding stderr on a corpus where thousands are.
+class LineSample {
+ public:
+  explicit LineSample(size_t keep = 10) : keep_(keep) {}
+  void add(int64_t line) {  // 1-based
+    ++count_;
+    if (first_.size() < keep_) first_.push_back(line);
+  }
+  int64_t count() const { return count_; }
+  // "line 17", "lines 17, 203 and 5 more"; "" when none.
+  std::string describe() const;
+
+ private:
+  size_t keep_;
+  int64_t count_ = 0;
+  std::vector<int64_t> first_;
+};
 
 }  // namespace torchmt
