@@ -81,6 +81,16 @@ TEST(EnvironmentTable, ChoicesAndIntegersAreChecked) {
     ScopedEnv e("MASTER_PORT", "29501");
     EXPECT_EQ(env_int("MASTER_PORT", 0, 1, 65535), 29501);
   }
+  // The checks every command makes (check_environment) hold an integer to its row's numbers.
+  for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
+           {"WORLD_SIZE", "0"}, {"NNODES", "0"}, {"MASTER_PORT", "0"}, {"MASTER_PORT", "65536"}, {"RANK", "-1"}}) {
+    ScopedEnv e(name, value);
+    EXPECT_THROW(env_value(name), std::invalid_argument) << name << "=" << value;
+  }
+  {
+    ScopedEnv e("WORLD_SIZE", "2");
+    EXPECT_EQ(env_value("WORLD_SIZE").value_or(""), "2");
+  }
   ScopedEnv e("MASTER_PORT", nullptr);
   EXPECT_EQ(env_int("MASTER_PORT", 7, 1, 65535), 7);
   // A read of a variable the table does not list is a programming error.

@@ -209,6 +209,14 @@ TEST(TranslateCommand, BadInputIsAOneLineErrorWithNonZeroExit) {
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --beam 4294967298 < /dev/null");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--beam must be between 1 and 1024"), std::string::npos) << r.output;
+  // A flag's bad value is named by the flag, a config file's by its key.
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --max-len-b 1x < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-len-b is not an integer: '1x'"), std::string::npos) << r.output;
+  test::write_text(dir.file("c.yaml"), "max_len_b: 1x\n");
+  r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " --config " + dir.file("c.yaml") + " < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("config key max_len_b is not an integer: '1x'"), std::string::npos) << r.output;
   // -o naming the input would replace the user's sources with their translations.
   test::write_text(dir.file("in.de"), "Ein Hund.\n");
   r = test::run_command(tm() + " translate -m " + tiny_checkpoint() + " -i " + dir.file("in.de") + " -o " +

@@ -129,6 +129,15 @@ std::optional<CommandLine> parse_command_line(const std::string& description, co
   return line;
 }
 
+std::string as_given(const CommandLine& line, const std::string& message) {
+  const std::string prefix = "config key ";
+  if (message.rfind(prefix, 0) != 0) return message;
+  const size_t end = std::min(message.find(' ', prefix.size()), message.size());
+  const std::string flag = flag_name(message.substr(prefix.size(), end - prefix.size()));
+  if (!line.flags.count(flag)) return message;
+  return "--" + flag + message.substr(end);
+}
+
 Translator load_cli_translator(TranslatorConfig& config) {
   config.runtime = Runtime::from_environment();
   return load_translator(config);

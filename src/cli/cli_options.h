@@ -79,6 +79,10 @@ std::vector<NamedPath> translator_inputs(const TranslatorConfig& config, std::ve
 // The options `line` gives (`start` for the keys it does not name). A bad value is a usage
 // error (one line, kExitUsage); with --dump-config prints the effective configuration and
 // sets kExitOk. Both return nullopt.
+// The options' error for the user: "config key max_len_b ..." names --max-len-b when the value
+// came from that flag, not from the --config file.
+std::string as_given(const CommandLine& line, const std::string& message);
+
 template <typename Options>
 std::optional<Options> read_options(const OptionTable<Options>& table, const CommandLine& line, const char* program,
                                     int& exit_code, Options start = Options{}) {
@@ -86,7 +90,7 @@ std::optional<Options> read_options(const OptionTable<Options>& table, const Com
   try {
     options = table.read(line.config, std::move(start));
   } catch (const std::invalid_argument& e) {
-    exit_code = usage_error(program, e.what());
+    exit_code = usage_error(program, as_given(line, e.what()));
     return std::nullopt;
   }
   if (line.dump_config) {

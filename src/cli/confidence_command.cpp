@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli_options.h"
+#include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
 #include "torchmt/decoding/confidence.h"
 #include "torchmt/decoding/translation_options.h"
@@ -69,7 +70,7 @@ int run_confidence(int argc, char** argv) {
     sources = evaluation::read_utf8_lines(o->src);
     refs = evaluation::read_utf8_lines(o->ref);
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n";
+    std::cerr << argv[0] << ": error: " << escape_control(e.what()) << "\n";
     return kExitFailure;
   }
   if (sources.size() != refs.size()) {

@@ -54,7 +54,7 @@ int run_detect(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     return usage_error(argv[0], e.what());
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n";
+    std::cerr << argv[0] << ": error: " << escape_control(e.what()) << "\n";
     return kExitFailure;
   }
   try {
@@ -83,7 +83,7 @@ int run_detect(int argc, char** argv) {
       std::cerr << "detect: " << texts << " texts, " << (texts ? seconds * 1e6 / static_cast<double>(texts) : 0.0)
                 << " us per text (languages: " << identifier.languages().size() << ")\n";
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n";
+    std::cerr << argv[0] << ": error: " << escape_control(e.what()) << "\n";
     return kExitFailure;
   }
   return kExitOk;

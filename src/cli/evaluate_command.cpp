@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "torchmt/util/strings.h"
 #include "evaluation/report.h"
 #include "evaluation/utf8_line_reader.h"
 #include "util/atomic_file.h"
@@ -82,7 +83,7 @@ int run_evaluate(int argc, char** argv) {
     hyps = evaluation::read_utf8_lines(hyp_path);  // the sources, when translating first
     refs = evaluation::read_utf8_lines(ref_path);
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n";
+    std::cerr << argv[0] << ": error: " << escape_control(e.what()) << "\n";
     return kExitFailure;
   }
   if (hyps.size() != refs.size()) {

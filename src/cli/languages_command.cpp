@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli_options.h"
+#include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
 #include "torchmt/data/language_identifier.h"
 #include "io/checkpoint.h"
@@ -78,7 +79,7 @@ int run_languages(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     return usage_error(argv[0], e.what());
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": " << e.what() << "\n";
+    std::cerr << argv[0] << ": error: " << escape_control(e.what()) << "\n";
     return kExitFailure;
   }
   return kExitOk;

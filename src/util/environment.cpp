@@ -125,10 +125,15 @@ long parse_integer(const EnvVariable& v, const std::string& value, long min, lon
   return *n;
 }
 
-// The rule alone: ranges that depend on other variables are checked where they are read.
+// The rule alone: its numbers ("1 or more", "1 .. 65535") bound the value; ranges that depend on
+// other variables ("0 .. WORLD_SIZE-1") are checked where they are read.
 void check_integer(const EnvVariable& v, const std::string& value) {
+  const std::string rule = v.values;
+  const auto min = whole_number(rule.substr(0, rule.find(' ')));
+  const size_t dots = rule.find(".. ");
+  const auto max = dots == std::string::npos ? std::nullopt : whole_number(rule.substr(dots + 3));
   const auto n = whole_number(value);
-  if (!n || *n < 0) bad_value(v, value, std::string("an integer, ") + v.values);
+  if (!n || *n < min.value_or(0) || (max && *n > *max)) bad_value(v, value, std::string("an integer, ") + v.values);
 }
 
 void check_choice(const EnvVariable& v, const std::string& value) {
