@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -231,10 +232,21 @@ TEST(ScoreCommand, BadInputIsOneLineAndNoOutput) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("line counts differ"), std::string::npos) << r.output;
   EXPECT_FALSE(std::ifstream(dir.file("out.tsv")).good());
-  r = test::run_command(base + "--src " + dir.file("two.de") + " --tgt " + dir.file("bad.en"));
+  // Invalid UTF-8: the pair is scored with U+FFFD and named (a long job is not lost for one line);
+  // --strict-utf8 refuses it.
+  r = test::run_command(base + "--src " + dir.file("two.de") + " --tgt " + dir.file("bad.en") + " -o " +
+                        dir.file("out.tsv"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bad.en:2: invalid UTF-8 at byte 5: scored with 1 U+FFFD replacement"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(split(test::read_text(dir.file("out.tsv")), '\n').size(), 2u);
+  std::filesystem::remove(dir.file("out.tsv"));
+  r = test::run_command(base + "--strict-utf8 --src " + dir.file("two.de") + " --tgt " + dir.file("bad.en") + " -o " +
+                        dir.file("out.tsv"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("bad.en:2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("UTF-8"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::ifstream(dir.file("out.tsv")).good());
   r = test::run_command(base + "--src " + dir.file("two.de"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--tgt"), std::string::npos) << r.output;

@@ -58,7 +58,7 @@ int run_detect(int argc, char** argv) {
     return kExitFailure;
   }
   try {
-    InputLines input(o->input, false);
+    InputLines input(o->input, false, "identified");
     std::vector<std::string> lines;
     std::string out;
     int64_t texts = 0;

@@ -13,8 +13,8 @@
 
 namespace torchmt::cli {
 
-InputLines::InputLines(const std::string& path, bool strict)
-    : source_(path == "-" ? "standard input" : path), strict_(strict) {
+InputLines::InputLines(const std::string& path, bool strict, std::string done)
+    : source_(path == "-" ? "standard input" : path), strict_(strict), done_(std::move(done)) {
   if (path != "-") file_ = std::make_unique<LineReader>(path);
 }
 
@@ -76,7 +76,7 @@ bool InputLines::read(size_t max_lines, std::vector<std::string>& lines) {
       if (strict_) throw std::runtime_error(where + " (--strict-utf8)");
       size_t replaced = 0;
       line = replace_invalid_utf8(line, &replaced);
-      std::cerr << "warning: " << where << ": translated with " << replaced << " U+FFFD replacement"
+      std::cerr << "warning: " << where << ": " << done_ << " with " << replaced << " U+FFFD replacement"
                 << (replaced == 1 ? "" : "s") << "\n";
     }
     lines.push_back(std::move(line));

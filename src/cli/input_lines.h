@@ -1,5 +1,5 @@
 #pragma once
-// Input lines for `translate`, `evaluate` and `score`: a file (plain or .gz) or standard input, read
+// Input lines for `translate`, `score` and `detect`: a file (plain or .gz) or standard input, read
 // whole or in windows (`translate` streams: memory is bounded by the window, not the input).
 //
 // Invalid UTF-8: with `strict`, an error naming the source, the line and the byte; otherwise
@@ -19,7 +19,8 @@ namespace torchmt::cli {
 
 class InputLines {
  public:
-  InputLines(const std::string& path, bool strict);
+  // `done`: what the warning says happens to a repaired line ("translated", "scored").
+  InputLines(const std::string& path, bool strict, std::string done = "read");
   ~InputLines();
   // Replaces `lines` with the next at most `max_lines` lines; false (and empty) at the end.
   bool read(size_t max_lines, std::vector<std::string>& lines);
@@ -29,6 +30,7 @@ class InputLines {
   bool next(std::string& line);
   std::string source_;  // the file's name, or "standard input"
   bool strict_;
+  std::string done_;
   std::unique_ptr<LineReader> file_;
   int64_t line_number_ = 0;
 };

@@ -24,7 +24,7 @@ namespace {
 struct ScoreCommandOptions {
   TranslatorConfig translator;
   std::string src, tgt, output = "-";
-  bool piece_scores = false, word_scores = false, quiet = false;
+  bool piece_scores = false, word_scores = false, strict_utf8 = false, quiet = false;
   int64_t buffer_size = 4096;
 };
 
@@ -40,6 +40,9 @@ const OptionTable<ScoreCommandOptions>& score_option_table() {
            "two more columns: the target's words and each one's log-probability (the sum of its pieces')",
            {"", "scoring", {}})
       .add("buffer_size", &O::buffer_size, "pairs read, scored and written at a time (memory is bounded by it)",
+           {"", "scoring", {}})
+      .add("strict_utf8", &O::strict_utf8,
+           "refuse input with invalid UTF-8 (default: such bytes become U+FFFD, with a warning naming the line)",
            {"", "scoring", {}})
       .add("quiet", &O::quiet, "no progress on stderr", {"q", "scoring", {}})
       .include(translator_option_table(), &O::translator);
@@ -62,7 +65,7 @@ int run_score(int argc, char** argv) {
                          "lines, one TSV line: the length-normalised score (as translate --nbest prints it, "
                          "--length-penalty), the summed log-probability of the target's pieces and its end; "
                          "--piece-scores and --word-scores add the target's pieces or words and their "
-                         "log-probabilities. Invalid UTF-8 is an error.",
+                         "log-probabilities. Invalid UTF-8 becomes U+FFFD, with a warning naming the line (--strict-utf8: an error).",
                          argc, argv, code);
   if (!o) return code;
   if (o->translator.models.empty()) return usage_error(argv[0], "missing required option -m/--model");
@@ -78,7 +81,8 @@ int run_score(int argc, char** argv) {
     std::cerr << argv[0] << ": " << line_count_mismatch(o->src, src_lines, o->tgt, tgt_lines) << "\n";
     return kExitFailure;
   }
-  InputLines sources(o->src, /*strict=*/true), targets(o->tgt, /*strict=*/true);  // a missing file: before the load
+  // A missing file: before the load.
+  InputLines sources(o->src, o->strict_utf8, "scored"), targets(o->tgt, o->strict_utf8, "scored");
   use_heap_policy(o->translator.translation);  // before the load and the workers start
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))

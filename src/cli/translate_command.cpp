@@ -262,7 +262,7 @@ int run_translate(int argc, char** argv) {
   }
   if (o->alignments && !translator->model()) return usage_error(argv[0], "--alignments needs one checkpoint, not an export or an ensemble");
   if (o->tensor_pool) use_cpu_tensor_pool();  // after the load: the weights stay where LibTorch put them (heap.h)
-  InputLines input(o->input, o->strict_utf8);
+  InputLines input(o->input, o->strict_utf8, "translated");
   // --target-prefix and --constraints: files aligned with the input, line for line.
   std::unique_ptr<AlignedLines> prefixes, constraints;
   for (auto [flag, path, aligned] : {std::make_tuple("--target-prefix", &o->target_prefix, &prefixes),
