@@ -255,14 +255,14 @@ TEST(ScoreCommand, BadInputIsOneLineAndNoOutput) {
   EXPECT_NE(r.output.find("missing.de"), std::string::npos) << r.output;
 }
 
-// A pair over the model's length is scored cut, never the job lost, and the warning names its
-// line (counted across windows) so the user can find it.
-TEST(ScoreCommand, ALongPairIsScoredCutAndNamedByItsLine) {
+// A pair over the model's length is scored cut, a pair with an empty side as given, never the job
+// lost, and the warnings name their lines (counted across windows) so the user can find them.
+TEST(ScoreCommand, LongAndEmptyPairsAreScoredAndNamedByTheirLines) {
   test::TempDir dir;
   std::string long_target;
   for (int i = 0; i < 100; ++i) long_target += "a dog runs ";
   std::ofstream(dir.file("three.de")) << "Ein Hund.\nZwei Katzen.\nEin Mann.\n";
-  std::ofstream(dir.file("three.en")) << "A dog.\nTwo cats.\n" << long_target << "\n";
+  std::ofstream(dir.file("three.en")) << "\nTwo cats.\n" << long_target << "\n";
   const auto r = test::run_command(tm() + " score -m " + tiny_checkpoint() + " --dtype fp32 -q --buffer-size 2 --src " +
                                    dir.file("three.de") + " --tgt " + dir.file("three.en") + " -o " + dir.file("out.tsv"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -270,6 +270,7 @@ TEST(ScoreCommand, ALongPairIsScoredCutAndNamedByItsLine) {
   EXPECT_NE(r.output.find("1 pair longer than the model accepts, scored cut: line 3 of " + dir.file("three.de")),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("1 pair with an empty side, scored as given: line 1 of "), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ int run_score(int argc, char** argv) {
   const auto window = static_cast<size_t>(o->buffer_size);
   std::vector<std::string> src, tgt;
   int64_t count = 0, tokens = 0;
-  LineSample cut;
+  LineSample cut, blank;
   double seconds = 0;
   const Tokenizer& target_tokenizer = translator->tgt_tokenizer();
   while (true) {
@@ -117,6 +117,7 @@ int run_score(int argc, char** argv) {
     for (size_t i = 0; i < scores.size(); ++i) {
       const PairScore& s = scores[i];
       if (s.truncated) cut.add(count + static_cast<int64_t>(i) + 1);
+      if (Translator::is_blank(src[i]) || Translator::is_blank(tgt[i])) blank.add(count + static_cast<int64_t>(i) + 1);
       tokens += static_cast<int64_t>(s.log_probs.size());
       append_number(text, s.score);
       text += '\t';
@@ -158,6 +159,12 @@ int run_score(int argc, char** argv) {
     std::cerr << argv[0] << ": warning: " << cut.count() << (cut.count() == 1 ? " pair" : " pairs")
               << " longer than the model accepts, scored cut: " << cut.describe() << " of " << o->src << " and "
               << o->tgt << "\n";
+  // Scored as given (an empty target is the model's probability of ending at once), but most often
+  // a misaligned corpus: said, with where.
+  if (blank.count() > 0)
+    std::cerr << argv[0] << ": warning: " << blank.count() << (blank.count() == 1 ? " pair" : " pairs")
+              << " with an empty side, scored as given: " << blank.describe() << " of " << o->src << " and " << o->tgt
+              << "\n";
   std::cerr << "scored " << count << " pairs in " << seconds << " s ("
             << static_cast<int64_t>(count / std::max(seconds, 1e-9)) << " pairs/s, "
             << static_cast<int64_t>(tokens / std::max(seconds, 1e-9)) << " target tokens/s, "
