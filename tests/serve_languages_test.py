@@ -288,6 +288,8 @@ def main():
         check(codes[2][1]["error"].startswith("Slowdown:"), "429's message")
         status, out, _ = call(port, "POST", "/translate", dict(body, q="x" * 61, api_key="open-sesame-0001"))
         check(status == 400 and out["error"] == "Invalid request: request (61) exceeds text limit (60)", f"{out}")
+        status, out, _ = call(port, "POST", "/v1/translate", {"q": "x" * 61, "api_key": "open-sesame-0001"})
+        check(status == 400 and out["error"] == "Invalid request: request (61) exceeds text limit (60)", f"v1: {out}")
         status, out, _ = call(port, "POST", "/translate", dict(body, q=["a", "b", "c"], api_key="open-sesame-0001"))
         check(status == 400 and out["error"] == "Invalid request: request (3) exceeds text limit (2)", f"{out}")
         status, settings, _ = call(port, "GET", "/frontend/settings")

@@ -81,6 +81,7 @@ TEST(HttpApi, BadRequestsGetTheirStatus) {
   EXPECT_EQ(lt("application/x-www-form-urlencoded", "q=%zz"), 400);
   EXPECT_EQ(lt("multipart/form-data", "--x"), 415);
   EXPECT_EQ(lt("application/json", R"({"q": "a", "alternatives": 8})"), 400);  // beyond max_beam
+  EXPECT_EQ(lt("application/json", R"({"q": "a", "alternatives": 18446744073709551615})"), 400);  // not wrapped to -1
   try {
     parse_libretranslate_request("application/json", R"({"source": "de"})", s);
   } catch (const ApiError& e) {

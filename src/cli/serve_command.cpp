@@ -75,7 +75,7 @@ const OptionTable<ServeCommandOptions>& serve_option_table() {
           .add("req_limit", [](O& o) -> int64_t& { return o.server.req_limit; },
                "requests per minute per client address (-1 = no limit; a key's own limit replaces it)", http)
           .add("char_limit", [](O& o) -> int64_t& { return o.server.api.char_limit; },
-               "characters per text of a LibreTranslate request (-1 = no limit beyond --max-sentence-chars)", http)
+               "characters per text of a request, /v1/translate's too (-1 = no limit beyond --max-sentence-chars)", http)
           .add("disable_files_translation", [](O& o) -> bool& { return o.disable_files; },
                "refuse POST /translate_file (403), as LibreTranslate's flag", http)
           .add("max_file_sentences", [](O& o) -> int64_t& { return o.server.max_file_sentences; },

@@ -101,7 +101,7 @@ std::string sampling_problem(const SearchOptions& s, bool flags) {
   if (s.sampling_topk < 0) return name("sampling_topk") + " must not be negative (0 = the whole vocabulary)";
   if (!(s.sampling_topp > 0.0 && s.sampling_topp <= 1.0)) return name("sampling_topp") + " must be in (0, 1]";
   if (!(s.sampling_temperature > 0.0 && s.sampling_temperature <= 1e6))
-    return name("sampling_temperature") + " must be a positive number";
+    return name("sampling_temperature") + " must be a positive number, at most 1e6";
   if (!s.sampling() && (s.sampling_topp != 1.0 || s.sampling_temperature != 1.0))
     return name("sampling_topp") + " and " + name("sampling_temperature") + " need " + name("sampling_topk") +
            " other than 1 (0 = the whole vocabulary)";

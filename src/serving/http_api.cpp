@@ -74,6 +74,15 @@ int64_t count_chars(const std::string& s) {
   return chars;
 }
 
+// --char-limit (or the API key's): LibreTranslate's error for a text over it.
+void check_char_limit(const std::vector<std::string>& texts, const ApiSettings& settings) {
+  if (settings.char_limit < 0) return;
+  for (const auto& text : texts)
+    if (count_chars(text) > settings.char_limit)
+      throw ApiError(400, "Invalid request: request (" + std::to_string(count_chars(text)) + ") exceeds text limit (" +
+                              std::to_string(settings.char_limit) + ")");
+}
+
 // Each text's lines become sentences (a text with line breaks keeps them in its answer); with
 // `splitter` or for HTML, each text is a document of sentences.
 void split_into_sentences(const std::vector<std::string>& texts, const ApiLimits& limits, ApiRequest& request,
@@ -322,7 +331,9 @@ LibreTranslateRequest read_libretranslate_request(const std::string& content_typ
   if (doc.contains("alternatives") && !doc["alternatives"].is_null()) {
     const auto& a = doc["alternatives"];
     int64_t n = 0;
-    if (a.is_number_integer()) {
+    if (a.is_number_unsigned()) {  // (beyond int64's range it would wrap to a negative count)
+      n = static_cast<int64_t>(std::min<uint64_t>(a.get<uint64_t>(), INT32_MAX));
+    } else if (a.is_number_integer()) {
       n = a.get<int64_t>();
     } else if (a.is_string()) {
       const std::string text = a.get<std::string>();
@@ -343,11 +354,7 @@ LibreTranslateRequest read_libretranslate_request(const std::string& content_typ
   if (settings.batch_limit >= 0 && request.list && static_cast<int64_t>(request.texts.size()) > settings.batch_limit)
     throw ApiError(400, "Invalid request: request (" + std::to_string(request.texts.size()) + ") exceeds text limit (" +
                             std::to_string(settings.batch_limit) + ")");
-  if (settings.char_limit >= 0)
-    for (const auto& text : request.texts)
-      if (count_chars(text) > settings.char_limit)
-        throw ApiError(400, "Invalid request: request (" + std::to_string(count_chars(text)) + ") exceeds text limit (" +
-                                std::to_string(settings.char_limit) + ")");
+  check_char_limit(request.texts, settings);
   if (!settings.pairs.empty()) {
     if (request.source != "auto" && !serves_source(settings, request.source))
       throw ApiError(400, escape_control(request.source) + " is not supported");
@@ -440,6 +447,7 @@ ApiRequest parse_v1_request(const std::string& content_type, const std::string& 
   if (!doc.contains("q")) throw ApiError(400, "Invalid request: missing q parameter");
   ApiRequest request;
   const auto texts = texts_of(doc["q"], request.list);
+  check_char_limit(texts, settings);
   // The options through their table, so names, types and errors are the table's.
   FlatConfig config;
   for (const auto& [key, value] : doc.items()) {

@@ -34,6 +34,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Apache's LimitRequestFields; a browser sends about 15.
+constexpr size_t kMaxHeaderFields = 100;
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Each text of q put back together from `per_line` (entry k for its sentence k): its document
@@ -358,6 +361,31 @@ struct HttpServer::Impl {
       res.set_header("Content-Disposition", "attachment; filename=\"" + file->name + "\"");
       res.set_content(file->bytes, file->content_type);
     });
+    // What httplib 0.11 lets through before a handler sees a request, refused before the body is
+    // read: a chunked body (read whole past --max-body-bytes), a Content-Length that is not one
+    // number (two differing ones: a proxy in front may frame the request otherwise), a flood of
+    // header fields. Range is ignored, as RFC 9110 allows: httplib cut any answer to it, a POST's
+    // JSON included, and built hundreds of ranges of a page in memory.
+    server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      auto refuse = [&res](int status, const std::string& message) {
+        reply_error(res, status, message);
+        return httplib::Server::HandlerResponse::Handled;
+      };
+      if (req.headers.size() > kMaxHeaderFields)
+        return refuse(431, "too many header fields (" + std::to_string(req.headers.size()) + ", at most " +
+                               std::to_string(kMaxHeaderFields) + ")");
+      if (req.has_header("Transfer-Encoding"))
+        return refuse(411, "a request body needs a Content-Length (Transfer-Encoding is not accepted)");
+      const size_t lengths = req.get_header_value_count("Content-Length");
+      for (size_t i = 0; i < lengths; ++i) {
+        const std::string length = req.get_header_value("Content-Length", i);
+        if (length.empty() || length.find_first_not_of("0123456789") != std::string::npos ||
+            length != req.get_header_value("Content-Length", 0))
+          return refuse(400, "invalid Content-Length");
+      }
+      const_cast<httplib::Request&>(req).ranges.clear();  // (httplib's own request, not a const object)
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     // Errors httplib answers itself (unknown path, body too large, malformed request line)
     // get the same JSON body as ours; a known path asked with another method is a 405.
     server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
@@ -646,8 +674,9 @@ struct HttpServer::Impl {
 
   void v1(const httplib::Request& req, httplib::Response& res) {
     const std::string& type = req.get_header_value("Content-Type");
-    check_access(req, res, request_api_key(type, req.body));
-    const ApiRequest request = parse_v1_request(type, req.body, options.api);
+    ApiSettings settings = options.api;
+    settings.char_limit = check_access(req, res, request_api_key(type, req.body));
+    const ApiRequest request = parse_v1_request(type, req.body, settings);
     const ServedModel& model = models[v1_route(options.api, request.options)];
     auto future = submit(model, request);
     const ServiceResult result = wait(future, deadline());
