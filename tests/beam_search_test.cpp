@@ -314,6 +314,23 @@ TEST(GreedyStream, EachRowKeepsItsOwnLengthLimit) {
   EXPECT_NEAR(done[1].log_prob, 2 * std::log(0.7) + std::log(0.1), 1e-6);
 }
 
+// A row whose request was abandoned ends at the next step with what it has; the others run on.
+TEST(GreedyStream, RowsEndedEarlyFinishAtTheNextStep) {
+  ScriptedDecoder decoder(counts_to_its_id, /*joinable=*/true);
+  GreedyStream stream(decoder);
+  stream.join(sources({6, 6}), {0, 1}, options(1));
+  stream.step();
+  stream.step();
+  stream.end_early([](int64_t tag) { return tag == 1; });
+  std::map<int64_t, Hypothesis> done;
+  while (!stream.empty()) {
+    stream.step();
+    for (auto& [tag, h] : stream.take_finished()) done[tag] = std::move(h);
+  }
+  EXPECT_EQ(done[0].tokens.size(), 6u);
+  EXPECT_EQ(done[1].tokens.size(), 2u);  // the two tokens before, then eos
+}
+
 TEST(GreedyStream, ADecoderThatCannotJoinStartsAfreshOnceTheStreamIsEmpty) {
   ScriptedDecoder decoder(counts_to_its_id);  // no join
   GreedyStream stream(decoder);

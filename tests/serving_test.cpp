@@ -330,6 +330,31 @@ TEST(TranslationService, RequestsJoinARunningBatchWhenThereIsRoom) {
   EXPECT_EQ(metrics.batches(), 0);
 }
 
+// A job its caller has abandoned (a request past its deadline) leaves the queue unanswered; the
+// others are translated as ever.
+TEST(TranslationService, AbandonedJobsLeaveTheQueue) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  TranslationOptions options;
+  const std::string expected = translator.translate_text({lines[0]}, options).front();
+  for (bool continuous : {true, false}) {
+    SCOPED_TRACE(continuous ? "in-flight batching" : "whole batches");
+    ServiceOptions service_options;
+    service_options.workers = 1;
+    service_options.max_wait_ms = 300;  // both are queued (and the first abandoned) before the worker takes any
+    service_options.continuous = continuous;
+    TranslationService service(translator, service_options);
+    auto flag = std::make_shared<std::atomic<bool>>(false);
+    ServiceJob gone{{lines[1], lines[2]}, options};
+    gone.abandoned = flag;
+    auto abandoned = service.submit(std::move(gone));
+    auto kept = service.submit(ServiceJob{{lines[0]}, options});
+    *flag = true;
+    EXPECT_THROW(abandoned.get(), ServiceBusy);
+    EXPECT_EQ(kept.get().translations.at(0).texts.front(), expected);
+  }
+}
+
 // Constrained requests, greedy or beam, with in-flight batching or without: each answer holds
 // its phrases and equals translate()'s for that line alone; unconstrained ones are untouched.
 TEST(TranslationService, ConstrainedRequestsGetTheirPhrases) {

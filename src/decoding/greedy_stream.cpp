@@ -141,6 +141,11 @@ void GreedyStream::step() {
   rows_ = std::move(next);
 }
 
+void GreedyStream::end_early(const std::function<bool(int64_t tag)>& which) {
+  for (Row& row : rows_)
+    if (which(row.tag)) row.limit = std::min(row.limit, row.steps + 1);
+}
+
 std::vector<std::pair<int64_t, Hypothesis>> GreedyStream::take_finished() {
   std::vector<std::pair<int64_t, Hypothesis>> out;
   out.swap(finished_);

@@ -3,6 +3,7 @@
 // batching: sentences join between steps (IncrementalDecoder::join) and leave as soon as
 // they end, so a server keeps each step full instead of waiting for a batch's longest
 // sentence. greedy_search is one join, then steps until the stream is empty.
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,8 @@ class GreedyStream {
             const Steering& steering = {});
   // One decoder step for every live row; rows that end move to the finished list.
   void step();
+  // The live rows `which` names end at the next step (eos forced, as at their length limit).
+  void end_early(const std::function<bool(int64_t tag)>& which);
   // (tag, hypothesis) of the rows finished since the last call, in the order they ended.
   std::vector<std::pair<int64_t, Hypothesis>> take_finished();
   int64_t live() const { return static_cast<int64_t>(rows_.size()); }

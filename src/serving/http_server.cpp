@@ -37,6 +37,19 @@ using Clock = std::chrono::steady_clock;
 // Apache's LimitRequestFields; a browser sends about 15.
 constexpr size_t kMaxHeaderFields = 100;
 
+// A job queued on a service, abandoned (its queued sentences dropped, its streamed ones ended)
+// when the request stops waiting for it: an answer past the deadline, an error in another part.
+struct Submitted {
+  std::future<ServiceResult> future;
+  std::shared_ptr<std::atomic<bool>> abandoned = std::make_shared<std::atomic<bool>>(false);
+  Submitted() = default;
+  Submitted(Submitted&&) = default;
+  Submitted& operator=(Submitted&&) = default;
+  ~Submitted() {
+    if (abandoned) *abandoned = true;  // (harmless once the answer is in)
+  }
+};
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Each text of q put back together from `per_line` (entry k for its sentence k): its document
@@ -447,7 +460,7 @@ struct HttpServer::Impl {
   }
 
   // A request's sentences queued on one model's service.
-  std::future<ServiceResult> submit(const ServedModel& model, const ApiRequest& request) {
+  Submitted submit(const ServedModel& model, const ApiRequest& request) {
     Translator& translator = *model.translator;
     if (request.options.attention && !translator.model())
       throw ApiError(400, "attention weights need one checkpoint (this server runs an export or an ensemble)");
@@ -474,15 +487,20 @@ struct HttpServer::Impl {
         throw ApiError(400, "reverse_weight: this server has no model translating the other way for " + model.name);
       job.reverse = model.reverse;
     }
+    Submitted submitted;
     if (job.sentences.empty()) {  // a blank document has nothing to translate
       std::promise<ServiceResult> none;
       none.set_value({});
-      return none.get_future();
+      submitted.future = none.get_future();
+      return submitted;
     }
-    return model.service->submit(std::move(job));
+    job.abandoned = submitted.abandoned;
+    submitted.future = model.service->submit(std::move(job));
+    return submitted;
   }
 
-  ServiceResult wait(std::future<ServiceResult>& future, Clock::time_point deadline) {
+  ServiceResult wait(Submitted& submitted, Clock::time_point deadline) {
+    std::future<ServiceResult>& future = submitted.future;
     if (future.wait_until(deadline) != std::future_status::ready)
       throw ApiError(503, "the translation took longer than the request timeout (" +
                               real_text(options.request_timeout_s) + " s)");
@@ -559,7 +577,7 @@ struct HttpServer::Impl {
     struct Part {
       std::vector<size_t> texts;
       ApiRequest request;
-      std::future<ServiceResult> result;
+      Submitted result;
     };
     std::vector<Part> parts;
     std::vector<char> unchanged(n, 0);

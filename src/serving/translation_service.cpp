@@ -136,6 +136,25 @@ void TranslationService::publish_queue_locked() {
   if (metrics_) metrics_->set_queue(this, static_cast<int64_t>(queue_.size()), queued_sentences_);
 }
 
+namespace {
+bool abandoned(const ServiceJob& job) { return job.abandoned && job.abandoned->load(std::memory_order_relaxed); }
+}  // namespace
+
+void TranslationService::drop_abandoned_locked() {
+  bool dropped = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!abandoned((*it)->job)) {
+      ++it;
+      continue;
+    }
+    queued_sentences_ -= static_cast<int64_t>((*it)->job.sentences.size());
+    (*it)->promise.set_exception(std::make_exception_ptr(ServiceBusy("the request was abandoned by its caller")));
+    it = queue_.erase(it);
+    dropped = true;
+  }
+  if (dropped) publish_queue_locked();
+}
+
 bool TranslationService::streamable(const Pending& p) const {
   const auto& o = p.job.options;
   // Constrained sentences take the beam search (a beam of 1 too), which a stream does not run.
@@ -244,6 +263,11 @@ void TranslationService::worker_loop(size_t worker) {
     if (!stream || stream->empty()) {
       ++idle_workers_;
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      drop_abandoned_locked();
+      if (queue_.empty() && !stopping_) {
+        --idle_workers_;
+        continue;
+      }
       if (queue_.empty()) {
         --idle_workers_;
         return;  // stopping, and everything queued is done
@@ -262,6 +286,7 @@ void TranslationService::worker_loop(size_t worker) {
       wake_.wait_until(lock, deadline, [&] {
         return stopping_ || queue_.empty() || tokens_like_oldest() >= options_.max_batch_tokens;
       });
+      drop_abandoned_locked();
       if (queue_.empty()) {
         --idle_workers_;
         continue;
@@ -277,6 +302,7 @@ void TranslationService::worker_loop(size_t worker) {
       }
       --idle_workers_;
     }
+    drop_abandoned_locked();
     auto joining = admit_locked(stream->live(), live_tokens);
     if (!joining.empty()) {
       publish_queue_locked();
@@ -319,6 +345,13 @@ void TranslationService::worker_loop(size_t worker) {
         }
         first = end;
       }
+      bool cut = false;
+      for (const auto& [slot, a] : active) cut = cut || abandoned(a.pending->job);
+      if (cut)
+        stream->end_early([&](int64_t tag) {
+          const auto it = active.find(tag >> kSentenceBits);
+          return it != active.end() && abandoned(it->second.pending->job);
+        });
       const int64_t rows = stream->live();
       stream->step();
       if (metrics_ && rows > 0) metrics_->record_step(rows, joined);

@@ -20,6 +20,7 @@
 // left of a batch's longest one. Other requests (beam search, no cache) are decoded as whole
 // batches, as above, by a worker whose stream is empty; once one of them has waited
 // `max_wait_ms`, streams admit nothing more until they drain, so it is never starved.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -65,6 +66,10 @@ struct ServiceJob {
   // the other way and must outlive the job; it may be the service's own translator.
   double reverse_weight = 0;
   Translator* reverse = nullptr;
+  // Set by a caller that stopped waiting (a request past its deadline): its queued sentences are
+  // dropped and its sentences in a running greedy stream end at the next step (a whole batch,
+  // beam search's, runs to its end).
+  std::shared_ptr<const std::atomic<bool>> abandoned = {};
 };
 
 struct ServiceResult {
@@ -122,6 +127,8 @@ class TranslationService {
   // Attention maps when asked, then the answer.
   void deliver(Pending& p, std::vector<Translation> translations);
   void publish_queue_locked();
+  // Queued jobs whose caller has gone (ServiceJob::abandoned) leave the queue, their promise told.
+  void drop_abandoned_locked();
 
   Translator& translator_;
   ServiceOptions options_;
