@@ -216,6 +216,8 @@ def main():
         post = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         status, data = raw_status(post + b"Transfer-Encoding: chunked\r\n", b"%x\r\n" % len(body) + body + b"\r\n")
         check(status == 411 and b"Content-Length" in data, f"chunked body: {status} {data!r}")
+        status, data = raw_status(post + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n" % len(body), body)
+        check(status == 415 and b"Content-Encoding gzip" in data, f"gzip body: {status} {data!r}")
         status, data = raw_status(post + b"Content-Length: %d\r\nContent-Length: 3\r\n" % len(body), body)
         check(status == 400 and b"invalid Content-Length" in data, f"two Content-Lengths: {status} {data!r}")
         status, data = raw_status(post + b"Content-Length: %d\r\nRange: bytes=0-5\r\n" % len(body), body)

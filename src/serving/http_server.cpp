@@ -387,6 +387,8 @@ struct HttpServer::Impl {
       if (req.headers.size() > kMaxHeaderFields)
         return refuse(431, "too many header fields (" + std::to_string(req.headers.size()) + ", at most " +
                                std::to_string(kMaxHeaderFields) + ")");
+      if (const std::string coding = req.get_header_value("Content-Encoding"); !coding.empty() && coding != "identity")
+        return refuse(415, "Content-Encoding " + escape_control(coding) + " is not accepted (send the body as it is)");
       if (req.has_header("Transfer-Encoding"))
         return refuse(411, "a request body needs a Content-Length (Transfer-Encoding is not accepted)");
       const size_t lengths = req.get_header_value_count("Content-Length");
@@ -415,6 +417,10 @@ struct HttpServer::Impl {
         case 404: message = "no such endpoint: " + req.method + " " + req.path; break;
         case 405: message = "method not allowed: " + req.method + " " + req.path; break;
         case 413: message = "request body too large"; break;
+        case 400: message = "malformed HTTP request"; break;
+        case 408: message = "the request did not arrive in time"; break;
+        case 414: message = "request URI too long"; break;
+        case 416: message = "unsatisfiable Range"; break;
         default: message = "HTTP error " + std::to_string(res.status); break;
       }
       res.set_content(error_json(message), "application/json");
