@@ -76,13 +76,13 @@ int usage_error(const char* program, const std::string& message);
 // (util/atomic_file.h), with `more` after them.
 std::vector<NamedPath> translator_inputs(const TranslatorConfig& config, std::vector<NamedPath> more = {});
 
-// The options `line` gives (`start` for the keys it does not name). A bad value is a usage
-// error (one line, kExitUsage); with --dump-config prints the effective configuration and
-// sets kExitOk. Both return nullopt.
 // The options' error for the user: "config key max_len_b ..." names --max-len-b when the value
 // came from that flag, not from the --config file.
 std::string as_given(const CommandLine& line, const std::string& message);
 
+// The options `line` gives (`start` for the keys it does not name). A bad value is a usage
+// error (one line, kExitUsage); with --dump-config prints the effective configuration and
+// sets kExitOk. Both return nullopt.
 template <typename Options>
 std::optional<Options> read_options(const OptionTable<Options>& table, const CommandLine& line, const char* program,
                                     int& exit_code, Options start = Options{}) {
