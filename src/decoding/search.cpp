@@ -126,8 +126,9 @@ std::vector<int64_t> max_lengths(const at::Tensor& src, const SearchOptions& o, 
   auto lengths = src.ne(o.pad_id).sum(1).to(torch::kCPU);
   std::vector<int64_t> out(src.size(0));
   for (int64_t i = 0; i < src.size(0); ++i) {
-    auto limit = static_cast<int64_t>(o.max_len_a * lengths[i].item<int64_t>() + static_cast<double>(o.max_len_b));
-    out[i] = std::max<int64_t>(1, std::min(limit, o.max_len_cap));
+    // In double, capped before the cast: a limit beyond int64 (max_len_b near 2^63) must not wrap.
+    const double limit = o.max_len_a * static_cast<double>(lengths[i].item<int64_t>()) + static_cast<double>(o.max_len_b);
+    out[i] = std::max<int64_t>(1, limit >= static_cast<double>(o.max_len_cap) ? o.max_len_cap : static_cast<int64_t>(limit));
     if (!steering.empty()) {
       const auto& s = steering[static_cast<size_t>(i)];
       int64_t owed = static_cast<int64_t>(s.prefix.size());

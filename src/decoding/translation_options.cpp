@@ -1,5 +1,7 @@
 #include "torchmt/decoding/translation_options.h"
 
+#include "util/thread_team.h"
+
 #include <stdexcept>
 
 #include "decoding/ensemble_decoder.h"
@@ -81,11 +83,14 @@ void TranslatorConfig::validate() const {
   require(s.nbest >= 1 && s.nbest <= s.beam_size, "--nbest must be between 1 and --beam");
   require(translation.batch_size >= 1, "--batch-size must be at least 1");
   require(translation.batch_source_tokens >= 0, "--batch-source-tokens must not be negative");
-  require(s.max_len_a >= 0 && s.max_len_b >= 0, "--max-len-a/-b must not be negative");
-  require(s.length_penalty >= 0, "--lenpen must not be negative");
-  require(threads >= 0, "--threads must not be negative");
-  require(translation.workers >= 0, "--workers must not be negative");
-  require(translation.threads_per_worker >= 0, "--threads-per-worker must not be negative");
+  require(s.max_len_a >= 0 && s.max_len_a <= 1e6 && s.max_len_b >= 0, "--max-len-a must be in [0, 1e6], --max-len-b >= 0");
+  // Beyond ~100, ((5 + len) / 6)^alpha overflows and every score becomes 0.
+  require(s.length_penalty >= 0 && s.length_penalty <= 10, "--lenpen must be in [0, 10]");
+  const std::string most = std::to_string(kMaxThreads);
+  require(threads >= 0 && threads <= kMaxThreads, "--threads must be in [0, " + most + "]");
+  require(translation.workers >= 0 && translation.workers <= kMaxThreads, "--workers must be in [0, " + most + "]");
+  require(translation.threads_per_worker >= 0 && translation.threads_per_worker <= kMaxThreads,
+          "--threads-per-worker must be in [0, " + most + "]");
   const std::string sampling = sampling_problem(s, true);
   require(sampling.empty(), sampling);
 }

@@ -1,5 +1,7 @@
 #include "torchmt/kernels/runtime.h"
 
+#include "util/thread_team.h"
+
 #include <stdexcept>
 
 #include "cpu_isa.h"
@@ -49,6 +51,9 @@ void Runtime::validate() const {
   if (inter_threads < 0 || intra_threads < 0)
     throw std::invalid_argument("inter_threads=" + std::to_string(inter_threads) + ", intra_threads=" +
                                 std::to_string(intra_threads) + ": thread counts cannot be negative");
+  if (inter_threads > kMaxThreads || intra_threads > kMaxThreads)
+    throw std::invalid_argument("inter_threads=" + std::to_string(inter_threads) + ", intra_threads=" +
+                                std::to_string(intra_threads) + ": at most " + std::to_string(kMaxThreads) + " each");
   if (intra_threads > 0 && inter_threads == 0)
     throw std::invalid_argument("intra_threads=" + std::to_string(intra_threads) +
                                 " needs inter_threads >= 1 (the threads inside each of the translator's workers)");

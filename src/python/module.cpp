@@ -192,10 +192,7 @@ class NativeTranslator {
   using PyScore = std::tuple<std::vector<std::string>, std::vector<float>, double, double, bool>;
   std::vector<PyScore> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
                              const py::dict& settings) {
-    TranslationOptions options;
-    options.search.length_penalty = settings["length_penalty"].cast<double>();
-    options.batch_size = settings["max_batch_size"].cast<int64_t>();
-    options.batch_source_tokens = settings["batch_source_tokens"].cast<int64_t>();
+    const TranslationOptions options = translation_options(settings);  // (its length penalty and batches)
     auto cancel = std::make_shared<std::atomic<bool>>(false);
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyScore>>(
@@ -261,8 +258,9 @@ class NativeTranslator {
     require(search.beam_size >= 1 && search.beam_size <= kMaxBeamSize,
             "beam_size must be between 1 and " + std::to_string(kMaxBeamSize));
     require(search.nbest >= 1 && search.nbest <= search.beam_size, "num_hypotheses must be between 1 and beam_size");
-    require(search.length_penalty >= 0, "length_penalty must not be negative");
-    require(search.max_len_a >= 0 && search.max_len_b >= 0, "max_len_a and max_len_b must not be negative");
+    require(search.length_penalty >= 0 && search.length_penalty <= 10, "length_penalty must be in [0, 10]");
+    require(search.max_len_a >= 0 && search.max_len_a <= 1e6 && search.max_len_b >= 0,
+            "max_len_a must be in [0, 1e6], max_len_b >= 0");
     require(search.max_len_cap >= 1, "max_decoding_length must be at least 1");
     require(o.batch_size >= 1, "max_batch_size must be at least 1");
     const std::string sampling = sampling_problem(search, false);

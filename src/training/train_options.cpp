@@ -3,6 +3,7 @@
 #include "torchmt/data/language_identifier.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/util/device.h"
+#include "util/thread_team.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -168,6 +169,15 @@ void TrainOptions::validate() const {
   require(ema_decay == 0 || (ema_decay > 0 && ema_decay < 1), "--ema-decay must be 0 (off) or in (0, 1)");
   require(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(bpe_dropout >= 0 && bpe_dropout < 1, "--bpe-dropout must be in [0, 1)");
+  // The model overrides: -1 keeps the preset's value; anything else must be one (0 or NaN was
+  // silently the preset's).
+  for (const auto& [flag, value] : {std::pair{"--d-model", d_model}, {"--num-heads", num_heads},
+                                    {"--encoder-layers", encoder_layers}, {"--decoder-layers", decoder_layers},
+                                    {"--d-ff", d_ff}, {"--experts", experts}, {"--top-k", top_k}})
+    require(value == -1 || value > 0, std::string(flag) + " must be positive (or -1: the preset's)");
+  require(dropout == -1 || (dropout >= 0 && dropout < 1), "--dropout must be in [0, 1) (or -1: the preset's)");
+  require(threads >= 0 && threads <= kMaxThreads, "--threads must be in [0, " + std::to_string(kMaxThreads) + "]");
+  require(std::isfinite(lr_factor), "--lr-factor must be a finite number");
   require(output_columns == "corpus" || output_columns == "all",
           "--output-columns must be corpus or all, not '" + output_columns + "'");
   require(rdrop_alpha >= 0 && std::isfinite(rdrop_alpha), "--rdrop-alpha must be 0 (off) or positive");

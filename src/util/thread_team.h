@@ -5,6 +5,10 @@
 // it, so torchmt sizes its teams per thread and puts back what it found.
 namespace torchmt {
 
+// The most threads any thread option takes (a team, workers, a pool): OpenMP crashed starting a
+// team of 100,000.
+constexpr long kMaxThreads = 1024;
+
 // The calling thread's team size (at::get_num_threads() on this thread).
 int thread_team();
 

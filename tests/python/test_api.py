@@ -101,6 +101,13 @@ def test_prefix_constraints_and_sampling(trained, sample, binary, tmp_path):
     assert [r.hypotheses[0] for r in a] == want
     streamed = list(translator.translate_iterable(iter(lines), buffer_size=3, sampling_topk=0, seed=7))
     assert [r.hypotheses for r in streamed] == [r.hypotheses for r in a]
+    # Each source keeps its own constraints whatever the buffer (they once went whole to every chunk).
+    phrases = [["umbrella"], None, ["umbrella"], None, None, None, None, None]
+    chunked = list(translator.translate_iterable(iter(lines), buffer_size=3, beam_size=4, constraints=phrases))
+    assert [r.hypotheses for r in chunked] == [r.hypotheses for r in translator.translate_batch(
+        lines, beam_size=4, constraints=phrases)]
+    with pytest.raises(ValueError, match="constraints"):
+        list(translator.translate_iterable(iter(lines), buffer_size=3, beam_size=4, constraints=phrases[:4]))
 
 
 def test_generate_tokens_streams_translate_batchs_tokens(trained, sample):
@@ -402,6 +409,24 @@ def test_errors_are_python_exceptions(trained, tmp_path):
         torchmt.train(no_such_option=1, out=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         torchmt.bleu(["a", "b"], ["a"])
+    # Values that overflowed or crashed further down: a team of 100,000 threads (OpenMP's segfault),
+    # a decoding limit beyond int64 (an empty translation), a length penalty whose power overflows
+    # (every score 0), integers beyond C++'s (pybind11's message named no option).
+    with pytest.raises(ValueError, match="intra_threads"):
+        torchmt.Translator(model, inter_threads=1, intra_threads=100000)
+    with pytest.raises(ValueError, match="max_len_a"):
+        translator.translate_batch(["gut"], max_len_a=float("inf"))
+    with pytest.raises(ValueError, match="length_penalty"):
+        translator.translate_batch(["gut"], beam_size=2, length_penalty=float("inf"))
+    with pytest.raises(ValueError, match="length_penalty"):
+        translator.score_batch(["gut"], ["good"], length_penalty=float("nan"))
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate_batch(["gut"], beam_size=2**70)
+    with pytest.raises(ValueError, match="max_len_b"):
+        translator.translate_batch(["gut"], max_len_b=2**63 - 1)
+    with pytest.raises(TypeError, match="source"):
+        next(translator.translate_iterable("ein Satz"))
+    assert list(translator.generate_tokens("")) == []
 
 
 def test_bleu_and_chrf_are_sacrebleus(sample):

@@ -43,11 +43,13 @@ _COMPUTE_TYPES = {
 }
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
+def _check_int(name: str, value: Any, minimum: int, maximum: int = 2**31 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if value > maximum:  # (beyond C++'s integers pybind11's cast error names no option)
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
 
 
@@ -191,8 +193,8 @@ class Translator:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
         if compute_type not in _COMPUTE_TYPES:
             raise ValueError(f"compute_type must be one of {', '.join(_COMPUTE_TYPES)}; got {compute_type!r}")
-        _check_int("inter_threads", inter_threads, 1)
-        _check_int("intra_threads", intra_threads, 0)
+        _check_int("inter_threads", inter_threads, 1, 1024)
+        _check_int("intra_threads", intra_threads, 0, 1024)
         _check_int("device_index", device_index, 0)
         if device == "cuda" and device_index:
             device = f"cuda:{device_index}"
@@ -349,8 +351,15 @@ class Translator:
         A string's trailing newline is dropped, so an open file can be passed as it is. Takes
         translate_batch's options."""
         _check_int("buffer_size", buffer_size, 1)
+        if isinstance(source, (str, bytes)):  # (iterating it would translate each character)
+            raise TypeError(f"source must be an iterable of strings or of token lists, not {type(source).__name__}")
         sources = iter(source)
         prefixes = iter(target_prefix) if target_prefix is not None else None
+        # Per source, as target_prefix: each chunk gets its own sources' phrases.
+        constraints = options.pop("constraints", None)
+        if isinstance(constraints, (str, bytes)):
+            raise TypeError("constraints must hold one list of phrases per source")
+        constraints = iter(constraints) if constraints is not None else None
         first = 0
         while True:
             chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s
@@ -358,6 +367,8 @@ class Translator:
             if not chunk:
                 if prefixes is not None and next(prefixes, None) is not None:
                     raise ValueError(f"target_prefix holds more entries than the {first} sources")
+                if constraints is not None and next(constraints, None) is not None:
+                    raise ValueError(f"constraints holds more entries than the {first} sources")
                 return
             chunk_prefixes = None
             if prefixes is not None:
@@ -365,8 +376,15 @@ class Translator:
                 if len(chunk_prefixes) != len(chunk):
                     raise ValueError(f"target_prefix ended after {first + len(chunk_prefixes)} entries, "
                                      f"before the sources")
+            chunk_constraints = None
+            if constraints is not None:
+                chunk_constraints = list(itertools.islice(constraints, len(chunk)))
+                if len(chunk_constraints) != len(chunk):
+                    raise ValueError(f"constraints ended after {first + len(chunk_constraints)} entries, "
+                                     f"before the sources")
             results = self.translate_batch(chunk, chunk_prefixes, max_batch_size=max_batch_size,
-                                           batch_type=batch_type, _first_line=first, **options)
+                                           batch_type=batch_type, constraints=chunk_constraints, _first_line=first,
+                                           **options)
             first += len(chunk)
             yield from results
 
@@ -394,6 +412,8 @@ class Translator:
                                   sampling_topk=sampling_topk, sampling_topp=sampling_topp,
                                   sampling_temperature=sampling_temperature, seed=seed, max_batch_size=1,
                                   batch_type="examples", first_line=0)
+        if not lines[0].strip(" \t\r"):  # empty in, empty out, as translate_batch (Translator::is_blank)
+            return
         stream = _native.NativeTokenStream(self._native, lines[0], settings)
         step = 0
         while True:
@@ -428,7 +448,7 @@ class Translator:
             "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
             "sampling_topp": _check_float("sampling_topp", sampling_topp),
             "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
-            "seed": _check_int("seed", seed, 0),
+            "seed": _check_int("seed", seed, 0, 2**63 - 1),
             "max_batch_size": max_batch_size if batch_type == "examples" else 1,
             "batch_source_tokens": max_batch_size if batch_type == "tokens" else 0,
             "first_line": first_line,
