@@ -171,9 +171,11 @@ Translator make_ensemble_translator(std::vector<Translator> members, std::vector
     config.max_positions = std::min(config.max_positions, c.max_positions);
   }
   // Native models: their output projections stacked once, here (packed and screened as theirs).
+  // Normalised through the largest first: weights of 1e308 must not sum to inf.
+  const double largest = *std::max_element(weights.begin(), weights.end());
   double total = 0.0;
-  for (double w : weights) total += w;
-  for (double& w : weights) w /= total;  // the decoder's weights and the stacked layer's scales alike
+  for (double w : weights) total += w / largest;
+  for (double& w : weights) w = w / largest / total;  // the decoder's weights and the stacked layer's scales alike
   torch::nn::Linear stacked = nullptr;
   if (std::all_of(members.begin(), members.end(), [](Translator& m) { return static_cast<bool>(m.model()); })) {
     std::vector<torch::nn::Linear> outputs;

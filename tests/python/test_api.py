@@ -455,6 +455,8 @@ def test_an_ensemble_of_paths_translates_and_refuses_wrong_weights(trained, samp
     one = single.score_batch(lines, [r.hypotheses[0] for r in single.translate_batch(lines)])
     two = ensemble.score_batch(lines, [r.hypotheses[0] for r in single.translate_batch(lines)])
     assert all(abs(a.log_prob - b.log_prob) < 1e-3 for a, b in zip(one, two))
+    huge = torchmt.Translator([trained[0], trained[0]], compute_type="float32", ensemble_weights=[1e308, 1e308])
+    assert [r.hypotheses for r in huge.translate_batch(lines)] == [r.hypotheses for r in single.translate_batch(lines)]
     with pytest.raises(ValueError, match="one weight per model"):
         torchmt.Translator([trained[0], trained[0]], ensemble_weights=[1.0])
     with pytest.raises(ValueError, match="positive"):
