@@ -146,6 +146,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
     for (size_t r = begin; r < end; ++r) {
       Translation& t = out[order[r]];
       t.hypotheses = std::move(result[r - begin]);
+      if (steered && steer_rows[r - begin].prefix_cut) t.truncated = true;
       finish(t);
     }
     if (done) done(static_cast<int64_t>(end - begin));
@@ -330,8 +331,10 @@ SentenceSteering Translator::steer(const std::vector<int64_t>& source_ids, const
   if (!line.target_prefix.empty()) {
     s.prefix = tgt_tok_.encode(line.target_prefix);
     // The model's output never holds more than max_positions - 1 tokens.
-    if (static_cast<int64_t>(s.prefix.size()) >= config_.max_positions)
+    if (static_cast<int64_t>(s.prefix.size()) >= config_.max_positions) {
       s.prefix.resize(static_cast<size_t>(config_.max_positions - 1));
+      s.prefix_cut = true;
+    }
   }
   int64_t owed = static_cast<int64_t>(s.prefix.size());
   for (const auto& phrase : line.constraints) {

@@ -89,6 +89,9 @@ def test_prefix_constraints_and_sampling(trained, sample, binary, tmp_path):
     prefixed = translator.translate_batch(lines, target_prefix=["A dog"] * 8, beam_size=2)
     assert all(r.hypotheses[0].startswith("A dog") for r in prefixed)
     assert translator.translate_batch(lines[:2], target_prefix=[None, "The"])[1].hypotheses[0].startswith("The")
+    # A prefix longer than the model's output holds is cut, and said (as a source would be).
+    assert translator.translate_batch(lines[:1], target_prefix=["dog " * 2000])[0].truncated
+    assert not prefixed[0].truncated
     constrained = translator.translate_batch(lines, constraints=[["umbrella"]] * 8, beam_size=4)
     assert all("umbrella" in r.hypotheses[0] for r in constrained)
     # Sampling: a line's draws depend on the seed and its position only (the CLI's too).

@@ -36,6 +36,7 @@ struct SentenceSteering {
   // Target phrases the output must hold (terminology): beam search with dynamic beam
   // allocation, which a beam of 1 runs too; eos only once all are in.
   Phrases constraints = {};
+  bool prefix_cut = false;  // the prefix was longer than the model's output holds: cut to it
 };
 // One per row of src, or empty: nothing asked, each row's stream its index.
 using Steering = std::vector<SentenceSteering>;

@@ -42,7 +42,7 @@ struct Translation {
   std::vector<Hypothesis> hypotheses;  // best first, up to nbest
   std::vector<std::string> texts;      // detokenized hypotheses
   std::vector<std::string> source_pieces;
-  bool truncated = false;              // source longer than the model accepts
+  bool truncated = false;              // source (or target prefix) longer than the model accepts: cut
 };
 
 // A given target's log-probability under the model (Translator::score).
