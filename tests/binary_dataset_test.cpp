@@ -259,6 +259,8 @@ TEST(TrainingCorpora, ListsAreCheckedEntryByEntry) {
   EXPECT_NE(error_for("- {name: a, data: d, weight: 1}\n- {name: a, data: e, weight: 1}\n").find("two corpora"),
             std::string::npos);
   EXPECT_NE(error_for("corpora: [unclosed\n").find("YAML"), std::string::npos);
+  EXPECT_NE(error_for("corpora:\n  - {src: a, tgt: b, src: c, weight: 1}\n").find("key 'src' given twice"),
+            std::string::npos);
   const auto specs = [&] {
     test::write_text(o.train_data, "corpora:\n  - {name: in, src: a.de, tgt: a.en, weight: 3}\n  - {data: web.dataset, weight: 1}\n");
     return corpus_specs(o);

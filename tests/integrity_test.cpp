@@ -216,6 +216,12 @@ TEST(Integrity, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_EQ(summary.steps, 10);  // from checkpoint_30.pt, the newest numbered one
   EXPECT_NO_THROW(load_checkpoint(last, torch::kCPU));  // rewritten by the resumed run
+  // An empty checkpoint_last.pt (a disk that lost it) falls back as a damaged one does; a file
+  // whose step has more digits than any step is not taken for one.
+  atomic_write(last, "");
+  atomic_write(dir.file("run") + "/checkpoint_99999999999999999999.pt", "not ours");
+  o.max_steps = 45;
+  EXPECT_EQ(Trainer(o).run().steps, 5);  // from checkpoint_40.pt
 }
 
 // A full disk, for real (a file size limit): the save fails with a one-line error naming the

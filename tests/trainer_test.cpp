@@ -276,6 +276,14 @@ TEST(Trainer, RefusesToOverwriteARunOrResumeNothing) {
   o.max_steps = 1;
   Trainer(o).run();
   EXPECT_THROW(Trainer(o).run(), std::runtime_error);  // checkpoint exists, no --resume
+  // Without its checkpoint_last.pt the directory still holds a run: its best model and metrics.
+  std::filesystem::remove(dir.file("run") + "/checkpoint_last.pt");
+  try {
+    Trainer(o).run();
+    ADD_FAILURE() << "a new run replaced the old one's files";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos) << e.what();
+  }
   TrainOptions nothing = o;
   nothing.out = dir.file("empty");
   nothing.resume = true;
@@ -393,6 +401,25 @@ TEST(TrainCommand, BadFlagsAndInputsAreOneLineErrors) {
                         dir.file("a.de") + " --output-columns some --out " + dir.file("run2"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--output-columns must be corpus or all, not 'some'"), std::string::npos) << r.output;
+  // A validation set that is empty or that BLEU cannot read is said before training, not at
+  // the first validation (which lost the updates before it).
+  test::write_text(dir.file("empty.de"), "");
+  test::write_text(dir.file("empty.en"), "");
+  test::write_text(dir.file("v.de"), "eins\nzwei\n");
+  test::write_text(dir.file("v.en"), "one\ntw\xff\n");
+  const std::string train = test::torchmt_binary() + " train --train-src " + test::sample_de() + " --train-tgt " +
+                            test::sample_en() + " --spm " + test::sample_spm_path() +
+                            " --preset tiny --dtype fp32 --threads 1 --max-steps 2 --dropout nan --out " + dir.file("r3");
+  r = test::run_command(train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--dropout must be in [0, 1)"), std::string::npos) << r.output;
+  const std::string valid = train.substr(0, train.find(" --dropout nan")) + " --out " + dir.file("r4");
+  r = test::run_command(valid + " --valid-src " + dir.file("empty.de") + " --valid-tgt " + dir.file("empty.en"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the validation set " + dir.file("empty.en") + " holds no lines"), std::string::npos) << r.output;
+  r = test::run_command(valid + "b --valid-src " + dir.file("v.de") + " --valid-tgt " + dir.file("v.en"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(dir.file("v.en") + ":2: invalid UTF-8 in the validation set"), std::string::npos) << r.output;
 }
 
 }  // namespace

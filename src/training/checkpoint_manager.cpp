@@ -16,10 +16,12 @@ CheckpointManager::CheckpointManager(std::string run_dir, int64_t keep_last)
 
 void CheckpointManager::save(const Transformer& model, const OptimizerState* optimizer, const CheckpointMeta& meta,
                              bool best, bool numbered) {
-  save_checkpoint(last_path(), model, optimizer, meta);
   // The best checkpoint is what users translate with, not what training resumes from: weights
-  // and metadata only, a third of the bytes, so `translate -m` starts fast.
+  // and metadata only, a third of the bytes, so `translate -m` starts fast. Written before the
+  // last one, whose metadata says it is the best: a run stopped between the two resumes from
+  // before this validation and comes to it again.
   if (best) save_best(model, meta);
+  save_checkpoint(last_path(), model, optimizer, meta);
   if (!numbered || keep_last_ <= 0) return;
   atomic_copy(last_path(), run_dir_ + "/checkpoint_" + std::to_string(meta.position.step) + ".pt");
   const auto files = this->numbered();
@@ -54,7 +56,7 @@ std::vector<std::string> CheckpointManager::top_paths() const {
 }
 
 void CheckpointManager::recall_top(const std::vector<std::pair<int64_t, double>>& step_bleu) {
-  static const std::regex pattern("top_([0-9]+)\\.pt");
+  static const std::regex pattern("top_([0-9]{1,18})\\.pt");
   top_.clear();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir_, ec)) {
@@ -75,7 +77,7 @@ void CheckpointManager::recall_top(const std::vector<std::pair<int64_t, double>>
 }
 
 std::vector<std::string> CheckpointManager::numbered() const {
-  static const std::regex pattern("checkpoint_([0-9]+)\\.pt");
+  static const std::regex pattern("checkpoint_([0-9]{1,18})\\.pt");  // (more digits: not a step of ours)
   std::vector<std::pair<int64_t, std::string>> found;
   for (const auto& entry : fs::directory_iterator(run_dir_)) {
     std::smatch m;

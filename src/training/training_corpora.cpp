@@ -39,9 +39,12 @@ std::vector<CorpusSpec> read_corpus_list(const std::string& path) {
     const std::string where = "--train-data " + path + ": corpus " + std::to_string(i + 1);
     if (!entry.IsMap()) throw std::invalid_argument(where + " is not a mapping");
     CorpusSpec spec;
+    std::set<std::string> seen;
     try {
       for (const auto& kv : entry) {
         const auto key = kv.first.as<std::string>();
+        // yaml-cpp keeps both of a repeated key; the last would silently win.
+        if (!seen.insert(key).second) throw std::invalid_argument(where + ": key '" + key + "' given twice");
         if (key == "name") spec.name = kv.second.as<std::string>();
         else if (key == "data") spec.data = kv.second.as<std::string>();
         else if (key == "src") spec.src = kv.second.as<std::string>();

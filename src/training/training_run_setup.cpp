@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <set>
 
@@ -199,9 +200,15 @@ void TrainingRun::open_run_directory() {
   fs::create_directories(o_.out);
   const std::string last = checkpoints_.last_path();
   if (o_.resume && !fs::exists(last)) throw std::runtime_error("--resume: no checkpoint to resume at " + last);
-  if (!o_.resume && fs::exists(last))
-    throw std::runtime_error("run directory " + o_.out +
-                             " already holds a checkpoint; pass --resume or choose another --out");
+  // Any of a run's files, not only its last checkpoint: a directory whose checkpoint_last.pt is
+  // gone still holds a best model and numbered checkpoints a new run would replace and prune.
+  if (!o_.resume)
+    for (const auto& entry : fs::directory_iterator(o_.out)) {
+      const std::string name = entry.path().filename().string();
+      if ((name.rfind("checkpoint", 0) == 0 && entry.path().extension() == ".pt") || name == "metrics.csv")
+        throw std::runtime_error("run directory " + o_.out + " already holds a run (" + name +
+                                 "); pass --resume or choose another --out");
+    }
   run_lock_.emplace(o_.out + "/train.lock", "run directory " + o_.out);
 }
 
@@ -438,6 +445,11 @@ void TrainingRun::resume() {
   CheckpointMeta saved;
   for (auto it = candidates.rbegin(); it != candidates.rend() && resumed_from.empty(); ++it) {
     try {
+      // The run wrote these itself: one that is empty or not an archive at all is damaged too.
+      std::ifstream head(*it, std::ios::binary);
+      char magic[4] = {};
+      if (!head.read(magic, 4) || std::string(magic, 4) != std::string("PK\x03\x04", 4))
+        throw DamagedFileError("checkpoint " + *it + " is empty or not a checkpoint archive (damaged)");
       saved = restore_training_state(*it, model_, optimizer_->state());
       resumed_from = *it;
     } catch (const DamagedFileError& e) {

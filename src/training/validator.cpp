@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include "torchmt/evaluation/bleu.h"
 #include "model/linear.h"
 #include "training/training_step.h"
+#include "util/utf8.h"
 
 namespace torchmt {
 
@@ -26,6 +28,14 @@ Validator::Validator(const std::string& src_path, const std::string& tgt_path, c
   corpus_ = load_parallel_corpus(src_path, tgt_path, src_tokenizer, tgt_tokenizer, corpus_options);
   sources_ = read_lines(src_path);
   references_ = read_lines(tgt_path);
+  // Said now, not at the first validation after minutes of training: an empty set scores every
+  // validation 0, and a reference BLEU cannot read stops the run there.
+  if (references_.empty()) throw std::runtime_error("the validation set " + tgt_path + " holds no lines");
+  for (const auto* side : {&sources_, &references_})
+    for (size_t i = 0; i < side->size(); ++i)
+      if (!is_valid_utf8((*side)[i]))
+        throw std::runtime_error((side == &sources_ ? src_path : tgt_path) + ":" + std::to_string(i + 1) +
+                                    ": invalid UTF-8 in the validation set");
   BatcherOptions options;
   options.batch_tokens = batch_tokens;
   options.shuffle = false;
