@@ -420,6 +420,9 @@ TEST(TrainCommand, BadFlagsAndInputsAreOneLineErrors) {
   r = test::run_command(valid + "b --valid-src " + dir.file("v.de") + " --valid-tgt " + dir.file("v.en"));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(dir.file("v.en") + ":2: invalid UTF-8 in the validation set"), std::string::npos) << r.output;
+  r = test::run_command(test::torchmt_binary() + " train --train-src " + test::sample_de() + " --train-tgt " +
+                        test::sample_en() + " --spm " + dir.path().string() + " --out " + dir.file("r5"));
+  EXPECT_NE(r.output.find("is a directory, not a SentencePiece model"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -293,6 +293,9 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::make_impl(const std::string& proto, 
 }
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
+  // (a directory opens as a stream whose first read throws "basic_filebuf::underflow")
+  if (std::filesystem::is_directory(model_path))
+    throw std::runtime_error("tokenizer model '" + model_path + "' is a directory, not a SentencePiece model");
   std::ifstream in(model_path, std::ios::binary);
   if (!in) throw std::runtime_error("tokenizer model '" + model_path + "' not found or unreadable");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -227,7 +227,12 @@ class NativeTranslator {
   static std::string detokenize(const Tokenizer& tokenizer, const std::vector<std::string>& pieces) {
     std::vector<int64_t> ids;
     ids.reserve(pieces.size());
-    for (const auto& p : pieces) ids.push_back(tokenizer.piece_to_id(p));
+    for (const auto& p : pieces) {
+      ids.push_back(tokenizer.piece_to_id(p));
+      // An unknown piece would decode to U+2047 and be read back as other pieces: say so instead.
+      if (ids.back() == tokenizer.special_ids().unk && p != tokenizer.id_to_piece(ids.back()))
+        throw std::invalid_argument("token '" + p + "' is not a piece of the model's vocabulary");
+    }
     return tokenizer.decode(ids);
   }
 

@@ -465,7 +465,13 @@ void TrainingRun::resume() {
     resumed_identifier_ = saved.language_identifier;
   meta_.target_columns = saved.target_columns;  // chosen when the run started
   meta_.source_columns = saved.source_columns;
-  batcher_->seek(position_.epoch, position_.batch_index);
+  try {
+    batcher_->seek(position_.epoch, position_.batch_index);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--resume: " + resumed_from + " stopped at epoch " + std::to_string(position_.epoch) +
+                                " batch " + std::to_string(position_.batch_index) + ", which this corpus and --batch-tokens "
+                                "do not have (" + e.what() + "): resume with the run's own data and batch settings");
+  }
   log_.line("resumed " + resumed_from + " at step " + std::to_string(position_.step) + ", epoch " +
             std::to_string(position_.epoch) + " batch " + std::to_string(position_.batch_index));
 }

@@ -430,6 +430,14 @@ def test_errors_are_python_exceptions(trained, tmp_path):
     with pytest.raises(TypeError, match="source"):
         next(translator.translate_iterable("ein Satz"))
     assert list(translator.generate_tokens("")) == []
+    with pytest.raises(ValueError, match="'xyzzy' is not a piece"):
+        translator.translate_batch([translator.tokenize("Ein Hund")], target_prefix=[["xyzzy", "\u2581The"]])
+    odd = os.path.join(os.fsencode(str(tmp_path)), b"\xff\xfe.pt")  # a file name that is not UTF-8
+    with open(odd, "wb") as f:
+        f.write(open(model, "rb").read())
+    assert torchmt.Translator(os.fsdecode(odd), compute_type="float32").translate_batch(["gut"])[0].hypotheses
+    with pytest.raises(ValueError, match="NUL"):
+        torchmt.train(train_src="a\0b", out=str(tmp_path / "nul"))
 
 
 def test_bleu_and_chrf_are_sacrebleus(sample):

@@ -199,8 +199,10 @@ class Translator:
         if device == "cuda" and device_index:
             device = f"cuda:{device_index}"
         table = _existing_file(shortlist, "shortlist") if shortlist is not None else ""
-        self._native = _native.NativeTranslator(paths, weights, device, _COMPUTE_TYPES[compute_type],
-                                                inter_threads, intra_threads, table, _runtime_settings(runtime))
+        # As bytes: a file name that is not UTF-8 (os.fsdecode's surrogates) reaches the file system as it is.
+        self._native = _native.NativeTranslator([os.fsencode(p) for p in paths], weights, device,
+                                                _COMPUTE_TYPES[compute_type], inter_threads, intra_threads,
+                                                os.fsencode(table), _runtime_settings(runtime))
         self.model_path = paths[0] if len(paths) == 1 else paths
 
     @property
@@ -568,6 +570,10 @@ def _command_options(command: str, options: Dict[str, Any]):
         else:
             raise TypeError(f"{command} option {key} must be a number, a string, a bool or a list, "
                             f"not {type(value).__name__}")
+    # (C++ would read a path with a NUL character as the shorter path before it)
+    for key, text in itertools.chain(values.items(), ((k, v) for k, vs in lists.items() for v in vs)):
+        if "\0" in text:
+            raise ValueError(f"{command} option {key} holds a NUL character: {text!r}")
     return values, lists
 
 
