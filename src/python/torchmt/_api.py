@@ -356,37 +356,29 @@ class Translator:
         if isinstance(source, (str, bytes)):  # (iterating it would translate each character)
             raise TypeError(f"source must be an iterable of strings or of token lists, not {type(source).__name__}")
         sources = iter(source)
-        prefixes = iter(target_prefix) if target_prefix is not None else None
-        # Per source, as target_prefix: each chunk gets its own sources' phrases.
+        # Per source, as the sources: each chunk gets its own sources' prefixes and phrases.
         constraints = options.pop("constraints", None)
-        if isinstance(constraints, (str, bytes)):
-            raise TypeError("constraints must hold one list of phrases per source")
-        constraints = iter(constraints) if constraints is not None else None
+        for name, values in (("target_prefix", target_prefix), ("constraints", constraints)):
+            if isinstance(values, (str, bytes)):
+                raise TypeError(f"{name} must hold one entry per source, not a {type(values).__name__}")
+        per_source = {name: iter(values) for name, values in (("target_prefix", target_prefix),
+                                                               ("constraints", constraints)) if values is not None}
         first = 0
         while True:
             chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s
                      for s in itertools.islice(sources, buffer_size)]
+            taken = {}
+            for name, values in per_source.items():
+                taken[name] = list(itertools.islice(values, len(chunk) if chunk else 1))
+                if not chunk and taken[name]:
+                    raise ValueError(f"{name} holds more entries than the {first} sources")
+                if chunk and len(taken[name]) != len(chunk):
+                    raise ValueError(f"{name} ended after {first + len(taken[name])} entries, before the sources")
             if not chunk:
-                if prefixes is not None and next(prefixes, None) is not None:
-                    raise ValueError(f"target_prefix holds more entries than the {first} sources")
-                if constraints is not None and next(constraints, None) is not None:
-                    raise ValueError(f"constraints holds more entries than the {first} sources")
                 return
-            chunk_prefixes = None
-            if prefixes is not None:
-                chunk_prefixes = list(itertools.islice(prefixes, len(chunk)))
-                if len(chunk_prefixes) != len(chunk):
-                    raise ValueError(f"target_prefix ended after {first + len(chunk_prefixes)} entries, "
-                                     f"before the sources")
-            chunk_constraints = None
-            if constraints is not None:
-                chunk_constraints = list(itertools.islice(constraints, len(chunk)))
-                if len(chunk_constraints) != len(chunk):
-                    raise ValueError(f"constraints ended after {first + len(chunk_constraints)} entries, "
-                                     f"before the sources")
-            results = self.translate_batch(chunk, chunk_prefixes, max_batch_size=max_batch_size,
-                                           batch_type=batch_type, constraints=chunk_constraints, _first_line=first,
-                                           **options)
+            results = self.translate_batch(chunk, taken.get("target_prefix"), max_batch_size=max_batch_size,
+                                           batch_type=batch_type, constraints=taken.get("constraints"),
+                                           _first_line=first, **options)
             first += len(chunk)
             yield from results
 
