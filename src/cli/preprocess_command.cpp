@@ -9,6 +9,7 @@
 #include "data/binary_dataset.h"
 #include "util/progress.h"
 #include "util/stop_signals.h"
+#include "util/thread_team.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {
@@ -59,7 +60,8 @@ int run_preprocess(int argc, char** argv) {
   }
   if (o->max_sentence_tokens < 2 || o->max_sentence_tokens > 65535)
     return usage_error(argv[0], "--max-sentence-tokens must be in [2, 65535]");
-  if (o->threads < 0 || o->threads > 1024) return usage_error(argv[0], "--threads must be in [0, 1024]");
+  if (o->threads < 0 || o->threads > kMaxThreads)
+    return usage_error(argv[0], "--threads must be in [0, " + std::to_string(kMaxThreads) + "]");
   const Tokenizer tokenizer = Tokenizer::load(o->spm);
   PreprocessOptions options;
   options.corpus.max_sentence_tokens = o->max_sentence_tokens;

@@ -78,14 +78,10 @@ void TranslatorConfig::validate() const {
   for (const auto& m : models) require(!m.empty(), "-m/--model: an empty path");
   if (!ensemble_weights.empty()) (void)parse_ensemble_weights(ensemble_weights, models.size());
   require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
-  require(s.beam_size >= 1 && s.beam_size <= kMaxBeamSize,
-          "--beam must be between 1 and " + std::to_string(kMaxBeamSize));
-  require(s.nbest >= 1 && s.nbest <= s.beam_size, "--nbest must be between 1 and --beam");
+  const std::string search = search_problem(s, true);
+  require(search.empty(), search);
   require(translation.batch_size >= 1, "--batch-size must be at least 1");
   require(translation.batch_source_tokens >= 0, "--batch-source-tokens must not be negative");
-  require(s.max_len_a >= 0 && s.max_len_a <= 1e6 && s.max_len_b >= 0, "--max-len-a must be in [0, 1e6], --max-len-b >= 0");
-  // Beyond ~100, ((5 + len) / 6)^alpha overflows and every score becomes 0.
-  require(s.length_penalty >= 0 && s.length_penalty <= 10, "--lenpen must be in [0, 10]");
   const std::string most = std::to_string(kMaxThreads);
   require(threads >= 0 && threads <= kMaxThreads, "--threads must be in [0, " + most + "]");
   require(translation.workers >= 0 && translation.workers <= kMaxThreads, "--workers must be in [0, " + most + "]");
@@ -93,6 +89,21 @@ void TranslatorConfig::validate() const {
           "--threads-per-worker must be in [0, " + most + "]");
   const std::string sampling = sampling_problem(s, true);
   require(sampling.empty(), sampling);
+}
+
+std::string search_problem(const SearchOptions& s, bool flags) {
+  const char* beam = flags ? "--beam" : "beam_size";
+  const std::string len_a = flags ? "--max-len-a" : "max_len_a", len_b = flags ? "--max-len-b" : "max_len_b";
+  if (s.beam_size < 1 || s.beam_size > kMaxBeamSize)
+    return std::string(beam) + " must be between 1 and " + std::to_string(kMaxBeamSize);
+  if (s.nbest < 1 || s.nbest > s.beam_size)
+    return std::string(flags ? "--nbest" : "num_hypotheses") + " must be between 1 and " + beam;
+  if (!(s.max_len_a >= 0 && s.max_len_a <= 1e6 && s.max_len_b >= 0))
+    return len_a + " must be in [0, 1e6], " + len_b + " >= 0";
+  // Beyond ~100, ((5 + len) / 6)^alpha overflows and every score becomes 0.
+  if (!(s.length_penalty >= 0 && s.length_penalty <= 10))
+    return std::string(flags ? "--lenpen" : "length_penalty") + " must be in [0, 10]";
+  return {};
 }
 
 std::string sampling_problem(const SearchOptions& s, bool flags) {

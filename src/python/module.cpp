@@ -260,12 +260,8 @@ class NativeTranslator {
     auto require = [](bool ok, const std::string& message) {
       if (!ok) throw std::invalid_argument(message);
     };
-    require(search.beam_size >= 1 && search.beam_size <= kMaxBeamSize,
-            "beam_size must be between 1 and " + std::to_string(kMaxBeamSize));
-    require(search.nbest >= 1 && search.nbest <= search.beam_size, "num_hypotheses must be between 1 and beam_size");
-    require(search.length_penalty >= 0 && search.length_penalty <= 10, "length_penalty must be in [0, 10]");
-    require(search.max_len_a >= 0 && search.max_len_a <= 1e6 && search.max_len_b >= 0,
-            "max_len_a must be in [0, 1e6], max_len_b >= 0");
+    const std::string problem = search_problem(search, false);
+    require(problem.empty(), problem);
     require(search.max_len_cap >= 1, "max_decoding_length must be at least 1");
     require(o.batch_size >= 1, "max_batch_size must be at least 1");
     const std::string sampling = sampling_problem(search, false);

@@ -85,4 +85,9 @@ const OptionTable<TranslatorConfig>& translator_option_table();
 // `translate`'s flags (--sampling-topp), else as request fields (sampling_topp).
 std::string sampling_problem(const SearchOptions& search, bool flags);
 
+// Why the search's beam, n-best, length penalty and length limits cannot be used, "" when they
+// can. `flags`: named as `translate`'s flags (--beam, --lenpen), else as the Python API's keywords
+// (beam_size, length_penalty).
+std::string search_problem(const SearchOptions& search, bool flags);
+
 }  // namespace torchmt
