@@ -182,6 +182,26 @@ TEST(BeamSearch, FinishedSentencesLeaveTheBatch) {
   EXPECT_EQ(beam_decoder.rows_stepped(), 2 * 1 + 5 * 2);
 }
 
+// SearchOptions::stop is asked before every step: once it says yes, greedy and beam search end
+// there with SearchStopped, after exactly the steps run before.
+TEST(Search, StopEndsTheSearchAtTheNextStep) {
+  Script never_ends = [](int64_t, const std::vector<int64_t>&) { return dist(0.7, 0.3, 0.0); };
+  for (int64_t beam : {1, 3}) {
+    SCOPED_TRACE("beam " + std::to_string(beam));
+    auto o = options(beam);
+    o.max_len_b = 50;
+    int64_t asked = 0;
+    o.stop = StopCheck([&asked] { return ++asked > 4; });
+    ScriptedDecoder decoder(never_ends);
+    EXPECT_THROW(search(decoder, sources({1, 2}), o), SearchStopped);
+    EXPECT_EQ(asked, 5);
+    EXPECT_EQ(decoder.rows_stepped(), beam == 1 ? 4 * 2 : 2 + 3 * 2 * beam);  // four steps, then no more
+    o.stop = StopCheck([] { return false; });  // asked and never stopping: the search as without
+    ScriptedDecoder whole(never_ends);
+    EXPECT_EQ(search(whole, sources({1, 2}), o)[1][0].tokens.size(), 49u);
+  }
+}
+
 TEST(BeamSearch, EarlyExitEndsASentenceWhenItsBestCandidateEnds) {
   // eos is the best first token (0.5); "a" and "b" each end one step later.
   Script script = [](int64_t, const std::vector<int64_t>& p) {

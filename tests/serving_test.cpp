@@ -355,6 +355,37 @@ TEST(TranslationService, AbandonedJobsLeaveTheQueue) {
   }
 }
 
+// A whole batch (beam search) whose requests have all been abandoned while it runs stops at its
+// next step instead of running to its end; the worker then serves the next request.
+TEST(TranslationService, AnAbandonedRunningBatchStopsAtItsNextStep) {
+  auto translator = random_translator();
+  auto lines = read_lines(test::sample_de());
+  lines.resize(16);
+  TranslationOptions options;
+  options.search.beam_size = 2;
+  const std::string expected = translator.translate_text({lines[0]}, options).front();
+  std::vector<std::string> many;  // several seconds of beam search on one worker
+  while (many.size() < 512) many.insert(many.end(), lines.begin(), lines.end());
+  TranslationOptions wide = options;
+  wide.search.beam_size = 8;
+  wide.search.max_len_a = 0;
+  wide.search.max_len_b = 1000;  // the model's 63 steps: a random model seldom ends sooner
+  ServiceOptions service_options;
+  service_options.workers = 1;
+  service_options.max_wait_ms = 0;
+  service_options.max_batch_tokens = 1 << 20;
+  service_options.continuous = false;
+  TranslationService service(translator, service_options);
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  ServiceJob gone{many, wide};
+  gone.abandoned = flag;
+  auto running = service.submit(std::move(gone));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the idle worker took it at once
+  *flag = true;
+  EXPECT_THROW(running.get(), SearchStopped);
+  EXPECT_EQ(service.submit(ServiceJob{{lines[0]}, options}).get().translations.at(0).texts.front(), expected);
+}
+
 // Constrained requests, greedy or beam, with in-flight batching or without: each answer holds
 // its phrases and equals translate()'s for that line alone; unconstrained ones are untouched.
 TEST(TranslationService, ConstrainedRequestsGetTheirPhrases) {

@@ -213,6 +213,7 @@ SearchResult greedy_search(IncrementalDecoder& decoder, const at::Tensor& src, c
   GreedyStream stream(decoder);
   stream.join(src, tags, options, steering);
   while (!stream.empty()) {
+    if (options.stop()) throw SearchStopped();
     stream.step();
     for (auto& [sentence, hypothesis] : stream.take_finished()) result[sentence][0] = std::move(hypothesis);
   }
@@ -331,6 +332,7 @@ SearchResult BeamSearch::run(const at::Tensor& src) {
       states_.push_back(s.constraints.empty() ? ConstraintState() : ConstraintState(&s.constraints));
 
   for (int64_t t = 0; !live_.empty(); ++t) {
+    if (options_.stop()) throw SearchStopped();
     Candidates c = candidates(t);
     const auto n_live = static_cast<int64_t>(live_.size());
     // Beams stay one row per sentence while every sentence is inside its prefix.

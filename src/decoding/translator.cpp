@@ -273,6 +273,7 @@ std::vector<PairScore> Translator::score_tokens(const std::vector<std::string>& 
   const auto batches = make_batches(sources, order, options);
   const SearchOptions search = search_options(options);
   run_batches(options, batches.size(), [&](IncrementalDecoder& decoder, size_t b) {
+    if (search.stop()) throw SearchStopped();
     const auto [begin, end] = batches[b];
     std::vector<const std::vector<int64_t>*> rows, targets;
     // A target scored under the vocabulary translate() gives its source (the language's columns),

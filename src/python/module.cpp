@@ -50,9 +50,16 @@ namespace py = pybind11;
 namespace torchmt::python {
 namespace {
 
-// Thrown inside a call that Ctrl-C asked to stop; never reaches Python (KeyboardInterrupt does).
-struct Cancelled : std::exception {
-  const char* what() const noexcept override { return "cancelled"; }
+// A call's Ctrl-C: run_interruptible's on_interrupt raises it, the search asks it before every
+// step (SearchOptions::stop), so a long batch stops at its next step.
+struct StopFlag {
+  std::shared_ptr<std::atomic<bool>> raised = std::make_shared<std::atomic<bool>>(false);
+  StopCheck asked() const {
+    return StopCheck([r = raised] { return r->load(); });
+  }
+  std::function<void()> raise() const {
+    return [r = raised] { r->store(true); };
+  }
 };
 
 // Runs work() on a thread of its own with the GIL released; the calling thread checks Python's
@@ -141,15 +148,12 @@ class NativeTranslator {
         if (!constraints.empty()) steering[i].constraints = constraints[i];
       }
     }
-    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    const StopFlag stop;
+    options.search.stop = stop.asked();
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyTranslation>>(
-        [&translator, back, reverse_weight, &lines, options, steering, alignments, pieces, cancel] {
-          // Between batches: a Ctrl-C ends the call there.
-          auto done = [cancel](int64_t) {
-            if (cancel->load()) throw Cancelled();
-          };
-          auto translations = translate_rescored(translator, *back, reverse_weight, lines, options, done, steering);
+        [&translator, back, reverse_weight, &lines, options, steering, alignments, pieces, stop] {
+          auto translations = translate_rescored(translator, *back, reverse_weight, lines, options, {}, steering);
           std::vector<PyTranslation> out;
           out.reserve(translations.size());
           std::vector<std::string> sources;
@@ -172,7 +176,7 @@ class NativeTranslator {
             out.emplace_back(std::move(hyps), std::vector<WordAlignment>{}, t.truncated);
           }
           if (alignments && !sources.empty()) {
-            if (cancel->load()) throw Cancelled();
+            if (stop.raised->load()) throw SearchStopped();
             auto aligned = align_words(translator, sources, targets);
             size_t next = 0;
             for (size_t i = 0; i < out.size(); ++i) {
@@ -184,7 +188,7 @@ class NativeTranslator {
           }
           return out;
         },
-        [cancel] { cancel->store(true); });
+        stop.raise());
   }
 
   // Forced decoding of (source, target) texts: per pair its pieces (then "</s>"), their
@@ -192,14 +196,13 @@ class NativeTranslator {
   using PyScore = std::tuple<std::vector<std::string>, std::vector<float>, double, double, bool>;
   std::vector<PyScore> score(const std::vector<std::string>& sources, const std::vector<std::string>& targets,
                              const py::dict& settings) {
-    const TranslationOptions options = translation_options(settings);  // (its length penalty and batches)
-    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    TranslationOptions options = translation_options(settings);  // (its length penalty and batches)
+    const StopFlag stop;
+    options.search.stop = stop.asked();
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyScore>>(
-        [&translator, &sources, &targets, options, cancel] {
-          auto scores = translator.score(sources, targets, options, [cancel](int64_t) {
-            if (cancel->load()) throw Cancelled();
-          });
+        [&translator, &sources, &targets, options] {
+          auto scores = translator.score(sources, targets, options);
           std::vector<PyScore> out;
           out.reserve(scores.size());
           for (auto& s : scores) {
@@ -210,7 +213,7 @@ class NativeTranslator {
           }
           return out;
         },
-        [cancel] { cancel->store(true); });
+        stop.raise());
   }
 
   // Pieces of the source vocabulary back to text (token input, CTranslate2's form).
@@ -438,16 +441,12 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   TranslationOptions search;
   search.batch_size = settings["max_batch_size"].cast<int64_t>();
   search.batch_source_tokens = settings["batch_source_tokens"].cast<int64_t>();
-  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  const StopFlag stop;
+  search.search.stop = stop.asked();
   Translator& f = forward.translator();
   Translator& b = backward.translator();
   const CorpusFilterReport r = run_interruptible<CorpusFilterReport>(
-      [&f, &b, search, o, cancel] {
-        return torchmt::filter_corpus(f, b, search, o, {}, [cancel](int64_t) {
-          if (cancel->load()) throw Cancelled();
-        });
-      },
-      [cancel] { cancel->store(true); });
+      [&f, &b, search, o] { return torchmt::filter_corpus(f, b, search, o); }, stop.raise());
   py::dict out;
   out["pairs"] = r.pairs;
   out["kept"] = r.kept;

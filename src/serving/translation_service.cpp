@@ -393,6 +393,11 @@ void TranslationService::run(std::vector<std::unique_ptr<Pending>>& batch) {
   options.threads_per_worker = plan_.threads_per_worker;
   options.batch_size = std::max<int64_t>(options.batch_size, static_cast<int64_t>(lines.size()));
   options.batch_source_tokens = 0;
+  // Once every request of the batch has been abandoned (its caller's deadline passed), the search
+  // stops at its next step: nobody waits for its result.
+  options.search.stop = StopCheck([&batch] {
+    return std::all_of(batch.begin(), batch.end(), [](const auto& p) { return abandoned(p->job); });
+  });
   std::vector<Translation> translations;
   try {
     const ServiceJob& job = batch.front()->job;

@@ -321,6 +321,37 @@ def test_ctrl_c_interrupts_translation(trained):
     assert out.startswith("interrupted after"), out
 
 
+INTERRUPT_ONE_BATCH = r"""
+import sys, time, torchmt
+translator = torchmt.Translator(sys.argv[1], compute_type="float32", intra_threads=1)
+lines = open(sys.argv[2], encoding="utf-8").read().splitlines() * 2
+one_batch = dict(beam_size=8, max_batch_size=len(lines))
+start = time.monotonic()
+translator.translate_batch(lines, **one_batch)
+whole = time.monotonic() - start
+print("started", flush=True)
+start = time.monotonic()
+try:
+    translator.translate_batch(lines, **one_batch)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - start:.2f} s of a {whole:.2f} s batch", flush=True)
+    sys.exit(3 if time.monotonic() - start < whole / 2 else 4)
+"""
+
+
+def test_ctrl_c_stops_a_batch_at_its_next_step(trained):
+    # One call, one batch of beam search: Ctrl-C ends it within a step, not at the batch's end
+    # (the whole batch's time, measured first in the same process, is the yardstick).
+    from conftest import SOURCE_DIR
+
+    p = run_python(INTERRUPT_ONE_BATCH, trained[0], os.path.join(SOURCE_DIR, "data", "sample.de"))
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 3, (out, err)
+
+
 WITHOUT_TORCH_MODULE = r"""
 import sys, torchmt
 t = torchmt.Translator(sys.argv[1])
@@ -438,6 +469,24 @@ def test_errors_are_python_exceptions(trained, tmp_path):
     assert torchmt.Translator(os.fsdecode(odd), compute_type="float32").translate_batch(["gut"])[0].hypotheses
     with pytest.raises(ValueError, match="NUL"):
         torchmt.train(train_src="a\0b", out=str(tmp_path / "nul"))
+
+
+def test_numpy_numbers_are_numbers_and_bools_are_bools(trained):
+    # Numbers a program computed with numpy are taken as Python's; a string is no bool
+    # (return_scores="false" would have turned scores on).
+    np = pytest.importorskip("numpy")
+    translator = torchmt.Translator(trained[0], compute_type="float32", intra_threads=np.int64(1))
+    want = translator.translate_batch(["Ein Hund läuft."], beam_size=2, length_penalty=0.5, return_scores=True)[0]
+    got = translator.translate_batch(["Ein Hund läuft."], beam_size=np.int64(2), length_penalty=np.float32(0.5),
+                                     max_batch_size=np.int32(8), return_scores=np.bool_(True))[0]
+    assert got.hypotheses == want.hypotheses and got.scores == pytest.approx(want.scores)
+    for option in ("return_scores", "return_alignments", "early_exit"):
+        with pytest.raises(TypeError, match=f"{option} must be a bool, not str"):
+            translator.translate_batch(["gut"], **{option: "false"})
+    with pytest.raises(TypeError, match="beam_size must be an int, not bool"):
+        translator.translate_batch(["gut"], beam_size=np.bool_(True))
+    with pytest.raises(TypeError, match="beam_size must be an int, not float64"):
+        translator.translate_batch(["gut"], beam_size=np.float64(2))
 
 
 def test_bleu_and_chrf_are_sacrebleus(sample):

@@ -4,7 +4,10 @@
 // table gives the flags, the help, and the YAML/JSON of all of them. Light header: no
 // LibTorch, so option handling compiles fast.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "torchmt/kernels/runtime.h"
@@ -15,6 +18,19 @@ namespace torchmt {
 // The widest beam: millions of hypotheses would only exhaust memory (the kernel kills the
 // process without a word).
 constexpr int64_t kMaxBeamSize = 1024;
+
+// Whether a search should stop now; default-made: never. (A shared function rather than a
+// std::function member: options are copied into std::optional, where GCC 12 warns of the latter.)
+class StopCheck {
+ public:
+  StopCheck() = default;
+  explicit StopCheck(std::function<bool()> asked)
+      : asked_(std::make_shared<const std::function<bool()>>(std::move(asked))) {}
+  bool operator()() const { return asked_ && (*asked_)(); }
+
+ private:
+  std::shared_ptr<const std::function<bool()>> asked_;
+};
 
 struct SearchOptions {
   int64_t beam_size = 1;          // 1 = greedy
@@ -47,6 +63,15 @@ struct SearchOptions {
   int64_t bos_id = 2;
   int64_t eos_id = 3;
   int64_t pad_id = 0;
+  // Asked before every step (from the searching thread): true ends the search with
+  // SearchStopped. Ctrl-C in Python and a server request whose caller has gone stop a batch at
+  // its next step instead of its end.
+  StopCheck stop;
+};
+
+// A search that SearchOptions::stop ended; its batch has no result.
+struct SearchStopped : std::runtime_error {
+  SearchStopped() : std::runtime_error("the search was stopped") {}
 };
 
 struct TranslationOptions {

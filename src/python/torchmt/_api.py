@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import numbers
+import operator
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -43,9 +45,16 @@ _COMPUTE_TYPES = {
 }
 
 
+def _is_bool(value: Any) -> bool:
+    # numpy's bool_ is no int and no bool: told apart by its type, numpy is not imported
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))
+
+
 def _check_int(name: str, value: Any, minimum: int, maximum: int = 2**31 - 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    # Any integral number (numpy's integers too), never a bool.
+    if _is_bool(value) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = operator.index(value)
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     if value > maximum:  # (beyond C++'s integers pybind11's cast error names no option)
@@ -54,9 +63,16 @@ def _check_int(name: str, value: Any, minimum: int, maximum: int = 2**31 - 1) ->
 
 
 def _check_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if _is_bool(value) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, not {type(value).__name__}")
     return float(value)
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    # A string would be truthy: return_scores="false" must not turn scores on.
+    if not _is_bool(value):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return bool(value)
 
 
 def _check_text(what: str, value: Any) -> str:
@@ -186,7 +202,7 @@ class Translator:
             if not isinstance(ensemble_weights, (list, tuple)) or len(ensemble_weights) != len(paths):
                 raise ValueError(f"ensemble_weights must give one weight per model ({len(paths)})")
             for w in ensemble_weights:
-                if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or w == float("inf"):
+                if _is_bool(w) or not isinstance(w, numbers.Real) or not w > 0 or w == float("inf"):
                     raise ValueError(f"ensemble_weights must be positive numbers, got {w!r}")
             weights = ",".join(repr(float(w)) for w in ensemble_weights)
         if not isinstance(device, str) or not (device in ("cpu", "auto") or device.startswith("cuda")):
@@ -266,7 +282,7 @@ class Translator:
                 beam_size >= 2); the reverse score comes from ``reverse_translator`` (a Translator
                 of the other direction), or from this model when it was trained with both directions.
         """
-        if not isinstance(reverse_weight, (int, float)) or isinstance(reverse_weight, bool) or not reverse_weight >= 0:
+        if _is_bool(reverse_weight) or not isinstance(reverse_weight, numbers.Real) or not reverse_weight >= 0:
             raise ValueError(f"reverse_weight must be a number >= 0, got {reverse_weight!r}")
         if reverse_weight and beam_size < 2:
             raise ValueError("reverse_weight reranks a beam: beam_size must be at least 2")
@@ -294,7 +310,7 @@ class Translator:
                                   early_exit=early_exit, return_scores=return_scores, sampling_topk=sampling_topk,
                                   sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
                                   max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line)
-        raw = self._native.translate(lines, settings, prefixes or [], constraints or [], bool(return_alignments),
+        raw = self._native.translate(lines, settings, prefixes or [], constraints or [], _check_bool("return_alignments", return_alignments),
                                      tokens_in, float(reverse_weight),
                                      reverse_translator._native if reverse_translator is not None else None)
         results = []
@@ -437,8 +453,8 @@ class Translator:
             "max_decoding_length": _check_int("max_decoding_length", max_decoding_length, 1),
             "max_len_a": _check_float("max_len_a", max_len_a),
             "max_len_b": _check_int("max_len_b", max_len_b, 0),
-            "early_exit": bool(early_exit),
-            "return_scores": bool(return_scores),
+            "early_exit": _check_bool("early_exit", early_exit),
+            "return_scores": _check_bool("return_scores", return_scores),
             "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
             "sampling_topp": _check_float("sampling_topp", sampling_topp),
             "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
@@ -524,9 +540,9 @@ def use_cpu_tensor_pool(cache_mb: int = 128) -> None:
     :func:`train` for its speed (modern-small, bf16: 1.17x the tokens/s). It replaces the
     process's CPU allocator, for every tensor of the program from then on, so torchmt never calls
     it itself; ``TORCHMT_NO_TENSOR_POOL=1`` makes it do nothing."""
-    if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 0:
+    if _is_bool(cache_mb) or not isinstance(cache_mb, numbers.Integral) or cache_mb < 0:
         raise ValueError(f"cache_mb={cache_mb!r}: expected a whole number of MiB, 0 or more")
-    _native.use_cpu_tensor_pool(cache_mb)
+    _native.use_cpu_tensor_pool(operator.index(cache_mb))
 
 
 def use_one_heap_arena() -> None:
@@ -553,10 +569,14 @@ def _command_options(command: str, options: Dict[str, Any]):
     for key, value in options.items():
         if value is None:
             continue
-        if isinstance(value, bool):
+        if _is_bool(value):
             values[key] = "true" if value else "false"
-        elif isinstance(value, (int, float, str, os.PathLike)):
-            values[key] = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+        elif isinstance(value, numbers.Integral):  # (numpy's integers too)
+            values[key] = str(operator.index(value))
+        elif isinstance(value, numbers.Real):
+            values[key] = repr(float(value))
+        elif isinstance(value, (str, os.PathLike)):
+            values[key] = os.fspath(value) if isinstance(value, os.PathLike) else value
         elif isinstance(value, (list, tuple)):
             lists[key] = [os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value]
         else:
