@@ -153,12 +153,29 @@ TEST(Checkpoint, TheFp16LossScaleIsSavedAndRestored) {
   EXPECT_FALSE(restore(fp16, false).loss_scale.defined());
 }
 
+// Another shape is refused naming what differs; dropout and activation checkpointing are how the
+// run trains, which a resume may change (less memory after running out of it).
 TEST(Checkpoint, ResumingIntoAnotherModelShapeIsRefused) {
   test::TempDir dir;
   auto path = saved_checkpoint(dir, checkpoint_config(50));
-  Transformer other(checkpoint_config(60));
+  ModelConfig wider = checkpoint_config(60);
+  wider.d_ff *= 2;
+  Transformer other(wider);
   AdamOptimizer optimizer(unique_parameters(*other), AdamOptions{});
-  EXPECT_THROW(restore_training_state(path, other, optimizer.state()), std::runtime_error);
+  try {
+    restore_training_state(path, other, optimizer.state());
+    ADD_FAILURE() << "resumed into another shape";
+  } catch (const std::runtime_error& e) {
+    const std::string named = "(d_ff " + std::to_string(checkpoint_config().d_ff) + " against " +
+                              std::to_string(wider.d_ff) + ", src_vocab_size 50 against 60, tgt_vocab_size 50 against 60)";
+    EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+  }
+  ModelConfig trains_otherwise = checkpoint_config(50);
+  trains_otherwise.dropout = 0.3;
+  trains_otherwise.checkpoint_activations = true;
+  Transformer same(trains_otherwise);
+  AdamOptimizer same_optimizer(unique_parameters(*same), AdamOptions{});
+  EXPECT_NO_THROW(restore_training_state(path, same, same_optimizer.state()));
 }
 
 TEST(Checkpoint, PythonTorchLoadReadsItIntoTheReferenceModel) {

@@ -360,8 +360,8 @@ LoadedCheckpoint average_checkpoints(const std::vector<std::string>& paths) {
   auto params = unique_parameters(*first.model);
   for (size_t i = 1; i < paths.size(); ++i) {
     auto other = load_checkpoint(paths[i], torch::kCPU);
-    if (other.meta.model.to_json() != first.meta.model.to_json())
-      throw std::runtime_error(paths[i] + " has a different model shape than " + paths[0]);
+    if (const std::string d = other.meta.model.shape_differences(first.meta.model); !d.empty())
+      throw std::runtime_error(paths[i] + " has a different model shape than " + paths[0] + " (" + d + ")");
     if (other.meta.src_spm_checksum != first.meta.src_spm_checksum ||
         other.meta.tgt_spm_checksum != first.meta.tgt_spm_checksum)
       throw std::runtime_error(paths[i] + " was trained with a different tokenizer than " + paths[0]);
@@ -381,9 +381,9 @@ CheckpointMeta restore_training_state(const std::string& path, Transformer& mode
   Dict dict = read_checkpoint_dict(ModelFile::read(path, "checkpoint"));
   return reading(path, [&] {
     CheckpointMeta meta = read_meta(dict, path);
-    if (meta.model.to_json() != model->config().to_json()) {
-      throw std::runtime_error("checkpoint " + path + " holds a different model shape than the one configured");
-    }
+    if (const std::string d = meta.model.shape_differences(model->config()); !d.empty())
+      throw std::runtime_error("checkpoint " + path + " holds a different model than the one configured (" + d +
+                               "): resume with the run's own model options");
     load_weights(dict, model, path);
     if (!dict.contains("optimizer")) throw std::runtime_error("checkpoint " + path + " has no optimizer state to resume");
     auto opt = dict.at("optimizer").toGenericDict();

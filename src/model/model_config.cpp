@@ -195,6 +195,19 @@ const OptionTable<ModelConfig>& model_config_table() {
 
 std::string ModelConfig::to_json() const { return model_config_table().write(*this).to_json(); }
 
+std::string ModelConfig::shape_differences(const ModelConfig& other) const {
+  const auto mine = model_config_table().write(*this).values();
+  const auto theirs = model_config_table().write(other).values();
+  std::string out;
+  for (const auto& [key, value] : mine) {
+    if (key == "dropout" || key == "checkpoint_activations") continue;
+    const auto it = theirs.find(key);
+    const std::string& that = it == theirs.end() ? std::string() : it->second;
+    if (value != that) out += (out.empty() ? "" : ", ") + key + " " + value + " against " + that;
+  }
+  return out;
+}
+
 ModelConfig ModelConfig::from_json(const std::string& json) {
   const FlatConfig f = FlatConfig::parse(json);
   const auto& table = model_config_table();

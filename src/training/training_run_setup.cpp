@@ -519,7 +519,9 @@ void TrainingRun::report_set_up() {
                  seal_text("# effective configuration of this run (torchmt train --config " + o_.out +
                            "/config.yaml); the last line is its checksum: delete it after editing by hand\n" +
                            meta_.train_config));
-  log_.line("model " + o_.preset + ": " + std::to_string(count_parameters(model_)) + " parameters, " +
+  // (With --init-from the model is the checkpoint's, whatever --preset says.)
+  const std::string model_name = o_.init_from.empty() ? o_.preset : "of " + o_.init_from;
+  log_.line("model " + model_name + ": " + std::to_string(count_parameters(model_)) + " parameters, " +
             with_thousands(batcher_->batches_per_epoch()) + " batches/epoch (padding " +
             std::to_string(100 * batcher_->padding_fraction()).substr(0, 4) + "%" +
             (batcher_->windows_per_epoch() > 1

@@ -83,6 +83,10 @@ struct ModelConfig {
   // Throws std::invalid_argument naming the offending field.
   void validate() const;
   std::string to_json() const;
+  // Where `other` is another model: its fields that differ, "d_model 256 against 512, ..." (this
+  // one's value first), "" when none. Dropout and activation checkpointing are how a model trains,
+  // not what it is: not compared.
+  std::string shape_differences(const ModelConfig& other) const;
   // Every field must be present (a checkpoint or export written by torchmt has them all),
   // except those added after 0.2 (norm, positions, kv_heads, ffn, experts, top_k,
   // checkpoint_activations, unk_id, bos_id, eos_id, scale_embeddings), which
