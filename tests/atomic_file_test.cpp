@@ -3,7 +3,10 @@
 // EFBIG the way a full disk fails with ENOSPC).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -73,6 +76,62 @@ TEST(AtomicWrite, AFailedWriteKeepsThePreviousFile) {
   EXPECT_NE(message.find("too large"), std::string::npos) << message;
   EXPECT_EQ(read_file(path), "previous");
   EXPECT_EQ(names_in(dir.path().string()), std::vector<std::string>{"checkpoint.pt"});
+}
+
+// The replacement keeps the previous file's mode; a new file gets the umask's; a link is written
+// through to its file; a FIFO is written as a stream (renaming a file over it would leave its
+// reader with nothing and the FIFO gone).
+TEST(AtomicWrite, ModesLinksAndFifosStayWhatTheyWere) {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const auto path = dir.file("kept.txt");
+  atomic_write(path, "one");
+  ::chmod(path.c_str(), 0600);
+  atomic_write(path, "two");
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  const mode_t before = ::umask(027);
+  atomic_write(dir.file("new.txt"), "x");
+  ::umask(before);
+  EXPECT_EQ(fs::status(dir.file("new.txt")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+
+  fs::create_symlink("kept.txt", dir.file("link.txt"));
+  atomic_write(dir.file("link.txt"), "three");
+  EXPECT_TRUE(fs::is_symlink(dir.file("link.txt")));
+  EXPECT_EQ(read_file(path), "three");
+
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
+  // Held open for reading and writing: the writer's open does not wait, and a writer that
+  // replaced the FIFO instead leaves nothing to read, not a test that waits forever.
+  const int fifo = ::open(dir.file("pipe").c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(fifo, 0);
+  atomic_write(dir.file("pipe"), "through the pipe");
+  char got[64] = {};
+  EXPECT_EQ(::read(fifo, got, sizeof(got) - 1), 16);
+  ::close(fifo);
+  EXPECT_STREQ(got, "through the pipe");
+  EXPECT_EQ(fs::status(dir.file("pipe")).type(), fs::file_type::fifo);
+  EXPECT_EQ(names_in(dir.path().string()).size(), 4u);  // no temporary left
+}
+
+// What a signal handler calls before the process dies: the unfinished writers' temporaries go,
+// the previous files stay.
+TEST(AtomicWrite, PendingTemporariesAreRemovedOnRequest) {
+  test::TempDir dir;
+  atomic_write(dir.file("out.txt"), "previous");
+  {
+    AtomicFileWriter writer(dir.file("out.txt"));
+    writer.write("half of it");
+    EXPECT_EQ(names_in(dir.path().string()).size(), 2u);
+    remove_pending_temporaries();
+    EXPECT_EQ(names_in(dir.path().string()), std::vector<std::string>{"out.txt"});
+  }
+  EXPECT_EQ(read_file(dir.file("out.txt")), "previous");
+  AtomicFileWriter committed(dir.file("out.txt"));
+  committed.write("new");
+  committed.commit();
+  remove_pending_temporaries();  // a committed file is no temporary
+  EXPECT_EQ(read_file(dir.file("out.txt")), "new");
 }
 
 TEST(AtomicWrite, UnwritableDirectoryIsAClearError) {

@@ -171,6 +171,19 @@ TEST(Confidence, CommandLineForms) {
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << bad << ": " << r.output;
   }
+  // `torchmt confidence` names the blank lines it leaves out of its measures, and refuses input
+  // with nothing to measure.
+  test::write_text(dir.file("ref.en"), "A dog.\n\nTwo dogs.\n");
+  const std::string measure = test::torchmt_binary() + " confidence -m " + tiny_checkpoint() + " -q --src ";
+  r = test::run_command(measure + dir.file("in.de") + " --ref " + dir.file("ref.en"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: 1 blank source line (no words to rate) left out of the measures: line 2 of"),
+            std::string::npos) << r.output;
+  test::write_text(dir.file("blank.de"), "\n \n");
+  test::write_text(dir.file("blank.en"), "a\nb\n");
+  r = test::run_command(measure + dir.file("blank.de") + " --ref " + dir.file("blank.en"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is blank: nothing to measure"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // `torchmt translate` and `torchmt evaluate -m` as a user runs them.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <sstream>
 
@@ -374,6 +378,56 @@ TEST(EvaluateCommand, TranslatesThenScoresAndChecksLineCounts) {
   EXPECT_NE(r.output.find("line counts differ"), std::string::npos) << r.output;
   r = test::run_command(tm() + " evaluate --ref " + dir.file("ref.en"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// Where the output goes is respected: a link's file is replaced and the link kept, a FIFO is
+// written as the stream it is (a reader gets the lines), a full standard output fails the
+// command (evaluate printed its score into /dev/full and said nothing), an empty reference is no
+// score, a bad --dtype says every value, and line-ending characters between split sentences
+// become spaces (one output line per input line).
+TEST(TranslateCommand, OutputsGoWhereTheyAreNamedOrTheCommandFails) {
+  test::TempDir dir;
+  test::write_text(dir.file("in.de"), "Guten Morgen.\nDanke schön.\n");
+  const std::string base = tm() + " translate -m " + tiny_checkpoint() + " --dtype fp32 -q -i " + dir.file("in.de");
+  test::write_text(dir.file("target.en"), "old\n");
+  std::filesystem::create_symlink(dir.file("target.en"), dir.file("link.en"));
+  auto r = test::run_command(base + " -o " + dir.file("link.en"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link.en")));
+  EXPECT_EQ(count_lines(test::read_text(dir.file("target.en"))), 2u);
+
+  ASSERT_EQ(::mkfifo(dir.file("out.fifo").c_str(), 0600), 0);
+  const int fifo = ::open(dir.file("out.fifo").c_str(), O_RDWR | O_NONBLOCK);  // (nothing waits on it)
+  ASSERT_GE(fifo, 0);
+  r = test::run_command(base + " -o " + dir.file("out.fifo"));
+  char buffer[4096] = {};
+  const ssize_t n = ::read(fifo, buffer, sizeof(buffer) - 1);
+  ::close(fifo);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string through_fifo(buffer, n > 0 ? static_cast<size_t>(n) : 0);
+  EXPECT_EQ(count_lines(through_fifo), 2u) << through_fifo;
+  EXPECT_EQ(std::filesystem::status(dir.file("out.fifo")).type(), std::filesystem::file_type::fifo);
+
+  test::write_text(dir.file("ref.en"), "Good morning.\nThank you.\n");
+  r = test::run_command("(" + tm() + " evaluate --hyp " + dir.file("ref.en") + " --ref " + dir.file("ref.en") +
+                        " > /dev/full)");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("torchmt evaluate: error: cannot write standard output"), std::string::npos) << r.output;
+  test::write_text(dir.file("empty.en"), "");
+  r = test::run_command(tm() + " evaluate --hyp " + dir.file("empty.en") + " --ref " + dir.file("empty.en"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("empty.en holds no lines"), std::string::npos) << r.output;
+  r = test::run_command(base + " --dtype fp8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--dtype must be auto, fp32, bf16, fp16 or int8, got 'fp8'"), std::string::npos) << r.output;
+
+  test::write_text(dir.file("breaks.de"), "Guten Morgen.\rDanke schön.\x0b Wie geht es?\xe2\x80\xa8Gut.\n");
+  r = test::run_command("(" + base.substr(0, base.find(" -i ")) + " --split-sentences -i " + dir.file("breaks.de") +
+                        " 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+  EXPECT_EQ(r.output.find_first_of("\r\v\f"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\xe2\x80\xa8"), std::string::npos) << r.output;
 }
 
 // Every subcommand: --dump-config prints YAML that --config reads back to the same

@@ -78,6 +78,10 @@ int run_confidence(int argc, char** argv) {
               << " has " << refs.size() << "\n";
     return kExitFailure;
   }
+  if (sources.empty()) {
+    std::cerr << argv[0] << ": error: " << o->src << " holds no lines: nothing to measure\n";
+    return kExitFailure;
+  }
   o->translator.translation.search.scores = false;
   std::unique_ptr<Translator> translator;
   if (!check_usage([&] { translator = std::make_unique<Translator>(load_cli_translator(o->translator)); }, argv[0]))
@@ -87,6 +91,21 @@ int run_confidence(int argc, char** argv) {
   const auto translations =
       translator->translate(sources, o->translator.translation, [&progress](int64_t n) { progress.add(n); });
   progress.finish();
+  LineSample cut, blank;
+  for (size_t i = 0; i < translations.size(); ++i) {
+    if (translations[i].truncated) cut.add(static_cast<int64_t>(i) + 1);
+    if (Translator::is_blank(sources[i])) blank.add(static_cast<int64_t>(i) + 1);
+  }
+  if (cut.count() > 0)
+    std::cerr << argv[0] << ": warning: " << cut.count() << (cut.count() == 1 ? " source line" : " source lines")
+              << " longer than the model accepts, translated cut: " << cut.describe() << " of " << o->src << "\n";
+  if (blank.count() > 0)
+    std::cerr << argv[0] << ": warning: " << blank.count() << (blank.count() == 1 ? " blank source line" : " blank source lines")
+              << " (no words to rate) left out of the measures: " << blank.describe() << " of " << o->src << "\n";
+  if (blank.count() == static_cast<int64_t>(sources.size())) {
+    std::cerr << argv[0] << ": error: every line of " << o->src << " is blank: nothing to measure\n";
+    return kExitFailure;
+  }
   std::vector<std::string> hyps;
   std::vector<std::vector<int64_t>> tokens;
   for (const auto& t : translations) {

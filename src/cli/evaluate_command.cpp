@@ -92,6 +92,10 @@ int run_evaluate(int argc, char** argv) {
               << " lines, reference file " << ref_path << " has " << refs.size() << " lines\n";
     return kExitFailure;
   }
+  if (refs.empty()) {  // (sacreBLEU refuses it too: a score of nothing is no score)
+    std::cerr << argv[0] << ": error: " << ref_path << " holds no lines: nothing to score\n";
+    return kExitFailure;
+  }
   if (translate_first) {
     std::vector<std::string> translated;
     Progress progress("evaluate: translate", "lines", static_cast<int64_t>(hyps.size()),

@@ -69,7 +69,8 @@ bool InputLines::read(size_t max_lines, std::vector<std::string>& lines) {
   lines.clear();
   std::string line;
   while (lines.size() < max_lines && next(line)) {
-    ++line_number_;
+    // A byte-order mark (Windows editors write one) is no text of line 1.
+    if (++line_number_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     if (const auto offset = find_invalid_utf8(line)) {
       const std::string where = source_ + ":" + std::to_string(line_number_) + ": invalid UTF-8 at byte " +
                                 std::to_string(*offset + 1);

@@ -1,4 +1,5 @@
 // torchmt: one binary, several subcommands (vocab, train, translate, evaluate, export, ...).
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "../kernels/cpu_isa.h"
 #include "torchmt/util/device.h"
 #include "commands.h"
+#include "util/atomic_file.h"
 #include "util/environment.h"
 #include "torchmt/util/strings.h"
 
@@ -39,6 +41,15 @@ void print_help(std::ostream& out) {
   std::_Exit(code);
 }
 
+// SIGINT/SIGTERM outside the commands that stop gracefully (train, serve, ... install their own):
+// the temporaries of unfinished outputs removed, then the signal's own death (exit status 130 /
+// 143 to the shell).
+extern "C" void die_without_temporaries(int signal_number) {
+  torchmt::remove_pending_temporaries();
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +59,8 @@ int main(int argc, char** argv) {
   // Over a file size limit (ulimit -f, quotas) a write fails with EFBIG and torchmt reports it
   // naming the file, instead of the process being killed mid-write by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
+  for (int stop : {SIGINT, SIGTERM})  // (a signal the caller ignores, as nohup does, stays ignored)
+    if (std::signal(stop, die_without_temporaries) == SIG_IGN) std::signal(stop, SIG_IGN);
   if (argc < 2) {
     print_help(std::cerr);
     return kExitUsage;
@@ -93,6 +106,16 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       // One line whatever the message quotes (a key or value with a newline in it).
       std::cerr << "torchmt " + name + ": error: " + torchmt::escape_control(e.what()) + "\n" << std::flush;
+    }
+    // Output that did not reach standard output (a full disk, /dev/full) fails the command,
+    // whichever command printed it.
+    errno = 0;
+    if (code == kExitOk && (!std::cout.flush() || std::fflush(stdout) != 0 || std::ferror(stdout))) {
+      const int error = errno;
+      std::cerr << "torchmt " + name + ": error: cannot write standard output" +
+                       (error != 0 ? std::string(": ") + std::strerror(error) : std::string()) + "\n"
+                << std::flush;
+      code = kExitFailure;
     }
     finish(code);
   }

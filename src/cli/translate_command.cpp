@@ -30,6 +30,29 @@
 namespace torchmt::cli {
 namespace {
 
+// A line's characters that other programs read as line ends (CR, VT, FF, NEL, U+2028, U+2029:
+// Python's splitlines) as spaces: --split-sentences copies the text between sentences, and the
+// output keeps one line per input line.
+std::string without_line_breaks(std::string line) {
+  std::string out;
+  out.reserve(line.size());
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '\r' || c == '\v' || c == '\f') {
+      out += ' ';
+    } else if (line.compare(i, 2, "\xC2\x85") == 0) {
+      out += ' ';
+      i += 1;
+    } else if (line.compare(i, 3, "\xE2\x80\xA8") == 0 || line.compare(i, 3, "\xE2\x80\xA9") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void write_attention_picture(Translator& translator, const std::string& source, const Translation& translation,
                              const std::string& path, int64_t layer, int64_t head) {
   if (translation.hypotheses.empty()) throw std::runtime_error("--attention-svg: the first input line is empty");
@@ -322,7 +345,8 @@ int run_translate(int argc, char** argv) {
         docs.emplace_back(whole, format, splitter.get());
         progress.add(static_cast<int64_t>(lines.size()) - 1);  // the document counts once below
       } else {
-        for (const auto& line : lines) docs.emplace_back(line, format, o->split_sentences ? splitter.get() : nullptr);
+        for (const auto& line : lines)
+          docs.emplace_back(without_line_breaks(line), format, o->split_sentences ? splitter.get() : nullptr);
       }
       for (const auto& d : translate_documents(*translator, docs, options, alignment_options, o->alignments, line_done)) {
         text += d.text;

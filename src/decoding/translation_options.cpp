@@ -56,7 +56,7 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
          [](C& c, const std::string& v) { c.translation.use_cache = v != "true"; },
          [](const C& c) { return c.translation.use_cache ? std::string("false") : std::string("true"); }, decoding)
       .add("device", &C::device, "auto|cpu|cuda|cuda:N", runtime)
-      .add("dtype", &C::dtype, "auto|fp32|bf16|int8 (auto: on a GPU or a CPU with native bf16, whichever of fp32 and bf16 translates "
+      .add("dtype", &C::dtype, "auto|fp32|bf16|fp16|int8 (auto: on a GPU or a CPU with native bf16, whichever of fp32 and bf16 translates "
            "faster here, measured once per machine and model and cached; an int8 export: int8; int8: CPU, "
            "Linear weights and activations quantized per row)", runtime)
       .add("threads", &C::threads, "CPU threads, 0 = all cores", runtime)
@@ -77,6 +77,9 @@ void TranslatorConfig::validate() const {
   require(!models.empty(), "missing required option -m/--model");
   for (const auto& m : models) require(!m.empty(), "-m/--model: an empty path");
   if (!ensemble_weights.empty()) (void)parse_ensemble_weights(ensemble_weights, models.size());
+  require(dtype == "auto" || dtype == "fp32" || dtype == "float32" || dtype == "bf16" || dtype == "bfloat16" ||
+              dtype == "fp16" || dtype == "float16" || dtype == "int8",
+          "--dtype must be auto, fp32, bf16, fp16 or int8, got '" + dtype + "'");
   require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
   const std::string search = search_problem(s, true);
   require(search.empty(), search);

@@ -2,6 +2,10 @@
 // The one way torchmt writes a file: to a temporary file beside it (PATH.tmp.XXXXXX), flushed and fsync'ed,
 // renamed over the target, then the directory fsync'ed. A kill or a full disk at any moment
 // leaves either the previous file or the new one, never a partial file, and no temporary.
+// The replacement keeps a previous file's mode and (where the writer may) its owner; a link is
+// written through to its file; a device, FIFO or socket (/dev/null, /dev/stdout) is written as
+// the stream it is. (A hard link's other names keep the previous content, as with any editor
+// that saves by renaming.)
 #include <functional>
 #include <optional>
 #include <string>
@@ -27,10 +31,17 @@ class AtomicFileWriter {
 
  private:
   [[noreturn]] void abandon(int error);
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // target_: path_, or the file a link at path_ names
   int fd_ = -1;
   bool committed_ = false;
+  bool stream_ = false;  // path_ is a device, FIFO or socket: written directly, nothing renamed
+  int pending_ = -1;     // its slot for remove_pending_temporaries()
 };
+
+// Removes the temporary file of every writer alive (neither committed nor destroyed). Async-
+// signal-safe: for a program's SIGINT/SIGTERM handler before the process dies (the CLI's), so
+// that an interrupted `translate -o FILE` leaves no PATH.tmp.XXXXXX. The library installs none.
+void remove_pending_temporaries() noexcept;
 
 // Throws std::runtime_error "cannot write PATH: REASON" (reason from errno: "No space left
 // on device", "Permission denied", ...) after removing the temporary file.
