@@ -1,7 +1,5 @@
 #include "util/atomic_file.h"
 
-#include "util/split_mix.h"
-
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -15,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+
+#include "util/split_mix.h"
 
 namespace torchmt {
 namespace {
@@ -139,7 +139,7 @@ void AtomicFileWriter::commit() {
   fd_ = -1;
   int error = ::close(fd) != 0 ? errno : 0;
   if (error == 0 && std::rename(tmp_.c_str(), target_.c_str()) != 0) error = errno;
-  unregister_pending(pending_);  // (renamed: a signal from here on must not remove the file)
+  unregister_pending(pending_);  // (no temporary any more, renamed or not)
   pending_ = -1;
   if (error != 0) {
     std::remove(tmp_.c_str());
