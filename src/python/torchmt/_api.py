@@ -256,7 +256,8 @@ class Translator:
         reverse_translator: Optional["Translator"] = None,
         _first_line: int = 0,
     ) -> List[TranslationResult]:
-        """Translates a batch of sources; one TranslationResult per source, in order.
+        """Translates a batch of sources; one TranslationResult per source, in order. The GIL is
+        released meanwhile; Ctrl-C stops the search at its next step and raises KeyboardInterrupt.
 
         Args:
             source: strings (raw text), or token lists (SentencePiece pieces of the model's
