@@ -1,5 +1,6 @@
 #include "torchmt/decoding/translation_options.h"
 
+#include "torchmt/util/device.h"
 #include "util/thread_team.h"
 
 #include <stdexcept>
@@ -77,8 +78,7 @@ void TranslatorConfig::validate() const {
   require(!models.empty(), "missing required option -m/--model");
   for (const auto& m : models) require(!m.empty(), "-m/--model: an empty path");
   if (!ensemble_weights.empty()) (void)parse_ensemble_weights(ensemble_weights, models.size());
-  require(dtype == "auto" || dtype == "fp32" || dtype == "float32" || dtype == "bf16" || dtype == "bfloat16" ||
-              dtype == "fp16" || dtype == "float16" || dtype == "int8",
+  require(is_dtype_spelling(dtype) || dtype == "int8",  // (int8: the translator's own precision)
           "--dtype must be auto, fp32, bf16, fp16 or int8, got '" + dtype + "'");
   require(!(greedy && s.beam_size != 1), "--greedy and --beam N conflict");
   const std::string search = search_problem(s, true);

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
@@ -59,10 +60,24 @@ bool cpu_has_native_bf16() {
   return has;
 }
 
+namespace {
+// The fixed dtypes by name ("auto" is resolved apart).
+const std::pair<const char*, c10::ScalarType> kDtypeSpellings[] = {
+    {"fp32", c10::ScalarType::Float},     {"float32", c10::ScalarType::Float},
+    {"bf16", c10::ScalarType::BFloat16},  {"bfloat16", c10::ScalarType::BFloat16},
+    {"fp16", c10::ScalarType::Half},      {"float16", c10::ScalarType::Half}};
+}  // namespace
+
+bool is_dtype_spelling(const std::string& spec) {
+  if (spec == "auto") return true;
+  for (const auto& [name, type] : kDtypeSpellings)
+    if (spec == name) return true;
+  return false;
+}
+
 c10::ScalarType resolve_dtype(const std::string& spec, const c10::Device& device) {
-  if (spec == "fp32" || spec == "float32") return c10::ScalarType::Float;
-  if (spec == "bf16" || spec == "bfloat16") return c10::ScalarType::BFloat16;
-  if (spec == "fp16" || spec == "float16") return c10::ScalarType::Half;
+  for (const auto& [name, type] : kDtypeSpellings)
+    if (spec == name) return type;
   if (spec == "auto") {
     if (device.is_cuda() || cpu_has_native_bf16()) return c10::ScalarType::BFloat16;
     return c10::ScalarType::Float;

@@ -22,6 +22,8 @@ void use_shape_free_cuda_attention();
 // a CPU with AMX / AVX512-BF16; fp32 otherwise). This is only the starting guess: the
 // commands resolve "auto" on a GPU or a CPU with native bf16 by measuring both (dtype_choice.h).
 c10::ScalarType resolve_dtype(const std::string& spec, const c10::Device& device);
+// Whether resolve_dtype takes `spec` (its names and their long forms, "float32", ...).
+bool is_dtype_spelling(const std::string& spec);
 std::string dtype_name(c10::ScalarType dtype);
 
 // True when this CPU has native bf16 matrix instructions (AMX or AVX512_BF16).
