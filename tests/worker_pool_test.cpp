@@ -22,7 +22,11 @@ TEST(WorkerPool, RunsEachTaskOnceOnItsOwnKeptThread) {
       const int now = ++inside;
       for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      // Waits for company (up to 2 s): a fixed 2 ms was too short for a thread to start under the
+      // sanitizers on a busy 2-core machine.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (most < 2 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
       std::lock_guard<std::mutex> lock(mutex);
       ++calls[static_cast<size_t>(w)];
       (run == 0 ? first : later).insert(std::this_thread::get_id());
