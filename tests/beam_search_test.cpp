@@ -420,6 +420,146 @@ TEST(TargetPrefix, AStreamRowJoiningARunningBatchGetsItsPrefix) {
   EXPECT_EQ(done[1].tokens, (std::vector<int64_t>{B}));
 }
 
+// ---- token rules: min_length, disable_unk, no_repeat_ngram_size, repetition_penalty ---------------
+
+// Whether some n-gram appears twice in `tokens`.
+bool repeats_an_ngram(const std::vector<int64_t>& tokens, size_t n) {
+  std::set<std::vector<int64_t>> seen;
+  for (size_t i = 0; i + n <= tokens.size(); ++i)
+    if (!seen.insert(std::vector<int64_t>(tokens.begin() + i, tokens.begin() + i + n)).second) return true;
+  return false;
+}
+
+TEST(TokenRules, MinLengthHoldsTheEndBackButTheLengthLimitWins) {
+  auto ends_at_once = [](int64_t, const std::vector<int64_t>&) { return dist(0.06, 0.04, 0.9); };
+  SearchOptions o = options(1);
+  o.min_length = 3;
+  for (int64_t beam : {1, 2}) {
+    o.beam_size = beam;
+    ScriptedDecoder plain(ends_at_once), ruled(ends_at_once);
+    EXPECT_TRUE(search(plain, sources({7}), options(beam))[0][0].tokens.empty());
+    const auto h = search(ruled, sources({7}), o)[0][0];
+    EXPECT_EQ(h.tokens, (std::vector<int64_t>{A, A, A})) << "beam " << beam;
+    // The chosen tokens keep the model's log-probabilities: `score` would give the same.
+    EXPECT_NEAR(h.log_prob, 3 * std::log(0.06) + std::log(0.9), 1e-5);
+    SearchOptions tight = o;
+    tight.max_len_b = 2;  // one token, then eos is forced
+    ScriptedDecoder limited(ends_at_once);
+    EXPECT_EQ(search(limited, sources({7}), tight)[0][0].tokens, std::vector<int64_t>{A}) << "beam " << beam;
+  }
+}
+
+TEST(TokenRules, DisableUnkNeverOutputsTheUnknownPiece) {
+  auto likes_unk = [](int64_t, const std::vector<int64_t>& prefix) {
+    return prefix.size() < 2 ? std::vector<double>{0, 0.7, 0, 0.05, 0.25, 0} : dist(0, 0, 1);
+  };
+  SearchOptions o = options(1);
+  o.disable_unk = true;
+  for (int64_t beam : {1, 3}) {
+    o.beam_size = beam;
+    ScriptedDecoder plain(likes_unk), ruled(likes_unk);
+    EXPECT_EQ(search(plain, sources({7}), options(beam))[0][0].tokens, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(search(ruled, sources({7}), o)[0][0].tokens, (std::vector<int64_t>{A, A})) << "beam " << beam;
+  }
+}
+
+// "a b a b a b": each token prefers the other one next.
+std::vector<double> alternates(int64_t, const std::vector<int64_t>& prefix) {
+  if (prefix.size() >= 6) return dist(0, 0, 1);
+  if (!prefix.empty() && prefix.back() == A) return dist(0.3, 0.6, 0.1);
+  return dist(0.6, 0.3, 0.1);
+}
+
+TEST(TokenRules, NoRepeatNgramSizeLeavesNoNgramTwiceInAnyHypothesis) {
+  ScriptedDecoder plain(alternates);
+  EXPECT_EQ(greedy_search(plain, sources({7}), options(1))[0][0].tokens, (std::vector<int64_t>{A, B, A, B, A, B}));
+  for (int64_t n : {1, 2, 3}) {
+    SearchOptions o = options(1);
+    o.no_repeat_ngram_size = n;
+    ScriptedDecoder greedy(alternates);
+    const auto g = greedy_search(greedy, sources({7}), o)[0][0].tokens;
+    // Greedy by hand for bigrams: a, b, a (b a is new), then a (a b was seen), then only eos.
+    if (n == 2) {
+      EXPECT_EQ(g, (std::vector<int64_t>{A, B, A, A}));
+    }
+    EXPECT_FALSE(repeats_an_ngram(g, static_cast<size_t>(n))) << "greedy, n " << n;
+    o.beam_size = o.nbest = 3;
+    ScriptedDecoder beam(alternates);
+    const auto nbest = beam_search(beam, sources({7}), o);
+    ASSERT_EQ(nbest[0].size(), 3u);
+    for (const auto& h : nbest[0])
+      EXPECT_FALSE(repeats_an_ngram(h.tokens, static_cast<size_t>(n))) << "beam, n " << n;
+  }
+}
+
+TEST(TokenRules, RepetitionPenaltyScalesTheLogProbabilityOfARepeatedToken) {
+  auto again = [](int64_t, const std::vector<int64_t>& prefix) {
+    if (prefix.empty()) return dist(0.9, 0.1, 0.0);
+    if (prefix.size() == 1) return dist(0.5, 0.4, 0.1);
+    return dist(0, 0, 1);
+  };
+  SearchOptions o = options(1);
+  o.repetition_penalty = 2.0;  // a again: 2 log 0.5 = -1.39 < log 0.4 = -0.92
+  ScriptedDecoder plain(again), strong(again), mild(again);
+  EXPECT_EQ(greedy_search(plain, sources({7}), options(1))[0][0].tokens, (std::vector<int64_t>{A, A}));
+  const auto h = greedy_search(strong, sources({7}), o)[0][0];
+  EXPECT_EQ(h.tokens, (std::vector<int64_t>{A, B}));
+  EXPECT_NEAR(h.log_prob, std::log(0.9) + std::log(0.4), 1e-5);
+  o.repetition_penalty = 1.2;  // 1.2 log 0.5 = -0.83 > -0.92: a again, its score the penalised one
+  const auto m = greedy_search(mild, sources({7}), o)[0][0];
+  EXPECT_EQ(m.tokens, (std::vector<int64_t>{A, A}));
+  EXPECT_NEAR(m.log_prob, std::log(0.9) + 1.2 * std::log(0.5), 1e-5);
+  o.beam_size = 2;
+  o.repetition_penalty = 2.0;
+  ScriptedDecoder beam(again);
+  EXPECT_EQ(beam_search(beam, sources({7}), o)[0][0].tokens, (std::vector<int64_t>{A, B}));
+}
+
+TEST(TokenRules, APrefixIsForcedWhateverTheRulesAndTheRulesHoldAfterIt) {
+  SearchOptions o = options(1);
+  o.no_repeat_ngram_size = 1;  // no token twice
+  for (int64_t beam : {1, 2}) {
+    o.beam_size = beam;
+    ScriptedDecoder decoder(alternates);
+    const auto h = search(decoder, sources({7}), o, prefixes({{A, A}}))[0][0];
+    // After the prefix a is banned: greedy takes b (0.6), then eos (0.1), the only token left; the
+    // beam finds eos at once (0.1) more probable than b then eos (0.06).
+    EXPECT_EQ(h.tokens, beam == 1 ? (std::vector<int64_t>{A, A, B}) : (std::vector<int64_t>{A, A})) << "beam " << beam;
+  }
+}
+
+TEST(TokenRules, StreamRowsFollowTheirOwnRules) {
+  ScriptedDecoder decoder(alternates, /*joinable=*/true);
+  GreedyStream stream(decoder);
+  stream.join(sources({7}), {0}, options(1));
+  stream.step();
+  SearchOptions ruled = options(1);
+  ruled.no_repeat_ngram_size = 2;
+  stream.join(sources({7}), {1}, ruled);
+  std::map<int64_t, Hypothesis> done;
+  while (!stream.empty()) {
+    stream.step();
+    for (auto& [tag, h] : stream.take_finished()) done[tag] = h;
+  }
+  EXPECT_EQ(done[0].tokens, (std::vector<int64_t>{A, B, A, B, A, B}));
+  EXPECT_EQ(done[1].tokens, (std::vector<int64_t>{A, B, A, A}));
+}
+
+TEST(TokenRules, BadSettingsAreRefusedByName) {
+  SearchOptions o = options(1);
+  EXPECT_EQ(token_rules_problem(o, true, "--min-len"), "");
+  o.min_length = -1;
+  EXPECT_NE(token_rules_problem(o, true, "--min-len").find("--min-len"), std::string::npos);
+  o = options(1);
+  o.no_repeat_ngram_size = -2;
+  EXPECT_NE(search_problem(o, false).find("no_repeat_ngram_size"), std::string::npos);
+  for (double bad : {0.0, -1.0, std::nan(""), 1e9}) {
+    o = options(1);
+    o.repetition_penalty = bad;
+    EXPECT_NE(search_problem(o, true).find("--repetition-penalty"), std::string::npos) << bad;
+  }
+}
+
 // ---- steering: sampling -----------------------------------------------------------------------
 
 TEST(Sampling, DrawsTokensWithTheirProbabilitiesWithinTopKAndTopP) {

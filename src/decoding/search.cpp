@@ -198,6 +198,58 @@ int64_t sample_token(const float* log_probs, int64_t vocab, const SearchOptions&
   return draw([&](int64_t j) { return static_cast<int64_t>(ids[static_cast<size_t>(j)]); }, n, top);
 }
 
+void apply_token_rules(at::Tensor& lprobs, const OutputColumns& columns,
+                       const std::vector<const std::vector<int64_t>*>& outputs,
+                       const std::vector<const SearchOptions*>& options) {
+  if (outputs.size() != options.size() || static_cast<int64_t>(options.size()) != lprobs.size(0))
+    throw std::logic_error("token rules: " + std::to_string(options.size()) + " rows' options for " +
+                           std::to_string(lprobs.size(0)) + " rows");
+  // (row, column) pairs to mask and to scale, gathered on the host from the tokens alone.
+  std::vector<int64_t> mask_rows, mask_columns, scale_rows, scale_columns;
+  std::vector<float> scales;
+  auto mask = [&](int64_t row, int64_t token) {
+    if (const int64_t column = columns.column(token); column >= 0) {
+      mask_rows.push_back(row);
+      mask_columns.push_back(column);
+    }
+  };
+  for (size_t r = 0; r < options.size(); ++r) {
+    const SearchOptions* o = options[r];
+    if (!o || !o->token_rules()) continue;
+    const auto row = static_cast<int64_t>(r);
+    const std::vector<int64_t>& out = *outputs[r];
+    const auto length = static_cast<int64_t>(out.size());
+    if (length < o->min_length) mask(row, o->eos_id);
+    if (o->disable_unk) mask(row, o->unk_id);
+    // The tokens that would end an n-gram already in the output: those that followed an earlier
+    // occurrence of its last n - 1 tokens (fairseq's rule).
+    if (const int64_t n = o->no_repeat_ngram_size; n > 0 && length >= n - 1)
+      for (int64_t start = 0; start + n - 1 < length; ++start)
+        if (std::equal(out.begin() + start, out.begin() + start + n - 1, out.end() - (n - 1)))
+          mask(row, out[static_cast<size_t>(start + n - 1)]);
+    if (o->repetition_penalty != 1.0) {
+      std::vector<int64_t> seen = out;
+      std::sort(seen.begin(), seen.end());
+      seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+      for (const int64_t token : seen)
+        if (const int64_t column = columns.column(token); column >= 0) {
+          scale_rows.push_back(row);
+          scale_columns.push_back(column);
+          scales.push_back(static_cast<float>(o->repetition_penalty));
+        }
+    }
+  }
+  const auto device = lprobs.device();
+  if (!scale_rows.empty()) {
+    // Log-probabilities are <= 0, so a factor above 1 lowers them.
+    const auto rows = index_tensor(scale_rows, device), cols = index_tensor(scale_columns, device);
+    lprobs.index_put_({rows, cols}, lprobs.index({rows, cols}).mul(torch::tensor(scales).to(device)));
+  }
+  if (!mask_rows.empty())
+    lprobs.index_put_({index_tensor(mask_rows, device), index_tensor(mask_columns, device)},
+                      -std::numeric_limits<float>::infinity());
+}
+
 double length_penalty(int64_t length, double alpha) {
   return alpha == 0.0 ? 1.0 : std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
 }
@@ -241,6 +293,7 @@ class BeamSearch {
         device_(decoder.device()),
         limits_(max_lengths(src, options, steering)),
         constrained_(has_constraints(steering)),
+        ruled_(options.token_rules()),
         finished_(src.size(0)) {}
 
   SearchResult run(const at::Tensor& src);
@@ -284,7 +337,8 @@ class BeamSearch {
 
   int64_t prefix_token(int64_t sentence, int64_t t) const;
   Candidates candidates(int64_t t);
-  void step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit);
+  void step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit,
+                    const std::vector<const SearchOptions*>& ruled);
   void read_forced(Candidates& c);
   void read_allowed(Candidates& c);
   void choose(int64_t s, int64_t t, Candidates& c, size_t& forced_at, int64_t next_beams, Next& next);
@@ -302,6 +356,7 @@ class BeamSearch {
   const at::Device device_;
   const std::vector<int64_t> limits_;
   const bool constrained_;
+  const bool ruled_;  // options_.token_rules()
   SearchResult finished_;
 
   // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
@@ -387,7 +442,14 @@ BeamSearch::Candidates BeamSearch::candidates(int64_t t) {
   for (int64_t s = 0; s < n_live; ++s)
     if (t + 1 >= limits_[live_[s]])
       for (int64_t j = 0; j < beams_; ++j) rows_at_limit.push_back(s * beams_ + j);
-  step_decoder(c, rows_at_limit);
+  // The token rules hold for the rows of sentences past their prefix and short of their limit.
+  std::vector<const SearchOptions*> ruled;
+  if (ruled_)
+    for (int64_t s = 0; s < n_live; ++s) {
+      const bool free = prefix_token(live_[s], t) < 0 && t + 1 < limits_[live_[s]];
+      ruled.insert(ruled.end(), static_cast<size_t>(beams_), free ? &options_ : nullptr);
+    }
+  step_decoder(c, rows_at_limit, ruled);
   // A row's ranking is its log-probabilities' (its score is one number added to all), so the
   // score is added to the 2k picked only.
   c.width = std::min<int64_t>(2 * k_, beams_ * c.vocab);
@@ -405,10 +467,16 @@ BeamSearch::Candidates BeamSearch::candidates(int64_t t) {
 // The decoder's step and each row's 2k best. The 2k best of a sentence's k x V candidates are
 // among the 2k best of each beam row: one top-k per row on the device, then a merge of k x 2k on
 // the host, far cheaper than a single topk over k x V on the CPU (tools/bench/DECISIONS.md).
-void BeamSearch::step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit) {
+void BeamSearch::step_decoder(Candidates& c, const std::vector<int64_t>& rows_at_limit,
+                              const std::vector<const SearchOptions*>& ruled) {
   IncrementalDecoder::TopK top;
-  if (constrained_ || !c.forced_tokens.empty()) {
+  if (constrained_ || !c.forced_tokens.empty() || ruled_) {
     c.lprobs = decoder_.step(last_);  // [N, C], N = live sentences * beams
+    if (ruled_) {
+      std::vector<const std::vector<int64_t>*> outputs;
+      for (const auto& prefix : prefixes_) outputs.push_back(&prefix);
+      apply_token_rules(c.lprobs, c.columns, outputs, ruled);
+    }
     if (!rows_at_limit.empty()) {
       auto rows = index_tensor(rows_at_limit, device_);
       auto eos = c.lprobs.index_select(0, rows).select(1, c.eos_column).clone();

@@ -44,6 +44,15 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
            "divide the log-probabilities by T before sampling (T > 0; < 1 sharper, > 1 flatter)", decoding)
       .add("seed", [](C& c) -> int64_t& { return c.translation.search.seed; },
            "sampling's seed: the same seed gives the same samples, whatever the batching and workers", decoding)
+      .add("min_len", [](C& c) -> int64_t& { return c.translation.search.min_length; },
+           "no end of sentence before this many output pieces (a target prefix's included; 0 = off)", decoding)
+      .add("disable_unk", [](C& c) -> bool& { return c.translation.search.disable_unk; },
+           "never output the unknown piece", decoding)
+      .add("no_repeat_ngram_size", [](C& c) -> int64_t& { return c.translation.search.no_repeat_ngram_size; },
+           "no sequence of this many pieces twice in one output (0 = off)", decoding)
+      .add("repetition_penalty", [](C& c) -> double& { return c.translation.search.repetition_penalty; },
+           "multiply the log-probability of a piece already in the output by this (1 = off; > 1 discourages "
+           "repeating; scores then include it)", decoding)
       .add("shortlist", &C::shortlist,
            "output vocabulary shortlist from `torchmt shortlist`: each sentence may only produce its source "
            "pieces' candidates and the table's frequent pieces (faster on the CPU)", decoding)
@@ -106,7 +115,27 @@ std::string search_problem(const SearchOptions& s, bool flags) {
   // Beyond ~100, ((5 + len) / 6)^alpha overflows and every score becomes 0.
   if (!(s.length_penalty >= 0 && s.length_penalty <= 10))
     return std::string(flags ? "--lenpen" : "length_penalty") + " must be in [0, 10]";
+  return token_rules_problem(s, flags, flags ? "--min-len" : "min_decoding_length");
+}
+
+std::string token_rules_problem(const SearchOptions& s, bool flags, const std::string& min_length_name) {
+  const std::string ngram = flags ? "--no-repeat-ngram-size" : "no_repeat_ngram_size";
+  const std::string penalty = flags ? "--repetition-penalty" : "repetition_penalty";
+  if (s.min_length < 0 || s.min_length > 1024) return min_length_name + " must be in [0, 1024]";
+  if (s.no_repeat_ngram_size < 0 || s.no_repeat_ngram_size > 1024) return ngram + " must be in [0, 1024] (0 = off)";
+  // Below 1 it rewards repeating; beyond 1e3 every repeated token is as good as banned.
+  if (!(s.repetition_penalty > 0 && s.repetition_penalty <= 1e3))
+    return penalty + " must be a number in (0, 1000] (1 = off, > 1 discourages repeating)";
   return {};
+}
+
+bool same_choices(const SearchOptions& x, const SearchOptions& y) {
+  return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
+         x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
+         x.early_exit == y.early_exit && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
+         x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
+         x.min_length == y.min_length && x.disable_unk == y.disable_unk &&
+         x.no_repeat_ngram_size == y.no_repeat_ngram_size && x.repetition_penalty == y.repetition_penalty;
 }
 
 std::string sampling_problem(const SearchOptions& s, bool flags) {

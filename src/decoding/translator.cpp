@@ -304,6 +304,7 @@ SearchOptions Translator::search_options(const TranslationOptions& options) cons
   search.bos_id = config_.bos_id;
   search.eos_id = config_.eos_id;
   search.pad_id = config_.pad_id;
+  search.unk_id = config_.unk_id;
   search.max_len_cap = std::min(search.max_len_cap, config_.max_positions);
   return search;
 }

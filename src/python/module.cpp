@@ -257,6 +257,10 @@ class NativeTranslator {
     search.sampling_topp = s["sampling_topp"].cast<double>();
     search.sampling_temperature = s["sampling_temperature"].cast<double>();
     search.seed = s["seed"].cast<int64_t>();
+    search.min_length = s["min_decoding_length"].cast<int64_t>();
+    search.disable_unk = s["disable_unk"].cast<bool>();
+    search.no_repeat_ngram_size = s["no_repeat_ngram_size"].cast<int64_t>();
+    search.repetition_penalty = s["repetition_penalty"].cast<double>();
     o.batch_size = s["max_batch_size"].cast<int64_t>();
     o.batch_source_tokens = s["batch_source_tokens"].cast<int64_t>();
     o.first_line = s["first_line"].cast<int64_t>();

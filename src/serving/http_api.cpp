@@ -137,6 +137,7 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
     throw ApiError(400, "max_len_a must be between 0 and 100");
   if (s.max_len_b < 0 || s.max_len_b > 100000) throw ApiError(400, "max_len_b must be between 0 and 100000");
   if (const std::string sampling = sampling_problem(s, false); !sampling.empty()) throw ApiError(400, sampling);
+  if (const std::string rules = token_rules_problem(s, false, "min_len"); !rules.empty()) throw ApiError(400, rules);
   if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
     throw ApiError(400, "attention_layer or attention_head out of range");
   if (!std::isfinite(o.reverse_weight) || o.reverse_weight < 0 || o.reverse_weight > 10)
@@ -200,6 +201,13 @@ const OptionTable<RequestOptions>& request_option_table() {
                "divide the log-probabilities by T before sampling (T > 0)")
           .add("seed", [](R& r) -> int64_t& { return r.search.seed; },
                "sampling's seed (a request's sentence i always samples the same with the same seed)")
+          .add("min_len", [](R& r) -> int64_t& { return r.search.min_length; },
+               "no end of sentence before this many output pieces (0 = off)")
+          .add("disable_unk", [](R& r) -> bool& { return r.search.disable_unk; }, "never output the unknown piece")
+          .add("no_repeat_ngram_size", [](R& r) -> int64_t& { return r.search.no_repeat_ngram_size; },
+               "no sequence of this many pieces twice in one output (0 = off)")
+          .add("repetition_penalty", [](R& r) -> double& { return r.search.repetition_penalty; },
+               "multiply the log-probability of a piece already in the output by this (1 = off)")
           .add("attention", &R::attention, "answer each sentence's cross-attention (weights, pieces and an SVG)")
           .add("attention_layer", &R::attention_layer, "decoder layer of the attention (-1 = last)")
           .add("attention_head", &R::attention_head, "head of the attention (-1 = mean over heads)")

@@ -19,12 +19,7 @@ namespace {
 
 // Jobs that may share a batch: the same search (the rest of the options is the server's).
 bool same_search(const TranslationOptions& a, const TranslationOptions& b) {
-  const auto &x = a.search, &y = b.search;
-  return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
-         x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
-         x.early_exit == y.early_exit && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
-         x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
-         a.use_cache == b.use_cache;
+  return same_choices(a.search, b.search) && a.use_cache == b.use_cache;
 }
 
 // Jobs that may share a whole batch: the same search and the same reranking.

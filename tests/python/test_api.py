@@ -131,6 +131,40 @@ def test_generate_tokens_streams_translate_batchs_tokens(trained, sample):
         next(translator.generate_tokens("gut", seed="5"))
 
 
+def test_token_rules_take_ctranslate2s_keywords_and_agree_with_the_cli(trained, binary, sample):
+    model = trained[0]
+    translator = torchmt.Translator(model, compute_type="float32")
+    lines = sample[0][:20]
+    tokens = [translator.tokenize(line) for line in lines]
+    # At least 40 tokens each where the limit (0 * source + 100) leaves room; without, most are shorter.
+    long = translator.translate_batch(tokens, min_decoding_length=40, max_len_a=0, max_len_b=100)
+    assert all(len(r.hypotheses[0]) >= 40 for r in long)
+    assert sum(len(r.hypotheses[0]) < 40 for r in translator.translate_batch(tokens)) > 10
+    for beam in (1, 3):
+        ruled = translator.translate_batch(tokens, beam_size=beam, no_repeat_ngram_size=2, disable_unk=True,
+                                           min_decoding_length=40, max_len_a=0, max_len_b=100)
+        for r in ruled:
+            pieces = r.hypotheses[0]
+            bigrams = list(zip(pieces, pieces[1:]))
+            assert len(bigrams) == len(set(bigrams)), pieces
+            assert "<unk>" not in pieces
+        options = dict(no_repeat_ngram_size=3, repetition_penalty=1.5, min_decoding_length=6)
+        want = cli_translate(binary, model, lines, "--dtype", "fp32", "--beam", str(beam), "--lenpen", "0.6",
+                             "--no-repeat-ngram-size", "3", "--repetition-penalty", "1.5", "--min-len", "6")
+        assert [r.hypotheses[0] for r in translator.translate_batch(lines, beam_size=beam, **options)] == want
+        if beam == 1:
+            streamed = [s.token for s in translator.generate_tokens(tokens[0], **options)]
+            assert streamed == translator.translate_batch(tokens[:1], **options)[0].hypotheses[0]
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        translator.translate_batch(lines[:1], repetition_penalty=0)
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        translator.translate_batch(lines[:1], no_repeat_ngram_size=-1)
+    with pytest.raises(TypeError, match="min_decoding_length"):
+        translator.translate_batch(lines[:1], min_decoding_length="3")
+    with pytest.raises(TypeError, match="disable_unk"):
+        translator.translate_batch(lines[:1], disable_unk="false")
+
+
 def test_score_batch_scores_translations_as_translate_batch_scored_them(trained, binary, sample, tmp_path):
     translator = torchmt.Translator(trained[0], compute_type="float32")
     lines = sample[0][:20]

@@ -69,6 +69,14 @@ int64_t sample_token(const float* log_probs, int64_t vocab, const SearchOptions&
 // else: not its batch, its row, or the thread.
 double sampling_uniform(int64_t seed, int64_t stream, int64_t step);
 
+// SearchOptions' token rules (min_length, disable_unk, no_repeat_ngram_size,
+// repetition_penalty) on one step's log-probabilities lprobs [N, C], in place, on any device:
+// row r follows options[r] given outputs[r], its tokens so far; a null entry leaves the row as it
+// is (inside a target prefix, at the length limit). `columns`: the tokens of lprobs' columns.
+void apply_token_rules(at::Tensor& lprobs, const OutputColumns& columns,
+                       const std::vector<const std::vector<int64_t>*>& outputs,
+                       const std::vector<const SearchOptions*>& options);
+
 // GNMT length penalty ((5 + length) / 6)^alpha.
 double length_penalty(int64_t length, double alpha);
 

@@ -60,9 +60,22 @@ struct SearchOptions {
   double sampling_temperature = 1.0;
   int64_t seed = 1;  // >= 0
   bool sampling() const { return sampling_topk != 1; }
+  // Rules on the next token, as fairseq and CTranslate2 offer them; they hold for every search
+  // (greedy, beam, sampling) except inside a target prefix and at the length limit, which
+  // wins over min_length. Masked tokens are never chosen; the others keep the model's
+  // log-probabilities (so `score` gives a rule-abiding hypothesis the same score) except that
+  // repetition_penalty's are multiplied, and those products are the hypothesis's scores.
+  int64_t min_length = 0;            // tokens before eos, a prefix's included (CTranslate2's min_decoding_length)
+  bool disable_unk = false;          // never the unknown piece
+  int64_t no_repeat_ngram_size = 0;  // no n-gram of this many tokens twice in one output (0 = off)
+  double repetition_penalty = 1.0;   // a token already in the output: log-probability x this (> 1 discourages)
+  bool token_rules() const {
+    return min_length > 0 || disable_unk || no_repeat_ngram_size > 0 || repetition_penalty != 1.0;
+  }
   int64_t bos_id = 2;
   int64_t eos_id = 3;
   int64_t pad_id = 0;
+  int64_t unk_id = 1;
   // Asked before every step (from the searching thread): true ends the search with
   // SearchStopped. Ctrl-C in Python and a server request whose caller has gone stop a batch at
   // its next step instead of its end.
@@ -110,9 +123,17 @@ const OptionTable<TranslatorConfig>& translator_option_table();
 // `translate`'s flags (--sampling-topp), else as request fields (sampling_topp).
 std::string sampling_problem(const SearchOptions& search, bool flags);
 
-// Why the search's beam, n-best, length penalty and length limits cannot be used, "" when they
+// Whether two searches choose alike: every setting but the stop check and the special ids.
+bool same_choices(const SearchOptions& a, const SearchOptions& b);
+
+// Why the search's beam, n-best, length penalty, length limits and token rules cannot be used, "" when they
 // can. `flags`: named as `translate`'s flags (--beam, --lenpen), else as the Python API's keywords
 // (beam_size, length_penalty).
 std::string search_problem(const SearchOptions& search, bool flags);
+
+// Why the token rules cannot be used, "" when they can. `flags`: named as `translate`'s flags
+// (--no-repeat-ngram-size), else as fields and keywords (no_repeat_ngram_size); min_length's
+// name is the caller's (--min-len, min_len, min_decoding_length).
+std::string token_rules_problem(const SearchOptions& search, bool flags, const std::string& min_length_name);
 
 }  // namespace torchmt

@@ -252,6 +252,10 @@ class Translator:
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
         seed: int = 1,
+        min_decoding_length: int = 0,
+        disable_unk: bool = False,
+        no_repeat_ngram_size: int = 0,
+        repetition_penalty: float = 1.0,
         reverse_weight: float = 0.0,
         reverse_translator: Optional["Translator"] = None,
         _first_line: int = 0,
@@ -278,6 +282,12 @@ class Translator:
             sampling_topk, sampling_topp, sampling_temperature, seed: sample instead of searching
                 (topk 0 = the whole vocabulary); each source's draws depend only on the seed and
                 its position, not on batching or threads.
+            min_decoding_length: no end before this many target tokens (a prefix's included);
+                the length limit wins. disable_unk: never the unknown token.
+            no_repeat_ngram_size: no n-gram of this many tokens twice in one output (0 = off).
+            repetition_penalty: a token already in the output has its log-probability multiplied
+                by this (> 1 discourages repeating; CTranslate2 scales logits instead); the scores
+                then include it. These rules hold for greedy, beam and sampling.
             reverse_weight: rerank the beam by score(translation | source) + reverse_weight x
                 score(source | translation) (``torchmt translate --reverse-weight``; 0 = off; needs
                 beam_size >= 2); the reverse score comes from ``reverse_translator`` (a Translator
@@ -310,7 +320,9 @@ class Translator:
                                   max_decoding_length=max_decoding_length, max_len_a=max_len_a, max_len_b=max_len_b,
                                   early_exit=early_exit, return_scores=return_scores, sampling_topk=sampling_topk,
                                   sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
-                                  max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line)
+                                  max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line,
+                                  min_decoding_length=min_decoding_length, disable_unk=disable_unk,
+                                  no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
         raw = self._native.translate(lines, settings, prefixes or [], constraints or [], _check_bool("return_alignments", return_alignments),
                                      tokens_in, float(reverse_weight),
                                      reverse_translator._native if reverse_translator is not None else None)
@@ -410,11 +422,17 @@ class Translator:
         sampling_topp: float = 1.0,
         sampling_temperature: float = 1.0,
         seed: int = 1,
+        min_decoding_length: int = 0,
+        disable_unk: bool = False,
+        no_repeat_ngram_size: int = 0,
+        repetition_penalty: float = 1.0,
     ) -> Iterator["GenerationStepResult"]:
         """Translates one source (text or token list) token by token, as the server streams:
         yields a GenerationStepResult (``step``, ``token_id``, ``token``, ``log_prob``,
         ``is_last``) as each target token is decided. Greedy search, or sampling with
-        translate_batch's sampling options; the tokens are translate_batch's for the same options.
+        translate_batch's sampling options and token rules (``min_decoding_length``,
+        ``disable_unk``, ``no_repeat_ngram_size``, ``repetition_penalty``); the tokens are
+        translate_batch's for the same options.
         """
         tokens_in, lines = self._source_lines([source])
         settings = self._settings(beam_size=1, num_hypotheses=1, length_penalty=0.0,
@@ -422,7 +440,9 @@ class Translator:
                                   max_len_b=max_len_b, early_exit=False, return_scores=True,
                                   sampling_topk=sampling_topk, sampling_topp=sampling_topp,
                                   sampling_temperature=sampling_temperature, seed=seed, max_batch_size=1,
-                                  batch_type="examples", first_line=0)
+                                  batch_type="examples", first_line=0, min_decoding_length=min_decoding_length,
+                                  disable_unk=disable_unk, no_repeat_ngram_size=no_repeat_ngram_size,
+                                  repetition_penalty=repetition_penalty)
         if not lines[0].strip(" \t\r"):  # empty in, empty out, as translate_batch (Translator::is_blank)
             return
         stream = _native.NativeTokenStream(self._native, lines[0], settings)
@@ -442,7 +462,8 @@ class Translator:
     @staticmethod
     def _settings(*, beam_size, num_hypotheses, length_penalty, max_decoding_length, max_len_a, max_len_b,
                   early_exit, return_scores, sampling_topk, sampling_topp, sampling_temperature, seed,
-                  max_batch_size, batch_type, first_line):
+                  max_batch_size, batch_type, first_line, min_decoding_length=0, disable_unk=False,
+                  no_repeat_ngram_size=0, repetition_penalty=1.0):
         # Types here, in Python's words; ranges in the core, where the rules live.
         if batch_type not in ("examples", "tokens"):
             raise ValueError(f"batch_type must be 'examples' or 'tokens', got {batch_type!r}")
@@ -460,6 +481,10 @@ class Translator:
             "sampling_topp": _check_float("sampling_topp", sampling_topp),
             "sampling_temperature": _check_float("sampling_temperature", sampling_temperature),
             "seed": _check_int("seed", seed, 0, 2**63 - 1),
+            "min_decoding_length": _check_int("min_decoding_length", min_decoding_length, 0),
+            "disable_unk": _check_bool("disable_unk", disable_unk),
+            "no_repeat_ngram_size": _check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0),
+            "repetition_penalty": _check_float("repetition_penalty", repetition_penalty),
             "max_batch_size": max_batch_size if batch_type == "examples" else 1,
             "batch_source_tokens": max_batch_size if batch_type == "tokens" else 0,
             "first_line": first_line,
