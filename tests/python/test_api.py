@@ -231,6 +231,61 @@ def test_translate_iterable_is_lazy_and_in_order(trained, sample):
         list(translator.translate_iterable(lines[:5], target_prefix=["A"] * 4))
 
 
+def test_asynchronous_calls_return_handles_and_run_on_the_translators_threads(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32", inter_threads=2)
+    lines = sample[0][:40]
+    want = translator.translate_batch(lines, beam_size=2, return_scores=True)
+    main = threading.get_ident()
+    seen = []
+    original = translator._native.translate
+
+    def spy(*args):  # which thread runs the batch
+        seen.append(threading.get_ident())
+        return original(*args)
+
+    translator._native = _Spy(translator._native, translate=spy)
+    handles = translator.translate_batch(lines, beam_size=2, return_scores=True, asynchronous=True)
+    assert len(handles) == len(lines) and all(isinstance(h, torchmt.AsyncTranslationResult) for h in handles)
+    got = [h.result() for h in handles]
+    assert all(h.done() for h in handles)
+    assert [r.hypotheses for r in got] == [r.hypotheses for r in want]
+    assert [r.scores for r in got] == [r.scores for r in want]
+    assert seen and main not in seen
+    # Two batches at once on two threads give what they give one after the other.
+    first = translator.translate_batch(lines[:20], asynchronous=True)
+    second = translator.translate_batch(lines[20:], asynchronous=True)
+    assert [h.result().hypotheses for h in first + second] == [r.hypotheses for r in translator.translate_batch(lines)]
+    pairs = translator.score_batch(lines[:5], [r.hypotheses[0] for r in want[:5]], asynchronous=True)
+    assert all(isinstance(p, torchmt.AsyncScoringResult) for p in pairs)
+    assert [p.result().log_prob for p in pairs] == [s.log_prob for s in
+                                                    translator.score_batch(lines[:5], [r.hypotheses[0] for r in want[:5]])]
+    # Bad options raise at the call; a failure inside the batch at result().
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate_batch(lines, beam_size=0, asynchronous=True)
+    with pytest.raises(TypeError, match="asynchronous"):
+        translator.translate_batch(lines, asynchronous="yes")
+    with pytest.raises(ValueError, match="asynchronous"):
+        list(translator.translate_iterable(lines, asynchronous=True))
+    def broken(*args):
+        raise RuntimeError("the batch failed")
+
+    translator._native = _Spy(translator._native, translate=broken)
+    failing = translator.translate_batch(["gut", "schlecht"], asynchronous=True)
+    for handle in failing:
+        with pytest.raises(RuntimeError, match="the batch failed"):
+            handle.result()
+
+
+class _Spy:
+    """Forwards to `inner`, except the methods given."""
+
+    def __init__(self, inner, **methods):
+        self._inner, self._methods = inner, methods
+
+    def __getattr__(self, name):
+        return self._methods.get(name) or getattr(self._inner, name)
+
+
 def translate_from_four_threads(translator, lines):
     """4 threads share `translator`, each translating `lines` 3 times: their last outputs, the
     errors they met, and how often this thread ran while they worked (1 ms ticks)."""

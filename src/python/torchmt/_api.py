@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import numbers
 import operator
 import os
+import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import importlib.metadata as _metadata
@@ -21,8 +23,8 @@ from . import _native
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "train", "bleu", "chrf", "evaluate",
-           "filter_corpus",
+__all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "AsyncTranslationResult",
+           "AsyncScoringResult", "train", "distill", "bleu", "chrf", "evaluate", "filter_corpus",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
            "__version__"]
 __version__ = _native.version
@@ -139,6 +141,40 @@ class ScoringResult:
         return f"ScoringResult(tokens={self.tokens!r}, log_probs={self.log_probs!r}, score={self.score:.4f})"
 
 
+class _AsyncResult:
+    __slots__ = ("_future", "_index")
+
+    def __init__(self, future: "concurrent.futures.Future", index: int):
+        self._future = future
+        self._index = index
+
+    def result(self):
+        """Waits for the batch this source is in and returns its result, or raises the batch's
+        exception."""
+        return self._future.result()[self._index]
+
+    def done(self) -> bool:
+        """Whether the result is ready (result() would not wait)."""
+        return self._future.done()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(done={self.done()})"
+
+
+class AsyncTranslationResult(_AsyncResult):
+    """One source's translation under way (``translate_batch(..., asynchronous=True)``, as
+    CTranslate2's): ``result()`` waits for its TranslationResult, ``done()`` says whether it is ready."""
+
+    __slots__ = ()
+
+
+class AsyncScoringResult(_AsyncResult):
+    """One pair's score under way (``score_batch(..., asynchronous=True)``): ``result()`` waits for
+    its ScoringResult, ``done()`` says whether it is ready."""
+
+    __slots__ = ()
+
+
 class GenerationStepResult:
     """One step of generate_tokens: the target token decided at ``step`` (its id and piece), its
     log-probability, and whether it is the last."""
@@ -220,6 +256,18 @@ class Translator:
                                                 _COMPUTE_TYPES[compute_type], inter_threads, intra_threads,
                                                 os.fsencode(table), _runtime_settings(runtime))
         self.model_path = paths[0] if len(paths) == 1 else paths
+        self._inter_threads = inter_threads
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+
+    def _submit(self, work: Callable[[], list], kind: type, n: int) -> list:
+        # Asynchronous calls run on this translator's own threads, as many as its inter_threads
+        # (the native call releases the GIL); one future per batch, one handle per source.
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self._inter_threads, thread_name_prefix="torchmt")
+        future = self._pool.submit(work)
+        return [kind(future, i) for i in range(n)]
 
     @property
     def device(self) -> str:
@@ -258,8 +306,9 @@ class Translator:
         repetition_penalty: float = 1.0,
         reverse_weight: float = 0.0,
         reverse_translator: Optional["Translator"] = None,
+        asynchronous: bool = False,
         _first_line: int = 0,
-    ) -> List[TranslationResult]:
+    ) -> Union[List[TranslationResult], List[AsyncTranslationResult]]:
         """Translates a batch of sources; one TranslationResult per source, in order. The GIL is
         released meanwhile; Ctrl-C stops the search at its next step and raises KeyboardInterrupt.
 
@@ -292,6 +341,9 @@ class Translator:
                 score(source | translation) (``torchmt translate --reverse-weight``; 0 = off; needs
                 beam_size >= 2); the reverse score comes from ``reverse_translator`` (a Translator
                 of the other direction), or from this model when it was trained with both directions.
+            asynchronous: return at once, one AsyncTranslationResult per source (``result()``
+                waits for it); the batch runs on one of the translator's ``inter_threads``
+                threads. Bad options still raise here; Ctrl-C does not stop such a batch.
         """
         if _is_bool(reverse_weight) or not isinstance(reverse_weight, numbers.Real) or not reverse_weight >= 0:
             raise ValueError(f"reverse_weight must be a number >= 0, got {reverse_weight!r}")
@@ -323,21 +375,22 @@ class Translator:
                                   max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line,
                                   min_decoding_length=min_decoding_length, disable_unk=disable_unk,
                                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
-        raw = self._native.translate(lines, settings, prefixes or [], constraints or [], _check_bool("return_alignments", return_alignments),
-                                     tokens_in, float(reverse_weight),
-                                     reverse_translator._native if reverse_translator is not None else None)
-        results = []
-        for hyps, aligned, truncated in raw:
-            results.append(
-                TranslationResult(
-                    hypotheses=[pieces if tokens_in else text for text, pieces, _, _ in hyps],
-                    scores=[score for _, _, score, _ in hyps] if return_scores else [],
-                    log_probs=[log_prob for _, _, _, log_prob in hyps] if return_scores else [],
-                    alignments=[list(a) for a in aligned] if return_alignments else [],
-                    truncated=truncated,
-                )
-            )
-        return results
+        aligned = _check_bool("return_alignments", return_alignments)
+        reverse_native = reverse_translator._native if reverse_translator is not None else None
+
+        def run() -> List[TranslationResult]:
+            raw = self._native.translate(lines, settings, prefixes or [], constraints or [], aligned, tokens_in,
+                                         float(reverse_weight), reverse_native)
+            return [TranslationResult(hypotheses=[pieces if tokens_in else text for text, pieces, _, _ in hyps],
+                                      scores=[score for _, _, score, _ in hyps] if return_scores else [],
+                                      log_probs=[log_prob for _, _, _, log_prob in hyps] if return_scores else [],
+                                      alignments=[list(a) for a in alignments] if aligned else [],
+                                      truncated=truncated)
+                    for hyps, alignments, truncated in raw]
+
+        if _check_bool("asynchronous", asynchronous):
+            return self._submit(run, AsyncTranslationResult, n)
+        return run()
 
     def score_batch(
         self,
@@ -347,13 +400,15 @@ class Translator:
         max_batch_size: int = 64,
         batch_type: str = "examples",
         length_penalty: float = 0.6,
-    ) -> List[ScoringResult]:
+        asynchronous: bool = False,
+    ) -> Union[List[ScoringResult], List[AsyncScoringResult]]:
         """Scores given translations (forced decoding, CTranslate2's ``score_batch``): how
         probable the model finds ``target[i]`` as the translation of ``source[i]``; one
         ScoringResult per pair, in order. Sources and targets are strings or token lists (pieces,
         joined and tokenized again by the model's vocabulary). A hypothesis that translate_batch
         returned scores as it scored it (``score``, with the same ``length_penalty``), as
-        ``torchmt score`` does. Batched as translate_batch (``max_batch_size``, ``batch_type``)."""
+        ``torchmt score`` does. Batched as translate_batch (``max_batch_size``, ``batch_type``);
+        ``asynchronous`` as translate_batch's (one AsyncScoringResult per pair)."""
         tokens_in, lines = self._source_lines(source)
         if isinstance(target, (str, bytes)) or not isinstance(target, Sequence):
             raise TypeError(f"target must be a list of strings or of token lists, not {type(target).__name__}")
@@ -364,7 +419,12 @@ class Translator:
                                   max_len_a=0.0, max_len_b=0, early_exit=False, return_scores=True, sampling_topk=1,
                                   sampling_topp=1.0, sampling_temperature=1.0, seed=1, max_batch_size=max_batch_size,
                                   batch_type=batch_type, first_line=0)
-        return [ScoringResult(*s) for s in self._native.score(lines, targets, settings)]
+        def run() -> List[ScoringResult]:
+            return [ScoringResult(*s) for s in self._native.score(lines, targets, settings)]
+
+        if _check_bool("asynchronous", asynchronous):
+            return self._submit(run, AsyncScoringResult, len(lines))
+        return run()
 
     def translate_iterable(
         self,
@@ -382,6 +442,8 @@ class Translator:
         A string's trailing newline is dropped, so an open file can be passed as it is. Takes
         translate_batch's options."""
         _check_int("buffer_size", buffer_size, 1)
+        if options.get("asynchronous"):
+            raise ValueError("translate_iterable yields each result once it is ready: asynchronous is translate_batch's")
         if isinstance(source, (str, bytes)):  # (iterating it would translate each character)
             raise TypeError(f"source must be an iterable of strings or of token lists, not {type(source).__name__}")
         sources = iter(source)
