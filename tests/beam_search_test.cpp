@@ -420,6 +420,28 @@ TEST(TargetPrefix, AStreamRowJoiningARunningBatchGetsItsPrefix) {
   EXPECT_EQ(done[1].tokens, (std::vector<int64_t>{B}));
 }
 
+// Patience: a beam of one ends at its first finished hypothesis, "a" (0.3); with patience 2 it
+// goes on to a second, "a a" (0.27), which the length penalty prefers.
+TEST(BeamSearch, PatienceSearchesOnUntilBeamTimesPatienceHypothesesAreFinished) {
+  auto later_is_better = [](int64_t, const std::vector<int64_t>& prefix) {
+    if (prefix.empty()) return dist(0.6, 0.4, 0.0);
+    if (prefix.size() == 1 && prefix[0] == A) return dist(0.45, 0.05, 0.5);
+    return dist(0, 0, 1);
+  };
+  SearchOptions o = options(1);
+  o.length_penalty = 1.0;
+  ScriptedDecoder plain(later_is_better), patient(later_is_better);
+  const auto first = beam_search(plain, sources({7}), o)[0][0];
+  EXPECT_EQ(first.tokens, std::vector<int64_t>{A});
+  o.patience = 2.0;
+  const auto second = beam_search(patient, sources({7}), o)[0][0];
+  EXPECT_EQ(second.tokens, (std::vector<int64_t>{A, A}));
+  EXPECT_NEAR(second.log_prob, std::log(0.6) + std::log(0.45), 1e-5);
+  EXPECT_GT(patient.rows_stepped(), plain.rows_stepped());
+  o.patience = 0.2;  // round(1 x 0.2) = 0 finished hypotheses would end nothing
+  EXPECT_NE(search_problem(o, true).find("--patience"), std::string::npos);
+}
+
 // ---- token rules: min_length, disable_unk, no_repeat_ngram_size, repetition_penalty ---------------
 
 // Whether some n-gram appears twice in `tokens`.
@@ -547,9 +569,9 @@ TEST(TokenRules, StreamRowsFollowTheirOwnRules) {
 
 TEST(TokenRules, BadSettingsAreRefusedByName) {
   SearchOptions o = options(1);
-  EXPECT_EQ(token_rules_problem(o, true, "--min-len"), "");
+  EXPECT_EQ(search_rules_problem(o, true, "--min-len"), "");
   o.min_length = -1;
-  EXPECT_NE(token_rules_problem(o, true, "--min-len").find("--min-len"), std::string::npos);
+  EXPECT_NE(search_rules_problem(o, true, "--min-len").find("--min-len"), std::string::npos);
   o = options(1);
   o.no_repeat_ngram_size = -2;
   EXPECT_NE(search_problem(o, false).find("no_repeat_ngram_size"), std::string::npos);

@@ -141,18 +141,21 @@ TEST(HttpApi, V1TakesTheTokenRules) {
   const auto s = settings();
   auto r = parse_v1_request("application/json",
                             R"({"q": "a", "min_len": 3, "disable_unk": true, "no_repeat_ngram_size": 2,
-                                "repetition_penalty": 1.5})",
+                                "repetition_penalty": 1.5, "beam": 2, "patience": 1.5})",
                             s);
   EXPECT_EQ(r.options.search.min_length, 3);
   EXPECT_TRUE(r.options.search.disable_unk);
   EXPECT_EQ(r.options.search.no_repeat_ngram_size, 2);
   EXPECT_DOUBLE_EQ(r.options.search.repetition_penalty, 1.5);
+  EXPECT_DOUBLE_EQ(r.options.search.patience, 1.5);
   EXPECT_FALSE(parse_v1_request("", R"({"q": "a"})", s).options.search.token_rules());
   auto v1 = [&](const std::string& body) { return status_of([&] { parse_v1_request("application/json", body, s); }); };
   EXPECT_EQ(v1(R"({"q": "a", "min_len": -1})"), 400);
   EXPECT_EQ(v1(R"({"q": "a", "no_repeat_ngram_size": 5000})"), 400);
   EXPECT_EQ(v1(R"({"q": "a", "repetition_penalty": 0})"), 400);
   EXPECT_EQ(v1(R"({"q": "a", "disable_unk": "maybe"})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "patience": 0})"), 400);
+  EXPECT_EQ(v1(R"({"q": "a", "patience": 1e9})"), 400);
 }
 
 TEST(HttpApi, V1TakesConstraintsShapedAsQ) {

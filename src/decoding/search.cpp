@@ -294,6 +294,7 @@ class BeamSearch {
         limits_(max_lengths(src, options, steering)),
         constrained_(has_constraints(steering)),
         ruled_(options.token_rules()),
+        finish_at_(std::max<int64_t>(options.nbest, std::lround(static_cast<double>(k_) * options.patience))),
         finished_(src.size(0)) {}
 
   SearchResult run(const at::Tensor& src);
@@ -357,6 +358,7 @@ class BeamSearch {
   const std::vector<int64_t> limits_;
   const bool constrained_;
   const bool ruled_;  // options_.token_rules()
+  const int64_t finish_at_;  // finished hypotheses that end a sentence: round(k x patience), at least nbest
   SearchResult finished_;
 
   // Every sentence starts as one row, the empty prefix, and becomes k rows (its beams) after the
@@ -558,12 +560,12 @@ void BeamSearch::choose(int64_t s, int64_t t, Candidates& c, size_t& forced_at, 
   } else {
     keep_best(s, c, kept);
   }
-  // A sentence is finished once it holds k complete hypotheses (fairseq's criterion), or with
-  // early_exit once its best candidate ended it and nbest are complete (OpenNMT-py's;
-  // CTranslate2 4 runs to beam_size * patience complete ones). early_exit is faster but costs a
+  // A sentence is finished once it holds round(k x patience) complete hypotheses (k by default:
+  // fairseq's criterion; CTranslate2's with its patience), or with early_exit once its best
+  // candidate ended it and nbest are complete (OpenNMT-py's). early_exit is faster but costs a
   // little BLEU, so it is not the default (tools/bench/DECISIONS.md).
   const auto complete = static_cast<int64_t>(finished_[sentence].size());
-  if (complete >= k_ || (options_.early_exit && kept.best_ends && complete >= options_.nbest)) return;
+  if (complete >= finish_at_ || (options_.early_exit && kept.best_ends && complete >= options_.nbest)) return;
   if (kept.rows.empty()) {
     // Every continuation is impossible (-inf, e.g. eos forced at the length limit with zero
     // probability): return the best prefix rather than nothing.
@@ -623,7 +625,7 @@ void BeamSearch::keep_constrained(int64_t s, int64_t t, const Candidates& c, Kep
     const int64_t row = s * beams_ + chosen[i].beam;
     if (chosen[i].token == options_.eos_id) {
       if (i == 0) kept.best_ends = true;
-      if (static_cast<int64_t>(finished_[sentence].size()) < k_) end_hypothesis(sentence, row, chosen[i].score);
+      if (static_cast<int64_t>(finished_[sentence].size()) < finish_at_) end_hypothesis(sentence, row, chosen[i].score);
     } else {
       kept.add(row, chosen[i].token, chosen[i].score);
     }
@@ -643,7 +645,7 @@ void BeamSearch::keep_best(int64_t s, const Candidates& c, Kept& kept) {
       if (i == 0) kept.best_ends = true;
       // As fairseq: only an eos among the k best candidates ends a hypothesis, so a beam of one
       // is exactly greedy search.
-      if (i < k_ && static_cast<int64_t>(finished_[sentence].size()) < k_) end_hypothesis(sentence, row, score);
+      if (i < k_ && static_cast<int64_t>(finished_[sentence].size()) < finish_at_) end_hypothesis(sentence, row, score);
     } else {
       kept.add(row, token, score);
     }

@@ -3,6 +3,7 @@
 #include "torchmt/util/device.h"
 #include "util/thread_team.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "decoding/ensemble_decoder.h"
@@ -35,6 +36,9 @@ const OptionTable<TranslatorConfig>& translator_option_table() {
            "beam search ends a sentence as soon as its best candidate ends it (OpenNMT-py's criterion; faster, "
            "BLEU may drop a little), not once it has --beam finished hypotheses (fairseq's and CTranslate2's, "
            "the default)", decoding)
+      .add("patience", [](C& c) -> double& { return c.translation.search.patience; },
+           "beam search runs until round(beam x patience) hypotheses are finished (1 = beam; > 1 searches "
+           "longer)", decoding)
       .add("sampling_topk", [](C& c) -> int64_t& { return c.translation.search.sampling_topk; },
            "sample the next token from the K most probable (1 = no sampling, the argmax; 0 = the whole "
            "vocabulary); greedy search only", decoding)
@@ -115,10 +119,12 @@ std::string search_problem(const SearchOptions& s, bool flags) {
   // Beyond ~100, ((5 + len) / 6)^alpha overflows and every score becomes 0.
   if (!(s.length_penalty >= 0 && s.length_penalty <= 10))
     return std::string(flags ? "--lenpen" : "length_penalty") + " must be in [0, 10]";
-  return token_rules_problem(s, flags, flags ? "--min-len" : "min_decoding_length");
+  return search_rules_problem(s, flags, flags ? "--min-len" : "min_decoding_length");
 }
 
-std::string token_rules_problem(const SearchOptions& s, bool flags, const std::string& min_length_name) {
+std::string search_rules_problem(const SearchOptions& s, bool flags, const std::string& min_length_name) {
+  if (!(s.patience > 0 && s.patience <= 100) || std::lround(static_cast<double>(s.beam_size) * s.patience) < 1)
+    return std::string(flags ? "--patience" : "patience") + " must be in (0, 100], with beam x patience at least 0.5";
   const std::string ngram = flags ? "--no-repeat-ngram-size" : "no_repeat_ngram_size";
   const std::string penalty = flags ? "--repetition-penalty" : "repetition_penalty";
   if (s.min_length < 0 || s.min_length > 1024) return min_length_name + " must be in [0, 1024]";
@@ -132,7 +138,7 @@ std::string token_rules_problem(const SearchOptions& s, bool flags, const std::s
 bool same_choices(const SearchOptions& x, const SearchOptions& y) {
   return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
          x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
-         x.early_exit == y.early_exit && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
+         x.early_exit == y.early_exit && x.patience == y.patience && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
          x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
          x.min_length == y.min_length && x.disable_unk == y.disable_unk &&
          x.no_repeat_ngram_size == y.no_repeat_ngram_size && x.repetition_penalty == y.repetition_penalty;

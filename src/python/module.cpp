@@ -257,6 +257,7 @@ class NativeTranslator {
     search.sampling_topp = s["sampling_topp"].cast<double>();
     search.sampling_temperature = s["sampling_temperature"].cast<double>();
     search.seed = s["seed"].cast<int64_t>();
+    search.patience = s["patience"].cast<double>();
     search.min_length = s["min_decoding_length"].cast<int64_t>();
     search.disable_unk = s["disable_unk"].cast<bool>();
     search.no_repeat_ngram_size = s["no_repeat_ngram_size"].cast<int64_t>();

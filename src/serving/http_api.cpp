@@ -137,7 +137,7 @@ void check_options(const RequestOptions& o, const ApiLimits& limits) {
     throw ApiError(400, "max_len_a must be between 0 and 100");
   if (s.max_len_b < 0 || s.max_len_b > 100000) throw ApiError(400, "max_len_b must be between 0 and 100000");
   if (const std::string sampling = sampling_problem(s, false); !sampling.empty()) throw ApiError(400, sampling);
-  if (const std::string rules = token_rules_problem(s, false, "min_len"); !rules.empty()) throw ApiError(400, rules);
+  if (const std::string rules = search_rules_problem(s, false, "min_len"); !rules.empty()) throw ApiError(400, rules);
   if (o.attention_layer < -1000 || o.attention_layer > 1000 || o.attention_head < -1 || o.attention_head > 1000)
     throw ApiError(400, "attention_layer or attention_head out of range");
   if (!std::isfinite(o.reverse_weight) || o.reverse_weight < 0 || o.reverse_weight > 10)
@@ -192,6 +192,8 @@ const OptionTable<RequestOptions>& request_option_table() {
           .add("nbest", [](R& r) -> int64_t& { return r.search.nbest; }, "hypotheses per sentence (<= beam)")
           .add("early_exit", [](R& r) -> bool& { return r.search.early_exit; },
                "beam search ends a sentence when its best candidate ends it (not after beam finished hypotheses)")
+          .add("patience", [](R& r) -> double& { return r.search.patience; },
+               "beam search runs until round(beam x patience) hypotheses are finished (1 = beam)")
           .add("scores", &R::scores, "answer each sentence's hypotheses with their scores")
           .add("sampling_topk", [](R& r) -> int64_t& { return r.search.sampling_topk; },
                "sample from the K most probable tokens (1 = no sampling; 0 = all); needs beam 1")

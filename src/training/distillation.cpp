@@ -182,6 +182,7 @@ class Distillation {
          std::to_string(s.max_len_b) + " early " + std::to_string(s.early_exit) + " sampling " +
          std::to_string(s.sampling_topk) + " " + real_text(s.sampling_topp) + " " +
          real_text(s.sampling_temperature) + " " + std::to_string(s.seed) + "\n";
+    if (s.patience != 1.0) k += "patience " + real_text(s.patience) + "\n";
     if (s.token_rules())  // (only then: the keys of corpora made before the rules stay as they were)
       k += "rules " + std::to_string(s.min_length) + " " + std::to_string(s.disable_unk) + " " +
            std::to_string(s.no_repeat_ngram_size) + " " + real_text(s.repetition_penalty) + "\n";

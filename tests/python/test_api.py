@@ -155,6 +155,11 @@ def test_token_rules_take_ctranslate2s_keywords_and_agree_with_the_cli(trained, 
         if beam == 1:
             streamed = [s.token for s in translator.generate_tokens(tokens[0], **options)]
             assert streamed == translator.translate_batch(tokens[:1], **options)[0].hypotheses[0]
+    patient = translator.translate_batch(lines, beam_size=3, patience=2.0)
+    assert [r.hypotheses[0] for r in patient] == cli_translate(binary, model, lines, "--dtype", "fp32", "--beam", "3",
+                                                               "--patience", "2")
+    with pytest.raises(ValueError, match="patience"):
+        translator.translate_batch(lines[:1], beam_size=2, patience=0.1)
     with pytest.raises(ValueError, match="repetition_penalty"):
         translator.translate_batch(lines[:1], repetition_penalty=0)
     with pytest.raises(ValueError, match="no_repeat_ngram_size"):

@@ -45,6 +45,9 @@ struct SearchOptions {
   // criterion and CTranslate2's with patience 1; the default): fewer steps, a search that
   // stops at its first answer.
   bool early_exit = false;
+  // Beam search goes on until round(beam_size * patience) hypotheses are finished (at least
+  // nbest; Kasai et al.'s patience factor, CTranslate2's `patience`): above 1 it searches longer.
+  double patience = 1.0;
   // Hypotheses carry their log-probability and score. Without (false), greedy search only picks
   // tokens, which lets the decoder skip most of the output projection's fp32 work
   // (IncrementalDecoder::greedy_tokens): the same tokens, score and log_prob NaN. Beam search
@@ -131,9 +134,9 @@ bool same_choices(const SearchOptions& a, const SearchOptions& b);
 // (beam_size, length_penalty).
 std::string search_problem(const SearchOptions& search, bool flags);
 
-// Why the token rules cannot be used, "" when they can. `flags`: named as `translate`'s flags
+// Why the patience or the token rules cannot be used, "" when they can. `flags`: named as `translate`'s flags
 // (--no-repeat-ngram-size), else as fields and keywords (no_repeat_ngram_size); min_length's
 // name is the caller's (--min-len, min_len, min_decoding_length).
-std::string token_rules_problem(const SearchOptions& search, bool flags, const std::string& min_length_name);
+std::string search_rules_problem(const SearchOptions& search, bool flags, const std::string& min_length_name);
 
 }  // namespace torchmt

@@ -293,6 +293,7 @@ class Translator:
         max_len_a: float = 1.2,
         max_len_b: int = 10,
         early_exit: bool = False,
+        patience: float = 1.0,
         return_scores: bool = False,
         return_alignments: bool = False,
         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
@@ -324,6 +325,8 @@ class Translator:
             max_decoding_length: at most this many target tokens, and at most
                 ``max_len_a * source length + max_len_b``.
             early_exit: beam search ends a sentence once its best candidate is finished.
+            patience: beam search runs until round(beam_size x patience) hypotheses are finished
+                (CTranslate2's; above 1 it searches longer).
             return_scores: fill ``scores`` (and ``log_probs``). return_alignments: fill
                 ``alignments`` from the model's cross-attention (checkpoints only).
             constraints: per source, target phrases the translation must contain (terminology;
@@ -373,7 +376,7 @@ class Translator:
                                   early_exit=early_exit, return_scores=return_scores, sampling_topk=sampling_topk,
                                   sampling_topp=sampling_topp, sampling_temperature=sampling_temperature, seed=seed,
                                   max_batch_size=max_batch_size, batch_type=batch_type, first_line=_first_line,
-                                  min_decoding_length=min_decoding_length, disable_unk=disable_unk,
+                                  patience=patience, min_decoding_length=min_decoding_length, disable_unk=disable_unk,
                                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
         aligned = _check_bool("return_alignments", return_alignments)
         reverse_native = reverse_translator._native if reverse_translator is not None else None
@@ -524,7 +527,7 @@ class Translator:
     @staticmethod
     def _settings(*, beam_size, num_hypotheses, length_penalty, max_decoding_length, max_len_a, max_len_b,
                   early_exit, return_scores, sampling_topk, sampling_topp, sampling_temperature, seed,
-                  max_batch_size, batch_type, first_line, min_decoding_length=0, disable_unk=False,
+                  max_batch_size, batch_type, first_line, patience=1.0, min_decoding_length=0, disable_unk=False,
                   no_repeat_ngram_size=0, repetition_penalty=1.0):
         # Types here, in Python's words; ranges in the core, where the rules live.
         if batch_type not in ("examples", "tokens"):
@@ -538,6 +541,7 @@ class Translator:
             "max_len_a": _check_float("max_len_a", max_len_a),
             "max_len_b": _check_int("max_len_b", max_len_b, 0),
             "early_exit": _check_bool("early_exit", early_exit),
+            "patience": _check_float("patience", patience),
             "return_scores": _check_bool("return_scores", return_scores),
             "sampling_topk": _check_int("sampling_topk", sampling_topk, 0),
             "sampling_topp": _check_float("sampling_topp", sampling_topp),
