@@ -124,7 +124,7 @@ std::string search_problem(const SearchOptions& s, bool flags) {
 
 std::string search_rules_problem(const SearchOptions& s, bool flags, const std::string& min_length_name) {
   if (!(s.patience > 0 && s.patience <= 100) || std::lround(static_cast<double>(s.beam_size) * s.patience) < 1)
-    return std::string(flags ? "--patience" : "patience") + " must be in (0, 100], with beam x patience at least 0.5";
+    return std::string(flags ? "--patience" : "patience") + " must be in (0, 100], beam x patience at least 0.5";
   const std::string ngram = flags ? "--no-repeat-ngram-size" : "no_repeat_ngram_size";
   const std::string penalty = flags ? "--repetition-penalty" : "repetition_penalty";
   if (s.min_length < 0 || s.min_length > 1024) return min_length_name + " must be in [0, 1024]";
@@ -138,10 +138,11 @@ std::string search_rules_problem(const SearchOptions& s, bool flags, const std::
 bool same_choices(const SearchOptions& x, const SearchOptions& y) {
   return x.beam_size == y.beam_size && x.length_penalty == y.length_penalty && x.max_len_a == y.max_len_a &&
          x.max_len_b == y.max_len_b && x.max_len_cap == y.max_len_cap && x.nbest == y.nbest &&
-         x.early_exit == y.early_exit && x.patience == y.patience && x.scores == y.scores && x.sampling_topk == y.sampling_topk &&
-         x.sampling_topp == y.sampling_topp && x.sampling_temperature == y.sampling_temperature && x.seed == y.seed &&
-         x.min_length == y.min_length && x.disable_unk == y.disable_unk &&
-         x.no_repeat_ngram_size == y.no_repeat_ngram_size && x.repetition_penalty == y.repetition_penalty;
+         x.early_exit == y.early_exit && x.patience == y.patience && x.scores == y.scores &&
+         x.sampling_topk == y.sampling_topk && x.sampling_topp == y.sampling_topp &&
+         x.sampling_temperature == y.sampling_temperature && x.seed == y.seed && x.min_length == y.min_length &&
+         x.disable_unk == y.disable_unk && x.no_repeat_ngram_size == y.no_repeat_ngram_size &&
+         x.repetition_penalty == y.repetition_penalty;
 }
 
 std::string sampling_problem(const SearchOptions& s, bool flags) {

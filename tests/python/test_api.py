@@ -281,6 +281,71 @@ def test_asynchronous_calls_return_handles_and_run_on_the_translators_threads(tr
             handle.result()
 
 
+def test_translate_file_writes_the_clis_lines_whole(trained, binary, sample, tmp_path):
+    model = trained[0]
+    translator = torchmt.Translator(model, compute_type="float32")
+    lines = sample[0][:30]
+    src = tmp_path / "in.de"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    stats = translator.translate_file(src, out, beam_size=2, read_batch_size=7, max_batch_size=4)
+    want = cli_translate(binary, model, lines, "--dtype", "fp32", "--beam", "2")
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
+    assert stats.num_examples == 30
+    assert stats.num_tokens == sum(len(r.hypotheses[0]) for r in translator.translate_batch(
+        [translator.tokenize(line) for line in lines], beam_size=2))
+    assert stats.total_time_in_ms > 0
+    # n-best with scores, CTranslate2's "score ||| text", num_hypotheses lines per source
+    translator.translate_file(src, out, beam_size=3, num_hypotheses=2, with_scores=True)
+    written = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(written) == 60 and all(" ||| " in line for line in written)
+    assert float(written[0].split(" ||| ")[0]) >= float(written[1].split(" ||| ")[0])
+    # Token functions: pieces in, pieces joined by spaces out.
+    translator.translate_file(src, out, source_tokenize_fn=translator.tokenize)
+    pieces = translator.translate_batch([translator.tokenize(line) for line in lines])
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == [" ".join(r.hypotheses[0]) for r in pieces]
+    # Prefixes from target_path; a count that differs is named, and the old output stays.
+    prefix = tmp_path / "prefix.en"
+    prefix.write_text("A dog\n" * 30, encoding="utf-8")
+    translator.translate_file(src, out, prefix)
+    assert all(line.startswith("A dog") for line in out.read_text(encoding="utf-8").split("\n")[:-1])
+    before = out.read_bytes()
+    prefix.write_text("A dog\n" * 29, encoding="utf-8")
+    with pytest.raises(ValueError, match="different numbers of lines"):
+        translator.translate_file(src, out, prefix)
+    bad = tmp_path / "bad.de"
+    bad.write_bytes(b"gut\nschlecht \xff\n")
+    with pytest.raises(ValueError, match="line 2 is not valid UTF-8"):
+        translator.translate_file(bad, out)
+    with pytest.raises(FileNotFoundError):
+        translator.translate_file(tmp_path / "missing.de", out)
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.de", "in.de", "out.en", "prefix.en"]  # no temporaries
+
+
+def test_score_iterable_and_unloading(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    src, tgt = sample[0][:25], sample[1][:25]
+    lazy = list(translator.score_iterable(iter(src), (t + "\n" for t in tgt), buffer_size=6))
+    # (other batches than one of 25: the same sums but for float rounding)
+    assert [r.log_prob for r in lazy] == pytest.approx([r.log_prob for r in translator.score_batch(src, tgt)], abs=1e-4)
+    assert [r.tokens for r in lazy] == [r.tokens for r in translator.score_batch(src, tgt)]
+    with pytest.raises(ValueError, match="target ended after 24 entries"):
+        list(translator.score_iterable(iter(src), iter(tgt[:24]), buffer_size=6))
+    with pytest.raises(ValueError, match="source ended after 25 entries"):
+        list(translator.score_iterable(iter(src), iter(tgt + ["x"]), buffer_size=5))
+    want = translator.translate_batch(src[:3])
+    assert translator.model_is_loaded and translator.num_translators == 1
+    translator.unload_model()
+    assert not translator.model_is_loaded
+    with pytest.raises(RuntimeError, match="unloaded"):
+        translator.translate_batch(src[:3])
+    translator.load_model()
+    assert [r.hypotheses for r in translator.translate_batch(src[:3])] == [r.hypotheses for r in want]
+    with pytest.raises(ValueError, match="to_cpu"):
+        translator.unload_model(to_cpu=True)
+
+
 class _Spy:
     """Forwards to `inner`, except the methods given."""
 

@@ -129,14 +129,14 @@ std::string sampling_problem(const SearchOptions& search, bool flags);
 // Whether two searches choose alike: every setting but the stop check and the special ids.
 bool same_choices(const SearchOptions& a, const SearchOptions& b);
 
-// Why the search's beam, n-best, length penalty, length limits and token rules cannot be used, "" when they
-// can. `flags`: named as `translate`'s flags (--beam, --lenpen), else as the Python API's keywords
-// (beam_size, length_penalty).
+// Why the search's beam, n-best, length penalty, length limits, patience and token rules cannot
+// be used, "" when they can. `flags`: named as `translate`'s flags (--beam, --lenpen), else as the
+// Python API's keywords (beam_size, length_penalty).
 std::string search_problem(const SearchOptions& search, bool flags);
 
-// Why the patience or the token rules cannot be used, "" when they can. `flags`: named as `translate`'s flags
-// (--no-repeat-ngram-size), else as fields and keywords (no_repeat_ngram_size); min_length's
-// name is the caller's (--min-len, min_len, min_decoding_length).
+// Why the patience or the token rules cannot be used, "" when they can. `flags`: named as
+// `translate`'s flags (--no-repeat-ngram-size), else as fields and keywords (no_repeat_ngram_size);
+// min_length's name is the caller's (--min-len, min_len, min_decoding_length).
 std::string search_rules_problem(const SearchOptions& search, bool flags, const std::string& min_length_name);
 
 }  // namespace torchmt

@@ -7,7 +7,10 @@ import itertools
 import numbers
 import operator
 import os
+import stat
+import tempfile
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import importlib.metadata as _metadata
@@ -24,7 +27,7 @@ from . import _native
 PathLike = Union[str, os.PathLike]
 
 __all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "AsyncTranslationResult",
-           "AsyncScoringResult", "train", "distill", "bleu", "chrf", "evaluate", "filter_corpus",
+           "AsyncScoringResult", "ExecutionStats", "train", "distill", "bleu", "chrf", "evaluate", "filter_corpus",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
            "__version__"]
 __version__ = _native.version
@@ -101,9 +104,10 @@ class TranslationResult:
     lists for token input), ``scores`` (length-normalised log-probabilities, when asked), and
     ``alignments`` (per hypothesis, ``(source_word, target_word)`` pairs, when asked)."""
 
-    __slots__ = ("hypotheses", "scores", "log_probs", "alignments", "truncated")
+    __slots__ = ("hypotheses", "scores", "log_probs", "alignments", "truncated", "_pieces")
 
-    def __init__(self, hypotheses, scores, log_probs, alignments, truncated):
+    def __init__(self, hypotheses, scores, log_probs, alignments, truncated, pieces=None):
+        self._pieces = pieces  # the hypotheses' target pieces, where translate_file asked for them
         self.hypotheses = hypotheses
         self.scores = scores
         self.log_probs = log_probs
@@ -139,6 +143,70 @@ class ScoringResult:
 
     def __repr__(self) -> str:
         return f"ScoringResult(tokens={self.tokens!r}, log_probs={self.log_probs!r}, score={self.score:.4f})"
+
+
+class ExecutionStats:
+    """What translate_file did (CTranslate2's ``ExecutionStats``): ``num_examples`` (source lines),
+    ``num_tokens`` (target tokens written) and ``total_time_in_ms`` (wall time)."""
+
+    __slots__ = ("num_examples", "num_tokens", "total_time_in_ms")
+
+    def __init__(self, num_examples: int, num_tokens: int, total_time_in_ms: float):
+        self.num_examples, self.num_tokens, self.total_time_in_ms = num_examples, num_tokens, total_time_in_ms
+
+    def __repr__(self) -> str:
+        return (f"ExecutionStats(num_examples={self.num_examples}, num_tokens={self.num_tokens}, "
+                f"total_time_in_ms={self.total_time_in_ms:.1f})")
+
+
+def _read_lines(path: PathLike, what: str) -> Iterator[str]:
+    """A text file's lines, lazily, without their line ends; invalid UTF-8 is a ValueError naming
+    the file and line."""
+    path = _existing_file(path, what)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{what} {path}: line {number} is not valid UTF-8 (byte {e.start + 1})") from None
+            yield line.rstrip("\n").rstrip("\r")
+
+
+def _write_whole(path: PathLike, lines: Iterable[str]) -> None:
+    """Writes `lines` to `path` so that it appears whole: into a temporary beside it, renamed over
+    it at the end (keeping the old file's mode); a device or FIFO is written as a stream."""
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w", encoding="utf-8", newline="\n") as out:
+            for line in lines:
+                out.write(line + "\n")
+        return
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+            for line in lines:
+                out.write(line + "\n")
+        os.chmod(temporary, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    # Read, not set and restored: os.umask would race with the host's other threads.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 class _AsyncResult:
@@ -252,9 +320,10 @@ class Translator:
             device = f"cuda:{device_index}"
         table = _existing_file(shortlist, "shortlist") if shortlist is not None else ""
         # As bytes: a file name that is not UTF-8 (os.fsdecode's surrogates) reaches the file system as it is.
-        self._native = _native.NativeTranslator([os.fsencode(p) for p in paths], weights, device,
-                                                _COMPUTE_TYPES[compute_type], inter_threads, intra_threads,
-                                                os.fsencode(table), _runtime_settings(runtime))
+        arguments = ([os.fsencode(p) for p in paths], weights, device, _COMPUTE_TYPES[compute_type], inter_threads,
+                     intra_threads, os.fsencode(table), _runtime_settings(runtime))
+        self._load = lambda: _native.NativeTranslator(*arguments)
+        self._loaded = self._load()
         self.model_path = paths[0] if len(paths) == 1 else paths
         self._inter_threads = inter_threads
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -268,6 +337,43 @@ class Translator:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self._inter_threads, thread_name_prefix="torchmt")
         future = self._pool.submit(work)
         return [kind(future, i) for i in range(n)]
+
+    @property
+    def _native(self):
+        if self._loaded is None:
+            raise RuntimeError("the model is unloaded (unload_model): call load_model() first")
+        return self._loaded
+
+    @_native.setter
+    def _native(self, native) -> None:
+        self._loaded = native
+
+    def unload_model(self, to_cpu: bool = False) -> None:
+        """Frees the model's memory (CTranslate2's ``unload_model``); ``load_model()`` reads it
+        again from its file(s). Calls meanwhile raise RuntimeError; batches already running end
+        first. (``to_cpu=True``, which parks a GPU model in host memory, is not offered.)"""
+        if _check_bool("to_cpu", to_cpu):
+            raise ValueError("unload_model(to_cpu=True) is not offered: unload_model() frees the model and "
+                             "load_model() reads it again")
+        self._loaded = None
+
+    def load_model(self, keep_cache: bool = False) -> None:
+        """Loads the model again after unload_model() (its file(s) as they are now; checksums checked
+        again); nothing when it is loaded. ``keep_cache`` is CTranslate2's and changes nothing here
+        (no cache of the unloaded model is kept)."""
+        _check_bool("keep_cache", keep_cache)
+        if self._loaded is None:
+            self._loaded = self._load()
+
+    @property
+    def model_is_loaded(self) -> bool:
+        """False between unload_model() and load_model()."""
+        return self._loaded is not None
+
+    @property
+    def num_translators(self) -> int:
+        """Batches translated at once (``inter_threads``)."""
+        return self._inter_threads
 
     @property
     def device(self) -> str:
@@ -309,6 +415,7 @@ class Translator:
         reverse_translator: Optional["Translator"] = None,
         asynchronous: bool = False,
         _first_line: int = 0,
+        _target_pieces: bool = False,
     ) -> Union[List[TranslationResult], List[AsyncTranslationResult]]:
         """Translates a batch of sources; one TranslationResult per source, in order. The GIL is
         released meanwhile; Ctrl-C stops the search at its next step and raises KeyboardInterrupt.
@@ -382,13 +489,14 @@ class Translator:
         reverse_native = reverse_translator._native if reverse_translator is not None else None
 
         def run() -> List[TranslationResult]:
-            raw = self._native.translate(lines, settings, prefixes or [], constraints or [], aligned, tokens_in,
-                                         float(reverse_weight), reverse_native)
+            raw = self._native.translate(lines, settings, prefixes or [], constraints or [], aligned,
+                                         tokens_in or _target_pieces, float(reverse_weight), reverse_native)
             return [TranslationResult(hypotheses=[pieces if tokens_in else text for text, pieces, _, _ in hyps],
                                       scores=[score for _, _, score, _ in hyps] if return_scores else [],
                                       log_probs=[log_prob for _, _, _, log_prob in hyps] if return_scores else [],
                                       alignments=[list(a) for a in alignments] if aligned else [],
-                                      truncated=truncated)
+                                      truncated=truncated,
+                                      pieces=[pieces for _, pieces, _, _ in hyps] if _target_pieces else None)
                     for hyps, alignments, truncated in raw]
 
         if _check_bool("asynchronous", asynchronous):
@@ -475,6 +583,115 @@ class Translator:
                                            _first_line=first, **options)
             first += len(chunk)
             yield from results
+
+    def translate_file(
+        self,
+        source_path: PathLike,
+        output_path: PathLike,
+        target_path: Optional[PathLike] = None,
+        *,
+        max_batch_size: int = 64,
+        read_batch_size: int = 1024,
+        batch_type: str = "examples",
+        with_scores: bool = False,
+        source_tokenize_fn: Optional[Callable[[str], List[str]]] = None,
+        target_tokenize_fn: Optional[Callable[[str], List[str]]] = None,
+        target_detokenize_fn: Optional[Callable[[List[str]], str]] = None,
+        **options: Any,
+    ) -> ExecutionStats:
+        """Translates a file line by line into ``output_path`` (CTranslate2's ``translate_file``),
+        as ``torchmt translate -i -o`` does: raw UTF-8 text, which the model's vocabulary tokenizes,
+        unless ``source_tokenize_fn`` turns each line into pieces (and ``target_tokenize_fn`` each
+        prefix); the output pieces are then joined by ``target_detokenize_fn`` (default: spaces; the
+        model's vocabulary for text input). ``target_path``: a target prefix per line. ``read_batch_size`` lines are read and sorted at a time, so memory stays
+        bounded. One line per source, or ``num_hypotheses`` lines; ``with_scores``: ``score |||
+        translation``. The output appears whole once done (written beside it, then renamed): an
+        error or Ctrl-C leaves what was there. Takes translate_batch's options; returns
+        ExecutionStats."""
+        _check_int("read_batch_size", read_batch_size, 1)
+        scores = _check_bool("with_scores", with_scores)
+        for name, fn in (("source_tokenize_fn", source_tokenize_fn), ("target_tokenize_fn", target_tokenize_fn),
+                         ("target_detokenize_fn", target_detokenize_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
+        if options.get("asynchronous"):
+            raise ValueError("translate_file writes its results as they come: asynchronous is translate_batch's")
+        if target_path is not None and (source_tokenize_fn is None) != (target_tokenize_fn is None):
+            raise ValueError("target_path's prefixes are tokenized as the sources: give target_tokenize_fn with "
+                             "source_tokenize_fn, or neither")
+        options = dict(options)
+        if scores:
+            options["return_scores"] = True
+        source_name = os.fspath(source_path)
+        sources: Iterator[Any] = _read_lines(source_path, "source_path")
+        if source_tokenize_fn is not None:
+            sources = (source_tokenize_fn(line) for line in sources)
+        prefixes = None
+        if target_path is not None:
+            prefix_name = os.fspath(target_path)
+            prefix_lines = _read_lines(target_path, "target_path")
+            prefixes = prefix_lines if target_tokenize_fn is None else (target_tokenize_fn(p) for p in prefix_lines)
+        stats = ExecutionStats(0, 0, 0.0)
+        start = time.perf_counter()
+
+        def lines() -> Iterator[str]:
+            results = self.translate_iterable(sources, prefixes, max_batch_size=max_batch_size, batch_type=batch_type,
+                                              buffer_size=read_batch_size, _target_pieces=True, **options)
+            for result in results:
+                stats.num_examples += 1
+                for h, pieces in enumerate(result._pieces):
+                    stats.num_tokens += len(pieces)
+                    if target_detokenize_fn is not None:
+                        text = target_detokenize_fn(pieces)
+                    elif source_tokenize_fn is not None:
+                        text = " ".join(pieces)
+                    else:
+                        text = result.hypotheses[h]
+                    yield f"{result.scores[h]:.4f} ||| {text}" if scores else text
+
+        try:
+            _write_whole(output_path, lines())
+        except ValueError as e:
+            if target_path is not None and "target_prefix" in str(e):
+                raise ValueError(f"target_path {prefix_name} and source_path {source_name} hold different numbers "
+                                 f"of lines ({e})") from None
+            raise
+        stats.total_time_in_ms = (time.perf_counter() - start) * 1000.0
+        return stats
+
+    def score_iterable(
+        self,
+        source: Iterable[Union[str, Sequence[str]]],
+        target: Iterable[Union[str, Sequence[str]]],
+        *,
+        max_batch_size: int = 64,
+        batch_type: str = "examples",
+        buffer_size: int = 1024,
+        **options: Any,
+    ) -> Iterator[ScoringResult]:
+        """Scores pairs from two iterables lazily (CTranslate2's ``score_iterable``), yielding one
+        ScoringResult per pair in order: ``buffer_size`` pairs are read and scored at a time. The
+        two must hold as many entries (a ValueError says which ended first). Takes score_batch's
+        options."""
+        _check_int("buffer_size", buffer_size, 1)
+        for name, values in (("source", source), ("target", target)):
+            if isinstance(values, (str, bytes)):
+                raise TypeError(f"{name} must be an iterable of strings or of token lists, not {type(values).__name__}")
+        if options.get("asynchronous"):
+            raise ValueError("score_iterable yields each result once it is ready: asynchronous is score_batch's")
+        sources, targets = iter(source), iter(target)
+        seen = 0
+        while True:
+            chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s for s in itertools.islice(sources, buffer_size)]
+            wanted = len(chunk) if chunk else 1
+            paired = [t[:-1] if isinstance(t, str) and t.endswith("\n") else t for t in itertools.islice(targets, wanted)]
+            if len(paired) != len(chunk):
+                longer, shorter = ("source", "target") if len(chunk) > len(paired) else ("target", "source")
+                raise ValueError(f"{shorter} ended after {seen + min(len(chunk), len(paired))} entries, before {longer}")
+            if not chunk:
+                return
+            seen += len(chunk)
+            yield from self.score_batch(chunk, paired, max_batch_size=max_batch_size, batch_type=batch_type, **options)
 
     def generate_tokens(
         self,
