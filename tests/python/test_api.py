@@ -292,6 +292,12 @@ def test_translate_file_writes_the_clis_lines_whole(trained, binary, sample, tmp
     want = cli_translate(binary, model, lines, "--dtype", "fp32", "--beam", "2")
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
     assert stats.num_examples == 30
+    bom = tmp_path / "bom.de"  # a byte-order mark is no text, as for the CLI; CRLF ends lines as LF
+    bom.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
+    translator.translate_file(bom, tmp_path / "bom.en", beam_size=2)
+    assert (tmp_path / "bom.en").read_text(encoding="utf-8") == out.read_text(encoding="utf-8")
+    os.unlink(bom)
+    os.unlink(tmp_path / "bom.en")
     assert stats.num_tokens == sum(len(r.hypotheses[0]) for r in translator.translate_batch(
         [translator.tokenize(line) for line in lines], beam_size=2))
     assert stats.total_time_in_ms > 0

@@ -160,13 +160,13 @@ class ExecutionStats:
 
 
 def _read_lines(path: PathLike, what: str) -> Iterator[str]:
-    """A text file's lines, lazily, without their line ends; invalid UTF-8 is a ValueError naming
-    the file and line."""
+    """A text file's lines, lazily, without their line ends and a first line's byte-order mark (as
+    the CLI reads them); invalid UTF-8 is a ValueError naming the file and line."""
     path = _existing_file(path, what)
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise ValueError(f"{what} {path}: line {number} is not valid UTF-8 (byte {e.start + 1})") from None
             yield line.rstrip("\n").rstrip("\r")
@@ -603,11 +603,11 @@ class Translator:
         as ``torchmt translate -i -o`` does: raw UTF-8 text, which the model's vocabulary tokenizes,
         unless ``source_tokenize_fn`` turns each line into pieces (and ``target_tokenize_fn`` each
         prefix); the output pieces are then joined by ``target_detokenize_fn`` (default: spaces; the
-        model's vocabulary for text input). ``target_path``: a target prefix per line. ``read_batch_size`` lines are read and sorted at a time, so memory stays
-        bounded. One line per source, or ``num_hypotheses`` lines; ``with_scores``: ``score |||
-        translation``. The output appears whole once done (written beside it, then renamed): an
-        error or Ctrl-C leaves what was there. Takes translate_batch's options; returns
-        ExecutionStats."""
+        model's vocabulary for text input). ``target_path``: a target prefix per line.
+        ``read_batch_size`` lines are read and sorted at a time, so memory stays bounded. One line
+        per source, or ``num_hypotheses`` lines; ``with_scores``: ``score ||| translation``. The
+        output appears whole once done (written beside it, then renamed): an error or Ctrl-C leaves
+        what was there. Takes translate_batch's options; returns ExecutionStats."""
         _check_int("read_batch_size", read_batch_size, 1)
         scores = _check_bool("with_scores", with_scores)
         for name, fn in (("source_tokenize_fn", source_tokenize_fn), ("target_tokenize_fn", target_tokenize_fn),
