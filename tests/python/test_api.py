@@ -292,6 +292,10 @@ def test_translate_file_writes_the_clis_lines_whole(trained, binary, sample, tmp
     want = cli_translate(binary, model, lines, "--dtype", "fp32", "--beam", "2")
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
     assert stats.num_examples == 30
+    whole = translator.translate_batch(lines, beam_size=2, max_batch_size=0)  # CTranslate2's "no limit"
+    assert [r.hypotheses[0] for r in whole] == [r.hypotheses[0] for r in translator.translate_batch(lines, beam_size=2)]
+    with pytest.raises(ValueError, match="max_batch_size"):
+        translator.translate_batch(lines, max_batch_size=-1)
     bom = tmp_path / "bom.de"  # a byte-order mark is no text, as for the CLI; CRLF ends lines as LF
     bom.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
     translator.translate_file(bom, tmp_path / "bom.en", beam_size=2)

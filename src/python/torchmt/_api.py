@@ -426,7 +426,8 @@ class Translator:
             target_prefix: per source, text (or pieces) the translation must start with, or None.
             max_batch_size: sentences per batch (``batch_type="examples"``), or source tokens per
                 batch, padding included (``batch_type="tokens"``); sources are sorted by length and
-                cut into batches as ``torchmt translate`` does, so the outputs are the CLI's.
+                cut into batches as ``torchmt translate`` does, so the outputs are the CLI's (0: one
+                batch, CTranslate2's "no limit").
             beam_size: 1 = greedy search. num_hypotheses: hypotheses per source (<= beam_size).
             length_penalty: GNMT's alpha (score / ((5 + len) / 6) ** alpha), torchmt's default.
             max_decoding_length: at most this many target tokens, and at most
@@ -749,7 +750,8 @@ class Translator:
         # Types here, in Python's words; ranges in the core, where the rules live.
         if batch_type not in ("examples", "tokens"):
             raise ValueError(f"batch_type must be 'examples' or 'tokens', got {batch_type!r}")
-        _check_int("max_batch_size", max_batch_size, 1)
+        if _check_int("max_batch_size", max_batch_size, 0) == 0:  # CTranslate2's "no limit": one batch
+            max_batch_size = 2**31 - 1
         return {
             "beam_size": _check_int("beam_size", beam_size, 1),
             "num_hypotheses": _check_int("num_hypotheses", num_hypotheses, 1),
