@@ -14,6 +14,38 @@ namespace {
 using test::random_translator;
 using test::sample_lines;
 
+// The attention the alignments read: a row per target piece, a distribution over the source
+// pieces and eos, the same whatever the batch, and the cross-attention Translator gives alone.
+TEST(WordAligner, AttentionVectorsAreTheRowsTheAlignmentsRead) {
+  auto translator = random_translator();
+  auto lines = sample_lines(8);
+  lines.push_back("");
+  auto translations = translator.translate(lines, TranslationOptions{});
+  std::vector<std::vector<int64_t>> targets;
+  for (const auto& t : translations) targets.push_back(t.hypotheses.empty() ? std::vector<int64_t>{} : t.hypotheses[0].tokens);
+  const auto vectors = attention_vectors(translator, lines, targets);
+  ASSERT_EQ(vectors.size(), lines.size());
+  EXPECT_TRUE(vectors.back().empty());
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    const auto source = translator.encode_source(lines[i]);
+    ASSERT_EQ(vectors[i].size(), targets[i].size()) << i;
+    const auto alone = translator.cross_attention(lines[i], targets[i], -1, -1);  // [T + 1, S]
+    for (size_t t = 0; t < targets[i].size(); ++t) {
+      ASSERT_EQ(vectors[i][t].size(), source.size());
+      double sum = 0;
+      for (size_t k = 0; k < source.size(); ++k) {
+        sum += vectors[i][t][k];
+        EXPECT_NEAR(vectors[i][t][k], alone[static_cast<int64_t>(t)][static_cast<int64_t>(k)].item<float>(), 1e-5);
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-4);
+    }
+  }
+  const auto one_by_one = attention_vectors(translator, lines, targets, {}, 1);
+  for (size_t i = 0; i < lines.size(); ++i)
+    for (size_t t = 0; t < vectors[i].size(); ++t)
+      for (size_t k = 0; k < vectors[i][t].size(); ++k) EXPECT_NEAR(one_by_one[i][t][k], vectors[i][t][k], 1e-5);
+}
+
 TEST(WordAligner, PairsAreWordsOfBothSidesWhateverTheBatch) {
   auto translator = random_translator();
   auto lines = sample_lines(12);

@@ -94,8 +94,10 @@ Result run_interruptible(std::function<Result()> work, const std::function<void(
 
 // One hypothesis as Python receives it: text, pieces, score, log-probability.
 using PyHypothesis = std::tuple<std::string, std::vector<std::string>, double, double>;
-// One line: its hypotheses, each hypothesis's word alignment (when asked), truncated.
-using PyTranslation = std::tuple<std::vector<PyHypothesis>, std::vector<WordAlignment>, bool>;
+// One line: its hypotheses, each hypothesis's word alignment (when asked), truncated, each
+// hypothesis's attention vectors (when asked: [target pieces][source pieces + eos]).
+using PyAttention = std::vector<std::vector<float>>;
+using PyTranslation = std::tuple<std::vector<PyHypothesis>, std::vector<WordAlignment>, bool, std::vector<PyAttention>>;
 
 class NativeTranslator {
  public:
@@ -130,7 +132,7 @@ class NativeTranslator {
   std::vector<PyTranslation> translate(const std::vector<std::string>& lines, const py::dict& settings,
                                        const std::vector<std::string>& prefixes,
                                        const std::vector<std::vector<std::string>>& constraints, bool alignments,
-                                       bool pieces, double reverse_weight, NativeTranslator* reverse) {
+                                       bool attention, bool pieces, double reverse_weight, NativeTranslator* reverse) {
     TranslationOptions options = translation_options(settings);
     // The reverse direction for reverse_weight (checked by Python): another translator, or this
     // one where it knows both directions.
@@ -152,7 +154,7 @@ class NativeTranslator {
     options.search.stop = stop.asked();
     Translator& translator = *translator_;
     return run_interruptible<std::vector<PyTranslation>>(
-        [&translator, back, reverse_weight, &lines, options, steering, alignments, pieces, stop] {
+        [&translator, back, reverse_weight, &lines, options, steering, alignments, attention, pieces, stop] {
           auto translations = translate_rescored(translator, *back, reverse_weight, lines, options, {}, steering);
           std::vector<PyTranslation> out;
           out.reserve(translations.size());
@@ -168,12 +170,22 @@ class NativeTranslator {
               if (pieces)
                 for (int64_t id : t.hypotheses[h].tokens) target_pieces.push_back(translator.tgt_tokenizer().id_to_piece(id));
               hyps.emplace_back(t.texts[h], std::move(target_pieces), t.hypotheses[h].score, t.hypotheses[h].log_prob);
-              if (alignments) {
+              if (alignments || attention) {
                 sources.push_back(lines[i]);
                 targets.push_back(t.hypotheses[h].tokens);
               }
             }
-            out.emplace_back(std::move(hyps), std::vector<WordAlignment>{}, t.truncated);
+            out.emplace_back(std::move(hyps), std::vector<WordAlignment>{}, t.truncated, std::vector<PyAttention>{});
+          }
+          if (attention && !sources.empty()) {
+            if (stop.raised->load()) throw SearchStopped();
+            auto vectors = attention_vectors(translator, sources, targets);
+            size_t next = 0;
+            for (size_t i = 0; i < out.size(); ++i) {
+              const size_t hyps = std::get<0>(out[i]).size();
+              for (size_t h = 0; h < hyps; ++h)
+                std::get<3>(out[i]).push_back(translations[i].hypotheses.empty() ? PyAttention{} : std::move(vectors[next++]));
+            }
           }
           if (alignments && !sources.empty()) {
             if (stop.raised->load()) throw SearchStopped();

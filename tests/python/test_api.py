@@ -216,6 +216,26 @@ def test_alignments(trained, sample):
     assert translator.translate_batch(["", "Guten Morgen!"], return_alignments=True)[0].alignments == [[]]
 
 
+def test_attention_vectors(trained, sample):
+    translator = torchmt.Translator(trained[0], compute_type="float32")
+    tokens = [translator.tokenize(line) for line in sample[0][:6]]
+    results = translator.translate_batch(tokens, return_attention=True, beam_size=2, num_hypotheses=2)
+    for source, r in zip(tokens, results):
+        assert len(r.attention) == 2
+        for hyp, rows in zip(r.hypotheses, r.attention):
+            assert len(rows) == len(hyp)  # one row per target token
+            for row in rows:
+                assert len(row) == len(source) + 1  # the source tokens and its end
+                assert min(row) >= 0 and abs(sum(row) - 1) < 1e-4
+    # Each token's alignment is where its row weighs most (word level: the pieces' words).
+    text = translator.translate_batch(sample[0][:6], return_attention=True, return_alignments=True)
+    assert all(r.attention and r.alignments for r in text)
+    assert translator.translate_batch(["", "gut"], return_attention=True)[0].attention == [[]]
+    assert translator.translate_batch(["gut"])[0].attention == []
+    with pytest.raises(TypeError, match="return_attention"):
+        translator.translate_batch(["gut"], return_attention="yes")
+
+
 def test_translate_iterable_is_lazy_and_in_order(trained, sample):
     translator = torchmt.Translator(trained[0], compute_type="float32")
     lines = sample[0][:50]

@@ -30,4 +30,13 @@ std::vector<WordAlignment> align_words(Translator& translator, const std::vector
                                        const std::vector<std::vector<int64_t>>& targets,
                                        const AlignmentOptions& options = {}, int64_t batch_size = 32);
 
+// The attention the alignments read, per pair: one row per target piece (the step that predicted
+// it), one weight per source piece and the source's eos (CTranslate2's return_attention). Empty
+// for a blank source or an empty target. Batched as align_words.
+std::vector<std::vector<std::vector<float>>> attention_vectors(Translator& translator,
+                                                               const std::vector<std::string>& sources,
+                                                               const std::vector<std::vector<int64_t>>& targets,
+                                                               const AlignmentOptions& options = {},
+                                                               int64_t batch_size = 32);
+
 }  // namespace torchmt

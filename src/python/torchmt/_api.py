@@ -101,13 +101,15 @@ def _existing_file(path: Any, what: str) -> str:
 
 class TranslationResult:
     """The translation of one source: ``hypotheses`` best first (strings for string input, token
-    lists for token input), ``scores`` (length-normalised log-probabilities, when asked), and
-    ``alignments`` (per hypothesis, ``(source_word, target_word)`` pairs, when asked)."""
+    lists for token input), ``scores`` (length-normalised log-probabilities, when asked),
+    ``alignments`` (per hypothesis, ``(source_word, target_word)`` pairs, when asked) and
+    ``attention`` (per hypothesis, its target tokens' weights over the source, when asked)."""
 
-    __slots__ = ("hypotheses", "scores", "log_probs", "alignments", "truncated", "_pieces")
+    __slots__ = ("hypotheses", "scores", "log_probs", "alignments", "attention", "truncated", "_pieces")
 
-    def __init__(self, hypotheses, scores, log_probs, alignments, truncated, pieces=None):
+    def __init__(self, hypotheses, scores, log_probs, alignments, truncated, pieces=None, attention=None):
         self._pieces = pieces  # the hypotheses' target pieces, where translate_file asked for them
+        self.attention = attention if attention is not None else []
         self.hypotheses = hypotheses
         self.scores = scores
         self.log_probs = log_probs
@@ -402,6 +404,7 @@ class Translator:
         patience: float = 1.0,
         return_scores: bool = False,
         return_alignments: bool = False,
+        return_attention: bool = False,
         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
         sampling_topk: int = 1,
         sampling_topp: float = 1.0,
@@ -437,6 +440,9 @@ class Translator:
                 (CTranslate2's; above 1 it searches longer).
             return_scores: fill ``scores`` (and ``log_probs``). return_alignments: fill
                 ``alignments`` from the model's cross-attention (checkpoints only).
+            return_attention: fill ``attention``: per hypothesis, one row per target token (the
+                step that chose it) of weights over the source tokens and the source's end
+                token, the last decoder layer's mean over heads (checkpoints only).
             constraints: per source, target phrases the translation must contain (terminology;
                 lexically constrained beam search), or None.
             sampling_topk, sampling_topp, sampling_temperature, seed: sample instead of searching
@@ -487,18 +493,20 @@ class Translator:
                                   patience=patience, min_decoding_length=min_decoding_length, disable_unk=disable_unk,
                                   no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty)
         aligned = _check_bool("return_alignments", return_alignments)
+        attended = _check_bool("return_attention", return_attention)
         reverse_native = reverse_translator._native if reverse_translator is not None else None
 
         def run() -> List[TranslationResult]:
-            raw = self._native.translate(lines, settings, prefixes or [], constraints or [], aligned,
+            raw = self._native.translate(lines, settings, prefixes or [], constraints or [], aligned, attended,
                                          tokens_in or _target_pieces, float(reverse_weight), reverse_native)
             return [TranslationResult(hypotheses=[pieces if tokens_in else text for text, pieces, _, _ in hyps],
                                       scores=[score for _, _, score, _ in hyps] if return_scores else [],
                                       log_probs=[log_prob for _, _, _, log_prob in hyps] if return_scores else [],
                                       alignments=[list(a) for a in alignments] if aligned else [],
                                       truncated=truncated,
-                                      pieces=[pieces for _, pieces, _, _ in hyps] if _target_pieces else None)
-                    for hyps, alignments, truncated in raw]
+                                      pieces=[pieces for _, pieces, _, _ in hyps] if _target_pieces else None,
+                                      attention=[[list(row) for row in a] for a in attention] if attended else None)
+                    for hyps, alignments, truncated, attention in raw]
 
         if _check_bool("asynchronous", asynchronous):
             return self._submit(run, AsyncTranslationResult, n)

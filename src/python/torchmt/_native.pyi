@@ -5,13 +5,14 @@ version: str
 torch_version: str
 
 _Hypothesis = Tuple[str, List[str], float, float]  # text, pieces, score, log-probability
-_Line = Tuple[List[_Hypothesis], List[List[Tuple[int, int]]], bool]  # hypotheses, alignments, truncated
+# hypotheses, alignments, truncated, attention ([target pieces][source pieces + eos] per hypothesis)
+_Line = Tuple[List[_Hypothesis], List[List[Tuple[int, int]]], bool, List[List[List[float]]]]
 
 class NativeTranslator:
     def __init__(self, model: str, device: str, dtype: str, inter_threads: int, intra_threads: int,
                  shortlist: str, runtime: Dict[str, Any]) -> None: ...
     def translate(self, lines: Sequence[str], settings: Dict[str, Any], prefixes: Sequence[str],
-                  constraints: Sequence[Sequence[str]], alignments: bool,
+                  constraints: Sequence[Sequence[str]], alignments: bool, attention: bool,
                   pieces: bool, reverse_weight: float,
                   reverse: Optional["NativeTranslator"]) -> List[_Line]: ...
     def score(self, sources: Sequence[str], targets: Sequence[str],
