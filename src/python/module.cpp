@@ -99,6 +99,16 @@ using PyHypothesis = std::tuple<std::string, std::vector<std::string>, double, d
 using PyAttention = std::vector<std::vector<float>>;
 using PyTranslation = std::tuple<std::vector<PyHypothesis>, std::vector<WordAlignment>, bool, std::vector<PyAttention>>;
 
+// Hands per-hypothesis results, in the order the hypotheses were collected, to field `Field` of
+// each line; a blank line's placeholder hypothesis (not aligned: no words) gets an empty one.
+template <size_t Field, class T>
+void spread(std::vector<PyTranslation>& out, const std::vector<Translation>& translations, std::vector<T> results) {
+  size_t next = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t h = 0; h < std::get<0>(out[i]).size(); ++h)
+      std::get<Field>(out[i]).push_back(translations[i].hypotheses.empty() ? T{} : std::move(results[next++]));
+}
+
 class NativeTranslator {
  public:
   // `runtime`: the kernels' settings that differ from the environment table's (checked for
@@ -179,24 +189,11 @@ class NativeTranslator {
           }
           if (attention && !sources.empty()) {
             if (stop.raised->load()) throw SearchStopped();
-            auto vectors = attention_vectors(translator, sources, targets);
-            size_t next = 0;
-            for (size_t i = 0; i < out.size(); ++i) {
-              const size_t hyps = std::get<0>(out[i]).size();
-              for (size_t h = 0; h < hyps; ++h)
-                std::get<3>(out[i]).push_back(translations[i].hypotheses.empty() ? PyAttention{} : std::move(vectors[next++]));
-            }
+            spread<3>(out, translations, attention_vectors(translator, sources, targets));
           }
           if (alignments && !sources.empty()) {
             if (stop.raised->load()) throw SearchStopped();
-            auto aligned = align_words(translator, sources, targets);
-            size_t next = 0;
-            for (size_t i = 0; i < out.size(); ++i) {
-              // A blank line's placeholder hypothesis was not aligned: it has no words.
-              const size_t hyps = std::get<0>(out[i]).size();
-              for (size_t h = 0; h < hyps; ++h)
-                std::get<1>(out[i]).push_back(translations[i].hypotheses.empty() ? WordAlignment{} : std::move(aligned[next++]));
-            }
+            spread<1>(out, translations, align_words(translator, sources, targets));
           }
           return out;
         },
