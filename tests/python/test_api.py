@@ -351,6 +351,12 @@ def test_translate_file_writes_the_clis_lines_whole(trained, binary, sample, tmp
         translator.translate_file(tmp_path / "missing.de", out)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.de", "in.de", "out.en", "prefix.en"]  # no temporaries
+    link = tmp_path / "link.en"  # a link's file is written, the link kept
+    os.symlink(out, link)
+    os.chmod(out, 0o640)
+    translator.translate_file(src, link, beam_size=2)
+    assert os.path.islink(link) and out.read_text(encoding="utf-8").split("\n")[:-1] == want
+    assert os.stat(out).st_mode & 0o777 == 0o640
 
 
 def test_score_iterable_and_unloading(trained, sample):

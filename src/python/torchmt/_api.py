@@ -176,8 +176,9 @@ def _read_lines(path: PathLike, what: str) -> Iterator[str]:
 
 def _write_whole(path: PathLike, lines: Iterable[str]) -> None:
     """Writes `lines` to `path` so that it appears whole: into a temporary beside it, renamed over
-    it at the end (keeping the old file's mode); a device or FIFO is written as a stream."""
-    path = os.fspath(path)
+    it at the end (keeping the old file's mode); a device or FIFO is written as a stream, a link's
+    file replaced and the link kept (as the CLI writes its outputs)."""
+    path = os.path.realpath(path) if os.path.islink(path) else os.fspath(path)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
