@@ -54,13 +54,17 @@ void GreedyStream::step() {
   auto in_prefix = [](const Row& row) { return row.hypothesis.tokens.size() < row.prefix.size(); };
   at::Tensor best_lp, best_tok, eos_lp, lprobs;
   bool scores = false, all_rows = false;  // log-probabilities needed: the best and eos, or every one
+  bool any_ruled = false;
   auto ruled = [&](const Row& row) {  // the token rules hold past the prefix, short of the limit
     return row.options.token_rules() && !in_prefix(row) && row.steps + 1 < row.limit;
   };
   for (const auto& row : rows_) {
-    scores = scores || row.options.scores || row.options.sampling() || ruled(row);
-    all_rows = all_rows || row.options.sampling() || (row.options.scores && in_prefix(row)) || ruled(row);
+    any_ruled = any_ruled || ruled(row);
+    scores = scores || row.options.scores || row.options.sampling();
+    all_rows = all_rows || row.options.sampling() || (row.options.scores && in_prefix(row));
   }
+  scores = scores || any_ruled;
+  all_rows = all_rows || any_ruled;
   int64_t vocab = 0;  // columns of the step's log-probabilities
   std::optional<OutputColumns> columns;
   int64_t eos_column = eos_id_;
@@ -72,13 +76,15 @@ void GreedyStream::step() {
   if (all_rows) {
     lprobs = decoder_.step(last_tokens).to(torch::kCPU).contiguous();  // [N, C]
     vocab = lprobs.size(1);
-    std::vector<const std::vector<int64_t>*> outputs;
-    std::vector<const SearchOptions*> rules;
-    for (const auto& row : rows_) {
-      outputs.push_back(&row.hypothesis.tokens);
-      rules.push_back(ruled(row) ? &row.options : nullptr);
+    if (any_ruled) {  // (sampling and prefixes come here too, without rules)
+      std::vector<const std::vector<int64_t>*> outputs;
+      std::vector<const SearchOptions*> rules;
+      for (const auto& row : rows_) {
+        outputs.push_back(&row.hypothesis.tokens);
+        rules.push_back(ruled(row) ? &row.options : nullptr);
+      }
+      apply_token_rules(lprobs, *columns, outputs, rules);
     }
-    apply_token_rules(lprobs, *columns, outputs, rules);
     best_tok = kernels::row_top_k(lprobs, 1).second;                    // [N, 1] columns
   } else if (scores) {
     auto step_lprobs = decoder_.step(last_tokens);                               // [N, C]

@@ -161,6 +161,12 @@ class ExecutionStats:
                 f"total_time_in_ms={self.total_time_in_ms:.1f})")
 
 
+def _take(entries: Iterator[Any], n: int) -> List[Any]:
+    """The next n entries (fewer at the end); a string's trailing newline dropped, so that an open
+    file can be passed as it is."""
+    return [e[:-1] if isinstance(e, str) and e.endswith("\n") else e for e in itertools.islice(entries, n)]
+
+
 def _read_lines(path: PathLike, what: str) -> Iterator[str]:
     """A text file's lines, lazily, without their line ends and a first line's byte-order mark (as
     the CLI reads them); invalid UTF-8 is a ValueError naming the file and line."""
@@ -577,8 +583,7 @@ class Translator:
                                                                ("constraints", constraints)) if values is not None}
         first = 0
         while True:
-            chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s
-                     for s in itertools.islice(sources, buffer_size)]
+            chunk = _take(sources, buffer_size)
             taken = {}
             for name, values in per_source.items():
                 taken[name] = list(itertools.islice(values, len(chunk) if chunk else 1))
@@ -692,9 +697,8 @@ class Translator:
         sources, targets = iter(source), iter(target)
         seen = 0
         while True:
-            chunk = [s[:-1] if isinstance(s, str) and s.endswith("\n") else s for s in itertools.islice(sources, buffer_size)]
-            wanted = len(chunk) if chunk else 1
-            paired = [t[:-1] if isinstance(t, str) and t.endswith("\n") else t for t in itertools.islice(targets, wanted)]
+            chunk = _take(sources, buffer_size)
+            paired = _take(targets, len(chunk) if chunk else 1)
             if len(paired) != len(chunk):
                 longer, shorter = ("source", "target") if len(chunk) > len(paired) else ("target", "source")
                 raise ValueError(f"{shorter} ended after {seen + min(len(chunk), len(paired))} entries, before {longer}")
