@@ -158,6 +158,42 @@ TEST(Filter, CommandKeepsTheCleanPairsAndReportsTheRest) {
       << r.output;
 }
 
+TEST(Filter, RealignRePairsTheDroppedSourcesWithTheTargetsThatTranslateThem) {
+  const auto& m = memorised();
+  test::TempDir dir;
+  auto de = file_lines(m.de), en = file_lines(m.en);
+  const auto clean_de = de, clean_en = en;
+  // The last 10 targets shifted among their pairs (a corpus whose lines slipped), then a pair whose
+  // target is its own source (nothing to re-pair it with).
+  std::rotate(en.begin() + 30, en.begin() + 31, en.end());
+  de.push_back(de[5]);
+  en.push_back(de[5]);
+  write_lines(dir.file("c.de"), de);
+  write_lines(dir.file("c.en"), en);
+  const std::string base = test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " +
+                           m.ende + " --src " + dir.file("c.de") + " --tgt " + dir.file("c.en") + " --kept-src " +
+                           dir.file("k.de") + " --kept-tgt " + dir.file("k.en") + " --max-score 1.0";
+  auto r = test::run_command(base + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 11 scoring above 1, 0 that"), std::string::npos) << r.output;
+  EXPECT_EQ(file_lines(dir.file("k.de")).size(), 30u);
+
+  r = test::run_command(base + " --realign --realigned " + dir.file("r.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 11 scoring above 1, 0 that could not be scored: empty or "
+                          "invalid UTF-8) and 10 dropped sources with the target of another dropped line"),
+            std::string::npos)
+      << r.output;
+  // Each source at its line, with its own target again.
+  EXPECT_EQ(file_lines(dir.file("k.de")), clean_de);
+  EXPECT_EQ(file_lines(dir.file("k.en")), clean_en);
+  const auto realigned = file_lines(dir.file("r.tsv"));
+  ASSERT_EQ(realigned.size(), 10u);
+  EXPECT_EQ(realigned[0].rfind("31\t40\t", 0), 0u) << realigned[0];  // line 31's target had slipped to line 40
+  EXPECT_EQ(realigned[9].rfind("40\t39\t", 0), 0u) << realigned[9];
+  for (const auto& line : realigned) EXPECT_LE(std::stod(line.substr(line.find('\t', 3) + 1)), 1.0) << line;
+}
+
 TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
   const auto& m = memorised();
   test::TempDir dir;
@@ -191,6 +227,12 @@ TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
        "line counts differ", 1},
       {"-m " + m.deen + " --src " + m.de + " --tgt " + m.en + kept + " --max-score 2",
        "missing required option --backward-model", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --max-score 2 --realigned " + dir.file("r.tsv"),
+       "--realigned writes what --realign re-paired: give --realign", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --max-score 2 --realign --realign-candidates 0",
+       "--realign-candidates must be at least 1", 2},
   };
   for (const auto& c : cases) {
     const auto r = test::run_command(tm + c.args + " 2>&1");

@@ -45,7 +45,15 @@ const OptionTable<FilterCommandOptions>& filter_option_table() {
       .add("reference_tgt", &F::reference_tgt, "their target side, line for line", group)
       .add("reference_quantile", &F::reference_quantile,
            "the quantile of the reference pairs' scores that --max-score becomes (0 < Q <= 1)", group)
-      .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group);
+      .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
+      .add("realign", &F::realign,
+           "re-pair dropped sources with dropped targets of other lines (shuffled or slipped lines): each dropped "
+           "source's translation finds candidate targets by their words, and a candidate within the threshold is kept "
+           "at the source's line", group)
+      .add("realign_candidates", &F::realign_candidates, "the targets scored for each dropped source with --realign",
+           group)
+      .add("realigned", &F::realigned,
+           "also write the re-paired pairs here (TSV: source line, target line, score, forward, backward)", group);
   static const auto table = OptionTable<O>("filter")
       .include(translator_option_table(), &O::translator)
       .add("backward_model", &O::backward_model, "the model translating --tgt into --src (-m translates --src into --tgt)", group)
@@ -92,8 +100,9 @@ int run_filter(int argc, char** argv) {
           [&] {
             report = filter_corpus(
                 *forward, *backward, o->translator.translation, f,
-                [&](int64_t total) {
-                  progress = std::make_unique<Progress>("filter", "pair scores", total,
+                [&](const std::string& unit, int64_t total) {
+                  if (progress) progress->finish();
+                  progress = std::make_unique<Progress>("filter", unit, total,
                                                         o->quiet ? ProgressStyle::kQuiet : ProgressStyle::kAuto);
                 },
                 [&](int64_t n) { progress->add(n); });

@@ -1,12 +1,14 @@
 #include "torchmt/evaluation/corpus_filter.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "data/parallel_corpus.h"
 #include "data/text_file.h"
@@ -77,6 +79,141 @@ double reference_threshold(Translator& forward, Translator& backward, const Tran
   return scores[at];
 }
 
+// A text's distinct words, lower-cased (ASCII) and without the punctuation around them: what a
+// translation and a target must share to be candidates.
+std::vector<std::string> distinct_words(const std::string& text) {
+  const auto is_mark = [](char c) { return static_cast<unsigned char>(c) < 0x80 && std::ispunct(static_cast<unsigned char>(c)); };
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    size_t b = 0, e = w.size();
+    while (b < e && is_mark(w[b])) ++b;
+    while (e > b && is_mark(w[e - 1])) --e;
+    if (b == e) continue;
+    std::string word = w.substr(b, e - b);
+    for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    words.push_back(std::move(word));
+  }
+  std::sort(words.begin(), words.end());
+  words.erase(std::unique(words.begin(), words.end()), words.end());
+  return words;
+}
+
+// A dropped source kept with the target of another dropped line.
+struct Repair {
+  size_t target_line = 0;
+  std::string target;
+  DualScore score;
+};
+
+// The realignment of the dropped pairs (CorpusFilterOptions::realign), by source line.
+std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translator& backward,
+                                                   const TranslationOptions& search, const CorpusFilterOptions& o,
+                                                   const std::vector<PairVerdict>& verdicts, double threshold,
+                                                   const std::function<void(const std::string&, int64_t)>& started,
+                                                   const std::function<void(int64_t)>& add) {
+  std::vector<size_t> lines;  // the dropped pairs' line indices
+  std::vector<std::string> src, tgt;
+  {
+    LineReader s_in(o.src), t_in(o.tgt);
+    std::string s, t;
+    for (size_t i = 0; i < verdicts.size() && s_in.next(s) && t_in.next(t); ++i)
+      if (verdicts[i].reason.empty() && verdicts[i].score.score > threshold) {
+        lines.push_back(i);
+        src.push_back(std::move(s));
+        tgt.push_back(std::move(t));
+      }
+  }
+  const size_t n = lines.size();
+  if (n < 2) return {};
+
+  // Each dropped source's greedy translation.
+  TranslationOptions greedy = search;
+  greedy.search.beam_size = 1;
+  greedy.search.nbest = 1;
+  greedy.search.sampling_topk = 1;
+  greedy.search.scores = false;
+  if (started) started("translations", static_cast<int64_t>(n));
+  std::vector<std::string> hyps;
+  hyps.reserve(n);
+  for (size_t at = 0; at < n; at += static_cast<size_t>(o.buffer_size)) {
+    const size_t end = std::min(n, at + static_cast<size_t>(o.buffer_size));
+    for (auto& h : forward.translate_text(std::vector<std::string>(src.begin() + static_cast<std::ptrdiff_t>(at),
+                                                                   src.begin() + static_cast<std::ptrdiff_t>(end)),
+                                          greedy))
+      hyps.push_back(std::move(h));
+    add(static_cast<int64_t>(end - at));
+  }
+
+  // The targets' words, idf-weighted; words in more than max(1000, n / 20) targets are left out
+  // (they tell little and their lists would make the lookup quadratic).
+  std::unordered_map<std::string, std::vector<uint32_t>> postings;
+  for (size_t j = 0; j < n; ++j)
+    for (auto& w : distinct_words(tgt[j])) postings[w].push_back(static_cast<uint32_t>(j));
+  const size_t common = std::max<size_t>(1000, n / 20);
+  const auto idf = [n](size_t df) { return std::log(static_cast<double>(n + 1) / static_cast<double>(df)); };
+  std::vector<double> target_norm(n, 0.0);
+  for (const auto& [w, list] : postings)
+    if (list.size() <= common)
+      for (uint32_t j : list) target_norm[j] += idf(list.size());
+
+  // Each source's candidates: the targets most like its translation (cosine of idf-weighted words).
+  std::vector<std::pair<size_t, size_t>> candidates;  // (index into lines of the source, of the target)
+  std::vector<double> shared(n, 0.0);
+  std::vector<uint32_t> touched;
+  for (size_t i = 0; i < n; ++i) {
+    double norm = 0.0;
+    for (const auto& w : distinct_words(hyps[i])) {
+      const auto it = postings.find(w);
+      if (it == postings.end() || it->second.size() > common) continue;
+      const double weight = idf(it->second.size());
+      norm += weight;
+      for (uint32_t j : it->second) {
+        if (shared[j] == 0.0) touched.push_back(j);
+        shared[j] += weight;
+      }
+    }
+    std::vector<std::pair<double, uint32_t>> ranked;
+    for (uint32_t j : touched) {
+      if (j != i) ranked.emplace_back(shared[j] / std::sqrt(norm * target_norm[j]), j);
+      shared[j] = 0.0;
+    }
+    touched.clear();
+    const size_t k = std::min(ranked.size(), static_cast<size_t>(o.realign_candidates));
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    for (size_t c = 0; c < k; ++c) candidates.emplace_back(i, ranked[c].second);
+  }
+
+  // The candidates scored as every pair is; the best first, each source and target once.
+  if (started) started("candidate scores", 2 * static_cast<int64_t>(candidates.size()));
+  std::vector<std::pair<DualScore, size_t>> scored;  // (score, index into candidates)
+  for (size_t at = 0; at < candidates.size(); at += static_cast<size_t>(o.buffer_size)) {
+    const size_t end = std::min(candidates.size(), at + static_cast<size_t>(o.buffer_size));
+    std::vector<std::string> cs, ct;
+    for (size_t c = at; c < end; ++c) {
+      cs.push_back(src[candidates[c].first]);
+      ct.push_back(tgt[candidates[c].second]);
+    }
+    const auto scores = dual_cross_entropy(forward, backward, cs, ct, search, add);
+    for (size_t c = at; c < end; ++c)
+      if (scores[c - at].score <= threshold) scored.emplace_back(scores[c - at], c);
+    return_free_heap_memory();
+  }
+  std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+    return a.first.score < b.first.score || (a.first.score == b.first.score && a.second < b.second);
+  });
+  std::vector<bool> source_used(n, false), target_used(n, false);
+  std::unordered_map<size_t, Repair> repairs;
+  for (const auto& [score, c] : scored) {
+    const auto [i, j] = candidates[c];
+    if (source_used[i] || target_used[j]) continue;
+    source_used[i] = target_used[j] = true;
+    repairs[lines[i]] = Repair{lines[j], tgt[j], score};
+  }
+  return repairs;
+}
+
 }  // namespace
 
 void CorpusFilterOptions::validate() const {
@@ -93,10 +230,13 @@ void CorpusFilterOptions::validate() const {
           "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt");
   require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
   require(buffer_size >= 1, "--buffer-size must be at least 1");
+  require(realign_candidates >= 1, "--realign-candidates must be at least 1");
+  require(realign || realigned.empty(), "--realigned writes what --realign re-paired: give --realign");
   require(src != "-" && tgt != "-", "--src and --tgt must be files (they are read twice)");
   if (auto clash = same_file_twice(
           {{"--src", src}, {"--tgt", tgt}, {"--reference-src", reference_src}, {"--reference-tgt", reference_tgt}},
-          {{"--kept-src", kept_src}, {"--kept-tgt", kept_tgt}, {"--dropped", dropped}, {"--scores", scores}}))
+          {{"--kept-src", kept_src}, {"--kept-tgt", kept_tgt}, {"--dropped", dropped}, {"--scores", scores},
+           {"--realigned", realigned}}))
     throw std::invalid_argument(*clash);
 }
 
@@ -104,11 +244,15 @@ std::string CorpusFilterReport::summary() const {
   std::ostringstream out;
   out << "kept " << kept << " of " << pairs << " pairs (dropped " << dropped_by_score << " scoring above " << threshold
       << ", " << unscorable << " that could not be scored: empty or invalid UTF-8)";
+  if (realigned > 0)
+    out << " and " << realigned << (realigned == 1 ? " dropped source" : " dropped sources")
+        << " with the target of another dropped line";
   return out.str();
 }
 
 CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, const TranslationOptions& search,
-                                 const CorpusFilterOptions& o, const std::function<void(int64_t)>& started,
+                                 const CorpusFilterOptions& o,
+                                 const std::function<void(const std::string&, int64_t)>& started,
                                  const std::function<void(int64_t)>& progress) {
   o.validate();
   const int64_t src_lines = lines_in(o.src), tgt_lines = lines_in(o.tgt);
@@ -126,7 +270,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   auto add = [&progress](int64_t n) {
     if (progress) progress(n);
   };
-  if (started) started(src_lines >= 0 ? 2 * src_lines : -1);
+  if (started) started("pair scores", src_lines >= 0 ? 2 * src_lines : -1);
 
   // Pass 1: every pair's verdict.
   std::vector<PairVerdict> verdicts;
@@ -199,19 +343,24 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     report.threshold = keep == 0 ? -std::numeric_limits<double>::infinity() : scored[keep - 1];
   }
 
+  const auto repairs = o.realign ? realign_dropped(forward, backward, search, o, verdicts, report.threshold, started, add)
+                                 : std::unordered_map<size_t, Repair>{};
+
   // Pass 2: the files again, each pair to its place.
   LineReader src_again(o.src), tgt_again(o.tgt);
   AtomicFileWriter kept_src(o.kept_src), kept_tgt(o.kept_tgt);
-  std::optional<AtomicFileWriter> dropped, all_scores;
+  std::optional<AtomicFileWriter> dropped, all_scores, realigned;
   if (!o.dropped.empty()) dropped.emplace(o.dropped);
   if (!o.scores.empty()) all_scores.emplace(o.scores);
-  std::string ks, kt, dr, sc;
+  if (!o.realigned.empty()) realigned.emplace(o.realigned);
+  std::string ks, kt, dr, sc, ra;
   auto flush = [&] {
     kept_src.write(ks);
     kept_tgt.write(kt);
     if (dropped) dropped->write(dr);
     if (all_scores) all_scores->write(sc);
-    ks.clear(), kt.clear(), dr.clear(), sc.clear();
+    if (realigned) realigned->write(ra);
+    ks.clear(), kt.clear(), dr.clear(), sc.clear(), ra.clear();
   };
   for (size_t i = 0; i < verdicts.size() && src_again.next(s) && tgt_again.next(t); ++i) {
     const PairVerdict& v = verdicts[i];
@@ -237,14 +386,25 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
         }
         dr += cell(replace_invalid_utf8(s)) + '\t' + cell(replace_invalid_utf8(t)) + '\n';
       }
+      if (const auto r = repairs.find(i); r != repairs.end()) {
+        ++report.realigned;
+        (ks += s) += '\n';
+        (kt += r->second.target) += '\n';
+        if (realigned) {
+          ra += std::to_string(i + 1) + '\t' + std::to_string(r->second.target_line + 1) + '\t';
+          append_scores(ra, r->second.score);
+          ra += '\n';
+        }
+      }
     }
-    if (ks.size() + kt.size() + dr.size() + sc.size() > (1u << 20)) flush();
+    if (ks.size() + kt.size() + dr.size() + sc.size() + ra.size() > (1u << 20)) flush();
   }
   flush();
   kept_src.commit();
   kept_tgt.commit();
   if (dropped) dropped->commit();
   if (all_scores) all_scores->commit();
+  if (realigned) realigned->commit();
   return report;
 }
 

@@ -443,12 +443,14 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   for (auto [key, field] : {std::pair<const char*, std::string*>{"src", &o.src}, {"tgt", &o.tgt},
                             {"kept_src", &o.kept_src}, {"kept_tgt", &o.kept_tgt}, {"dropped", &o.dropped},
                             {"scores", &o.scores}, {"reference_src", &o.reference_src},
-                            {"reference_tgt", &o.reference_tgt}})
+                            {"reference_tgt", &o.reference_tgt}, {"realigned", &o.realigned}})
     if (options.contains(key)) *field = options[key].cast<std::string>();
   if (options.contains("max_score")) o.max_score = options["max_score"].cast<double>();
   if (options.contains("keep_fraction")) o.keep_fraction = options["keep_fraction"].cast<double>();
   if (options.contains("reference_quantile")) o.reference_quantile = options["reference_quantile"].cast<double>();
   if (options.contains("buffer_size")) o.buffer_size = options["buffer_size"].cast<int64_t>();
+  if (options.contains("realign")) o.realign = options["realign"].cast<bool>();
+  if (options.contains("realign_candidates")) o.realign_candidates = options["realign_candidates"].cast<int64_t>();
   o.forward_name = "forward";
   o.backward_name = "backward";
   o.validate();
@@ -469,6 +471,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   out["truncated"] = r.truncated.count();
   out["threshold"] = r.threshold;
   out["reference_pairs"] = r.reference_pairs;
+  out["realigned"] = r.realigned;
   out["summary"] = r.summary();
   return out;
 }

@@ -36,7 +36,12 @@ def main():
     ap.add_argument("--data", default="data/multi30k")
     ap.add_argument("--build", default="build")
     ap.add_argument("--keep", help="keep the corrupted corpus and the filtered one here")
+    ap.add_argument("--corpus-only", action="store_true",
+                    help="write the corrupted corpus (noisy.de, noisy.en, noisy.labels) to --keep and stop: to train "
+                         "the filter's models on the noisy data itself (the fair test), give DEEN and ENDE as -")
     args = ap.parse_args()
+    if args.corpus_only and not args.keep:
+        ap.error("--corpus-only needs --keep DIR")
     tm = os.path.join(args.build, "torchmt")
     de, en = lines(f"{args.data}/train.de.gz"), lines(f"{args.data}/train.en.gz")
     rng = random.Random(76)
@@ -60,6 +65,9 @@ def main():
     write(f"{work}/noisy.de", de)
     write(f"{work}/noisy.en", noisy_en)
     write(f"{work}/noisy.labels", ["clean" if i not in kinds else kinds[i] for i in range(n)])
+    if args.corpus_only:
+        print(f"files: {work}")
+        return 0
     common = [tm, "filter", "-m", args.deen, "--backward-model", args.ende, "-q", "--dtype", "fp32"]
 
     # The threshold from clean held-out pairs: the 99th percentile of the validation set's scores.

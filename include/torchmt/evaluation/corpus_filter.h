@@ -3,7 +3,8 @@
 // `torchmt filter` and of torchmt.filter in Python. Two passes over the files: every pair's score
 // (about 40 bytes a pair in memory, never the corpus), then each pair to the kept or the dropped
 // output. A pair that cannot be scored (an empty side, invalid UTF-8) is dropped with its reason,
-// never the job; the outputs appear whole or not at all.
+// never the job; the outputs appear whole or not at all. With `realign`, a third pass re-pairs
+// dropped pairs whose targets belong to other dropped sources (it holds the dropped pairs' text).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,6 +29,13 @@ struct CorpusFilterOptions {
   // clean ones in tools/bench/filter_noise.py's corpus; 0.99 removed 89.7%.
   double reference_quantile = 0.95;
   int64_t buffer_size = 4096;  // pairs read and scored at a time
+  // Re-pair the dropped pairs (a corpus whose lines slipped or whose targets were shuffled): each
+  // dropped source's greedy translation finds the dropped targets sharing its rarer words, the
+  // realign_candidates likeliest are scored as every pair is, and a pair within the threshold is
+  // kept at its source's line, each source and target used once (the best scores first).
+  bool realign = false;
+  int64_t realign_candidates = 3;
+  std::string realigned;  // optional TSV of the re-paired: source line, target line, score, forward, backward
   // How messages name the models (the command line's flags and paths).
   std::string forward_name = "the forward model", backward_name = "the backward model";
 
@@ -41,17 +49,19 @@ struct CorpusFilterReport {
   LineSample truncated;         // the pairs scored with a side cut to what a model accepts
   double threshold = 0.0;       // the score kept pairs are at most
   int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)
+  int64_t realigned = 0;        // dropped sources kept with another dropped pair's target (in the kept files)
   std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"
 };
 
 // Filters options.src/tgt with `forward` (src -> tgt) and `backward` (tgt -> src) under `search`'s
 // settings. Throws std::invalid_argument for bad options or a model in the wrong role (judged on
 // the first pairs, both ways), std::runtime_error for a file that cannot be read or written or line
-// counts that differ; nothing is written then. `progress(n)`: n more scorings (two per pair), with
-// `total` (2 x the pairs; -1 when unknown) given once first.
+// counts that differ; nothing is written then. Progress by phase: `started(unit, total)` once at
+// each phase's start ("pair scores": 2 x the pairs, -1 when unknown; with realign "translations"
+// and "candidate scores"), then `progress(n)`: n more of that unit.
 CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, const TranslationOptions& search,
                                  const CorpusFilterOptions& options,
-                                 const std::function<void(int64_t total)>& started = {},
+                                 const std::function<void(const std::string& unit, int64_t total)>& started = {},
                                  const std::function<void(int64_t n)>& progress = {});
 
 }  // namespace torchmt

@@ -954,16 +954,19 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                   reference_src: Optional[PathLike] = None, reference_tgt: Optional[PathLike] = None,
                   reference_quantile: float = 0.95, dropped: Optional[PathLike] = None,
                   scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
-                  buffer_size: int = 4096) -> Dict[str, Any]:
+                  buffer_size: int = 4096, realign: bool = False, realign_candidates: int = 3,
+                  realigned: Optional[PathLike] = None) -> Dict[str, Any]:
     """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
     Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
     the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
     threshold: ``max_score`` (nats per piece, lower is better), ``keep_fraction`` of the scored
     pairs, or clean ``reference_src``/``reference_tgt`` pairs (e.g. the validation set) whose
     scores' ``reference_quantile`` becomes it. ``dropped`` and ``scores`` also write TSVs of the
-    dropped pairs and of every pair's scores. The outputs appear whole or not at all. Returns
-    ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
-    "reference_pairs", "summary"}``."""
+    dropped pairs and of every pair's scores. ``realign`` re-pairs dropped sources with dropped
+    targets of other lines (``realign_candidates`` scored per source, kept at the source's line
+    when within the threshold; ``realigned``: a TSV of them). The outputs appear whole or not at
+    all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
+    "reference_pairs", "realigned", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
     options: Dict[str, Any] = {
@@ -971,11 +974,16 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
         "tgt": _existing_file(tgt, "tgt"),
         "reference_quantile": _check_float("reference_quantile", reference_quantile),
         "buffer_size": _check_int("buffer_size", buffer_size, 1),
+        "realign_candidates": _check_int("realign_candidates", realign_candidates, 1),
     }
+    if not _is_bool(realign):
+        raise TypeError(f"realign must be a bool, not {type(realign).__name__}")
+    options["realign"] = bool(realign)
     for name, path in (("reference_src", reference_src), ("reference_tgt", reference_tgt)):
         if path is not None:
             options[name] = _existing_file(path, name)
-    for name, path in (("kept_src", kept_src), ("kept_tgt", kept_tgt), ("dropped", dropped), ("scores", scores)):
+    for name, path in (("kept_src", kept_src), ("kept_tgt", kept_tgt), ("dropped", dropped), ("scores", scores),
+                       ("realigned", realigned)):
         if path is not None:
             if not isinstance(path, (str, os.PathLike)):
                 raise TypeError(f"{name} must be a path, not {type(path).__name__}")
