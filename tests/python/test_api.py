@@ -782,6 +782,21 @@ def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary,
     theirs = [float(line.split("\t")[0]) for line in (tmp_path / "cli.tsv").read_text().splitlines()]
     assert len(ours) == 50 and all(abs(a - b) <= 1e-4 for a, b in zip(ours, theirs))
     assert report["summary"] in r.stderr  # what is dropped and why: tests/filter_test.cpp, with models that can tell
+    # Re-pairing the dropped: the same pairs as the CLI's --realign.
+    report = torchmt.filter_corpus(forward, backward, tmp_path / "c.de", tmp_path / "c.en", tmp_path / "k.de",
+                                   tmp_path / "k.en", keep_fraction=0.8, realign=True, realign_candidates=5,
+                                   realigned=tmp_path / "r.tsv")
+    r = subprocess.run([binary, "filter", "-q", "-m", trained[0], "--backward-model", backward_model, "--dtype", "fp32",
+                        "--device", "cpu", "--src", str(tmp_path / "c.de"), "--tgt", str(tmp_path / "c.en"),
+                        "--kept-src", str(tmp_path / "cli.de"), "--kept-tgt", str(tmp_path / "cli.en"),
+                        "--keep-fraction", "0.8", "--realign", "--realign-candidates", "5", "--realigned",
+                        str(tmp_path / "cli.tsv")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "r.tsv").read_text().splitlines()
+    assert report["realigned"] == len(rows) > 0 and report["kept"] == 40
+    assert len((tmp_path / "k.de").read_text().splitlines()) == 40 + len(rows)
+    assert rows == (tmp_path / "cli.tsv").read_text().splitlines()
+    assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
 
 
 def test_filter_corpus_errors(trained, backward_model, tmp_path):
@@ -798,6 +813,10 @@ def test_filter_corpus_errors(trained, backward_model, tmp_path):
         torchmt.filter_corpus(forward, backward, tmp_path / "missing.de", *args[1:], max_score=2.0)
     with pytest.raises(TypeError):
         torchmt.filter_corpus(trained[0], backward, *args, max_score=2.0)
+    with pytest.raises(TypeError, match="realign must be a bool"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realign="yes")
+    with pytest.raises(ValueError, match="--realigned writes what --realign re-paired"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realigned=tmp_path / "r.tsv")
     (tmp_path / "c.en").write_text("A dog.\nTwo cats.\n", encoding="utf-8")
     with pytest.raises(ValueError, match="backward does not translate --tgt into --src"):
         torchmt.filter_corpus(forward, forward, *args, max_score=2.0)

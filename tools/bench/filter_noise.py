@@ -6,7 +6,8 @@ pairs removed (goal >= 90%) and of clean pairs dropped (goal <= 5%).
 
 Three thresholds: `--reference-src/--reference-tgt` val (the command's own: the 0.95 quantile of the clean
 validation set's dual scores, no knowledge of the noise), --max-score at their 99th percentile, and
---keep-fraction 0.8 (an oracle that knows the noise rate).
+--keep-fraction 0.8 (an oracle that knows the noise rate). The command's run also takes --realign: the
+pairs it re-paired are counted by whether each source got its own target back (kept.de/kept.en hold them).
 
   tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR]
 """
@@ -85,8 +86,8 @@ def main():
     # oracle's cuts from the same scores.
     proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
                                     f"{work}/kept.de", "--kept-tgt", f"{work}/kept.en", "--scores", f"{work}/noisy.scores",
-                                    "--reference-src", vde, "--reference-tgt", ven], check=True, capture_output=True,
-                          text=True)
+                                    "--reference-src", vde, "--reference-tgt", ven, "--realign", "--realigned",
+                                    f"{work}/realigned.tsv"], check=True, capture_output=True, text=True)
     said = [line for line in proc.stderr.strip().splitlines() if line.startswith("filter: ")]
     print("\n".join(said))
     reference = float(said[0].split("--max-score ")[1].split(",")[0])
@@ -112,6 +113,18 @@ def main():
         for kind in ("shuffled", "shuffled+truncated", "source copy"):
             t, g = removed[kind]
             print(f"  {kind}: removed {g}/{t} = {100 * g / t:.1f}%")
+    own = half = other = 0
+    for row in open(f"{work}/realigned.tsv"):
+        i, j = (int(x) - 1 for x in row.split("\t")[:2])
+        if noisy_en[j] == en[i]:
+            own += 1
+        elif kinds.get(j) == "shuffled+truncated" and en[i].startswith(noisy_en[j]):
+            half += 1
+        else:
+            other += 1
+    print(f"--realign: {own + half + other} dropped sources re-paired: {own} with their own target, {half} with its "
+          f"first half, {other} with another; kept.de/kept.en hold "
+          f"{sum(1 for _ in open(f'{work}/kept.de'))} pairs")
     print(f"files: {work}")
 
 
