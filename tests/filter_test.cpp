@@ -173,15 +173,27 @@ TEST(Filter, RealignRePairsTheDroppedSourcesWithTheTargetsThatTranslateThem) {
   const std::string base = test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " +
                            m.ende + " --src " + dir.file("c.de") + " --tgt " + dir.file("c.en") + " --kept-src " +
                            dir.file("k.de") + " --kept-tgt " + dir.file("k.en") + " --max-score 1.0";
-  auto r = test::run_command(base + " 2>&1");
+  // The copy is dropped for its language, unscored (models trained on copies find them probable).
+  auto r = test::run_command(base + " --dropped " + dir.file("d.tsv") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 11 scoring above 1, 0 that"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 10 scoring above 1, 0 that could not be scored: empty or "
+                          "invalid UTF-8, 1 in the wrong language)"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(file_lines(dir.file("k.de")).size(), 30u);
+  EXPECT_EQ(file_lines(dir.file("d.tsv")).back().rfind("41\t\t\t\ttarget in German\t", 0), 0u);
+  r = test::run_command(base + " --language-check=false 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 11 scoring above 1, 0 that could not be scored: empty or "
+                          "invalid UTF-8)"),
+            std::string::npos)
+      << r.output;
 
   r = test::run_command(base + " --realign --realigned " + dir.file("r.tsv") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 11 scoring above 1, 0 that could not be scored: empty or "
-                          "invalid UTF-8) and 10 dropped sources with the target of another dropped line"),
+  EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 10 scoring above 1, 0 that could not be scored: empty or "
+                          "invalid UTF-8, 1 in the wrong language) and 10 dropped sources with the target of another "
+                          "dropped line"),
             std::string::npos)
       << r.output;
   // Each source at its line, with its own target again.

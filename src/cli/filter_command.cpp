@@ -46,6 +46,9 @@ const OptionTable<FilterCommandOptions>& filter_option_table() {
       .add("reference_quantile", &F::reference_quantile,
            "the quantile of the reference pairs' scores that --max-score becomes (0 < Q <= 1)", group)
       .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
+      .add("language_check", &F::language_check,
+           "drop, unscored, the pairs whose target reads as the source's language or whose source reads as the "
+           "target's (copies, swapped sides), when -m knows both languages (--language-check=false: off)", group)
       .add("realign", &F::realign,
            "re-pair dropped sources with dropped targets of other lines (shuffled or slipped lines): each dropped "
            "source's translation finds candidate targets by their words, and a candidate within the threshold is kept "

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "data/parallel_corpus.h"
+#include "torchmt/data/language_identifier.h"
 #include "data/text_file.h"
 #include "evaluation/dual_cross_entropy.h"
 #include "torchmt/util/strings.h"
@@ -26,6 +27,17 @@ namespace {
 std::string unscorable(const std::string& src, const std::string& tgt) {
   if (!is_valid_utf8(src) || !is_valid_utf8(tgt)) return "invalid UTF-8";
   if (Translator::is_blank(src) || Translator::is_blank(tgt)) return "empty";
+  return "";
+}
+
+// Why a pair is in the wrong languages, "" when it is not (or the model cannot tell).
+std::string wrong_language(const ModelLanguages& languages, const std::string& src, const std::string& tgt) {
+  const auto reads_as = [&](const std::string& text, const std::string& code) {
+    const auto guesses = languages.identifier.detect(text);
+    return !guesses.empty() && guesses.front().confidence > 0 && guesses.front().language == code;
+  };
+  if (reads_as(tgt, languages.source)) return "target in " + language_name(languages.source);
+  if (reads_as(src, languages.target)) return "source in " + language_name(languages.target);
   return "";
 }
 
@@ -48,6 +60,7 @@ void append_scores(std::string& text, const DualScore& d) {
 struct PairVerdict {
   DualScore score;
   std::string reason;  // why it could not be scored; "" when scored
+  bool language = false;  // the reason is its languages (its source may still be re-paired)
 };
 
 // The lines of a file, or -1 when it cannot be counted now (its reader reports why).
@@ -112,17 +125,21 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
                                                    const std::vector<PairVerdict>& verdicts, double threshold,
                                                    const std::function<void(const std::string&, int64_t)>& started,
                                                    const std::function<void(int64_t)>& add) {
-  std::vector<size_t> lines;  // the dropped pairs' line indices
+  // The dropped pairs' line indices and texts; the targets of those dropped for their languages are
+  // no one's ("": never a candidate).
+  std::vector<size_t> lines;
   std::vector<std::string> src, tgt;
   {
     LineReader s_in(o.src), t_in(o.tgt);
     std::string s, t;
-    for (size_t i = 0; i < verdicts.size() && s_in.next(s) && t_in.next(t); ++i)
-      if (verdicts[i].reason.empty() && verdicts[i].score.score > threshold) {
+    for (size_t i = 0; i < verdicts.size() && s_in.next(s) && t_in.next(t); ++i) {
+      const PairVerdict& v = verdicts[i];
+      if (v.language || (v.reason.empty() && v.score.score > threshold)) {
         lines.push_back(i);
         src.push_back(std::move(s));
-        tgt.push_back(std::move(t));
+        tgt.push_back(v.language ? std::string() : std::move(t));
       }
+    }
   }
   const size_t n = lines.size();
   if (n < 2) return {};
@@ -243,7 +260,9 @@ void CorpusFilterOptions::validate() const {
 std::string CorpusFilterReport::summary() const {
   std::ostringstream out;
   out << "kept " << kept << " of " << pairs << " pairs (dropped " << dropped_by_score << " scoring above " << threshold
-      << ", " << unscorable << " that could not be scored: empty or invalid UTF-8)";
+      << ", " << unscorable << " that could not be scored: empty or invalid UTF-8";
+  if (wrong_language > 0) out << ", " << wrong_language << " in the wrong language";
+  out << ")";
   if (realigned > 0)
     out << " and " << realigned << (realigned == 1 ? " dropped source" : " dropped sources")
         << " with the target of another dropped line";
@@ -271,6 +290,10 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     if (progress) progress(n);
   };
   if (started) started("pair scores", src_lines >= 0 ? 2 * src_lines : -1);
+  const ModelLanguages& languages = forward.languages();
+  const bool check_languages = o.language_check && !languages.source.empty() && !languages.target.empty() &&
+                               languages.source != languages.target && languages.identifier.knows(languages.source) &&
+                               languages.identifier.knows(languages.target);
 
   // Pass 1: every pair's verdict.
   std::vector<PairVerdict> verdicts;
@@ -303,7 +326,8 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     }
     if (src.empty()) continue;
     if (!checked_direction) {
-      // Each model must read its side: judged on the first pairs, both ways.
+      // Each model must read its side: judged on the first pairs, both ways (before the language
+      // check, which models in the wrong roles would fail on every pair).
       const size_t n = std::min<size_t>(64, src.size());
       const std::vector<std::string> s_probe(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n)),
           t_probe(tgt.begin(), tgt.begin() + static_cast<std::ptrdiff_t>(n));
@@ -321,6 +345,28 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
         }
       }
       checked_direction = true;
+    }
+    if (check_languages) {
+      size_t k = 0;
+      for (size_t j = 0; j < scorable.size(); ++j) {
+        PairVerdict& v = verdicts[scorable[j]];
+        v.reason = wrong_language(languages, src[j], tgt[j]);
+        v.language = !v.reason.empty();
+        if (v.language) {
+          add(2);
+          continue;
+        }
+        if (k != j) {
+          scorable[k] = scorable[j];
+          src[k] = std::move(src[j]);
+          tgt[k] = std::move(tgt[j]);
+        }
+        ++k;
+      }
+      scorable.resize(k);
+      src.resize(k);
+      tgt.resize(k);
+      if (src.empty()) continue;
     }
     const auto scores = dual_cross_entropy(forward, backward, src, tgt, search, add);
     for (size_t k = 0; k < scorable.size(); ++k) verdicts[scorable[k]].score = scores[k];
@@ -375,7 +421,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
       (ks += s) += '\n';
       (kt += t) += '\n';
     } else {
-      v.reason.empty() ? ++report.dropped_by_score : ++report.unscorable;
+      v.reason.empty() ? ++report.dropped_by_score : v.language ? ++report.wrong_language : ++report.unscorable;
       if (dropped) {
         dr += std::to_string(i + 1) + '\t';
         if (v.reason.empty()) {

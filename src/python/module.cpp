@@ -450,6 +450,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   if (options.contains("reference_quantile")) o.reference_quantile = options["reference_quantile"].cast<double>();
   if (options.contains("buffer_size")) o.buffer_size = options["buffer_size"].cast<int64_t>();
   if (options.contains("realign")) o.realign = options["realign"].cast<bool>();
+  if (options.contains("language_check")) o.language_check = options["language_check"].cast<bool>();
   if (options.contains("realign_candidates")) o.realign_candidates = options["realign_candidates"].cast<int64_t>();
   o.forward_name = "forward";
   o.backward_name = "backward";
@@ -472,6 +473,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   out["threshold"] = r.threshold;
   out["reference_pairs"] = r.reference_pairs;
   out["realigned"] = r.realigned;
+  out["wrong_language"] = r.wrong_language;
   out["summary"] = r.summary();
   return out;
 }

@@ -793,7 +793,7 @@ def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary,
                         str(tmp_path / "cli.tsv")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     rows = (tmp_path / "r.tsv").read_text().splitlines()
-    assert report["realigned"] == len(rows) > 0 and report["kept"] == 40
+    assert report["realigned"] == len(rows) > 0 and report["kept"] == 40 and report["wrong_language"] == 0
     assert len((tmp_path / "k.de").read_text().splitlines()) == 40 + len(rows)
     assert rows == (tmp_path / "cli.tsv").read_text().splitlines()
     assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
@@ -815,6 +815,8 @@ def test_filter_corpus_errors(trained, backward_model, tmp_path):
         torchmt.filter_corpus(trained[0], backward, *args, max_score=2.0)
     with pytest.raises(TypeError, match="realign must be a bool"):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realign="yes")
+    with pytest.raises(TypeError, match="language_check must be a bool"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, language_check=0)
     with pytest.raises(ValueError, match="--realigned writes what --realign re-paired"):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realigned=tmp_path / "r.tsv")
     (tmp_path / "c.en").write_text("A dog.\nTwo cats.\n", encoding="utf-8")

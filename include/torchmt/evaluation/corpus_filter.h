@@ -29,11 +29,15 @@ struct CorpusFilterOptions {
   // clean ones in tools/bench/filter_noise.py's corpus; 0.99 removed 89.7%.
   double reference_quantile = 0.95;
   int64_t buffer_size = 4096;  // pairs read and scored at a time
+  // Drop, unscored, the pairs whose target reads as the source's language or whose source reads as
+  // the target's (copies, swapped sides), when the forward model knows both languages: models
+  // trained on such pairs learn to find them probable.
+  bool language_check = true;
   // Re-pair the dropped pairs (a corpus whose lines slipped or whose targets were shuffled): each
   // dropped source's greedy translation finds the dropped targets sharing its rarer words, the
   // realign_candidates likeliest are scored as every pair is, and a pair within the threshold is
   // kept at its source's line, each source and target used once (the best scores first).
-  bool realign = false;
+  bool realign = false;  // (its sources may be those dropped for their language, its targets not)
   int64_t realign_candidates = 3;
   std::string realigned;  // optional TSV of the re-paired: source line, target line, score, forward, backward
   // How messages name the models (the command line's flags and paths).
@@ -45,7 +49,7 @@ struct CorpusFilterOptions {
 
 struct CorpusFilterReport {
   int64_t pairs = 0, kept = 0;
-  int64_t dropped_by_score = 0, unscorable = 0;  // the dropped pairs, by why
+  int64_t dropped_by_score = 0, unscorable = 0, wrong_language = 0;  // the dropped pairs, by why
   LineSample truncated;         // the pairs scored with a side cut to what a model accepts
   double threshold = 0.0;       // the score kept pairs are at most
   int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)

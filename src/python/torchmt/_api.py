@@ -955,18 +955,19 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                   reference_quantile: float = 0.95, dropped: Optional[PathLike] = None,
                   scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
                   buffer_size: int = 4096, realign: bool = False, realign_candidates: int = 3,
-                  realigned: Optional[PathLike] = None) -> Dict[str, Any]:
+                  realigned: Optional[PathLike] = None, language_check: bool = True) -> Dict[str, Any]:
     """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
     Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
     the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
     threshold: ``max_score`` (nats per piece, lower is better), ``keep_fraction`` of the scored
     pairs, or clean ``reference_src``/``reference_tgt`` pairs (e.g. the validation set) whose
     scores' ``reference_quantile`` becomes it. ``dropped`` and ``scores`` also write TSVs of the
-    dropped pairs and of every pair's scores. ``realign`` re-pairs dropped sources with dropped
+    dropped pairs and of every pair's scores. ``language_check`` drops, unscored, the pairs whose
+    target reads as the source's language or the source as the target's. ``realign`` re-pairs dropped sources with dropped
     targets of other lines (``realign_candidates`` scored per source, kept at the source's line
     when within the threshold; ``realigned``: a TSV of them). The outputs appear whole or not at
     all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
-    "reference_pairs", "realigned", "summary"}``."""
+    "reference_pairs", "realigned", "wrong_language", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
     options: Dict[str, Any] = {
@@ -976,9 +977,10 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
         "buffer_size": _check_int("buffer_size", buffer_size, 1),
         "realign_candidates": _check_int("realign_candidates", realign_candidates, 1),
     }
-    if not _is_bool(realign):
-        raise TypeError(f"realign must be a bool, not {type(realign).__name__}")
-    options["realign"] = bool(realign)
+    for name, value in (("realign", realign), ("language_check", language_check)):
+        if not _is_bool(value):
+            raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+        options[name] = bool(value)
     for name, path in (("reference_src", reference_src), ("reference_tgt", reference_tgt)):
         if path is not None:
             options[name] = _existing_file(path, name)
