@@ -189,7 +189,7 @@ TEST(Filter, RealignRePairsTheDroppedSourcesWithTheTargetsThatTranslateThem) {
             std::string::npos)
       << r.output;
 
-  r = test::run_command(base + " --realign --realigned " + dir.file("r.tsv") + " 2>&1");
+  r = test::run_command(base + " --realign --realign-quantile 1 --realigned " + dir.file("r.tsv") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("kept 30 of 41 pairs (dropped 10 scoring above 1, 0 that could not be scored: empty or "
                           "invalid UTF-8, 1 in the wrong language) and 10 dropped sources with the target of another "
@@ -204,6 +204,19 @@ TEST(Filter, RealignRePairsTheDroppedSourcesWithTheTargetsThatTranslateThem) {
   EXPECT_EQ(realigned[0].rfind("31\t40\t", 0), 0u) << realigned[0];  // line 31's target had slipped to line 40
   EXPECT_EQ(realigned[9].rfind("40\t39\t", 0), 0u) << realigned[9];
   for (const auto& line : realigned) EXPECT_LE(std::stod(line.substr(line.find('\t', 3) + 1)), 1.0) << line;
+
+  // A re-paired pair must score as well as the kept pairs' quantile: at 0.1, as the best tenth.
+  std::string loud = base;
+  loud.replace(loud.find(" -q "), 4, " ");
+  r = test::run_command(loud + " --realign --realign-quantile 0.1 --realigned " + dir.file("r.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto at = r.output.find("filter: --realign keeps re-paired pairs scoring at most ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", the 0.1 quantile of the kept pairs' scores"), std::string::npos) << r.output;
+  const double accept = std::stod(r.output.substr(at + 56));
+  const auto strict = file_lines(dir.file("r.tsv"));
+  EXPECT_LT(strict.size(), 10u);
+  for (const auto& line : strict) EXPECT_LE(std::stod(line.substr(line.find('\t', 3) + 1)), accept) << line;
 }
 
 TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
@@ -245,6 +258,9 @@ TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
       {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
            " --max-score 2 --realign --realign-candidates 0",
        "--realign-candidates must be at least 1", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --max-score 2 --realign --realign-quantile 0",
+       "--realign-quantile must be in (0, 1]", 2},
   };
   for (const auto& c : cases) {
     const auto r = test::run_command(tm + c.args + " 2>&1");

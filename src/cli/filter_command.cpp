@@ -51,9 +51,12 @@ const OptionTable<FilterCommandOptions>& filter_option_table() {
            "target's (copies, swapped sides), when -m knows both languages (--language-check=false: off)", group)
       .add("realign", &F::realign,
            "re-pair dropped sources with dropped targets of other lines (shuffled or slipped lines): each dropped "
-           "source's translation finds candidate targets by their words, and a candidate within the threshold is kept "
-           "at the source's line", group)
+           "source's translation finds candidate targets by their words, and a candidate scoring as well as most kept "
+           "pairs (--realign-quantile) is kept at the source's line", group)
       .add("realign_candidates", &F::realign_candidates, "the targets scored for each dropped source with --realign",
+           group)
+      .add("realign_quantile", &F::realign_quantile,
+           "a re-paired pair must score within this quantile of the kept pairs' scores (0 < Q <= 1; 1: the threshold)",
            group)
       .add("realigned", &F::realigned,
            "also write the re-paired pairs here (TSV: source line, target line, score, forward, backward)", group);
@@ -116,6 +119,11 @@ int run_filter(int argc, char** argv) {
   if (report.reference_pairs > 0)
     std::cerr << "filter: --max-score " << report.threshold << ", the " << f.reference_quantile << " quantile of "
               << report.reference_pairs << " reference pairs' scores\n";
+  if (f.realign && report.pairs > report.kept + report.unscorable) {
+    std::cerr << "filter: --realign keeps re-paired pairs scoring at most " << report.realign_threshold;
+    if (f.realign_quantile < 1) std::cerr << ", the " << f.realign_quantile << " quantile of the kept pairs' scores";
+    std::cerr << "\n";
+  }
   if (report.truncated.count() > 0)
     std::cerr << argv[0] << ": warning: " << report.truncated.count()
               << (report.truncated.count() == 1 ? " pair" : " pairs")

@@ -72,6 +72,12 @@ int64_t lines_in(const std::string& path) {
   }
 }
 
+// The q quantile of scores (not empty): the score floor(q x n) places up, the last at most.
+double quantile(std::vector<double> scores, double q) {
+  std::sort(scores.begin(), scores.end());
+  return scores[std::min(scores.size() - 1, static_cast<size_t>(std::floor(q * static_cast<double>(scores.size()))))];
+}
+
 // The reference pairs' scores' quantile, by the same models and search settings.
 double reference_threshold(Translator& forward, Translator& backward, const TranslationOptions& search,
                            const CorpusFilterOptions& o, std::vector<std::string> ref_src,
@@ -85,11 +91,8 @@ double reference_threshold(Translator& forward, Translator& backward, const Tran
   if (rs.empty()) throw std::runtime_error("--reference-src " + o.reference_src + ": no pair that can be scored");
   std::vector<double> scores;
   for (const auto& d : dual_cross_entropy(forward, backward, rs, rt, search, {})) scores.push_back(d.score);
-  std::sort(scores.begin(), scores.end());
-  const auto at = std::min(scores.size() - 1,
-                           static_cast<size_t>(std::floor(o.reference_quantile * static_cast<double>(scores.size()))));
   scored = static_cast<int64_t>(scores.size());
-  return scores[at];
+  return quantile(std::move(scores), o.reference_quantile);
 }
 
 // A text's distinct words, lower-cased (ASCII) and without the punctuation around them: what a
@@ -123,6 +126,7 @@ struct Repair {
 std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translator& backward,
                                                    const TranslationOptions& search, const CorpusFilterOptions& o,
                                                    const std::vector<PairVerdict>& verdicts, double threshold,
+                                                   double accept,
                                                    const std::function<void(const std::string&, int64_t)>& started,
                                                    const std::function<void(int64_t)>& add) {
   // The dropped pairs' line indices and texts; the targets of those dropped for their languages are
@@ -214,7 +218,7 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
     }
     const auto scores = dual_cross_entropy(forward, backward, cs, ct, search, add);
     for (size_t c = at; c < end; ++c)
-      if (scores[c - at].score <= threshold) scored.emplace_back(scores[c - at], c);
+      if (scores[c - at].score <= accept) scored.emplace_back(scores[c - at], c);
     return_free_heap_memory();
   }
   std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
@@ -248,6 +252,7 @@ void CorpusFilterOptions::validate() const {
   require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
   require(buffer_size >= 1, "--buffer-size must be at least 1");
   require(realign_candidates >= 1, "--realign-candidates must be at least 1");
+  require(realign_quantile > 0 && realign_quantile <= 1, "--realign-quantile must be in (0, 1]");
   require(realign || realigned.empty(), "--realigned writes what --realign re-paired: give --realign");
   require(src != "-" && tgt != "-", "--src and --tgt must be files (they are read twice)");
   if (auto clash = same_file_twice(
@@ -389,8 +394,17 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     report.threshold = keep == 0 ? -std::numeric_limits<double>::infinity() : scored[keep - 1];
   }
 
-  const auto repairs = o.realign ? realign_dropped(forward, backward, search, o, verdicts, report.threshold, started, add)
-                                 : std::unordered_map<size_t, Repair>{};
+  std::unordered_map<size_t, Repair> repairs;
+  if (o.realign) {
+    std::vector<double> kept;
+    for (const auto& v : verdicts)
+      if (v.reason.empty() && v.score.score <= report.threshold) kept.push_back(v.score.score);
+    if (!kept.empty()) {
+      report.realign_threshold = o.realign_quantile < 1 ? quantile(std::move(kept), o.realign_quantile) : report.threshold;
+      repairs = realign_dropped(forward, backward, search, o, verdicts, report.threshold, report.realign_threshold,
+                                started, add);
+    }
+  }
 
   // Pass 2: the files again, each pair to its place.
   LineReader src_again(o.src), tgt_again(o.tgt);

@@ -452,6 +452,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   if (options.contains("realign")) o.realign = options["realign"].cast<bool>();
   if (options.contains("language_check")) o.language_check = options["language_check"].cast<bool>();
   if (options.contains("realign_candidates")) o.realign_candidates = options["realign_candidates"].cast<int64_t>();
+  if (options.contains("realign_quantile")) o.realign_quantile = options["realign_quantile"].cast<double>();
   o.forward_name = "forward";
   o.backward_name = "backward";
   o.validate();
@@ -473,6 +474,7 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   out["threshold"] = r.threshold;
   out["reference_pairs"] = r.reference_pairs;
   out["realigned"] = r.realigned;
+  out["realign_threshold"] = r.realign_threshold;
   out["wrong_language"] = r.wrong_language;
   out["summary"] = r.summary();
   return out;

@@ -35,10 +35,13 @@ struct CorpusFilterOptions {
   bool language_check = true;
   // Re-pair the dropped pairs (a corpus whose lines slipped or whose targets were shuffled): each
   // dropped source's greedy translation finds the dropped targets sharing its rarer words, the
-  // realign_candidates likeliest are scored as every pair is, and a pair within the threshold is
-  // kept at its source's line, each source and target used once (the best scores first).
+  // realign_candidates likeliest are scored as every pair is, and a pair scoring within the kept
+  // pairs' realign_quantile is kept at its source's line, each source and target used once (the
+  // best scores first). A re-paired line is a bolder claim than a kept one: at the threshold itself
+  // a fifth of filter_noise.py's re-paired sources got another's target, at the 0.9 quantile 5%.
   bool realign = false;  // (its sources may be those dropped for their language, its targets not)
   int64_t realign_candidates = 3;
+  double realign_quantile = 0.9;  // 1: the threshold itself
   std::string realigned;  // optional TSV of the re-paired: source line, target line, score, forward, backward
   // How messages name the models (the command line's flags and paths).
   std::string forward_name = "the forward model", backward_name = "the backward model";
@@ -54,6 +57,7 @@ struct CorpusFilterReport {
   double threshold = 0.0;       // the score kept pairs are at most
   int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)
   int64_t realigned = 0;        // dropped sources kept with another dropped pair's target (in the kept files)
+  double realign_threshold = 0.0;  // the score re-paired pairs are at most
   std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"
 };
 

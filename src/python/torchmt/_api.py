@@ -955,7 +955,8 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                   reference_quantile: float = 0.95, dropped: Optional[PathLike] = None,
                   scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
                   buffer_size: int = 4096, realign: bool = False, realign_candidates: int = 3,
-                  realigned: Optional[PathLike] = None, language_check: bool = True) -> Dict[str, Any]:
+                  realign_quantile: float = 0.9, realigned: Optional[PathLike] = None,
+                  language_check: bool = True) -> Dict[str, Any]:
     """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
     Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
     the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
@@ -965,9 +966,9 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
     dropped pairs and of every pair's scores. ``language_check`` drops, unscored, the pairs whose
     target reads as the source's language or the source as the target's. ``realign`` re-pairs dropped sources with dropped
     targets of other lines (``realign_candidates`` scored per source, kept at the source's line
-    when within the threshold; ``realigned``: a TSV of them). The outputs appear whole or not at
+    when within the kept pairs' ``realign_quantile``; ``realigned``: a TSV of them). The outputs appear whole or not at
     all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
-    "reference_pairs", "realigned", "wrong_language", "summary"}``."""
+    "reference_pairs", "realigned", "realign_threshold", "wrong_language", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
     options: Dict[str, Any] = {
@@ -976,6 +977,7 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
         "reference_quantile": _check_float("reference_quantile", reference_quantile),
         "buffer_size": _check_int("buffer_size", buffer_size, 1),
         "realign_candidates": _check_int("realign_candidates", realign_candidates, 1),
+        "realign_quantile": _check_float("realign_quantile", realign_quantile),
     }
     for name, value in (("realign", realign), ("language_check", language_check)):
         if not _is_bool(value):
