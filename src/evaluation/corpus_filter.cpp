@@ -11,9 +11,9 @@
 #include <unordered_map>
 
 #include "data/parallel_corpus.h"
-#include "torchmt/data/language_identifier.h"
 #include "data/text_file.h"
 #include "evaluation/dual_cross_entropy.h"
+#include "torchmt/data/language_identifier.h"
 #include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
 #include "util/heap.h"
@@ -59,7 +59,7 @@ void append_scores(std::string& text, const DualScore& d) {
 
 struct PairVerdict {
   DualScore score;
-  std::string reason;  // why it could not be scored; "" when scored
+  std::string reason;     // why it was not scored (its text or its languages); "" when scored
   bool language = false;  // the reason is its languages (its source may still be re-paired)
 };
 
