@@ -964,10 +964,10 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
     pairs, or clean ``reference_src``/``reference_tgt`` pairs (e.g. the validation set) whose
     scores' ``reference_quantile`` becomes it. ``dropped`` and ``scores`` also write TSVs of the
     dropped pairs and of every pair's scores. ``language_check`` drops, unscored, the pairs whose
-    target reads as the source's language or the source as the target's. ``realign`` re-pairs dropped sources with dropped
-    targets of other lines (``realign_candidates`` scored per source, kept at the source's line
-    when within the kept pairs' ``realign_quantile``; ``realigned``: a TSV of them). The outputs appear whole or not at
-    all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
+    target reads as the source's language or the source as the target's. ``realign`` re-pairs
+    dropped sources with dropped targets of other lines (``realign_candidates`` scored per source,
+    kept at the source's line when within the kept pairs' ``realign_quantile``; ``realigned``: a
+    TSV of them). The outputs appear whole or not at all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
     "reference_pairs", "realigned", "realign_threshold", "wrong_language", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
