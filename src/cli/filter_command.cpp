@@ -24,46 +24,11 @@ struct FilterCommandOptions {
 
 const OptionTable<FilterCommandOptions>& filter_option_table() {
   using O = FilterCommandOptions;
-  using F = CorpusFilterOptions;
   const OptionExtra group{"", "filter", {}};
-  static const auto filter_table = OptionTable<F>("filter")
-      .add("src", &F::src, "source side of the corpus (plain or .gz)", group)
-      .add("tgt", &F::tgt, "target side, line for line", group)
-      .add("kept_src", &F::kept_src, "where the kept pairs' sources go", group)
-      .add("kept_tgt", &F::kept_tgt, "where the kept pairs' targets go", group)
-      .add("dropped", &F::dropped,
-           "also write the dropped pairs here (TSV: line, score, forward and backward cross-entropy, reason, source, "
-           "target)", group)
-      .add("scores", &F::scores, "also write every pair's scores here (TSV: score, forward, backward; one line per pair)",
-           group)
-      .add("max_score", &F::max_score,
-           "keep the pairs scoring at most this (nats per piece; lower is better); 0: --keep-fraction decides", group)
-      .add("keep_fraction", &F::keep_fraction, "keep this best fraction of the scored pairs (0 < F <= 1)", group)
-      .add("reference_src", &F::reference_src,
-           "clean held-out pairs (e.g. the validation set), source side: --max-score becomes their scores' "
-           "--reference-quantile, so no noise rate need be known", group)
-      .add("reference_tgt", &F::reference_tgt, "their target side, line for line", group)
-      .add("reference_quantile", &F::reference_quantile,
-           "the quantile of the reference pairs' scores that --max-score becomes (0 < Q <= 1)", group)
-      .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
-      .add("language_check", &F::language_check,
-           "drop, unscored, the pairs whose target reads as the source's language or whose source reads as the "
-           "target's (copies, swapped sides), when -m knows both languages (--language-check=false: off)", group)
-      .add("realign", &F::realign,
-           "re-pair dropped sources with dropped targets of other lines (shuffled or slipped lines): each dropped "
-           "source's translation finds candidate targets by their words, and a candidate scoring as well as most kept "
-           "pairs (--realign-quantile) is kept at the source's line", group)
-      .add("realign_candidates", &F::realign_candidates, "the targets scored for each dropped source with --realign",
-           group)
-      .add("realign_quantile", &F::realign_quantile,
-           "a re-paired pair must score within this quantile of the kept pairs' scores (0 < Q <= 1; 1: the threshold)",
-           group)
-      .add("realigned", &F::realigned,
-           "also write the re-paired pairs here (TSV: source line, target line, score, forward, backward)", group);
   static const auto table = OptionTable<O>("filter")
       .include(translator_option_table(), &O::translator)
       .add("backward_model", &O::backward_model, "the model translating --tgt into --src (-m translates --src into --tgt)", group)
-      .include(filter_table, &O::filter)
+      .include(corpus_filter_option_table(), &O::filter)
       .add("quiet", &O::quiet, "no progress on stderr", {"q", "filter", {}});
   return table;
 }

@@ -237,6 +237,46 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
 
 }  // namespace
 
+const OptionTable<CorpusFilterOptions>& corpus_filter_option_table() {
+  using F = CorpusFilterOptions;
+  const OptionExtra group{"", "filter", {}};
+  static const auto table = OptionTable<F>("filter")
+      .add("src", &F::src, "source side of the corpus (plain or .gz)", group)
+      .add("tgt", &F::tgt, "target side, line for line", group)
+      .add("kept_src", &F::kept_src, "where the kept pairs' sources go", group)
+      .add("kept_tgt", &F::kept_tgt, "where the kept pairs' targets go", group)
+      .add("dropped", &F::dropped,
+           "also write the dropped pairs here (TSV: line, score, forward and backward cross-entropy, reason, source, "
+           "target)", group)
+      .add("scores", &F::scores, "also write every pair's scores here (TSV: score, forward, backward; one line per pair)",
+           group)
+      .add("max_score", &F::max_score,
+           "keep the pairs scoring at most this (nats per piece; lower is better); 0: --keep-fraction decides", group)
+      .add("keep_fraction", &F::keep_fraction, "keep this best fraction of the scored pairs (0 < F <= 1)", group)
+      .add("reference_src", &F::reference_src,
+           "clean held-out pairs (e.g. the validation set), source side: --max-score becomes their scores' "
+           "--reference-quantile, so no noise rate need be known", group)
+      .add("reference_tgt", &F::reference_tgt, "their target side, line for line", group)
+      .add("reference_quantile", &F::reference_quantile,
+           "the quantile of the reference pairs' scores that --max-score becomes (0 < Q <= 1)", group)
+      .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
+      .add("language_check", &F::language_check,
+           "drop, unscored, the pairs whose target reads as the source's language or whose source reads as the "
+           "target's (copies, swapped sides), when -m knows both languages (--language-check=false: off)", group)
+      .add("realign", &F::realign,
+           "re-pair dropped sources with dropped targets of other lines (shuffled or slipped lines): each dropped "
+           "source's translation finds candidate targets by their words, and a candidate scoring as well as most kept "
+           "pairs (--realign-quantile) is kept at the source's line", group)
+      .add("realign_candidates", &F::realign_candidates, "the targets scored for each dropped source with --realign",
+           group)
+      .add("realign_quantile", &F::realign_quantile,
+           "a re-paired pair must score within this quantile of the kept pairs' scores (0 < Q <= 1; 1: the threshold)",
+           group)
+      .add("realigned", &F::realigned,
+           "also write the re-paired pairs here (TSV: source line, target line, score, forward, backward)", group);
+  return table;
+}
+
 void CorpusFilterOptions::validate() const {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument(message);
@@ -251,6 +291,7 @@ void CorpusFilterOptions::validate() const {
           "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt");
   require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
   require(buffer_size >= 1, "--buffer-size must be at least 1");
+  require(first_line >= 1, "the first line's number must be at least 1");
   require(realign_candidates >= 1, "--realign-candidates must be at least 1");
   require(realign_quantile > 0 && realign_quantile <= 1, "--realign-quantile must be in (0, 1]");
   require(realign || realigned.empty(), "--realigned writes what --realign re-paired: give --realign");
@@ -424,7 +465,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   };
   for (size_t i = 0; i < verdicts.size() && src_again.next(s) && tgt_again.next(t); ++i) {
     const PairVerdict& v = verdicts[i];
-    if (v.score.truncated) report.truncated.add(static_cast<int64_t>(i) + 1);
+    if (v.score.truncated) report.truncated.add(static_cast<int64_t>(i) + o.first_line);
     if (all_scores) {
       if (v.reason.empty()) append_scores(sc, v.score);
       else sc += "\t\t";
@@ -437,7 +478,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     } else {
       v.reason.empty() ? ++report.dropped_by_score : v.language ? ++report.wrong_language : ++report.unscorable;
       if (dropped) {
-        dr += std::to_string(i + 1) + '\t';
+        dr += std::to_string(static_cast<int64_t>(i) + o.first_line) + '\t';
         if (v.reason.empty()) {
           append_scores(dr, v.score);
           dr += "\tscore\t";
@@ -451,7 +492,8 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
         (ks += s) += '\n';
         (kt += r->second.target) += '\n';
         if (realigned) {
-          ra += std::to_string(i + 1) + '\t' + std::to_string(r->second.target_line + 1) + '\t';
+          ra += std::to_string(static_cast<int64_t>(i) + o.first_line) + '\t' +
+                std::to_string(static_cast<int64_t>(r->second.target_line) + o.first_line) + '\t';
           append_scores(ra, r->second.score);
           ra += '\n';
         }

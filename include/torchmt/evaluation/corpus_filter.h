@@ -10,6 +10,7 @@
 #include <string>
 
 #include "torchmt/decoding/translator.h"
+#include "torchmt/util/option_table.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt {
@@ -43,12 +44,17 @@ struct CorpusFilterOptions {
   int64_t realign_candidates = 3;
   double realign_quantile = 0.9;  // 1: the threshold itself
   std::string realigned;  // optional TSV of the re-paired: source line, target line, score, forward, backward
+  // The number the outputs give src's first line: a part of a larger corpus numbered as in the whole.
+  int64_t first_line = 1;
   // How messages name the models (the command line's flags and paths).
   std::string forward_name = "the forward model", backward_name = "the backward model";
 
   // std::invalid_argument naming the option (the flags' names: --max-score, ...).
   void validate() const;
 };
+
+// The flags of every field above but first_line and the models' names (`filter`, `clean`).
+const OptionTable<CorpusFilterOptions>& corpus_filter_option_table();
 
 struct CorpusFilterReport {
   int64_t pairs = 0, kept = 0;

@@ -5,6 +5,7 @@
 // table reads the set from a FlatConfig (YAML/JSON file or flags), writes it back (run
 // configs, --dump-config, checkpoint metadata), and the CLI makes the flags and the help
 // text (src/cli/cli_options.h), so the four never drift apart.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -130,9 +131,12 @@ class OptionTable {
   // Every row of `inner`, reached through `part` (a member of Options of type Inner). With a
   // `prefix` ("teacher_"), each key gets it and short flags are left out, so two option sets
   // with keys in common (a teacher's translation, a student's training) can share one table.
+  // `skip`: inner keys left out (fields the including options set themselves).
   template <typename Inner, typename Part>
-  OptionTable& include(const OptionTable<Inner>& inner, Part part, const std::string& prefix = "") {
+  OptionTable& include(const OptionTable<Inner>& inner, Part part, const std::string& prefix = "",
+                       const std::vector<std::string>& skip = {}) {
     for (const auto& ie : inner.entries()) {
+      if (std::find(skip.begin(), skip.end(), ie.row.key) != skip.end()) continue;
       Entry e;
       e.row = ie.row;
       if (!prefix.empty()) {

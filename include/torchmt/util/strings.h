@@ -39,6 +39,12 @@ class LineSample {
     ++count_;
     if (first_.size() < keep_) first_.push_back(line);
   }
+  // Another sample's lines, after this one's.
+  void merge(const LineSample& other) {
+    count_ += other.count_;
+    for (int64_t line : other.first_)
+      if (first_.size() < keep_) first_.push_back(line);
+  }
   int64_t count() const { return count_; }
   // "line 17", "lines 17, 203 and 5 more"; "" when none.
   std::string describe() const;

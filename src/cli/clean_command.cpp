@@ -1,0 +1,58 @@
+// torchmt clean: flags and/or a config file -> CleanOptions -> clean_corpus() (training/corpus_cleaning.h).
+#include <iostream>
+
+#include "cli_options.h"
+#include "training/training_step.h"
+#include "torchmt/training/corpus_cleaning.h"
+#include "torchmt/training/train_recipes.h"
+#include "torchmt/util/strings.h"
+
+namespace torchmt::cli {
+namespace {
+
+int run_clean(int argc, char** argv) {
+  const auto& table = clean_option_table();
+  int code = kExitOk;
+  auto line = parse_command_line(
+      "Clean a parallel corpus with no trusted models: the corpus is cut into --folds parts, a forward and a\n"
+      "backward model (the train command's options) train on the other parts of each, in OUT/fold<k>/, and each\n"
+      "part is filtered by dual conditional cross-entropy under its own models (the filter command's options; the\n"
+      "threshold, unless given, the validation pairs' --reference-quantile). A model never scores a pair it\n"
+      "learned. A run that stopped goes on where it stopped; --max-minutes is the whole pipeline's budget.",
+      table.rows(), argc, argv, code);
+  if (!line) return code;
+  // A named recipe sets the trainings' defaults underneath the file and the flags.
+  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
+  auto options = read_options(table, *line, argv[0], code);
+  if (!options) return code;
+  if (!check_usage([&] { options->validate(); }, argv[0])) return kExitUsage;
+  use_training_process_policy();
+  TrainHooks hooks;
+  hooks.stop_on_signals = true;  // SIGINT/SIGTERM: the training in flight saved, exit 0
+  if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;
+  CleanSummary s;
+  if (!check_usage([&] { s = clean_corpus(*options, hooks); }, argv[0])) return kExitUsage;
+  if (s.interrupted) {
+    std::cerr << "interrupted: run the same command again to go on\n";
+    return kExitOk;
+  }
+  const CorpusFilterOptions& f = options->filter;
+  if (s.report.truncated.count() > 0)
+    std::cerr << argv[0] << ": warning: " << s.report.truncated.count()
+              << (s.report.truncated.count() == 1 ? " pair" : " pairs")
+              << " with a side longer than a model accepts, scored cut: " << s.report.truncated.describe() << " of "
+              << f.src << " and " << f.tgt << "\n";
+  std::string thresholds;
+  for (double t : s.thresholds) thresholds += (thresholds.empty() ? "" : ", ") + real_text(t);
+  std::cerr << "clean: the parts' thresholds " << thresholds << "; models trained by this run " << s.trained
+            << ", by an earlier one " << s.reused << "\n"
+            << "clean: " << s.report.summary() << "\n";
+  return kExitOk;
+}
+
+const CommandRegistration clean_registration(
+    {"clean", "clean a parallel corpus with models trained on it, cross-fitted (no trusted models needed)", run_clean,
+     37});
+
+}  // namespace
+}  // namespace torchmt::cli
