@@ -35,6 +35,7 @@
 #include "torchmt/evaluation/chrf.h"
 #include "torchmt/evaluation/corpus_filter.h"
 #include "torchmt/loading/model_loader.h"
+#include "torchmt/training/corpus_cleaning.h"
 #include "torchmt/training/distillation.h"
 #include "torchmt/training/train_options.h"
 #include "torchmt/training/train_recipes.h"
@@ -434,6 +435,22 @@ py::dict distill(const std::map<std::string, std::string>& values,
   return out;
 }
 
+py::dict filter_report(const CorpusFilterReport& r) {
+  py::dict out;
+  out["pairs"] = r.pairs;
+  out["kept"] = r.kept;
+  out["dropped_by_score"] = r.dropped_by_score;
+  out["unscorable"] = r.unscorable;
+  out["truncated"] = r.truncated.count();
+  out["threshold"] = r.threshold;
+  out["reference_pairs"] = r.reference_pairs;
+  out["realigned"] = r.realigned;
+  out["realign_threshold"] = r.realign_threshold;
+  out["wrong_language"] = r.wrong_language;
+  out["summary"] = r.summary();
+  return out;
+}
+
 // filter_corpus(forward, backward, options, settings): evaluation/corpus_filter.h with the models as
 // loaded; `options` by CorpusFilterOptions' names (checked for type by Python), `settings` the
 // batching of score_batch. Ctrl-C stops it between batches, nothing written.
@@ -465,18 +482,23 @@ py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, co
   Translator& b = backward.translator();
   const CorpusFilterReport r = run_interruptible<CorpusFilterReport>(
       [&f, &b, search, o] { return torchmt::filter_corpus(f, b, search, o); }, stop.raise());
-  py::dict out;
-  out["pairs"] = r.pairs;
-  out["kept"] = r.kept;
-  out["dropped_by_score"] = r.dropped_by_score;
-  out["unscorable"] = r.unscorable;
-  out["truncated"] = r.truncated.count();
-  out["threshold"] = r.threshold;
-  out["reference_pairs"] = r.reference_pairs;
-  out["realigned"] = r.realigned;
-  out["realign_threshold"] = r.realign_threshold;
-  out["wrong_language"] = r.wrong_language;
-  out["summary"] = r.summary();
+  return filter_report(r);
+}
+
+// clean(options, on_progress): the clean command's options by their config names; the report as
+// filter_corpus's with the parts' thresholds and the models trained.
+py::dict clean(const std::map<std::string, std::string>& values,
+               const std::map<std::string, std::vector<std::string>>& lists, const py::object& on_progress) {
+  CleanOptions options = clean_option_table().read(options_config(values, lists));
+  options.validate();
+  const CleanSummary s = run_with_progress<CleanSummary>(
+      on_progress, [options](const TrainHooks& h) { return torchmt::clean_corpus(options, h); });
+  py::dict out = filter_report(s.report);
+  out["thresholds"] = s.thresholds;
+  out["trained"] = s.trained;
+  out["reused"] = s.reused;
+  out["train_seconds"] = s.train_seconds;
+  out["interrupted"] = s.interrupted;
   return out;
 }
 
@@ -548,6 +570,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("use_shape_free_cuda_attention", &torchmt::use_shape_free_cuda_attention);
   m.def("train", &torchmt::python::train);
   m.def("distill", &torchmt::python::distill);
+  m.def("clean", &torchmt::python::clean);
   m.def("filter_corpus", &torchmt::python::filter_corpus);
   m.def("bleu", &torchmt::python::bleu);
   m.def("chrf", &torchmt::python::chrf);

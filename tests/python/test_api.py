@@ -852,3 +852,33 @@ def test_reverse_weight_reranks_the_beam_as_the_cli(trained, backward_model, bin
         forward.translate_batch(lines, beam_size=3, reverse_weight=-1, reverse_translator=backward)
     with pytest.raises(TypeError):
         forward.translate_batch(lines, beam_size=3, reverse_weight=0.5, reverse_translator="model.pt")
+
+
+def test_clean_filters_each_part_with_models_trained_on_the_others(sample, tmp_path):
+    src, tgt = tmp_path / "c.de", tmp_path / "c.en"
+    src.write_text("\n".join(sample[0][:40]) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(sample[1][:40]) + "\n", encoding="utf-8")
+    options = train_options(str(tmp_path / "out"), max_steps=60, validate_every=1000, batch_tokens=3000,
+                            dropout=0.0, lr_factor=0.5)
+    for key in ("train_src", "train_tgt"):
+        del options[key]
+    kept = dict(src=str(src), tgt=str(tgt), kept_src=str(tmp_path / "k.de"), kept_tgt=str(tmp_path / "k.en"),
+                dropped=str(tmp_path / "d.tsv"), keep_fraction=0.75, language_check=False)
+    seen = []
+    summary = torchmt.clean(on_progress=lambda step, line: seen.append(line), **kept, **options)
+    assert not summary["interrupted"] and summary["trained"] == 4 and summary["reused"] == 0
+    assert summary["pairs"] == 40 and summary["kept"] == 30 and len(summary["thresholds"]) == 2
+    assert any("fold 2 of 2, backward model: training" in line for line in seen)
+    with open(tmp_path / "k.de", encoding="utf-8") as f:
+        assert len(f.readlines()) == 30
+    with open(tmp_path / "d.tsv", encoding="utf-8") as f:
+        rows = [row.split("\t") for row in f]
+    assert len(rows) == 10 and all(sample[0][int(r[0]) - 1] == r[5] for r in rows)
+    again = torchmt.clean(**kept, **options)
+    assert again["trained"] == 0 and again["reused"] == 4 and again["kept"] == 30
+    with pytest.raises(ValueError, match="--folds must be at least 2"):
+        torchmt.clean(folds=1, **kept, **options)
+    with pytest.raises(ValueError, match="train_src"):
+        torchmt.clean(train_src=str(src), **kept, **options)
+    with pytest.raises(TypeError):
+        torchmt.clean(folds={}, **kept, **options)

@@ -18,13 +18,13 @@ message is one line naming what is wrong.
 from typing import TYPE_CHECKING
 
 __all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "AsyncTranslationResult",
-           "AsyncScoringResult", "train", "distill", "bleu", "chrf", "evaluate", "filter_corpus",
+           "AsyncScoringResult", "train", "distill", "clean", "bleu", "chrf", "evaluate", "filter_corpus",
            "limit_library_isas", "use_cpu_tensor_pool", "use_one_heap_arena", "use_shape_free_cuda_attention",
            "__version__"]
 
 if TYPE_CHECKING:
     from ._api import (AsyncScoringResult, AsyncTranslationResult, GenerationStepResult, ScoringResult,
-                       TranslationResult, Translator, __version__, bleu, chrf,
+                       TranslationResult, Translator, __version__, bleu, chrf, clean,
                        distill, evaluate, filter_corpus, limit_library_isas, train, use_cpu_tensor_pool,
                        use_one_heap_arena, use_shape_free_cuda_attention)
 

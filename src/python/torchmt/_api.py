@@ -949,6 +949,25 @@ def distill(on_progress: Optional[Callable[[int, str], None]] = None, **options:
     return _native.distill(values, lists, on_progress)
 
 
+def clean(on_progress: Optional[Callable[[int, str], None]] = None, **options: Any) -> Dict[str, Any]:
+    """Cleans a corpus with no trusted models as ``torchmt clean`` does; the options are its flags
+    with ``_`` for ``-``::
+
+        torchmt.clean(src="crawl.de", tgt="crawl.en", kept_src="clean.de", kept_tgt="clean.en",
+                      valid_src="val.de", valid_tgt="val.en", recipe="multi30k-15min", out="runs/clean")
+
+    The corpus is cut into ``folds`` parts; a forward and a backward model train on the other parts
+    of each (``out/fold<k>/``), and each part is filtered by its own models as ``filter_corpus``
+    does. A call that stopped (Ctrl-C raises KeyboardInterrupt once the training in flight is saved)
+    goes on where it stopped when made again. Returns ``filter_corpus``'s report with
+    ``thresholds`` (each part's), ``trained``, ``reused`` and ``train_seconds``.
+    """
+    values, lists = _command_options("clean", options)
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError("on_progress must be callable")
+    return _native.clean(values, lists, on_progress)
+
+
 def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, tgt: PathLike, kept_src: PathLike,
                   kept_tgt: PathLike, *, max_score: Optional[float] = None, keep_fraction: Optional[float] = None,
                   reference_src: Optional[PathLike] = None, reference_tgt: Optional[PathLike] = None,
