@@ -270,13 +270,22 @@ class Cleaning {
     f.backward_name = "fold " + std::to_string(k + 1) + "'s backward model " + model_path(k, true);
     std::unique_ptr<Progress> progress;
     const std::string label = "clean: fold " + std::to_string(k + 1);
-    const CorpusFilterReport r = filter_corpus(
-        forward, backward, config.translation, f,
-        [&](const std::string& unit, int64_t total) {
-          if (progress) progress->finish();
-          progress = std::make_unique<Progress>(label, unit, total);
-        },
-        [&](int64_t n) { progress->add(n); });
+    CorpusFilterReport r;
+    try {
+      r = filter_corpus(
+          forward, backward, config.translation, f,
+          [&](const std::string& unit, int64_t total) {
+            if (progress) progress->finish();
+            progress = std::make_unique<Progress>(label, unit, total);
+          },
+          [&](int64_t n) { progress->add(n); });
+    } catch (const std::invalid_argument& e) {
+      // The roles are right by construction: a model that prefers the other direction learned too little.
+      const std::string m = e.what();
+      if (m.find("does not translate") == std::string::npos) throw;
+      throw std::runtime_error(m.substr(0, m.find("; give the models")) +
+                               ": it learned too little to score the corpus (more --max-steps or --max-minutes)");
+    }
     if (progress) progress->finish();
     if (r.reference_pairs > 0)
       say(label + ": --max-score " + real_text(r.threshold) + ", the " + real_text(f.reference_quantile) +

@@ -9,7 +9,11 @@ validation set's dual scores, no knowledge of the noise), --max-score at their 9
 --keep-fraction 0.8 (an oracle that knows the noise rate). The command's run also takes --realign: the
 pairs it re-paired are counted by whether each source got its own target back (kept.de/kept.en hold them).
 
+With --clean FLAGS there are no trusted models: `torchmt clean` trains them on the corrupted corpus itself,
+cross-fitted (each half scored by models trained on the other), with FLAGS for the trainings.
+
   tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR]
+  tools/bench/filter_noise.py - - --clean "--recipe multi30k-15min --max-minutes 0 --max-steps 1500" --keep DIR
 """
 import argparse
 import gzip
@@ -37,6 +41,10 @@ def main():
     ap.add_argument("--data", default="data/multi30k")
     ap.add_argument("--build", default="build")
     ap.add_argument("--keep", help="keep the corrupted corpus and the filtered one here")
+    ap.add_argument("--clean", metavar="FLAGS",
+                    help="no trusted models (give DEEN and ENDE as -): run `torchmt clean` with these training flags "
+                         "(e.g. \"--recipe multi30k-15min --max-steps 1500\") and --realign on the corrupted corpus, "
+                         "its models trained on it, cross-fitted, in KEEP/clean (a finished run's are reused)")
     ap.add_argument("--corpus-only", action="store_true",
                     help="write the corrupted corpus (noisy.de, noisy.en, noisy.labels) to --keep and stop: to train "
                          "the filter's models on the noisy data itself (the fair test), give DEEN and ENDE as -")
@@ -69,6 +77,8 @@ def main():
     if args.corpus_only:
         print(f"files: {work}")
         return 0
+    if args.clean:
+        return clean_run(args, tm, work, de, en, noisy_en, kinds)
     common = [tm, "filter", "-m", args.deen, "--backward-model", args.ende, "-q", "--dtype", "fp32"]
 
     # The threshold from clean held-out pairs: the 99th percentile of the validation set's scores.
@@ -98,21 +108,54 @@ def main():
                       (f"--max-score {threshold:.6f} (val p99)", float(f"{threshold:.6f}")),
                       (f"--keep-fraction 0.8 (oracle: score <= {oracle:.4f})", oracle)):
         kept = [x != "" and float(x) <= cut for x in scores]
-        removed = {}
-        for i in range(n):
-            kind = kinds.get(i, "clean")
-            total, gone = removed.get(kind, (0, 0))
-            removed[kind] = (total + 1, gone + (0 if kept[i] else 1))
-        corrupt_total = sum(t for k, (t, g) in removed.items() if k != "clean")
-        corrupt_gone = sum(g for k, (t, g) in removed.items() if k != "clean")
-        clean_total, clean_gone = removed["clean"]
         print(f"{name}:")
-        print(f"  corrupted removed {corrupt_gone}/{corrupt_total} = {100 * corrupt_gone / corrupt_total:.1f}%"
-              f" (goal >= 90%); clean dropped {clean_gone}/{clean_total} = {100 * clean_gone / clean_total:.2f}%"
-              f" (goal <= 5%)")
-        for kind in ("shuffled", "shuffled+truncated", "source copy"):
-            t, g = removed[kind]
-            print(f"  {kind}: removed {g}/{t} = {100 * g / t:.1f}%")
+        removed_by_kind(kinds, n, kept)
+    print_realigned(work, de, en, noisy_en, kinds)
+    print(f"files: {work}")
+
+
+def removed_by_kind(kinds, n, kept):
+    """The corrupted pairs removed and the clean ones dropped, as the goals count them."""
+    removed = {}
+    for i in range(n):
+        kind = kinds.get(i, "clean")
+        total, gone = removed.get(kind, (0, 0))
+        removed[kind] = (total + 1, gone + (0 if kept[i] else 1))
+    corrupt_total = sum(t for k, (t, g) in removed.items() if k != "clean")
+    corrupt_gone = sum(g for k, (t, g) in removed.items() if k != "clean")
+    clean_total, clean_gone = removed["clean"]
+    print(f"  corrupted removed {corrupt_gone}/{corrupt_total} = {100 * corrupt_gone / corrupt_total:.1f}%"
+          f" (goal >= 90%); clean dropped {clean_gone}/{clean_total} = {100 * clean_gone / clean_total:.2f}%"
+          f" (goal <= 5%)")
+    for kind in ("shuffled", "shuffled+truncated", "source copy"):
+        t, g = removed[kind]
+        print(f"  {kind}: removed {g}/{t} = {100 * g / t:.1f}%")
+
+
+def clean_run(args, tm, work, de, en, noisy_en, kinds):
+    """`torchmt clean` on the corrupted corpus: the pairs it kept are those its dropped TSV does not list."""
+    vde, ven = f"{args.data}/val.de.gz", f"{args.data}/val.en.gz"
+    proc = subprocess.run([tm, "clean", "--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
+                           f"{work}/kept.de", "--kept-tgt", f"{work}/kept.en", "--dropped", f"{work}/dropped.tsv",
+                           "--scores", f"{work}/noisy.scores", "--valid-src", vde, "--valid-tgt", ven, "--realign",
+                           "--realigned", f"{work}/realigned.tsv", "--out", f"{work}/clean"] + args.clean.split(),
+                          capture_output=True, text=True)
+    said = [line for line in proc.stderr.strip().splitlines() if line.startswith("clean: ")]
+    if proc.returncode != 0:
+        sys.exit(proc.stderr.strip().splitlines()[-1])
+    print("\n".join(line for line in said if "fold" not in line or "quantile" in line or "kept" in line))
+    n = len(de)
+    kept = [True] * n
+    for row in open(f"{work}/dropped.tsv", encoding="utf-8"):
+        kept[int(row.split("\t")[0]) - 1] = False
+    print("torchmt clean (the validation pairs' 0.95 quantile, each part's own models):")
+    removed_by_kind(kinds, n, kept)
+    print_realigned(work, de, en, noisy_en, kinds)
+    print(f"files: {work}")
+    return 0
+
+
+def print_realigned(work, de, en, noisy_en, kinds):
     own = half = other = 0
     for row in open(f"{work}/realigned.tsv"):
         i, j = (int(x) - 1 for x in row.split("\t")[:2])
@@ -125,7 +168,6 @@ def main():
     print(f"--realign: {own + half + other} dropped sources re-paired: {own} with their own target, {half} with its "
           f"first half, {other} with another; kept.de/kept.en hold "
           f"{sum(1 for _ in open(f'{work}/kept.de'))} pairs")
-    print(f"files: {work}")
 
 
 if __name__ == "__main__":
