@@ -1,10 +1,8 @@
 // torchmt clean: flags and/or a config file -> CleanOptions -> clean_corpus() (training/corpus_cleaning.h).
 #include <iostream>
 
-#include "cli_options.h"
-#include "training/training_step.h"
+#include "training_command.h"
 #include "torchmt/training/corpus_cleaning.h"
-#include "torchmt/training/train_recipes.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {
@@ -21,17 +19,13 @@ int run_clean(int argc, char** argv) {
       "learned. A run that stopped goes on where it stopped; --max-minutes is the whole pipeline's budget.",
       table.rows(), argc, argv, code);
   if (!line) return code;
-  // A named recipe sets the trainings' defaults underneath the file and the flags.
-  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
-  auto options = read_options(table, *line, argv[0], code);
+  auto options = read_training_options(table, *line, argv[0], code);
   if (!options) return code;
-  if (!check_usage([&] { options->validate(); }, argv[0])) return kExitUsage;
-  use_training_process_policy();
-  TrainHooks hooks;
-  hooks.stop_on_signals = true;  // SIGINT/SIGTERM: the training in flight saved, exit 0
-  if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;
+  // SIGINT/SIGTERM: the training in flight saved, exit 0
+  auto hooks = training_process_hooks(argv[0], code);
+  if (!hooks) return code;
   CleanSummary s;
-  if (!check_usage([&] { s = clean_corpus(*options, hooks); }, argv[0])) return kExitUsage;
+  if (!check_usage([&] { s = clean_corpus(*options, *hooks); }, argv[0])) return kExitUsage;
   if (s.interrupted) {
     std::cerr << "interrupted: run the same command again to go on\n";
     return kExitOk;

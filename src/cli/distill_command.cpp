@@ -2,11 +2,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli_options.h"
-#include "training/training_step.h"
+#include "training_command.h"
 #include "util/heap.h"
 #include "torchmt/training/distillation.h"
-#include "torchmt/training/train_recipes.h"
 #include "torchmt/util/strings.h"
 
 namespace torchmt::cli {
@@ -23,17 +21,13 @@ int run_distill(int argc, char** argv) {
       "A run that stopped goes on where it stopped; --max-minutes is the whole pipeline's budget.",
       table.rows(), argc, argv, code);
   if (!line) return code;
-  // A named recipe sets the student's defaults underneath the file and the flags.
-  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
-  auto options = read_options(table, *line, argv[0], code);
+  auto options = read_training_options(table, *line, argv[0], code);
   if (!options) return code;
-  if (!check_usage([&] { options->validate(); }, argv[0])) return kExitUsage;
   use_heap_policy(options->teacher.translation);
-  use_training_process_policy();  // the student trains in this process
-  TrainHooks hooks;
-  hooks.stop_on_signals = true;  // SIGINT/SIGTERM: the teachers' corpus or the student saved, exit 0
-  if (!check_usage([&] { hooks.runtime = Runtime::from_environment(); }, argv[0])) return kExitUsage;
-  const DistillSummary s = distill(*options, hooks);
+  // SIGINT/SIGTERM: the teachers' corpus or the student saved, exit 0
+  auto hooks = training_process_hooks(argv[0], code);
+  if (!hooks) return code;
+  const DistillSummary s = distill(*options, *hooks);
   if (s.interrupted) {
     std::cerr << "interrupted: run the same command again to go on\n";
     return kExitOk;

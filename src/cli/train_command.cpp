@@ -2,7 +2,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli_options.h"
+#include "training_command.h"
 #include "training/process_group.h"
 #include "torchmt/training/train_recipes.h"
 #include "torchmt/training/trainer.h"
@@ -32,11 +32,8 @@ int run_train(int argc, char** argv) {
       line->config = saved;
     }
   }
-  // A named recipe sets defaults underneath the file and the flags.
-  if (!check_usage([&] { line->config = with_recipe(line->config); }, argv[0])) return kExitUsage;
-  auto train_options = read_options(table, *line, argv[0], code);
+  auto train_options = read_training_options(table, *line, argv[0], code);
   if (!train_options) return code;
-  if (!check_usage([&] { train_options->validate(); }, argv[0])) return kExitUsage;
   use_training_process_policy();  // the command owns its process
   if (train_options->nproc_per_node > 1 && !DistributedEnv::from_environment().present) {
     // This process launches the workers, each of which runs this same command line.
