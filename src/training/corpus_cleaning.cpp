@@ -144,6 +144,14 @@ class Cleaning {
           throw std::runtime_error(part_dir(k) + " is not this pipeline's (no " + record +
                                    "): remove it, or give another --out");
     }
+    // The record first: a run stopped while cutting leaves directories that are this pipeline's.
+    atomic_write(record, nlohmann::json{{"key", key},
+                                        {"src", fs::absolute(o_.filter.src).string()},
+                                        {"tgt", fs::absolute(o_.filter.tgt).string()},
+                                        {"lines", lines_},
+                                        {"folds", o_.folds},
+                                        {"bounds", bounds_}}
+                             .dump(1) + "\n");
     // Written each run (a read of the corpus): the filter reads the parts, the trainings the rests.
     for (int64_t k = 0; k < o_.folds; ++k) fs::create_directories(part_dir(k));
     for (const auto& [input, suffix] : {std::pair{o_.filter.src, src_suffix_}, std::pair{o_.filter.tgt, tgt_suffix_}}) {
@@ -162,13 +170,6 @@ class Cleaning {
       for (auto& w : parts) w->commit();
       for (auto& w : rests) w->commit();
     }
-    atomic_write(record, nlohmann::json{{"key", key},
-                                        {"src", fs::absolute(o_.filter.src).string()},
-                                        {"tgt", fs::absolute(o_.filter.tgt).string()},
-                                        {"lines", lines_},
-                                        {"folds", o_.folds},
-                                        {"bounds", bounds_}}
-                             .dump(1) + "\n");
     say("clean: " + with_thousands(lines_) + " pairs in " + std::to_string(o_.folds) +
         " parts; each part is scored by a forward and a backward model trained on the others");
   }
