@@ -17,7 +17,6 @@
 #include "torchmt/util/strings.h"
 #include "util/atomic_file.h"
 #include "util/progress.h"
-#include "util/stopwatch.h"
 
 namespace torchmt {
 namespace fs = std::filesystem;
@@ -87,7 +86,6 @@ class Cleaning {
   }
 
   CleanSummary run() {
-    const Stopwatch watch;
     cut_parts();
     vocabulary();
     // Each training gets an equal share of what the budget has left.
