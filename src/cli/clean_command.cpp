@@ -31,11 +31,8 @@ int run_clean(int argc, char** argv) {
     return kExitOk;
   }
   const CorpusFilterOptions& f = options->filter;
-  if (s.report.truncated.count() > 0)
-    std::cerr << argv[0] << ": warning: " << s.report.truncated.count()
-              << (s.report.truncated.count() == 1 ? " pair" : " pairs")
-              << " with a side longer than a model accepts, scored cut: " << s.report.truncated.describe() << " of "
-              << f.src << " and " << f.tgt << "\n";
+  if (const std::string w = s.report.truncation_warning(f.src, f.tgt); !w.empty())
+    std::cerr << argv[0] << ": warning: " << w << "\n";
   std::string thresholds;
   for (double t : s.thresholds) thresholds += (thresholds.empty() ? "" : ", ") + real_text(t);
   std::cerr << "clean: the parts' thresholds " << thresholds << "; models trained by this run " << s.trained

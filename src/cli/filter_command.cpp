@@ -89,11 +89,8 @@ int run_filter(int argc, char** argv) {
     if (f.realign_quantile < 1) std::cerr << ", the " << f.realign_quantile << " quantile of the kept pairs' scores";
     std::cerr << "\n";
   }
-  if (report.truncated.count() > 0)
-    std::cerr << argv[0] << ": warning: " << report.truncated.count()
-              << (report.truncated.count() == 1 ? " pair" : " pairs")
-              << " with a side longer than a model accepts, scored cut: " << report.truncated.describe() << " of "
-              << f.src << " and " << f.tgt << "\n";
+  if (const std::string w = report.truncation_warning(f.src, f.tgt); !w.empty())
+    std::cerr << argv[0] << ": warning: " << w << "\n";
   std::cerr << "filter: " << report.summary() << "\n";
   return kExitOk;
 }

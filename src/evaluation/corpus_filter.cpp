@@ -303,6 +303,25 @@ void CorpusFilterOptions::validate() const {
     throw std::invalid_argument(*clash);
 }
 
+std::string CorpusFilterReport::truncation_warning(const std::string& src, const std::string& tgt) const {
+  if (truncated.count() == 0) return "";
+  return std::to_string(truncated.count()) + (truncated.count() == 1 ? " pair" : " pairs") +
+         " with a side longer than a model accepts, scored cut: " + truncated.describe() + " of " + src + " and " + tgt;
+}
+
+void CorpusFilterReport::add(const CorpusFilterReport& part) {
+  pairs += part.pairs;
+  kept += part.kept;
+  dropped_by_score += part.dropped_by_score;
+  unscorable += part.unscorable;
+  wrong_language += part.wrong_language;
+  truncated.merge(part.truncated);
+  threshold = std::max(threshold, part.threshold);
+  reference_pairs = part.reference_pairs;
+  realigned += part.realigned;
+  realign_threshold = std::max(realign_threshold, part.realign_threshold);
+}
+
 std::string CorpusFilterReport::summary() const {
   std::ostringstream out;
   out << "kept " << kept << " of " << pairs << " pairs (dropped " << dropped_by_score << " scoring above " << threshold

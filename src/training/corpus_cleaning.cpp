@@ -1,6 +1,5 @@
 #include "torchmt/training/corpus_cleaning.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -290,17 +289,7 @@ class Cleaning {
       say(label + ": --max-score " + real_text(r.threshold) + ", the " + real_text(f.reference_quantile) +
           " quantile of " + with_thousands(r.reference_pairs) + " reference pairs' scores");
     say(label + ": " + r.summary());
-    CorpusFilterReport& all = summary_.report;
-    all.pairs += r.pairs;
-    all.kept += r.kept;
-    all.dropped_by_score += r.dropped_by_score;
-    all.unscorable += r.unscorable;
-    all.wrong_language += r.wrong_language;
-    all.truncated.merge(r.truncated);
-    all.threshold = std::max(all.threshold, r.threshold);
-    all.reference_pairs = r.reference_pairs;
-    all.realigned += r.realigned;
-    all.realign_threshold = std::max(all.realign_threshold, r.realign_threshold);
+    summary_.report.add(r);
     summary_.thresholds.push_back(r.threshold);
   }
 

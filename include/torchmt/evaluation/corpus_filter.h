@@ -65,6 +65,11 @@ struct CorpusFilterReport {
   int64_t realigned = 0;        // dropped sources kept with another dropped pair's target (in the kept files)
   double realign_threshold = 0.0;  // the score re-paired pairs are at most
   std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"
+  // "3 pairs with a side longer than a model accepts, scored cut: lines ... of SRC and TGT"; "" when none.
+  std::string truncation_warning(const std::string& src, const std::string& tgt) const;
+  // Another part's report (of a corpus filtered in parts) added to this one: counts summed, the
+  // thresholds the larger.
+  void add(const CorpusFilterReport& part);
 };
 
 // Filters options.src/tgt with `forward` (src -> tgt) and `backward` (tgt -> src) under `search`'s
