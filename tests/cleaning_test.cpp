@@ -1,6 +1,7 @@
 // Cleaning with no trusted models (torchmt clean): each part of the corpus is filtered by a forward
 // and a backward model trained on the other parts only, the parts' outputs are joined and numbered
-// as the whole corpus's lines, a second run reuses the models, and bad input ends in one line.
+// as the whole corpus's lines, a later round's models learn what the round before kept, a second
+// run reuses the models, and bad input ends in one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -130,6 +131,58 @@ TEST(Clean, EachPartIsFilteredByTheModelsTrainedOnTheOthers) {
   }
 }
 
+TEST(Clean, ALaterRoundTrainsOnWhatTheRoundBeforeKeptAndFiltersEveryPairAgain) {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  write_corpus(d);
+  const auto de = lines_of(d + "/c.de");
+  CleanOptions o = clean_options(d);
+  o.rounds = 2;
+  const CleanSummary s = clean_corpus(o);
+  ASSERT_FALSE(s.interrupted);
+  EXPECT_EQ(s.trained, 8);
+  EXPECT_EQ(s.report.pairs, 40) << "the last round filters the whole corpus, not what the first kept";
+  EXPECT_EQ(s.report.kept, 30);
+  ASSERT_EQ(s.thresholds.size(), 2u);
+
+  // Round 2's part 1 models learned what round 1 kept of part 2, and the other way round.
+  const std::string out = d + "/out";
+  for (const char* suffix : {"de", "en"}) {
+    EXPECT_EQ(lines_of(out + "/round2/fold1/rest." + suffix), lines_of(out + "/fold2/kept." + suffix));
+    EXPECT_EQ(lines_of(out + "/round2/fold2/rest." + suffix), lines_of(out + "/fold1/kept." + suffix));
+  }
+  EXPECT_EQ(lines_of(out + "/round2/fold1/rest.de").size(), 15u);
+  std::string config;
+  for (const auto& l : lines_of(out + "/round2/fold1/backward/config.yaml")) config += l + "\n";
+  EXPECT_NE(config.find("train_src: " + out + "/round2/fold1/rest.en"), std::string::npos) << config;
+  // The outputs are round 2's, each of its dropped rows a line of the whole corpus.
+  auto joined = lines_of(out + "/round2/fold1/kept.de");
+  for (const auto& l : lines_of(out + "/round2/fold2/kept.de")) joined.push_back(l);
+  EXPECT_EQ(lines_of(d + "/k.de"), joined);
+  for (const auto& row : lines_of(d + "/d.tsv")) {
+    const size_t line = std::stoul(row.substr(0, row.find('\t')));
+    ASSERT_TRUE(line >= 1 && line <= kCleanPairs) << row;
+    EXPECT_NE(row.find("\t" + de[line - 1] + "\t"), std::string::npos) << row;
+  }
+
+  const CleanSummary again = clean_corpus(o);
+  EXPECT_EQ(again.trained, 0);
+  EXPECT_EQ(again.reused, 8);
+  EXPECT_EQ(lines_of(d + "/k.de"), joined);
+
+  // Round 1 keeps other pairs now: round 2's models learned the old ones, and are not used.
+  o.filter.keep_fraction = 0.5;
+  try {
+    clean_corpus(o);
+    FAIL() << "round 2's models were used for other training pairs";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(out + "/round2's models learned other pairs than round 1 of 2 keeps now"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(lines_of(d + "/k.de"), joined) << "the outputs stay the last finished run's";
+}
+
 TEST(Clean, AStoppedRunGoesOnWithTheModelsNotYetFinished) {
   test::TempDir dir;
   const std::string d = dir.path().string();
@@ -199,6 +252,7 @@ TEST(Clean, BadOptionsAndFilesAreOneLineErrors) {
   };
   const std::vector<Case> cases = {
       {corpus + " --max-score 2 --folds 1", "--folds must be at least 2", 2},
+      {corpus + " --max-score 2 --rounds 0", "--rounds must be at least 1", 2},
       {corpus, "give the threshold's clean reference pairs: --valid-src/--valid-tgt", 2},
       {corpus + " --max-score 2 --both-directions", "--both-directions: clean trains a model for each direction", 2},
       {kept + " --max-score 2", "give the corpus: --src and --tgt", 2},

@@ -28,6 +28,9 @@ const OptionTable<CleanOptions>& clean_option_table() {
           .add("folds", &O::folds,
                "parts the corpus is cut into: each is scored by models trained on the others (2 or more; each part "
                "costs a forward and a backward training)", {"", "filter", {}})
+          .add("rounds", &O::rounds,
+               "rounds of cleaning: each after the first trains its models on the pairs the round before kept and "
+               "filters the whole corpus again (each round costs 2 x --folds trainings)", {"", "filter", {}})
           // The corpus is --src/--tgt; the runs resume by themselves; every output column stays open.
           .include(train_option_table(), &O::training, "",
                    {"train_src", "train_tgt", "train_data", "resume", "output_columns"});
@@ -53,6 +56,7 @@ void CleanOptions::validate() const {
   };
   require(!filter.src.empty() && !filter.tgt.empty(), "give the corpus: --src and --tgt");
   require(folds >= 2, "--folds must be at least 2 (each part is scored by models trained on the others)");
+  require(rounds >= 1, "--rounds must be at least 1");
   require(training.nproc_per_node == 1, "--nproc-per-node: clean trains its models in one process");
   require(!training.both_directions, "--both-directions: clean trains a model for each direction");
   const CorpusFilterOptions f = with_default_threshold(filter, training);
@@ -88,21 +92,37 @@ class Cleaning {
     cut_parts();
     vocabulary();
     // Each training gets an equal share of what the budget has left.
-    const int64_t runs = 2 * o_.folds;
-    for (int64_t k = 0; k < o_.folds; ++k)
-      for (const bool backward : {false, true}) {
-        train_model(k, backward, runs - (2 * k + (backward ? 1 : 0)));
-        if (summary_.interrupted) return summary_;
-      }
-    for (int64_t k = 0; k < o_.folds; ++k) filter_part(k);
+    int64_t left = 2 * o_.folds * o_.rounds;
+    for (int64_t r = 0; r < o_.rounds; ++r) {
+      if (r > 0) write_rests(r);
+      for (int64_t k = 0; k < o_.folds; ++k)
+        for (const bool backward : {false, true}) {
+          train_model(r, k, backward, left--);
+          if (summary_.interrupted) return summary_;
+        }
+      summary_.report = CorpusFilterReport();
+      summary_.thresholds.clear();
+      for (int64_t k = 0; k < o_.folds; ++k) filter_part(r, k);
+      if (o_.rounds > 1) say("clean: " + round_name(r) + ": " + summary_.report.summary());
+    }
     join_outputs();
     return summary_;
   }
 
  private:
-  std::string part_dir(int64_t k) const { return out_ + "/fold" + std::to_string(k + 1); }
-  std::string model_dir(int64_t k, bool backward) const {
-    return part_dir(k) + (backward ? "/backward" : "/forward");
+  // Round 1's files are in <out>/fold<k>, round r's in <out>/round<r>/fold<k>; the parts are round 1's.
+  std::string round_dir(int64_t r) const { return r == 0 ? out_ : out_ + "/round" + std::to_string(r + 1); }
+  std::string fold_dir(int64_t r, int64_t k) const { return round_dir(r) + "/fold" + std::to_string(k + 1); }
+  std::string part_dir(int64_t k) const { return fold_dir(0, k); }
+  std::string model_dir(int64_t r, int64_t k, bool backward) const {
+    return fold_dir(r, k) + (backward ? "/backward" : "/forward");
+  }
+  std::string round_name(int64_t r) const {
+    return "round " + std::to_string(r + 1) + " of " + std::to_string(o_.rounds);
+  }
+  // "round 2 of 2, fold 1", or "fold 1" when there is one round.
+  std::string fold_name(int64_t r, int64_t k) const {
+    return (o_.rounds > 1 ? round_name(r) + ", " : std::string()) + "fold " + std::to_string(k + 1);
   }
 
   void say(const std::string& text) {
@@ -167,8 +187,50 @@ class Cleaning {
       for (auto& w : parts) w->commit();
       for (auto& w : rests) w->commit();
     }
+    for (int64_t k = 0; k < o_.folds; ++k)
+      rest_pairs_.push_back(lines_ - (bounds_[static_cast<size_t>(k) + 1] - bounds_[static_cast<size_t>(k)]));
     say("clean: " + with_thousands(lines_) + " pairs in " + std::to_string(o_.folds) +
-        " parts; each part is scored by a forward and a backward model trained on the others");
+        " parts; each part is scored by a forward and a backward model trained on the others" +
+        (o_.rounds > 1 ? ", in " + std::to_string(o_.rounds) + " rounds" : std::string()));
+  }
+
+  // Round r's training pairs: what round r - 1 kept of the other parts. The record refuses models
+  // that learned what an earlier run's round r - 1 kept (other filter options) rather than mix them.
+  void write_rests(int64_t r) {
+    std::string hashes = "torchmt clean round 1\n";
+    for (int64_t k = 0; k < o_.folds; ++k)
+      for (const std::string& suffix : {src_suffix_, tgt_suffix_})
+        hashes += std::to_string(hash_file(fold_dir(r - 1, k) + "/kept." + suffix)) + "\n";
+    const std::string key = fnv1a_hex(hashes), record = round_dir(r) + "/round.json";
+    if (fs::exists(record)) {
+      std::string held;
+      try {
+        held = nlohmann::json::parse(read_file(record)).at("key").get<std::string>();
+      } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error(record + " is damaged (" + e.what() + "): remove " + round_dir(r) +
+                                 " to train its models again");
+      }
+      if (held != key)
+        throw std::runtime_error(round_dir(r) + "'s models learned other pairs than " + round_name(r - 1) +
+                                 " keeps now (the filter's options changed?): remove " + round_dir(r) +
+                                 " to train them again");
+    }
+    fs::create_directories(round_dir(r));
+    atomic_write(record, nlohmann::json{{"key", key}}.dump(1) + "\n");
+    for (int64_t k = 0; k < o_.folds; ++k) {
+      fs::create_directories(fold_dir(r, k));
+      for (const std::string& suffix : {src_suffix_, tgt_suffix_}) {
+        AtomicFileWriter rest(fold_dir(r, k) + "/rest." + suffix);
+        int64_t pairs = 0;
+        for (int64_t j = 0; j < o_.folds; ++j) {
+          if (j == k) continue;
+          LineReader reader(fold_dir(r - 1, j) + "/kept." + suffix);
+          for (std::string line; reader.next(line); ++pairs) rest.write(line + '\n');
+        }
+        rest.commit();
+        rest_pairs_[static_cast<size_t>(k)] = pairs;
+      }
+    }
   }
 
   // One joint vocabulary for every model, learned from the whole corpus (both sides).
@@ -189,10 +251,10 @@ class Cleaning {
 
   // Step 2: part k's forward (src -> tgt) or backward model, on the other parts. `left`: the
   // trainings still to run, this one included (the budget's share).
-  void train_model(int64_t k, bool backward, int64_t left) {
-    const std::string dir = model_dir(k, backward);
+  void train_model(int64_t r, int64_t k, bool backward, int64_t left) {
+    const std::string dir = model_dir(r, k, backward);
     const std::string done_path = dir + "/done.json";
-    const std::string what = "fold " + std::to_string(k + 1) + " of " + std::to_string(o_.folds) + ", " +
+    const std::string what = fold_name(r, k) + " of " + std::to_string(o_.folds) + ", " +
                              (backward ? "backward" : "forward") + " model";
     if (fs::exists(done_path)) {
       try {
@@ -205,7 +267,8 @@ class Cleaning {
       return;
     }
     TrainOptions t = o_.training;
-    const std::string rest_src = part_dir(k) + "/rest." + src_suffix_, rest_tgt = part_dir(k) + "/rest." + tgt_suffix_;
+    const std::string rest_src = fold_dir(r, k) + "/rest." + src_suffix_;
+    const std::string rest_tgt = fold_dir(r, k) + "/rest." + tgt_suffix_;
     t.train_src = backward ? rest_tgt : rest_src;
     t.train_tgt = backward ? rest_src : rest_tgt;
     if (backward) {
@@ -224,8 +287,9 @@ class Cleaning {
                                  " nothing (raise --max-minutes)");
       t.max_minutes = minutes;
     }
-    say("clean: " + what + ": " + (t.resume ? "resuming " : "training ") + dir + " on the other parts (" +
-        with_thousands(lines_ - (bounds_[static_cast<size_t>(k) + 1] - bounds_[static_cast<size_t>(k)])) + " pairs)" +
+    say("clean: " + what + ": " + (t.resume ? "resuming " : "training ") + dir + " on " +
+        (r > 0 ? "what " + round_name(r - 1) + " kept of " : std::string()) + "the other parts (" +
+        with_thousands(rest_pairs_[static_cast<size_t>(k)]) + " pairs)" +
         (t.max_minutes > 0 ? " for at most " + clock_text(t.max_minutes * 60) : std::string()));
     const TrainSummary s = Trainer(t).run(hooks_);
     ++summary_.trained;
@@ -238,39 +302,39 @@ class Cleaning {
     atomic_write(done_path, nlohmann::json{{"seconds", s.train_seconds}, {"steps", s.steps}}.dump(1) + "\n");
   }
 
-  std::string model_path(int64_t k, bool backward) const {
-    const std::string best = model_dir(k, backward) + "/checkpoint_best.pt";
-    return fs::exists(best) ? best : model_dir(k, backward) + "/checkpoint_last.pt";
+  std::string model_path(int64_t r, int64_t k, bool backward) const {
+    const std::string best = model_dir(r, k, backward) + "/checkpoint_best.pt";
+    return fs::exists(best) ? best : model_dir(r, k, backward) + "/checkpoint_last.pt";
   }
 
-  // Step 3: part k filtered by its own models, into its directory.
-  void filter_part(int64_t k) {
+  // Step 3: part k filtered by round r's models, into the round's directory.
+  void filter_part(int64_t r, int64_t k) {
     TranslatorConfig config;
     config.device = o_.training.device;
     config.threads = o_.training.threads;
     config.dtype = "fp32";  // scores comparable across the parts whatever the machine
     config.runtime = hooks_.runtime;
-    config.models = {model_path(k, false)};
+    config.models = {model_path(r, k, false)};
     Translator forward = load_translator(config);
-    config.models = {model_path(k, true)};
+    config.models = {model_path(r, k, true)};
     Translator backward = load_translator(config);
     CorpusFilterOptions f = o_.filter;
-    const std::string dir = part_dir(k);
-    f.src = dir + "/part." + src_suffix_;
-    f.tgt = dir + "/part." + tgt_suffix_;
+    const std::string dir = fold_dir(r, k);
+    f.src = part_dir(k) + "/part." + src_suffix_;
+    f.tgt = part_dir(k) + "/part." + tgt_suffix_;
     f.kept_src = dir + "/kept." + src_suffix_;
     f.kept_tgt = dir + "/kept." + tgt_suffix_;
     if (!f.dropped.empty()) f.dropped = dir + "/dropped.tsv";
     if (!f.scores.empty()) f.scores = dir + "/scores.tsv";
     if (!f.realigned.empty()) f.realigned = dir + "/realigned.tsv";
     f.first_line = bounds_[static_cast<size_t>(k)] + 1;
-    f.forward_name = "fold " + std::to_string(k + 1) + "'s forward model " + model_path(k, false);
-    f.backward_name = "fold " + std::to_string(k + 1) + "'s backward model " + model_path(k, true);
+    f.forward_name = fold_name(r, k) + "'s forward model " + model_path(r, k, false);
+    f.backward_name = fold_name(r, k) + "'s backward model " + model_path(r, k, true);
     std::unique_ptr<Progress> progress;
-    const std::string label = "clean: fold " + std::to_string(k + 1);
-    CorpusFilterReport r;
+    const std::string label = "clean: " + fold_name(r, k);
+    CorpusFilterReport report;
     try {
-      r = filter_corpus(
+      report = filter_corpus(
           forward, backward, config.translation, f,
           [&](const std::string& unit, int64_t total) {
             if (progress) progress->finish();
@@ -285,22 +349,22 @@ class Cleaning {
                                ": it learned too little to score the corpus (more --max-steps or --max-minutes)");
     }
     if (progress) progress->finish();
-    if (r.reference_pairs > 0)
-      say(label + ": --max-score " + real_text(r.threshold) + ", the " + real_text(f.reference_quantile) +
-          " quantile of " + with_thousands(r.reference_pairs) + " reference pairs' scores");
-    say(label + ": " + r.summary());
-    summary_.report.add(r);
-    summary_.thresholds.push_back(r.threshold);
+    if (report.reference_pairs > 0)
+      say(label + ": --max-score " + real_text(report.threshold) + ", the " + real_text(f.reference_quantile) +
+          " quantile of " + with_thousands(report.reference_pairs) + " reference pairs' scores");
+    say(label + ": " + report.summary());
+    summary_.report.add(report);
+    summary_.thresholds.push_back(report.threshold);
   }
 
-  // The parts' outputs, in order, as the filter's files.
+  // The last round's parts' outputs, in order, as the filter's files.
   void join_outputs() {
     const auto join = [&](const std::string& to, const std::string& name) {
       if (to.empty()) return;
       AtomicFileWriter out(to);
       std::vector<char> buffer(1 << 20);
       for (int64_t k = 0; k < o_.folds; ++k) {
-        const std::string from = part_dir(k) + "/" + name;
+        const std::string from = fold_dir(o_.rounds - 1, k) + "/" + name;
         std::ifstream in(from, std::ios::binary);
         if (!in) throw std::runtime_error("cannot read " + from);
         while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0)
@@ -321,6 +385,7 @@ class Cleaning {
   Progress log_;
   int64_t lines_ = 0;
   std::vector<int64_t> bounds_;  // part k: lines [bounds_[k], bounds_[k + 1])
+  std::vector<int64_t> rest_pairs_;  // part k's models' training pairs, in the round being run
   double spent_ = 0;             // seconds the finished trainings took
   CleanSummary summary_;
 };

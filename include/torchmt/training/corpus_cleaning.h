@@ -11,7 +11,10 @@
 //   3. each part is filtered by its own two models (the filter's options; the threshold, unless
 //      given, the validation pairs' quantile), and the parts' outputs joined into the filter's
 //      files, numbered as lines of the whole corpus.
-// One vocabulary for every model: --spm, else the first model trains one (on its complement).
+// With rounds > 1 each later round trains its models on the pairs the round before kept (the other
+// parts' kept files, <out>/round<r>/fold<k>/rest.*) and filters every part again: models that saw
+// less noise score it as less probable.
+// One vocabulary for every model: --spm, else one trained on the whole corpus (<out>/spm.model).
 // A time budget (max_minutes) is the whole pipeline's, shared by the trainings still to run.
 #include <cstdint>
 #include <string>
@@ -31,6 +34,7 @@ struct CleanOptions {
   // `out` is the pipeline's directory, `max_minutes` the whole pipeline's budget.
   TrainOptions training;
   int64_t folds = 2;
+  int64_t rounds = 1;
 
   // Throws std::invalid_argument naming the flag.
   void validate() const;
@@ -39,8 +43,8 @@ struct CleanOptions {
 const OptionTable<CleanOptions>& clean_option_table();
 
 struct CleanSummary {
-  CorpusFilterReport report;             // the parts' reports added up (threshold: the largest)
-  std::vector<double> thresholds;        // each part's
+  CorpusFilterReport report;             // the last round's parts' reports added up (threshold: the largest)
+  std::vector<double> thresholds;        // each part's, in the last round
   int64_t trained = 0, reused = 0;       // models trained (or resumed) by this run, and finished by an earlier one
   double train_seconds = 0;              // this run's training
   bool interrupted = false;              // a training stopped by a signal; the next run resumes it
