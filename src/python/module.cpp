@@ -451,25 +451,14 @@ py::dict filter_report(const CorpusFilterReport& r) {
   return out;
 }
 
-// filter_corpus(forward, backward, options, settings): evaluation/corpus_filter.h with the models as
-// loaded; `options` by CorpusFilterOptions' names (checked for type by Python), `settings` the
-// batching of score_batch. Ctrl-C stops it between batches, nothing written.
-py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward, const py::dict& options,
-                       const py::dict& settings) {
-  CorpusFilterOptions o;
-  for (auto [key, field] : {std::pair<const char*, std::string*>{"src", &o.src}, {"tgt", &o.tgt},
-                            {"kept_src", &o.kept_src}, {"kept_tgt", &o.kept_tgt}, {"dropped", &o.dropped},
-                            {"scores", &o.scores}, {"reference_src", &o.reference_src},
-                            {"reference_tgt", &o.reference_tgt}, {"realigned", &o.realigned}})
-    if (options.contains(key)) *field = options[key].cast<std::string>();
-  if (options.contains("max_score")) o.max_score = options["max_score"].cast<double>();
-  if (options.contains("keep_fraction")) o.keep_fraction = options["keep_fraction"].cast<double>();
-  if (options.contains("reference_quantile")) o.reference_quantile = options["reference_quantile"].cast<double>();
-  if (options.contains("buffer_size")) o.buffer_size = options["buffer_size"].cast<int64_t>();
-  if (options.contains("realign")) o.realign = options["realign"].cast<bool>();
-  if (options.contains("language_check")) o.language_check = options["language_check"].cast<bool>();
-  if (options.contains("realign_candidates")) o.realign_candidates = options["realign_candidates"].cast<int64_t>();
-  if (options.contains("realign_quantile")) o.realign_quantile = options["realign_quantile"].cast<double>();
+// filter_corpus(forward, backward, values, settings): evaluation/corpus_filter.h with the models as
+// loaded; `values` the filter command's options by their config names (checked for type by Python),
+// `settings` the batching of score_batch. Ctrl-C stops it between batches, nothing written.
+py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward,
+                       const std::map<std::string, std::string>& values, const py::dict& settings) {
+  FlatConfig config;
+  for (const auto& [key, value] : values) config.set(key, value);
+  CorpusFilterOptions o = corpus_filter_option_table().read(config);
   o.forward_name = "forward";
   o.backward_name = "backward";
   o.validate();

@@ -1018,7 +1018,8 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                                     max_len_a=0.0, max_len_b=0, early_exit=False, return_scores=True,
                                     sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, seed=1,
                                     max_batch_size=max_batch_size, batch_type=batch_type, first_line=0)
-    return _native.filter_corpus(forward._native, backward._native, options, settings)
+    values, _ = _command_options("filter_corpus", options)
+    return _native.filter_corpus(forward._native, backward._native, values, settings)
 
 
 def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]):
