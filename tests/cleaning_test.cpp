@@ -181,6 +181,18 @@ TEST(Clean, ALaterRoundTrainsOnWhatTheRoundBeforeKeptAndFiltersEveryPairAgain) {
         << e.what();
   }
   EXPECT_EQ(lines_of(d + "/k.de"), joined) << "the outputs stay the last finished run's";
+
+  // A record cut short is damaged, and says what to remove.
+  o.filter.keep_fraction = 0.75;
+  write_lines(out + "/round2/round.json", {"{\"key\": "});
+  try {
+    clean_corpus(o);
+    FAIL() << "a damaged record was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(out + "/round2/round.json is damaged ("), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("remove " + out + "/round2 to train its models again"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Clean, AStoppedRunGoesOnWithTheModelsNotYetFinished) {

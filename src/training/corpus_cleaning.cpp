@@ -39,6 +39,16 @@ const OptionTable<CleanOptions>& clean_option_table() {
 
 namespace {
 
+// A field of a record this pipeline wrote; a record that does not parse or lacks it is damaged.
+template <class T>
+T record_field(const std::string& path, const char* field, const std::string& remedy) {
+  try {
+    return nlohmann::json::parse(read_file(path)).at(field).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + " is damaged (" + e.what() + "): " + remedy);
+  }
+}
+
 // The threshold clean uses when none is given: the validation pairs' quantile.
 CorpusFilterOptions with_default_threshold(CorpusFilterOptions f, const TrainOptions& t) {
   if (f.max_score == 0 && f.keep_fraction == 0 && f.reference_src.empty() && f.reference_tgt.empty()) {
@@ -146,13 +156,7 @@ class Cleaning {
     const std::string record = out_ + "/parts.json";
     fs::create_directories(out_);
     if (fs::exists(record)) {
-      std::string held;
-      try {
-        held = nlohmann::json::parse(read_file(record)).at("key").get<std::string>();
-      } catch (const nlohmann::json::exception& e) {
-        throw std::runtime_error(record + " is damaged (" + e.what() + "): remove " + out_ + " to start again");
-      }
-      if (held != key)
+      if (record_field<std::string>(record, "key", "remove " + out_ + " to start again") != key)
         throw std::runtime_error(out_ + " holds models trained on another corpus or other --folds: remove it, or give "
                                         "another --out");
     } else {
@@ -202,19 +206,11 @@ class Cleaning {
       for (const std::string& suffix : {src_suffix_, tgt_suffix_})
         hashes += std::to_string(hash_file(fold_dir(r - 1, k) + "/kept." + suffix)) + "\n";
     const std::string key = fnv1a_hex(hashes), record = round_dir(r) + "/round.json";
-    if (fs::exists(record)) {
-      std::string held;
-      try {
-        held = nlohmann::json::parse(read_file(record)).at("key").get<std::string>();
-      } catch (const nlohmann::json::exception& e) {
-        throw std::runtime_error(record + " is damaged (" + e.what() + "): remove " + round_dir(r) +
-                                 " to train its models again");
-      }
-      if (held != key)
-        throw std::runtime_error(round_dir(r) + "'s models learned other pairs than " + round_name(r - 1) +
-                                 " keeps now (the filter's options changed?): remove " + round_dir(r) +
-                                 " to train them again");
-    }
+    if (fs::exists(record) &&
+        record_field<std::string>(record, "key", "remove " + round_dir(r) + " to train its models again") != key)
+      throw std::runtime_error(round_dir(r) + "'s models learned other pairs than " + round_name(r - 1) +
+                               " keeps now (the filter's options changed?): remove " + round_dir(r) +
+                               " to train them again");
     fs::create_directories(round_dir(r));
     atomic_write(record, nlohmann::json{{"key", key}}.dump(1) + "\n");
     for (int64_t k = 0; k < o_.folds; ++k) {
@@ -257,11 +253,7 @@ class Cleaning {
     const std::string what = fold_name(r, k) + " of " + std::to_string(o_.folds) + ", " +
                              (backward ? "backward" : "forward") + " model";
     if (fs::exists(done_path)) {
-      try {
-        spent_ += nlohmann::json::parse(read_file(done_path)).at("seconds").get<double>();
-      } catch (const nlohmann::json::exception& e) {
-        throw std::runtime_error(done_path + " is damaged (" + e.what() + "): remove it to train that model again");
-      }
+      spent_ += record_field<double>(done_path, "seconds", "remove it to train that model again");
       ++summary_.reused;
       say("clean: " + what + ": " + dir + " (an earlier run's)");
       return;
