@@ -83,6 +83,81 @@ TEST(Filter, DualCrossEntropyIsThePapersFormula) {
   EXPECT_FALSE(check_direction(b, de, en, TranslationOptions{}).agrees());
 }
 
+TEST(Filter, ContrastMeasuresEachSideAgainstAnotherPairsSide) {
+  const auto& m = memorised();
+  Translator f = load_translator(m.deen, torch::kCPU, torch::kFloat), b = load_translator(m.ende, torch::kCPU, torch::kFloat);
+  auto de = file_lines(m.de), en = file_lines(m.en);
+  de.resize(6);
+  en.resize(6);
+  std::rotate(en.begin() + 3, en.begin() + 4, en.end());  // pairs 3..5 wrong
+  ContrastSides sides;
+  for (size_t i = 0; i < de.size(); ++i) {
+    sides.sources.push_back(de[(i + 2) % 6]);
+    sides.targets.push_back(en[(i + 2) % 6]);
+  }
+  const auto contrasted = dual_cross_entropy(f, b, de, en, TranslationOptions{}, {}, &sides);
+  const auto plain = dual_cross_entropy(f, b, de, en, TranslationOptions{});
+  const auto fc = f.score(sides.sources, en, TranslationOptions{}), bc = b.score(sides.targets, de, TranslationOptions{});
+  for (size_t i = 0; i < de.size(); ++i) {
+    const double df = plain[i].forward + fc[i].log_prob / static_cast<double>(fc[i].log_probs.size());
+    const double db = plain[i].backward + bc[i].log_prob / static_cast<double>(bc[i].log_probs.size());
+    EXPECT_NEAR(contrasted[i].forward, df, 1e-9);
+    EXPECT_NEAR(contrasted[i].backward, db, 1e-9);
+    EXPECT_NEAR(contrasted[i].score, std::exp(df + db), 1e-9 * std::max(1.0, contrasted[i].score));
+  }
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 3; j < 6; ++j)
+      EXPECT_LT(contrasted[i].score, contrasted[j].score) << "clean " << i << " vs wrong " << j;
+
+  // The command: 8 targets of other sentences among 80 clean pairs (the 40 twice) are among the 10
+  // worst (tiny models: not all 8 the worst), whether the contrasting pairs come from the batch or,
+  // one pair a batch after the first 64 lines, from the pairs scored before.
+  test::TempDir dir;
+  de = file_lines(m.de);
+  en = file_lines(m.en);
+  const auto clean_de = de, clean_en = en;
+  for (size_t i = 0; i < 8; ++i) {
+    de.push_back(clean_de[i]);
+    en.push_back(clean_en[(i + 3) % kPairs]);
+  }
+  de.insert(de.end(), clean_de.begin(), clean_de.end());
+  en.insert(en.end(), clean_en.begin(), clean_en.end());
+  write_lines(dir.file("c.de"), de);
+  write_lines(dir.file("c.en"), en);
+  const std::string base = test::torchmt_binary() + " filter -q --threads 1 -m " + m.deen + " --backward-model " +
+                           m.ende + " --kept-src " + dir.file("k.de") + " --kept-tgt " + dir.file("k.en") +
+                           " --contrast --keep-fraction 0.91";
+  for (const char* buffer : {"4096", "1"}) {
+    const auto r = test::run_command(base + " --src " + dir.file("c.de") + " --tgt " + dir.file("c.en") +
+                                     " --buffer-size " + buffer + " --scores " + dir.file("s.tsv") + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(file_lines(dir.file("k.en")).size(), 80u);
+    const auto rows = file_lines(dir.file("s.tsv"));
+    ASSERT_EQ(rows.size(), 88u);
+    std::vector<std::pair<double, size_t>> ranked;
+    std::vector<double> clean;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ranked.emplace_back(std::stod(rows[i]), i);
+      if (i < 40 || i >= 48) clean.push_back(ranked.back().first);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    std::sort(clean.begin(), clean.end());
+    EXPECT_LT(clean[clean.size() / 2], 0.1) << "a memorised pair is likelier with its own sides";
+    for (size_t k = 0; k < 78; ++k)
+      EXPECT_FALSE(ranked[k].second >= 40 && ranked[k].second < 48)
+          << "buffer " << buffer << ": line " << ranked[k].second + 1 << " of another sentence ranks " << k + 1;
+  }
+  // Nothing unrelated to contrast with: one line.
+  write_lines(dir.file("same.de"), {de[0], de[0]});
+  write_lines(dir.file("same.en"), {en[0], en[0]});
+  const auto r = test::run_command(base + " --src " + dir.file("same.de") + " --tgt " + dir.file("same.en") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--contrast: " + dir.file("same.de") + " has no two pairs that can be scored with different text"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
 TEST(Filter, CommandKeepsTheCleanPairsAndReportsTheRest) {
   const auto& m = memorised();
   test::TempDir dir;

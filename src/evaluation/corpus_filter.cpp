@@ -78,10 +78,54 @@ double quantile(std::vector<double> scores, double q) {
   return scores[std::min(scores.size() - 1, static_cast<size_t>(std::floor(q * static_cast<double>(scores.size()))))];
 }
 
+// Pairs scored before a batch (the first 64), for contrasting a batch of one pair.
+struct SparePairs {
+  std::vector<std::string> src, tgt;
+};
+
+// Each pair's contrasting sides (CorpusFilterOptions::contrast): another pair's of the batch, half
+// the batch away (neighbouring lines of a slipped corpus may belong together) and with other text on
+// both sides; a batch of one pair takes a spare pair's.
+ContrastSides contrast_sides(const std::vector<std::string>& src, const std::vector<std::string>& tgt,
+                             const SparePairs& spare, const std::string& file) {
+  const size_t n = src.size();
+  ContrastSides c;
+  for (size_t i = 0; i < n; ++i) {
+    const auto unrelated = [&](const std::string& s, const std::string& t) { return s != src[i] && t != tgt[i]; };
+    size_t found = 0;
+    for (size_t step = 0; step < n && !found; ++step)
+      if (const size_t j = (i + n / 2 + step) % n; j != i && unrelated(src[j], tgt[j])) {
+        c.sources.push_back(src[j]);
+        c.targets.push_back(tgt[j]);
+        found = 1;
+      }
+    for (size_t j = 0; j < spare.src.size() && !found; ++j)
+      if (unrelated(spare.src[j], spare.tgt[j])) {
+        c.sources.push_back(spare.src[j]);
+        c.targets.push_back(spare.tgt[j]);
+        found = 1;
+      }
+    if (!found)
+      throw std::runtime_error("--contrast: " + file + " has no two pairs that can be scored with different text: " +
+                               "nothing to contrast a pair with");
+  }
+  return c;
+}
+
+// The dual scores of a batch, contrasted when the options say so.
+std::vector<DualScore> score_batch(Translator& forward, Translator& backward, const TranslationOptions& search,
+                                   const CorpusFilterOptions& o, const std::vector<std::string>& src,
+                                   const std::vector<std::string>& tgt, const SparePairs& spare,
+                                   const std::string& file, const std::function<void(int64_t)>& add) {
+  if (!o.contrast) return dual_cross_entropy(forward, backward, src, tgt, search, add);
+  const ContrastSides sides = contrast_sides(src, tgt, spare, file);
+  return dual_cross_entropy(forward, backward, src, tgt, search, add, &sides);
+}
+
 // The reference pairs' scores' quantile, by the same models and search settings.
 double reference_threshold(Translator& forward, Translator& backward, const TranslationOptions& search,
                            const CorpusFilterOptions& o, std::vector<std::string> ref_src,
-                           std::vector<std::string> ref_tgt, int64_t& scored) {
+                           std::vector<std::string> ref_tgt, const SparePairs& spare, int64_t& scored) {
   std::vector<std::string> rs, rt;
   for (size_t i = 0; i < ref_src.size(); ++i)
     if (unscorable(ref_src[i], ref_tgt[i]).empty()) {
@@ -90,7 +134,8 @@ double reference_threshold(Translator& forward, Translator& backward, const Tran
     }
   if (rs.empty()) throw std::runtime_error("--reference-src " + o.reference_src + ": no pair that can be scored");
   std::vector<double> scores;
-  for (const auto& d : dual_cross_entropy(forward, backward, rs, rt, search, {})) scores.push_back(d.score);
+  for (const auto& d : score_batch(forward, backward, search, o, rs, rt, spare, o.reference_src, {}))
+    scores.push_back(d.score);
   scored = static_cast<int64_t>(scores.size());
   return quantile(std::move(scores), o.reference_quantile);
 }
@@ -126,7 +171,7 @@ struct Repair {
 std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translator& backward,
                                                    const TranslationOptions& search, const CorpusFilterOptions& o,
                                                    const std::vector<PairVerdict>& verdicts, double threshold,
-                                                   double accept,
+                                                   double accept, const SparePairs& spare,
                                                    const std::function<void(const std::string&, int64_t)>& started,
                                                    const std::function<void(int64_t)>& add) {
   // The dropped pairs' line indices and texts; the targets of those dropped for their languages are
@@ -207,7 +252,7 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
   }
 
   // The candidates scored as every pair is; the best first, each source and target once.
-  if (started) started("candidate scores", 2 * static_cast<int64_t>(candidates.size()));
+  if (started) started("candidate scores", (o.contrast ? 4 : 2) * static_cast<int64_t>(candidates.size()));
   std::vector<std::pair<DualScore, size_t>> scored;  // (score, index into candidates)
   for (size_t at = 0; at < candidates.size(); at += static_cast<size_t>(o.buffer_size)) {
     const size_t end = std::min(candidates.size(), at + static_cast<size_t>(o.buffer_size));
@@ -216,7 +261,7 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
       cs.push_back(src[candidates[c].first]);
       ct.push_back(tgt[candidates[c].second]);
     }
-    const auto scores = dual_cross_entropy(forward, backward, cs, ct, search, add);
+    const auto scores = score_batch(forward, backward, search, o, cs, ct, spare, o.src, add);
     for (size_t c = at; c < end; ++c)
       if (scores[c - at].score <= accept) scored.emplace_back(scores[c - at], c);
     return_free_heap_memory();
@@ -251,7 +296,8 @@ const OptionTable<CorpusFilterOptions>& corpus_filter_option_table() {
       .add("scores", &F::scores, "also write every pair's scores here (TSV: score, forward, backward; one line per pair)",
            group)
       .add("max_score", &F::max_score,
-           "keep the pairs scoring at most this (nats per piece; lower is better); 0: --keep-fraction decides", group)
+           "keep the pairs scoring at most this (nats per piece, with --contrast a ratio; lower is better); 0: "
+           "--keep-fraction decides", group)
       .add("keep_fraction", &F::keep_fraction, "keep this best fraction of the scored pairs (0 < F <= 1)", group)
       .add("reference_src", &F::reference_src,
            "clean held-out pairs (e.g. the validation set), source side: --max-score becomes their scores' "
@@ -259,6 +305,11 @@ const OptionTable<CorpusFilterOptions>& corpus_filter_option_table() {
       .add("reference_tgt", &F::reference_tgt, "their target side, line for line", group)
       .add("reference_quantile", &F::reference_quantile,
            "the quantile of the reference pairs' scores that --max-score becomes (0 < Q <= 1)", group)
+      .add("contrast", &F::contrast,
+           "score each side against the same side given an unrelated other (another pair's): the score becomes "
+           "exp(D_f + D_b), lower is better, 1 no likelier than with unrelated sides, and the TSVs' forward and "
+           "backward columns D_f and D_b, the differences in cross-entropy; for models trained on a noisy corpus, "
+           "which find any fluent side probable (torchmt clean)", group)
       .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
       .add("language_check", &F::language_check,
            "drop, unscored, the pairs whose target reads as the source's language or whose source reads as the "
@@ -354,7 +405,8 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   auto add = [&progress](int64_t n) {
     if (progress) progress(n);
   };
-  if (started) started("pair scores", src_lines >= 0 ? 2 * src_lines : -1);
+  const int64_t passes = o.contrast ? 4 : 2;  // scorings of a pair
+  if (started) started("pair scores", src_lines >= 0 ? passes * src_lines : -1);
   const ModelLanguages& languages = forward.languages();
   const bool check_languages = o.language_check && !languages.source.empty() && !languages.target.empty() &&
                                languages.source != languages.target && languages.identifier.knows(languages.source) &&
@@ -362,6 +414,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
 
   // Pass 1: every pair's verdict.
   std::vector<PairVerdict> verdicts;
+  SparePairs spare;
   bool checked_direction = false;
   std::vector<std::string> src, tgt;
   std::string s, t;
@@ -369,7 +422,9 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     src.clear();
     tgt.clear();
     std::vector<size_t> scorable;
-    for (int64_t in_window = 0; in_window < o.buffer_size; ++in_window) {
+    // The first window holds the direction check's pairs and the contrast's first spare ones.
+    const int64_t window = verdicts.empty() ? std::max<int64_t>(o.buffer_size, 64) : o.buffer_size;
+    for (int64_t in_window = 0; in_window < window; ++in_window) {
       const bool has_src = src_reader.next(s), has_tgt = tgt_reader.next(t);
       if (has_src != has_tgt)
         throw std::runtime_error("line counts differ: " + (has_src ? o.tgt : o.src) + " ends before " +
@@ -385,7 +440,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
         src.push_back(std::move(s));
         tgt.push_back(std::move(t));
       } else {
-        add(2);
+        add(passes);
       }
       verdicts.push_back(std::move(v));
     }
@@ -418,7 +473,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
         v.reason = wrong_language(languages, src[j], tgt[j]);
         v.language = !v.reason.empty();
         if (v.language) {
-          add(2);
+          add(passes);
           continue;
         }
         if (k != j) {
@@ -433,7 +488,12 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
       tgt.resize(k);
       if (src.empty()) continue;
     }
-    const auto scores = dual_cross_entropy(forward, backward, src, tgt, search, add);
+    const auto scores = score_batch(forward, backward, search, o, src, tgt, spare, o.src, add);
+    if (spare.src.size() < 64) {
+      const size_t n = std::min(64 - spare.src.size(), src.size());
+      spare.src.insert(spare.src.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n));
+      spare.tgt.insert(spare.tgt.end(), tgt.begin(), tgt.begin() + static_cast<std::ptrdiff_t>(n));
+    }
     for (size_t k = 0; k < scorable.size(); ++k) verdicts[scorable[k]].score = scores[k];
     return_free_heap_memory();
   }
@@ -444,7 +504,8 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   report.threshold = o.max_score;
   if (!o.reference_src.empty())
     report.threshold =
-        reference_threshold(forward, backward, search, o, std::move(ref_src), std::move(ref_tgt), report.reference_pairs);
+        reference_threshold(forward, backward, search, o, std::move(ref_src), std::move(ref_tgt), spare,
+                            report.reference_pairs);
   if (o.keep_fraction > 0) {
     std::vector<double> scored;
     for (const auto& v : verdicts)
@@ -462,7 +523,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     if (!kept.empty()) {
       report.realign_threshold = o.realign_quantile < 1 ? quantile(std::move(kept), o.realign_quantile) : report.threshold;
       repairs = realign_dropped(forward, backward, search, o, verdicts, report.threshold, report.realign_threshold,
-                                started, add);
+                                spare, started, add);
     }
   }
 

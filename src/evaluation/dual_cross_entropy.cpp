@@ -22,19 +22,34 @@ double mean_cross_entropy(const std::vector<PairScore>& scores) {
 std::vector<DualScore> dual_cross_entropy(Translator& forward, Translator& backward,
                                           const std::vector<std::string>& sources,
                                           const std::vector<std::string>& targets, const TranslationOptions& options,
-                                          const std::function<void(int64_t)>& done) {
-  if (sources.size() != targets.size())
+                                          const std::function<void(int64_t)>& done, const ContrastSides* contrast) {
+  if (sources.size() != targets.size() ||
+      (contrast && (contrast->sources.size() != sources.size() || contrast->targets.size() != sources.size())))
     throw std::invalid_argument("dual cross-entropy: " + std::to_string(sources.size()) + " sources for " +
-                                std::to_string(targets.size()) + " targets");
+                                std::to_string(targets.size()) + " targets" +
+                                (contrast ? " and " + std::to_string(contrast->sources.size()) + " / " +
+                                                std::to_string(contrast->targets.size()) + " contrasting sides"
+                                          : std::string()));
   const auto f = forward.score(sources, targets, options, done);
   const auto b = backward.score(targets, sources, options, done);
+  std::vector<PairScore> fc, bc;
+  if (contrast) {
+    fc = forward.score(contrast->sources, targets, options, done);
+    bc = backward.score(contrast->targets, sources, options, done);
+  }
   std::vector<DualScore> out(sources.size());
   for (size_t i = 0; i < out.size(); ++i) {
     DualScore& d = out[i];
     d.forward = cross_entropy(f[i]);
     d.backward = cross_entropy(b[i]);
-    d.score = std::fabs(d.forward - d.backward) + 0.5 * (d.forward + d.backward);
     d.truncated = f[i].truncated || b[i].truncated;
+    if (contrast) {
+      d.forward -= cross_entropy(fc[i]);
+      d.backward -= cross_entropy(bc[i]);
+      d.score = std::exp(d.forward + d.backward);
+    } else {
+      d.score = std::fabs(d.forward - d.backward) + 0.5 * (d.forward + d.backward);
+    }
   }
   return out;
 }

@@ -29,6 +29,11 @@ struct CorpusFilterOptions {
   // 0.95: any quantile from 0.90 to 0.98 removed >= 90% of the corrupted pairs and dropped <= 1% of the
   // clean ones in tools/bench/filter_noise.py's corpus; 0.99 removed 89.7%.
   double reference_quantile = 0.95;
+  // Score each side against the same side given another pair's (dual_cross_entropy.h): the score
+  // becomes exp(D_f + D_b). Models trained on the noisy corpus itself (torchmt clean) give any
+  // fluent target some probability; contrasted, their scores of filter_noise.py's shuffled pairs
+  // and clean ones overlap far less (ROC AUC 0.936 -> 0.995). Each pair is scored twice as often.
+  bool contrast = false;
   int64_t buffer_size = 4096;  // pairs read and scored at a time
   // Drop, unscored, the pairs whose target reads as the source's language or whose source reads as
   // the target's (copies, swapped sides), when the forward model knows both languages: models
