@@ -1,6 +1,7 @@
 """The Python package against the CLI and CTranslate2's API shape: agreement, every option,
 threads, interruption, the host's settings and bad input."""
 
+import math
 import os
 import signal
 import subprocess
@@ -797,6 +798,20 @@ def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary,
     assert len((tmp_path / "k.de").read_text().splitlines()) == 40 + len(rows)
     assert rows == (tmp_path / "cli.tsv").read_text().splitlines()
     assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
+    # Contrasted: the CLI's scores, each exp(D_f + D_b).
+    torchmt.filter_corpus(forward, backward, tmp_path / "c.de", tmp_path / "c.en", tmp_path / "k.de",
+                          tmp_path / "k.en", keep_fraction=0.8, contrast=True, scores=tmp_path / "s.tsv")
+    r = subprocess.run([binary, "filter", "-q", "-m", trained[0], "--backward-model", backward_model, "--dtype", "fp32",
+                        "--device", "cpu", "--src", str(tmp_path / "c.de"), "--tgt", str(tmp_path / "c.en"),
+                        "--kept-src", str(tmp_path / "cli.de"), "--kept-tgt", str(tmp_path / "cli.en"),
+                        "--keep-fraction", "0.8", "--contrast", "--scores", str(tmp_path / "cli.tsv")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    ours = [[float(x) for x in line.split("\t")] for line in (tmp_path / "s.tsv").read_text().splitlines()]
+    theirs = [[float(x) for x in line.split("\t")] for line in (tmp_path / "cli.tsv").read_text().splitlines()]
+    assert len(ours) == 50 and all(abs(a[0] - b[0]) <= 1e-4 * max(1.0, b[0]) for a, b in zip(ours, theirs))
+    assert all(abs(s - math.exp(f + b)) <= 1e-4 * max(1.0, s) for s, f, b in ours)
+    assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
 
 
 def test_filter_corpus_errors(trained, backward_model, tmp_path):
@@ -817,6 +832,8 @@ def test_filter_corpus_errors(trained, backward_model, tmp_path):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realign="yes")
     with pytest.raises(TypeError, match="language_check must be a bool"):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, language_check=0)
+    with pytest.raises(TypeError, match="contrast must be a bool"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, contrast="on")
     with pytest.raises(ValueError, match="--realigned writes what --realign re-paired"):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, realigned=tmp_path / "r.tsv")
     (tmp_path / "c.en").write_text("A dog.\nTwo cats.\n", encoding="utf-8")

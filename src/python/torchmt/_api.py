@@ -975,7 +975,7 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                   scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
                   buffer_size: int = 4096, realign: bool = False, realign_candidates: int = 3,
                   realign_quantile: float = 0.9, realigned: Optional[PathLike] = None,
-                  language_check: bool = True) -> Dict[str, Any]:
+                  language_check: bool = True, contrast: bool = False) -> Dict[str, Any]:
     """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
     Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
     the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
@@ -986,7 +986,9 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
     target reads as the source's language or the source as the target's. ``realign`` re-pairs
     dropped sources with dropped targets of other lines (``realign_candidates`` scored per source,
     kept at the source's line when within the kept pairs' ``realign_quantile``; ``realigned``: a
-    TSV of them). The outputs appear whole or not at all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
+    TSV of them). ``contrast`` scores each side against the same side given another pair's (for
+    models trained on a noisy corpus, which find any fluent side probable; the score becomes
+    ``exp(D_f + D_b)``, 1 no likelier than with unrelated sides). The outputs appear whole or not at all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
     "reference_pairs", "realigned", "realign_threshold", "wrong_language", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
@@ -998,7 +1000,7 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
         "realign_candidates": _check_int("realign_candidates", realign_candidates, 1),
         "realign_quantile": _check_float("realign_quantile", realign_quantile),
     }
-    for name, value in (("realign", realign), ("language_check", language_check)):
+    for name, value in (("realign", realign), ("language_check", language_check), ("contrast", contrast)):
         if not _is_bool(value):
             raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
         options[name] = bool(value)
