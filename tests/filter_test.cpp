@@ -60,13 +60,23 @@ const Memorised& memorised() {
   return m;
 }
 
-TEST(Filter, DualCrossEntropyIsThePapersFormula) {
+// The memorised models and six of their pairs, the last three with one another's targets.
+struct SixPairs {
+  Translator f, b;
+  std::vector<std::string> de, en;
+};
+SixPairs six_pairs_three_wrong() {
   const auto& m = memorised();
-  Translator f = load_translator(m.deen, torch::kCPU, torch::kFloat), b = load_translator(m.ende, torch::kCPU, torch::kFloat);
-  auto de = file_lines(m.de), en = file_lines(m.en);
-  de.resize(6);
-  en.resize(6);
-  std::rotate(en.begin() + 3, en.begin() + 4, en.end());  // pairs 3..5 wrong
+  SixPairs p{load_translator(m.deen, torch::kCPU, torch::kFloat), load_translator(m.ende, torch::kCPU, torch::kFloat),
+             file_lines(m.de), file_lines(m.en)};
+  p.de.resize(6);
+  p.en.resize(6);
+  std::rotate(p.en.begin() + 3, p.en.begin() + 4, p.en.end());  // pairs 3..5 wrong
+  return p;
+}
+
+TEST(Filter, DualCrossEntropyIsThePapersFormula) {
+  auto [f, b, de, en] = six_pairs_three_wrong();
   const auto dual = dual_cross_entropy(f, b, de, en, TranslationOptions{});
   const auto fs = f.score(de, en, TranslationOptions{}), bs = b.score(en, de, TranslationOptions{});
   for (size_t i = 0; i < de.size(); ++i) {
@@ -85,11 +95,7 @@ TEST(Filter, DualCrossEntropyIsThePapersFormula) {
 
 TEST(Filter, ContrastMeasuresEachSideAgainstAnotherPairsSide) {
   const auto& m = memorised();
-  Translator f = load_translator(m.deen, torch::kCPU, torch::kFloat), b = load_translator(m.ende, torch::kCPU, torch::kFloat);
-  auto de = file_lines(m.de), en = file_lines(m.en);
-  de.resize(6);
-  en.resize(6);
-  std::rotate(en.begin() + 3, en.begin() + 4, en.end());  // pairs 3..5 wrong
+  auto [f, b, de, en] = six_pairs_three_wrong();
   ContrastSides sides;
   for (size_t i = 0; i < de.size(); ++i) {
     sides.sources.push_back(de[(i + 2) % 6]);

@@ -92,18 +92,18 @@ ContrastSides contrast_sides(const std::vector<std::string>& src, const std::vec
   ContrastSides c;
   for (size_t i = 0; i < n; ++i) {
     const auto unrelated = [&](const std::string& s, const std::string& t) { return s != src[i] && t != tgt[i]; };
-    size_t found = 0;
+    bool found = false;
     for (size_t step = 0; step < n && !found; ++step)
       if (const size_t j = (i + n / 2 + step) % n; j != i && unrelated(src[j], tgt[j])) {
         c.sources.push_back(src[j]);
         c.targets.push_back(tgt[j]);
-        found = 1;
+        found = true;
       }
     for (size_t j = 0; j < spare.src.size() && !found; ++j)
       if (unrelated(spare.src[j], spare.tgt[j])) {
         c.sources.push_back(spare.src[j]);
         c.targets.push_back(spare.tgt[j]);
-        found = 1;
+        found = true;
       }
     if (!found)
       throw std::runtime_error("--contrast: " + file + " has no two pairs that can be scored with different text: " +

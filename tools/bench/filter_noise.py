@@ -9,10 +9,11 @@ validation set's dual scores, no knowledge of the noise), --max-score at their 9
 --keep-fraction 0.8 (an oracle that knows the noise rate). The command's run also takes --realign: the
 pairs it re-paired are counted by whether each source got its own target back (kept.de/kept.en hold them).
 
-With --clean FLAGS there are no trusted models: `torchmt clean` trains them on the corrupted corpus itself,
-cross-fitted (each half scored by models trained on the other), with FLAGS for the trainings.
+--contrast scores each side against another pair's (`filter --contrast`). With --clean FLAGS there are no trusted models: `torchmt clean` trains them on the corrupted corpus itself,
+cross-fitted (each half scored by models trained on the other), with FLAGS for the trainings (contrasted
+unless FLAGS say --contrast=false).
 
-  tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR]
+  tools/bench/filter_noise.py DEEN.pt ENDE.pt [--data data/multi30k] [--build build] [--keep DIR] [--contrast]
   tools/bench/filter_noise.py - - --clean "--recipe multi30k-15min --max-minutes 0 --max-steps 1500" --keep DIR
 """
 import argparse
@@ -45,6 +46,7 @@ def main():
                     help="no trusted models (give DEEN and ENDE as -): run `torchmt clean` with these training flags "
                          "(e.g. \"--recipe multi30k-15min --max-steps 1500\") and --realign on the corrupted corpus, "
                          "its models trained on it, cross-fitted, in KEEP/clean (a finished run's are reused)")
+    ap.add_argument("--contrast", action="store_true", help="the trusted models' filter with --contrast")
     ap.add_argument("--corpus-only", action="store_true",
                     help="write the corrupted corpus (noisy.de, noisy.en, noisy.labels) to --keep and stop: to train "
                          "the filter's models on the noisy data itself (the fair test), give DEEN and ENDE as -")
@@ -80,6 +82,8 @@ def main():
     if args.clean:
         return clean_run(args, tm, work, de, en, noisy_en, kinds)
     common = [tm, "filter", "-m", args.deen, "--backward-model", args.ende, "-q", "--dtype", "fp32"]
+    if args.contrast:
+        common.append("--contrast")
 
     # The threshold from clean held-out pairs: the 99th percentile of the validation set's scores.
     vde, ven = f"{work}/val.de", f"{work}/val.en"
