@@ -112,6 +112,9 @@ ContrastSides contrast_sides(const std::vector<std::string>& src, const std::vec
   return c;
 }
 
+// How many forced decodings score a pair: one each way, and one more each way contrasted.
+int64_t scorings_per_pair(const CorpusFilterOptions& o) { return o.contrast ? 4 : 2; }
+
 // The dual scores of a batch, contrasted when the options say so.
 std::vector<DualScore> score_batch(Translator& forward, Translator& backward, const TranslationOptions& search,
                                    const CorpusFilterOptions& o, const std::vector<std::string>& src,
@@ -252,7 +255,7 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
   }
 
   // The candidates scored as every pair is; the best first, each source and target once.
-  if (started) started("candidate scores", (o.contrast ? 4 : 2) * static_cast<int64_t>(candidates.size()));
+  if (started) started("candidate scores", scorings_per_pair(o) * static_cast<int64_t>(candidates.size()));
   std::vector<std::pair<DualScore, size_t>> scored;  // (score, index into candidates)
   for (size_t at = 0; at < candidates.size(); at += static_cast<size_t>(o.buffer_size)) {
     const size_t end = std::min(candidates.size(), at + static_cast<size_t>(o.buffer_size));
@@ -405,7 +408,7 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
   auto add = [&progress](int64_t n) {
     if (progress) progress(n);
   };
-  const int64_t passes = o.contrast ? 4 : 2;  // scorings of a pair
+  const int64_t passes = scorings_per_pair(o);
   if (started) started("pair scores", src_lines >= 0 ? passes * src_lines : -1);
   const ModelLanguages& languages = forward.languages();
   const bool check_languages = o.language_check && !languages.source.empty() && !languages.target.empty() &&

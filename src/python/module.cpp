@@ -356,12 +356,18 @@ class NativeTokenStream {
 };
 
 // The options of a command by their config names (Python's keyword arguments, as text and lists).
-FlatConfig options_config(const std::map<std::string, std::string>& values,
-                          const std::map<std::string, std::vector<std::string>>& lists) {
+FlatConfig flat_config(const std::map<std::string, std::string>& values,
+                       const std::map<std::string, std::vector<std::string>>& lists) {
   FlatConfig config;
   for (const auto& [key, value] : values) config.set(key, value);
   for (const auto& [key, list] : lists) config.set_list(key, list);
-  return with_recipe(config);
+  return config;
+}
+
+// A training command's options: flat_config with its recipe's defaults under them.
+FlatConfig options_config(const std::map<std::string, std::string>& values,
+                          const std::map<std::string, std::vector<std::string>>& lists) {
+  return with_recipe(flat_config(values, lists));
 }
 
 // Runs a training job (`run` with its hooks) off the GIL: each progress line goes to `on_progress`
@@ -456,9 +462,7 @@ py::dict filter_report(const CorpusFilterReport& r) {
 // `settings` the batching of score_batch. Ctrl-C stops it between batches, nothing written.
 py::dict filter_corpus(NativeTranslator& forward, NativeTranslator& backward,
                        const std::map<std::string, std::string>& values, const py::dict& settings) {
-  FlatConfig config;
-  for (const auto& [key, value] : values) config.set(key, value);
-  CorpusFilterOptions o = corpus_filter_option_table().read(config);
+  CorpusFilterOptions o = corpus_filter_option_table().read(flat_config(values, {}));
   o.forward_name = "forward";
   o.backward_name = "backward";
   o.validate();
