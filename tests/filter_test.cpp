@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "data_test_support.h"
 #include "test_support.h"
@@ -300,6 +301,92 @@ TEST(Filter, RealignRePairsTheDroppedSourcesWithTheTargetsThatTranslateThem) {
   for (const auto& line : strict) EXPECT_LE(std::stod(line.substr(line.find('\t', 3) + 1)), accept) << line;
 }
 
+TEST(Filter, LengthQuantileDropsASideCutShortAndHoldsRePairedPairsToIt) {
+  const auto& m = memorised();
+  test::TempDir dir;
+  auto de = file_lines(m.de), en = file_lines(m.en);
+  // Four pairs of six words or more with their target cut to its first word (a truncated line).
+  for (size_t i = 0; de.size() < kPairs + 4; ++i)
+    if (std::count(en[i].begin(), en[i].end(), ' ') >= 5) {
+      de.push_back(de[i]);
+      en.push_back(en[i].substr(0, en[i].find(' ')));
+    }
+  write_lines(dir.file("c.de"), de);
+  write_lines(dir.file("c.en"), en);
+  const std::string base = test::torchmt_binary() + " filter --threads 1 -m " + m.deen + " --backward-model " + m.ende +
+                           " --src " + dir.file("c.de") + " --tgt " + dir.file("c.en") + " --kept-src " +
+                           dir.file("k.de") + " --kept-tgt " + dir.file("k.en");
+  const Translator f = load_translator(m.deen, torch::kCPU, torch::kFloat);
+  const auto log_ratio = [&f](const std::string& src, const std::string& tgt) {
+    return std::log(static_cast<double>(f.tgt_tokenizer().encode(tgt).size() + 1) /
+                    static_cast<double>(f.src_tokenizer().encode(src).size() + 1));
+  };
+  const auto bounds_text = [](double low, double high) {
+    std::ostringstream out;
+    out << std::exp(low) << "-" << std::exp(high);
+    return out.str();
+  };
+  // Every scored pair within the score (--keep-fraction 1): the length ratio alone drops, here
+  // outside the corpus's own (no reference pairs) 0.1 and 0.9 quantiles, recomputed from the pieces.
+  std::vector<double> ratio;
+  for (size_t i = 0; i < de.size(); ++i) ratio.push_back(log_ratio(de[i], en[i]));
+  auto sorted = ratio;
+  std::sort(sorted.begin(), sorted.end());
+  const double low = sorted[4], high = sorted[39];  // floor(0.1 x 44), floor(0.9 x 44)
+  std::vector<std::string> expected;
+  for (size_t i = 0; i < de.size(); ++i)
+    if (ratio[i] < low || ratio[i] > high) expected.push_back(std::to_string(i + 1));
+  for (size_t i = kPairs; i < de.size(); ++i) EXPECT_LT(ratio[i], low) << "cut line " << i + 1;
+  auto r = test::run_command(base + " --keep-fraction 1 --length-quantile 0.1 --dropped " + dir.file("d.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> got;
+  for (const auto& row : file_lines(dir.file("d.tsv"))) {
+    EXPECT_NE(row.find("\tlength ratio\t"), std::string::npos) << row;
+    got.push_back(row.substr(0, row.find('\t')));
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(r.output.find("filter: --length-quantile 0.1: kept pairs have " + bounds_text(low, high) +
+                          " target pieces per source piece, the scored pairs' ratios' 0.1 and 0.9 quantiles"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("kept " + std::to_string(44 - expected.size()) + " of 44 pairs (dropped 0 scoring above "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(", " + std::to_string(expected.size()) + " with target pieces per source piece outside " +
+                          bounds_text(low, high) + ", 0 that could not be scored"),
+            std::string::npos)
+      << r.output;
+  r = test::run_command(base + " --keep-fraction 1 --length-quantile 0 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept 44 of 44 pairs"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--length-quantile"), std::string::npos) << r.output;
+
+  // Re-paired pairs are held to the bounds: with any score accepted, a dropped source is never given
+  // a cut target (its own among them).
+  r = test::run_command(base + " --max-score 1000 --length-quantile 0.1 --realign --realign-quantile 1 --realigned " +
+                        dir.file("r.tsv") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& row : file_lines(dir.file("r.tsv"))) {
+    const auto source_line = std::stoul(row), target_line = std::stoul(row.substr(row.find('\t') + 1));
+    EXPECT_LE(target_line, kPairs) << row;
+    const double re = log_ratio(de[source_line - 1], en[target_line - 1]);
+    EXPECT_TRUE(re >= low && re <= high) << row;
+  }
+
+  // With reference pairs, their ratios' quantiles: 0.002 of the 40 memorised pairs is their least
+  // and greatest.
+  std::vector<double> reference;
+  for (size_t i = 0; i < kPairs; ++i) reference.push_back(log_ratio(de[i], en[i]));
+  r = test::run_command(base + " --reference-src " + m.de + " --reference-tgt " + m.en + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("filter: --length-quantile 0.002: kept pairs have " +
+                          bounds_text(*std::min_element(reference.begin(), reference.end()),
+                                      *std::max_element(reference.begin(), reference.end())) +
+                          " target pieces per source piece, the reference pairs' ratios' 0.002 and 0.998 quantiles"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
   const auto& m = memorised();
   test::TempDir dir;
@@ -342,6 +429,9 @@ TEST(Filter, WrongRolesCountsAndFlagsAreOneLineErrors) {
       {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
            " --max-score 2 --realign --realign-quantile 0",
        "--realign-quantile must be in (0, 1]", 2},
+      {"-m " + m.deen + " --backward-model " + m.ende + " --src " + m.de + " --tgt " + m.en + kept +
+           " --max-score 2 --length-quantile 0.5",
+       "--length-quantile must be in [0, 0.5)", 2},
   };
   for (const auto& c : cases) {
     const auto r = test::run_command(tm + c.args + " 2>&1");

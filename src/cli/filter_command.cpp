@@ -81,9 +81,7 @@ int run_filter(int argc, char** argv) {
           argv[0]))
     return kExitUsage;
   if (progress) progress->finish();
-  if (report.reference_pairs > 0)
-    std::cerr << "filter: --max-score " << report.threshold << ", the " << f.reference_quantile << " quantile of "
-              << report.reference_pairs << " reference pairs' scores\n";
+  for (const auto& line : report.rules(f)) std::cerr << "filter: " << line << "\n";
   if (f.realign && report.pairs > report.kept + report.unscorable) {
     std::cerr << "filter: --realign keeps re-paired pairs scoring at most " << report.realign_threshold;
     if (f.realign_quantile < 1) std::cerr << ", the " << f.realign_quantile << " quantile of the kept pairs' scores";

@@ -59,8 +59,25 @@ void append_scores(std::string& text, const DualScore& d) {
 
 struct PairVerdict {
   DualScore score;
+  double length = 0.0;    // log_length_ratio, when scored
   std::string reason;     // why it was not scored (its text or its languages); "" when scored
   bool language = false;  // the reason is its languages (its source may still be re-paired)
+};
+
+// log(target pieces / source pieces) in the forward model's vocabularies, eos counted on both sides.
+double log_length_ratio(const Translator& forward, const std::string& src, const std::string& tgt) {
+  return std::log(static_cast<double>(forward.tgt_tokenizer().encode(tgt).size() + 1) /
+                  static_cast<double>(forward.src_tokenizer().encode(src).size() + 1));
+}
+
+// What keeps a scored pair: a score at most the threshold and a length ratio within the bounds.
+struct KeepRule {
+  double threshold = 0.0;
+  double low = -std::numeric_limits<double>::infinity(), high = std::numeric_limits<double>::infinity();  // logs
+  bool length_holds(double log_ratio) const { return log_ratio >= low && log_ratio <= high; }
+  bool keeps(const PairVerdict& v) const {
+    return v.reason.empty() && v.score.score <= threshold && length_holds(v.length);
+  }
 };
 
 // The lines of a file, or -1 when it cannot be counted now (its reader reports why).
@@ -173,7 +190,7 @@ struct Repair {
 // The realignment of the dropped pairs (CorpusFilterOptions::realign), by source line.
 std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translator& backward,
                                                    const TranslationOptions& search, const CorpusFilterOptions& o,
-                                                   const std::vector<PairVerdict>& verdicts, double threshold,
+                                                   const std::vector<PairVerdict>& verdicts, const KeepRule& rule,
                                                    double accept, const SparePairs& spare,
                                                    const std::function<void(const std::string&, int64_t)>& started,
                                                    const std::function<void(int64_t)>& add) {
@@ -186,7 +203,7 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
     std::string s, t;
     for (size_t i = 0; i < verdicts.size() && s_in.next(s) && t_in.next(t); ++i) {
       const PairVerdict& v = verdicts[i];
-      if (v.language || (v.reason.empty() && v.score.score > threshold)) {
+      if (v.language || (v.reason.empty() && !rule.keeps(v))) {
         lines.push_back(i);
         src.push_back(std::move(s));
         tgt.push_back(v.language ? std::string() : std::move(t));
@@ -251,7 +268,9 @@ std::unordered_map<size_t, Repair> realign_dropped(Translator& forward, Translat
     const size_t k = std::min(ranked.size(), static_cast<size_t>(o.realign_candidates));
     std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end(),
                       [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-    for (size_t c = 0; c < k; ++c) candidates.emplace_back(i, ranked[c].second);
+    for (size_t c = 0; c < k; ++c)
+      if (rule.length_holds(log_length_ratio(forward, src[i], tgt[ranked[c].second])))
+        candidates.emplace_back(i, ranked[c].second);
   }
 
   // The candidates scored as every pair is; the best first, each source and target once.
@@ -313,6 +332,10 @@ const OptionTable<CorpusFilterOptions>& corpus_filter_option_table() {
            "exp(D_f + D_b), lower is better, 1 no likelier than with unrelated sides, and the TSVs' forward and "
            "backward columns D_f and D_b, the differences in cross-entropy; for models trained on a noisy corpus, "
            "which find any fluent side probable (torchmt clean)", group)
+      .add("length_quantile", &F::length_quantile,
+           "drop the pairs whose length ratio (target pieces per source piece) lies outside the reference pairs' Q "
+           "and 1 - Q quantiles (without --reference-src, the corpus's own): a side cut short or run on, which scores "
+           "per piece barely see; re-paired pairs too (0 <= Q < 0.5; 0: off)", group)
       .add("buffer_size", &F::buffer_size, "pairs read and scored at a time", group)
       .add("language_check", &F::language_check,
            "drop, unscored, the pairs whose target reads as the source's language or whose source reads as the "
@@ -341,6 +364,7 @@ void CorpusFilterOptions::validate() const {
   require(max_score >= 0 && std::isfinite(max_score), "--max-score must be a positive number");
   require(keep_fraction >= 0 && keep_fraction <= 1, "--keep-fraction must be in (0, 1]");
   require(reference_quantile > 0 && reference_quantile <= 1, "--reference-quantile must be in (0, 1]");
+  require(length_quantile >= 0 && length_quantile < 0.5, "--length-quantile must be in [0, 0.5)");
   require((max_score > 0) + (keep_fraction > 0) + !reference_src.empty() == 1,
           "give one of --max-score S (> 0), --keep-fraction F and --reference-src/--reference-tgt");
   require(reference_src.empty() == reference_tgt.empty(), "--reference-src and --reference-tgt go together");
@@ -367,6 +391,7 @@ void CorpusFilterReport::add(const CorpusFilterReport& part) {
   pairs += part.pairs;
   kept += part.kept;
   dropped_by_score += part.dropped_by_score;
+  dropped_by_length += part.dropped_by_length;
   unscorable += part.unscorable;
   wrong_language += part.wrong_language;
   truncated.merge(part.truncated);
@@ -374,12 +399,40 @@ void CorpusFilterReport::add(const CorpusFilterReport& part) {
   reference_pairs = part.reference_pairs;
   realigned += part.realigned;
   realign_threshold = std::max(realign_threshold, part.realign_threshold);
+  if (part.length_high > 0) {
+    length_low = length_high > 0 ? std::min(length_low, part.length_low) : part.length_low;
+    length_high = std::max(length_high, part.length_high);
+  }
+}
+
+namespace {
+std::string length_bounds_text(const CorpusFilterReport& r) {
+  std::ostringstream out;
+  out << r.length_low << "-" << r.length_high;
+  return out.str();
+}
+}  // namespace
+
+std::vector<std::string> CorpusFilterReport::rules(const CorpusFilterOptions& o) const {
+  std::vector<std::string> lines;
+  if (reference_pairs > 0)
+    lines.push_back("--max-score " + real_text(threshold) + ", the " + real_text(o.reference_quantile) +
+                    " quantile of " + with_thousands(reference_pairs) + " reference pairs' scores");
+  if (length_high > 0)
+    lines.push_back("--length-quantile " + real_text(o.length_quantile) + ": kept pairs have " +
+                    length_bounds_text(*this) + " target pieces per source piece, the " +
+                    (o.reference_src.empty() ? "scored pairs' ratios' " : "reference pairs' ratios' ") +
+                    real_text(o.length_quantile) + " and " + real_text(1 - o.length_quantile) + " quantiles");
+  return lines;
 }
 
 std::string CorpusFilterReport::summary() const {
   std::ostringstream out;
   out << "kept " << kept << " of " << pairs << " pairs (dropped " << dropped_by_score << " scoring above " << threshold
-      << ", " << unscorable << " that could not be scored: empty or invalid UTF-8";
+      << ", ";
+  if (dropped_by_length > 0)
+    out << dropped_by_length << " with target pieces per source piece outside " << length_bounds_text(*this) << ", ";
+  out << unscorable << " that could not be scored: empty or invalid UTF-8";
   if (wrong_language > 0) out << ", " << wrong_language << " in the wrong language";
   out << ")";
   if (realigned > 0)
@@ -497,12 +550,34 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
       spare.src.insert(spare.src.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(n));
       spare.tgt.insert(spare.tgt.end(), tgt.begin(), tgt.begin() + static_cast<std::ptrdiff_t>(n));
     }
-    for (size_t k = 0; k < scorable.size(); ++k) verdicts[scorable[k]].score = scores[k];
+    for (size_t k = 0; k < scorable.size(); ++k) {
+      verdicts[scorable[k]].score = scores[k];
+      verdicts[scorable[k]].length = log_length_ratio(forward, src[k], tgt[k]);
+    }
     return_free_heap_memory();
   }
 
-  // The threshold: --max-score, the reference pairs' quantile, or the score at the kept fraction.
+  // The length bounds: the reference pairs' ratios' quantiles, or the corpus's own.
   CorpusFilterReport report;
+  KeepRule rule;
+  if (o.length_quantile > 0) {
+    std::vector<double> ratios;
+    if (o.reference_src.empty()) {
+      for (const auto& v : verdicts)
+        if (v.reason.empty()) ratios.push_back(v.length);
+    } else {
+      for (size_t i = 0; i < ref_src.size(); ++i)
+        if (unscorable(ref_src[i], ref_tgt[i]).empty()) ratios.push_back(log_length_ratio(forward, ref_src[i], ref_tgt[i]));
+    }
+    if (!ratios.empty()) {
+      rule.low = quantile(ratios, o.length_quantile);
+      rule.high = quantile(std::move(ratios), 1 - o.length_quantile);
+      report.length_low = std::exp(rule.low);
+      report.length_high = std::exp(rule.high);
+    }
+  }
+
+  // The threshold: --max-score, the reference pairs' quantile, or the score at the kept fraction.
   report.pairs = static_cast<int64_t>(verdicts.size());
   report.threshold = o.max_score;
   if (!o.reference_src.empty())
@@ -517,16 +592,17 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
     const auto keep = static_cast<size_t>(std::floor(o.keep_fraction * static_cast<double>(scored.size())));
     report.threshold = keep == 0 ? -std::numeric_limits<double>::infinity() : scored[keep - 1];
   }
+  rule.threshold = report.threshold;
 
   std::unordered_map<size_t, Repair> repairs;
   if (o.realign) {
     std::vector<double> kept;
     for (const auto& v : verdicts)
-      if (v.reason.empty() && v.score.score <= report.threshold) kept.push_back(v.score.score);
+      if (rule.keeps(v)) kept.push_back(v.score.score);
     if (!kept.empty()) {
       report.realign_threshold = o.realign_quantile < 1 ? quantile(std::move(kept), o.realign_quantile) : report.threshold;
-      repairs = realign_dropped(forward, backward, search, o, verdicts, report.threshold, report.realign_threshold,
-                                spare, started, add);
+      repairs = realign_dropped(forward, backward, search, o, verdicts, rule, report.realign_threshold, spare, started,
+                                add);
     }
   }
 
@@ -554,17 +630,19 @@ CorpusFilterReport filter_corpus(Translator& forward, Translator& backward, cons
       else sc += "\t\t";
       sc += '\n';
     }
-    if (v.reason.empty() && v.score.score <= report.threshold) {
+    if (rule.keeps(v)) {
       ++report.kept;
       (ks += s) += '\n';
       (kt += t) += '\n';
     } else {
-      v.reason.empty() ? ++report.dropped_by_score : v.language ? ++report.wrong_language : ++report.unscorable;
+      const bool by_score = v.reason.empty() && v.score.score > rule.threshold;  // (the score said first)
+      if (v.reason.empty()) ++(by_score ? report.dropped_by_score : report.dropped_by_length);
+      else ++(v.language ? report.wrong_language : report.unscorable);
       if (dropped) {
         dr += std::to_string(static_cast<int64_t>(i) + o.first_line) + '\t';
         if (v.reason.empty()) {
           append_scores(dr, v.score);
-          dr += "\tscore\t";
+          dr += by_score ? "\tscore\t" : "\tlength ratio\t";
         } else {
           dr += "\t\t\t" + v.reason + '\t';
         }

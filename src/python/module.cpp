@@ -446,6 +446,8 @@ py::dict filter_report(const CorpusFilterReport& r) {
   out["pairs"] = r.pairs;
   out["kept"] = r.kept;
   out["dropped_by_score"] = r.dropped_by_score;
+  out["dropped_by_length"] = r.dropped_by_length;
+  out["length_bounds"] = r.length_high > 0 ? py::object(py::make_tuple(r.length_low, r.length_high)) : py::none();
   out["unscorable"] = r.unscorable;
   out["truncated"] = r.truncated.count();
   out["threshold"] = r.threshold;

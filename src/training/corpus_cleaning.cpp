@@ -341,9 +341,7 @@ class Cleaning {
                                ": it learned too little to score the corpus (more --max-steps or --max-minutes)");
     }
     if (progress) progress->finish();
-    if (report.reference_pairs > 0)
-      say(label + ": --max-score " + real_text(report.threshold) + ", the " + real_text(f.reference_quantile) +
-          " quantile of " + with_thousands(report.reference_pairs) + " reference pairs' scores");
+    for (const auto& line : report.rules(f)) say(label + ": " + line);
     say(label + ": " + report.summary());
     summary_.report.add(report);
     summary_.thresholds.push_back(report.threshold);

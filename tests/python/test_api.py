@@ -812,6 +812,18 @@ def test_filter_corpus_keeps_what_the_cli_keeps(trained, backward_model, binary,
     assert len(ours) == 50 and all(abs(a[0] - b[0]) <= 1e-4 * max(1.0, b[0]) for a, b in zip(ours, theirs))
     assert all(abs(s - math.exp(f + b)) <= 1e-4 * max(1.0, s) for s, f, b in ours)
     assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
+    # Length bounds (every pair within the score): the CLI's pairs and counts, the bounds in the report.
+    report = torchmt.filter_corpus(forward, backward, tmp_path / "c.de", tmp_path / "c.en", tmp_path / "k.de",
+                                   tmp_path / "k.en", keep_fraction=1.0, length_quantile=0.1)
+    r = subprocess.run([binary, "filter", "-q", "-m", trained[0], "--backward-model", backward_model, "--dtype", "fp32",
+                        "--device", "cpu", "--src", str(tmp_path / "c.de"), "--tgt", str(tmp_path / "c.en"),
+                        "--kept-src", str(tmp_path / "cli.de"), "--kept-tgt", str(tmp_path / "cli.en"),
+                        "--keep-fraction", "1", "--length-quantile", "0.1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    low, high = report["length_bounds"]
+    assert 0 < low < high and report["dropped_by_score"] == 0 and 0 < report["dropped_by_length"] < 50
+    assert report["kept"] == 50 - report["dropped_by_length"] and report["summary"] in r.stderr
+    assert (tmp_path / "k.en").read_text() == (tmp_path / "cli.en").read_text()
 
 
 def test_filter_corpus_errors(trained, backward_model, tmp_path):
@@ -824,6 +836,8 @@ def test_filter_corpus_errors(trained, backward_model, tmp_path):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0)
     with pytest.raises(ValueError, match="give one of --max-score"):
         torchmt.filter_corpus(forward, backward, *args, max_score=2.0, keep_fraction=0.5)
+    with pytest.raises(ValueError, match="--length-quantile must be in"):
+        torchmt.filter_corpus(forward, backward, *args, max_score=2.0, length_quantile=0.5)
     with pytest.raises(FileNotFoundError):
         torchmt.filter_corpus(forward, backward, tmp_path / "missing.de", *args[1:], max_score=2.0)
     with pytest.raises(TypeError):

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "torchmt/decoding/translator.h"
 #include "torchmt/util/option_table.h"
@@ -34,6 +35,12 @@ struct CorpusFilterOptions {
   // fluent target some probability; contrasted, their scores of filter_noise.py's shuffled pairs
   // and clean ones overlap far less (ROC AUC 0.936 -> 0.995). Each pair is scored twice as often.
   bool contrast = false;
+  // Drop the pairs whose length ratio (target pieces per source piece, eos counted) lies outside
+  // the reference pairs' length_quantile and 1 - length_quantile quantiles (without reference pairs,
+  // the corpus's own): a side cut short or run on. Per-piece scores see a missing half little and
+  // contrasted ones less (its cost is the target's own, which the contrast cancels); re-paired pairs
+  // are held to the bounds too. 0: off.
+  double length_quantile = 0.002;
   int64_t buffer_size = 4096;  // pairs read and scored at a time
   // Drop, unscored, the pairs whose target reads as the source's language or whose source reads as
   // the target's (copies, swapped sides), when the forward model knows both languages: models
@@ -63,17 +70,22 @@ const OptionTable<CorpusFilterOptions>& corpus_filter_option_table();
 
 struct CorpusFilterReport {
   int64_t pairs = 0, kept = 0;
-  int64_t dropped_by_score = 0, unscorable = 0, wrong_language = 0;  // the dropped pairs, by why
+  int64_t dropped_by_score = 0, dropped_by_length = 0, unscorable = 0, wrong_language = 0;  // the dropped, by why
   LineSample truncated;         // the pairs scored with a side cut to what a model accepts
   double threshold = 0.0;       // the score kept pairs are at most
+  // The length ratios (target pieces per source piece) kept pairs lie within; 0, 0: no bounds.
+  double length_low = 0.0, length_high = 0.0;
   int64_t reference_pairs = 0;  // the reference pairs the threshold came from (0: none)
   int64_t realigned = 0;        // dropped sources kept with another dropped pair's target (in the kept files)
   double realign_threshold = 0.0;  // the score re-paired pairs are at most
   std::string summary() const;  // "kept 40 of 50 pairs (dropped 8 scoring above 1, 2 that could not ...)"
+  // The rules the filter found, a line each: "--max-score 0.08, the 0.95 quantile of 1,014 reference
+  // pairs' scores" (with reference pairs), "--length-quantile 0.002: ..." (with length bounds).
+  std::vector<std::string> rules(const CorpusFilterOptions& options) const;
   // "3 pairs with a side longer than a model accepts, scored cut: lines ... of SRC and TGT"; "" when none.
   std::string truncation_warning(const std::string& src, const std::string& tgt) const;
   // Another part's report (of a corpus filtered in parts) added to this one: counts summed, the
-  // thresholds the larger.
+  // thresholds the larger, the length bounds the wider.
   void add(const CorpusFilterReport& part);
 };
 

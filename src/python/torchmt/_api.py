@@ -975,7 +975,8 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
                   scores: Optional[PathLike] = None, max_batch_size: int = 64, batch_type: str = "examples",
                   buffer_size: int = 4096, realign: bool = False, realign_candidates: int = 3,
                   realign_quantile: float = 0.9, realigned: Optional[PathLike] = None,
-                  language_check: bool = True, contrast: bool = False) -> Dict[str, Any]:
+                  language_check: bool = True, contrast: bool = False,
+                  length_quantile: float = 0.002) -> Dict[str, Any]:
     """Cleans a parallel corpus as ``torchmt filter`` does (dual conditional cross-entropy,
     Junczys-Dowmunt 2018): ``forward`` translates ``src`` into ``tgt``, ``backward`` the other way;
     the pairs probable both ways, and about equally so, go to ``kept_src``/``kept_tgt``. Give one
@@ -988,14 +989,19 @@ def filter_corpus(forward: "Translator", backward: "Translator", src: PathLike, 
     kept at the source's line when within the kept pairs' ``realign_quantile``; ``realigned``: a
     TSV of them). ``contrast`` scores each side against the same side given another pair's (for
     models trained on a noisy corpus, which find any fluent side probable; the score becomes
-    ``exp(D_f + D_b)``, 1 no likelier than with unrelated sides). The outputs appear whole or not at all. Returns ``{"pairs", "kept", "dropped_by_score", "unscorable", "truncated", "threshold",
-    "reference_pairs", "realigned", "realign_threshold", "wrong_language", "summary"}``."""
+    ``exp(D_f + D_b)``, 1 no likelier than with unrelated sides). ``length_quantile`` drops the pairs
+    whose target pieces per source piece lie outside the reference pairs' (or the corpus's) ``Q``
+    and ``1 - Q`` quantiles: a side cut short or run on. The outputs appear whole or not at all.
+    Returns ``{"pairs", "kept", "dropped_by_score", "dropped_by_length", "unscorable", "truncated",
+    "threshold", "length_bounds" ((low, high) or None), "reference_pairs", "realigned",
+    "realign_threshold", "wrong_language", "summary"}``."""
     if not isinstance(forward, Translator) or not isinstance(backward, Translator):
         raise TypeError("forward and backward must be torchmt.Translator objects")
     options: Dict[str, Any] = {
         "src": _existing_file(src, "src"),
         "tgt": _existing_file(tgt, "tgt"),
         "reference_quantile": _check_float("reference_quantile", reference_quantile),
+        "length_quantile": _check_float("length_quantile", length_quantile),
         "buffer_size": _check_int("buffer_size", buffer_size, 1),
         "realign_candidates": _check_int("realign_candidates", realign_candidates, 1),
         "realign_quantile": _check_float("realign_quantile", realign_quantile),
