@@ -15,8 +15,8 @@ int run_clean(int argc, char** argv) {
       "Clean a parallel corpus with no trusted models: the corpus is cut into --folds parts, a forward and a\n"
       "backward model (the train command's options) train on the other parts of each, in OUT/fold<k>/, and each\n"
       "part is filtered by dual conditional cross-entropy under its own models (the filter command's options,\n"
-      "--contrast on unless --contrast=false; the threshold, unless given, the validation pairs'\n"
-      "--reference-quantile). A model never scores a pair it learned. With --rounds 2 or more, each later\n"
+      "--contrast on unless --contrast=false; the threshold, unless given, the validation pairs' 0.97\n"
+      "quantile: --reference-quantile). A model never scores a pair it learned. With --rounds 2 or more, each later\n"
       "round trains its models on what the round before kept and filters every part again. A run that stopped\n"
       "goes on where it stopped; --max-minutes is the whole pipeline's budget.",
       table.rows(), argc, argv, code);
