@@ -5,8 +5,9 @@ pair's own source-language text), filtered by `torchmt filter`; prints the share
 pairs removed (goal >= 90%) and of clean pairs dropped (goal <= 5%).
 
 Three thresholds: `--reference-src/--reference-tgt` val (the command's own: the 0.95 quantile of the clean
-validation set's dual scores, no knowledge of the noise), --max-score at their 99th percentile, and
---keep-fraction 0.8 (an oracle that knows the noise rate). The command's run also takes --realign: the
+validation set's dual scores, no knowledge of the noise, with its length bounds: the pairs its --dropped
+lists), and from the same scores alone --max-score at their 99th percentile and --keep-fraction 0.8 (an
+oracle that knows the noise rate). The command's run also takes --realign: the
 pairs it re-paired are counted by whether each source got its own target back (kept.de/kept.en hold them).
 
 --contrast scores each side against another pair's (`filter --contrast`). With --clean FLAGS there are no trusted models: `torchmt clean` trains them on the corrupted corpus itself,
@@ -100,6 +101,7 @@ def main():
     # oracle's cuts from the same scores.
     proc = subprocess.run(common + ["--src", f"{work}/noisy.de", "--tgt", f"{work}/noisy.en", "--kept-src",
                                     f"{work}/kept.de", "--kept-tgt", f"{work}/kept.en", "--scores", f"{work}/noisy.scores",
+                                    "--dropped", f"{work}/dropped.tsv",
                                     "--reference-src", vde, "--reference-tgt", ven, "--realign", "--realigned",
                                     f"{work}/realigned.tsv"], check=True, capture_output=True, text=True)
     said = [line for line in proc.stderr.strip().splitlines() if line.startswith("filter: ")]
@@ -108,14 +110,23 @@ def main():
     scores = [r.rstrip("\n").split("\t")[0] for r in open(f"{work}/noisy.scores")]
     ordered = sorted(float(x) for x in scores if x)
     oracle = ordered[int(0.8 * len(ordered)) - 1]
-    for name, cut in ((f"--reference-src val (the 0.95 quantile, {reference})", reference),
-                      (f"--max-score {threshold:.6f} (val p99)", float(f"{threshold:.6f}")),
-                      (f"--keep-fraction 0.8 (oracle: score <= {oracle:.4f})", oracle)):
+    print(f"--reference-src val (the 0.95 quantile, {reference}; the command's --dropped):")
+    removed_by_kind(kinds, n, kept_by_command(work, n))
+    for name, cut in ((f"--max-score {threshold:.6f} (val p99, the scores alone)", float(f"{threshold:.6f}")),
+                      (f"--keep-fraction 0.8 (oracle: score <= {oracle:.4f}, the scores alone)", oracle)):
         kept = [x != "" and float(x) <= cut for x in scores]
         print(f"{name}:")
         removed_by_kind(kinds, n, kept)
     print_realigned(work, de, en, noisy_en, kinds)
     print(f"files: {work}")
+
+
+def kept_by_command(work, n):
+    """Whether each line stayed at its own target: the lines the command's dropped TSV does not list."""
+    kept = [True] * n
+    for row in open(f"{work}/dropped.tsv", encoding="utf-8"):
+        kept[int(row.split("\t")[0]) - 1] = False
+    return kept
 
 
 def removed_by_kind(kinds, n, kept):
@@ -148,12 +159,8 @@ def clean_run(args, tm, work, de, en, noisy_en, kinds):
     if proc.returncode != 0:
         sys.exit(proc.stderr.strip().splitlines()[-1])
     print("\n".join(line for line in said if "fold" not in line or "quantile" in line or "kept" in line))
-    n = len(de)
-    kept = [True] * n
-    for row in open(f"{work}/dropped.tsv", encoding="utf-8"):
-        kept[int(row.split("\t")[0]) - 1] = False
-    print("torchmt clean (the validation pairs' 0.95 quantile, each part's own models):")
-    removed_by_kind(kinds, n, kept)
+    print("torchmt clean (each part's own models; the pairs its --dropped does not list):")
+    removed_by_kind(kinds, len(de), kept_by_command(work, len(de)))
     print_realigned(work, de, en, noisy_en, kinds)
     print(f"files: {work}")
     return 0
